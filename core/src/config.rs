@@ -1,0 +1,155 @@
+//! Broker configuration, with RocketMQ's defaults.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::Millis;
+
+/// When appended records become durable, and so acknowledged and visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Default, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum FlushMode {
+    /// RocketMQ's ASYNC_FLUSH: acknowledged and visible at once; the host syncs at an interval.
+    #[default]
+    Async,
+    /// RocketMQ's SYNC_FLUSH: a write's reply is held, and its message invisible, until a
+    /// [`Broker::sync`](crate::Broker::sync) covers it. One sync releases every write before it.
+    Sync,
+}
+
+/// RocketMQ's `messageDelayLevel`, in milliseconds.
+pub const DEFAULT_DELAY_LEVELS: [Millis; 18] = [
+    1_000, 5_000, 10_000, 30_000, 60_000, 120_000, 180_000, 240_000, 300_000, 360_000, 420_000,
+    480_000, 540_000, 600_000, 1_200_000, 1_800_000, 3_600_000, 7_200_000,
+];
+
+/// Everything a broker can be told. [`Config::default`] is RocketMQ 5's defaults.
+#[derive(Clone, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct Config {
+    /// Bytes per log segment (RocketMQ's mappedFileSizeCommitLog: 1 GiB).
+    pub segment_size: u64,
+    /// Flush mode.
+    pub flush: FlushMode,
+    /// Largest message body (RocketMQ's maxMessageSize: 4 MiB).
+    pub max_message_size: u32,
+    /// Largest batch, all bodies together (4 MiB).
+    pub max_batch_size: u32,
+    /// Queues of an auto-created topic (RocketMQ's defaultTopicQueueNums: 4).
+    pub default_queues: u32,
+    /// Create a topic on its first send (RocketMQ's autoCreateTopicEnable).
+    pub auto_create_topics: bool,
+    /// How old a half message must be before its first check (transactionTimeOut: 6 s).
+    pub transaction_timeout_ms: Millis,
+    /// Time between checks of one transaction (transactionCheckInterval: 30 s in RocketMQ 5).
+    pub transaction_check_interval_ms: Millis,
+    /// Checks before a half message is moved to TRANS_CHECK_MAX_TIME_TOPIC (transactionCheckMax: 15).
+    pub transaction_check_max: u32,
+    /// Half messages older than this are dropped unchecked (72 h, as RocketMQ's file reserved time).
+    pub half_reserve_ms: Millis,
+    /// Delay levels 1..=N in ms (messageDelayLevel "1s 5s 10s 30s 1m … 2h").
+    pub delay_levels: Vec<Millis>,
+    /// Deliveries before a message goes to `%DLQ%<group>` (maxReconsumeTimes: 16).
+    pub max_delivery_attempts: u32,
+    /// Largest invisible duration a receive may ask for (12 h, as RocketMQ's pop).
+    pub max_invisible_ms: Millis,
+    /// Emit [`Output::Available`](crate::Output::Available) when a queue gets a visible message
+    /// (hosts with long polling set this).
+    pub notify_available: bool,
+    /// Emit [`Output::Trace`](crate::Output::Trace) events for every state change.
+    pub trace: bool,
+    /// This broker's address as written in STOREHOST.
+    pub store_host: StoreHost,
+}
+
+/// STOREHOST as configured: an IPv4 address and port.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub struct StoreHost {
+    pub ip: [u8; 4],
+    pub port: u16,
+}
+
+impl Default for Config {
+    fn default() -> Self {
+        Config {
+            segment_size: 1 << 30,
+            flush: FlushMode::Async,
+            max_message_size: 4 << 20,
+            max_batch_size: 4 << 20,
+            default_queues: 4,
+            auto_create_topics: true,
+            transaction_timeout_ms: 6_000,
+            transaction_check_interval_ms: 30_000,
+            transaction_check_max: 15,
+            half_reserve_ms: 72 * 3_600_000,
+            delay_levels: DEFAULT_DELAY_LEVELS.to_vec(),
+            max_delivery_attempts: 16,
+            max_invisible_ms: 12 * 3_600_000,
+            notify_available: false,
+            trace: false,
+            store_host: StoreHost { ip: [127, 0, 0, 1], port: 10911 },
+        }
+    }
+}
+
+/// A configuration value that cannot work.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The field.
+    pub field: &'static str,
+    /// Why.
+    pub reason: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "invalid config `{}`: {}", self.field, self.reason)
+    }
+}
+
+impl core::error::Error for ConfigError {}
+
+impl Config {
+    /// Checks that the values work together.
+    pub fn validate(&self) -> Result<(), ConfigError> {
+        use alloc::format;
+        let err = |field, reason: String| Err(ConfigError { field, reason });
+        if self.segment_size < 4096 {
+            return err("segment_size", format!("{} is below the minimum of 4096 bytes", self.segment_size));
+        }
+        if self.max_message_size == 0 {
+            return err("max_message_size", "must be at least 1 byte".into());
+        }
+        // A record holds the body plus at most ~33 KiB of header, topic and properties.
+        let largest = u64::from(self.max_message_size.max(self.max_batch_size)) + 40_000;
+        if self.segment_size < largest {
+            return err(
+                "segment_size",
+                format!(
+                    "{} cannot hold the largest message or batch (needs at least {largest} bytes)",
+                    self.segment_size
+                ),
+            );
+        }
+        if self.default_queues == 0 || self.default_queues > 1024 {
+            return err("default_queues", format!("{} is not within 1..=1024", self.default_queues));
+        }
+        if self.transaction_check_interval_ms == 0 {
+            return err("transaction_check_interval_ms", "must be above 0".into());
+        }
+        if self.transaction_check_max > u32::from(u16::MAX) {
+            return err("transaction_check_max", format!("{} is above {}", self.transaction_check_max, u16::MAX));
+        }
+        if self.delay_levels.is_empty() || self.delay_levels.len() > 255 {
+            return err("delay_levels", format!("needs 1..=255 levels, got {}", self.delay_levels.len()));
+        }
+        if self.delay_levels.windows(2).any(|w| w[0] > w[1]) {
+            return err("delay_levels", "levels must not decrease".into());
+        }
+        if self.max_delivery_attempts == 0 {
+            return err("max_delivery_attempts", "must be at least 1".into());
+        }
+        Ok(())
+    }
+}

@@ -1,0 +1,632 @@
+//! The commit-log record: RocketMQ's CommitLog layout, field for field.
+//!
+//! ```text
+//!  offset size  field
+//!  ------ ----  -----------------------------------------------------------
+//!       0    4  TOTALSIZE        whole record, this field included (big-endian, as every field)
+//!       4    4  MAGICCODE        0xDAA320A7 (v1); 0xCBD43194 marks the end-of-segment blank
+//!       8    4  BODYCRC          CRC-32 of the body & 0x7FFFFFFF (RocketMQ's UtilAll.crc32)
+//!      12    4  QUEUEID
+//!      16    4  FLAG             the producer's flag, opaque
+//!      20    8  QUEUEOFFSET      position in the consume queue of (TOPIC, QUEUEID)
+//!      28    8  PHYSICALOFFSET   position of this record in the log
+//!      36    4  SYSFLAG          transaction type, host address families, batch
+//!      40    8  BORNTIMESTAMP    ms
+//!      48    8  BORNHOST         IPv4 (4) + port (4); 16 + 4 with SYSFLAG bit 0x10
+//!      56    8  STORETIMESTAMP   ms
+//!      64    8  STOREHOST        IPv4 (4) + port (4); 16 + 4 with SYSFLAG bit 0x20
+//!      72    4  RECONSUMETIMES
+//!      76    8  PREPARED_TRANSACTION_OFFSET  for op records: the record they refer to
+//!      84    4  BODY length, then the body
+//!       .    1  TOPIC length, then the topic
+//!       .    2  PROPERTIES length, then `key\x01value\x02` pairs; the last pair is always
+//!               `__CRC32#\x01dddddddddd\x02`: ten decimal digits of the masked CRC-32 of every
+//!               byte of the record before that pair (RocketMQ 5's CRC32 property), so a torn
+//!               or flipped byte anywhere in the record is detected, not only in the body.
+//! ```
+//!
+//! With IPv4 hosts the fixed part is 91 bytes. The end-of-segment blank is only its first
+//! eight bytes (TOTALSIZE = the rest of the segment, MAGICCODE = 0xCBD43194); whatever
+//! follows in that segment is not read.
+
+use alloc::vec::Vec;
+use core::fmt;
+
+/// MAGICCODE of a message record (RocketMQ's MESSAGE_MAGIC_CODE, v1).
+pub const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
+/// MAGICCODE of the filler at the end of a segment (RocketMQ's BLANK_MAGIC_CODE).
+pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
+/// Smallest blank: TOTALSIZE + MAGICCODE.
+pub const BLANK_LEN: usize = 8;
+/// The CRC property's key.
+pub const CRC_KEY: &str = "__CRC32#";
+/// Bytes the CRC property takes at the end of every record.
+pub const CRC_RESERVED: usize = CRC_KEY.len() + 1 + 10 + 1;
+/// Fixed bytes of a record with IPv4 hosts, all length fields included.
+pub const FIXED_LEN_V4: usize = 91;
+
+/// Property separators.
+pub const NAME_VALUE_SEPARATOR: u8 = 1;
+pub const PROPERTY_SEPARATOR: u8 = 2;
+
+/// SYSFLAG bits (RocketMQ's MessageSysFlag).
+pub mod sys_flag {
+    pub const COMPRESSED: u32 = 0x1;
+    pub const MULTI_TAGS: u32 = 0x2;
+    pub const TRANSACTION_TYPE_MASK: u32 = 0xC;
+    pub const TRANSACTION_NOT_TYPE: u32 = 0;
+    pub const TRANSACTION_PREPARED_TYPE: u32 = 0x4;
+    pub const TRANSACTION_COMMIT_TYPE: u32 = 0x8;
+    pub const TRANSACTION_ROLLBACK_TYPE: u32 = 0xC;
+    pub const BORNHOST_V6: u32 = 0x10;
+    pub const STOREHOST_V6: u32 = 0x20;
+    pub const INNER_BATCH: u32 = 0x80;
+}
+
+/// A host address as stored in BORNHOST / STOREHOST.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+pub enum Host {
+    /// IPv4 address and port.
+    V4([u8; 4], u16),
+    /// IPv6 address and port.
+    V6([u8; 16], u16),
+    /// 0.0.0.0:0.
+    #[default]
+    Unspecified,
+}
+
+impl Host {
+    fn is_v6(&self) -> bool {
+        matches!(self, Host::V6(..))
+    }
+    fn encoded_len(&self) -> usize {
+        if self.is_v6() {
+            20
+        } else {
+            8
+        }
+    }
+    fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Host::V4(ip, port) => {
+                out.extend_from_slice(ip);
+                out.extend_from_slice(&u32::from(*port).to_be_bytes());
+            }
+            Host::V6(ip, port) => {
+                out.extend_from_slice(ip);
+                out.extend_from_slice(&u32::from(*port).to_be_bytes());
+            }
+            Host::Unspecified => out.extend_from_slice(&[0; 8]),
+        }
+    }
+}
+
+impl fmt::Display for Host {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Host::V4(ip, port) => write!(f, "{}.{}.{}.{}:{port}", ip[0], ip[1], ip[2], ip[3]),
+            Host::V6(ip, port) => {
+                f.write_str("[")?;
+                for (i, pair) in ip.chunks(2).enumerate() {
+                    if i > 0 {
+                        f.write_str(":")?;
+                    }
+                    write!(f, "{:x}", u16::from_be_bytes([pair[0], pair[1]]))?;
+                }
+                write!(f, "]:{port}")
+            }
+            Host::Unspecified => f.write_str("0.0.0.0:0"),
+        }
+    }
+}
+
+/// The fixed fields of a record, as the encoder takes them.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Header {
+    pub queue_id: u32,
+    pub flag: i32,
+    pub queue_offset: u64,
+    pub phys_offset: u64,
+    pub sys_flag: u32,
+    pub born_timestamp: u64,
+    pub born_host: Host,
+    pub store_timestamp: u64,
+    pub store_host: Host,
+    pub reconsume_times: u32,
+    pub prepared_offset: u64,
+}
+
+/// Masked CRC-32, as RocketMQ's `UtilAll.crc32`.
+#[must_use]
+pub fn crc32(bytes: &[u8]) -> u32 {
+    crc32fast::hash(bytes) & 0x7FFF_FFFF
+}
+
+/// Length of the record [`encode`] writes for these parts.
+#[must_use]
+pub fn encoded_len(header: &Header, body_len: usize, topic_len: usize, props_len: usize) -> usize {
+    FIXED_LEN_V4 - 16
+        + header.born_host.encoded_len()
+        + header.store_host.encoded_len()
+        + body_len
+        + topic_len
+        + props_len
+        + CRC_RESERVED
+}
+
+/// Limits a record must respect to be encodable.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum EncodeError {
+    /// The topic is longer than 255 bytes.
+    TopicTooLong,
+    /// The properties are longer than 32767 bytes.
+    PropertiesTooLong,
+    /// The record is longer than i32::MAX bytes.
+    TooLarge,
+}
+
+/// Appends one record to `out`. `props` is the serialized property string
+/// (`key\x01value\x02`…) without the CRC pair, which is added here.
+pub fn encode(
+    out: &mut Vec<u8>,
+    header: &Header,
+    body: &[u8],
+    topic: &str,
+    props: &[u8],
+) -> Result<usize, EncodeError> {
+    if topic.len() > u8::MAX as usize {
+        return Err(EncodeError::TopicTooLong);
+    }
+    let props_len = props.len() + CRC_RESERVED;
+    if props_len > i16::MAX as usize {
+        return Err(EncodeError::PropertiesTooLong);
+    }
+    let total = encoded_len(header, body.len(), topic.len(), props.len());
+    if total > i32::MAX as usize {
+        return Err(EncodeError::TooLarge);
+    }
+    let start = out.len();
+    out.reserve(total);
+    let mut sys_flag = header.sys_flag & !(sys_flag::BORNHOST_V6 | sys_flag::STOREHOST_V6);
+    if header.born_host.is_v6() {
+        sys_flag |= sys_flag::BORNHOST_V6;
+    }
+    if header.store_host.is_v6() {
+        sys_flag |= sys_flag::STOREHOST_V6;
+    }
+    let body_crc = crc32fast::hash(body);
+    out.extend_from_slice(&(total as u32).to_be_bytes());
+    out.extend_from_slice(&MESSAGE_MAGIC.to_be_bytes());
+    out.extend_from_slice(&(body_crc & 0x7FFF_FFFF).to_be_bytes());
+    out.extend_from_slice(&header.queue_id.to_be_bytes());
+    out.extend_from_slice(&header.flag.to_be_bytes());
+    out.extend_from_slice(&header.queue_offset.to_be_bytes());
+    out.extend_from_slice(&header.phys_offset.to_be_bytes());
+    out.extend_from_slice(&sys_flag.to_be_bytes());
+    out.extend_from_slice(&header.born_timestamp.to_be_bytes());
+    header.born_host.encode(out);
+    out.extend_from_slice(&header.store_timestamp.to_be_bytes());
+    header.store_host.encode(out);
+    out.extend_from_slice(&header.reconsume_times.to_be_bytes());
+    out.extend_from_slice(&header.prepared_offset.to_be_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_be_bytes());
+    let before_body = out.len();
+    out.extend_from_slice(body);
+    let after_body = out.len();
+    out.push(topic.len() as u8);
+    out.extend_from_slice(topic.as_bytes());
+    out.extend_from_slice(&(props_len as u16).to_be_bytes());
+    out.extend_from_slice(props);
+    out.extend_from_slice(CRC_KEY.as_bytes());
+    out.push(NAME_VALUE_SEPARATOR);
+    // The whole-record CRC reuses the body's CRC instead of hashing the body twice.
+    let mut h = crc32fast::Hasher::new();
+    h.update(&out[start..before_body]);
+    let mut hb = crc32fast::Hasher::new_with_initial_len(body_crc, body.len() as u64);
+    let mut tail = crc32fast::Hasher::new();
+    tail.update(&out[after_body..out.len() - CRC_KEY.len() - 1]);
+    hb.combine(&tail);
+    h.combine(&hb);
+    let crc = h.finalize() & 0x7FFF_FFFF;
+    push_decimal10(out, crc);
+    out.push(PROPERTY_SEPARATOR);
+    debug_assert_eq!(out.len() - start, total);
+    Ok(total)
+}
+
+fn push_decimal10(out: &mut Vec<u8>, mut v: u32) {
+    let mut digits = [b'0'; 10];
+    for d in digits.iter_mut().rev() {
+        *d = b'0' + (v % 10) as u8;
+        v /= 10;
+    }
+    out.extend_from_slice(&digits);
+}
+
+/// Appends the end-of-segment blank for `remaining` bytes.
+pub fn encode_blank(out: &mut Vec<u8>, remaining: u32) {
+    out.extend_from_slice(&remaining.to_be_bytes());
+    out.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
+}
+
+/// Why bytes are not a valid record.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Corruption {
+    BadMagic(u32),
+    BadTotalSize(u32),
+    BadLengths,
+    BodyCrc,
+    RecordCrc,
+    MissingCrc,
+    BadProperties,
+    BadTopic,
+    PhysOffsetMismatch { stored: u64, actual: u64 },
+}
+
+impl fmt::Display for Corruption {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Corruption::BadMagic(m) => write!(f, "unknown magic code {m:#010x}"),
+            Corruption::BadTotalSize(s) => write!(f, "impossible total size {s}"),
+            Corruption::BadLengths => f.write_str("field lengths do not add up to the total size"),
+            Corruption::BodyCrc => f.write_str("body CRC mismatch"),
+            Corruption::RecordCrc => f.write_str("record CRC mismatch"),
+            Corruption::MissingCrc => f.write_str("record CRC property missing"),
+            Corruption::BadProperties => f.write_str("malformed properties"),
+            Corruption::BadTopic => f.write_str("topic is not valid UTF-8"),
+            Corruption::PhysOffsetMismatch { stored, actual } => {
+                write!(f, "record says it is at offset {stored} but was read at {actual}")
+            }
+        }
+    }
+}
+
+/// What the bytes at a position hold.
+#[derive(Debug, PartialEq, Eq)]
+pub enum Decoded<'a> {
+    /// A whole, valid record.
+    Record(RecordView<'a>),
+    /// The end-of-segment blank of `len` bytes; the segment holds nothing more.
+    Blank { len: u32 },
+    /// The bytes end before the record does (a torn tail, or a read that was too short).
+    /// `needed` is the record's length where it is known.
+    Incomplete { needed: Option<usize> },
+}
+
+/// A decoded record, borrowing from the bytes it was decoded from.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct RecordView<'a> {
+    pub total_size: u32,
+    pub body_crc: u32,
+    pub header: Header,
+    pub body: &'a [u8],
+    pub topic: &'a str,
+    /// The properties without the CRC pair.
+    pub properties: &'a [u8],
+}
+
+impl fmt::Debug for RecordView<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("RecordView")
+            .field("total_size", &self.total_size)
+            .field("topic", &self.topic)
+            .field("header", &self.header)
+            .field("body_len", &self.body.len())
+            .finish()
+    }
+}
+
+impl<'a> RecordView<'a> {
+    /// The properties as (key, value) pairs.
+    pub fn props(&self) -> Props<'a> {
+        Props { rest: self.properties }
+    }
+    /// The value of one property.
+    pub fn prop(&self, key: &str) -> Option<&'a str> {
+        self.props().find(|(k, _)| *k == key).map(|(_, v)| v)
+    }
+}
+
+/// Iterator over `key\x01value\x02` pairs. Stops at the first malformed pair;
+/// records are validated when decoded, so this never happens for a [`RecordView`].
+#[derive(Clone, Debug)]
+pub struct Props<'a> {
+    rest: &'a [u8],
+}
+
+impl<'a> Props<'a> {
+    /// Pairs of an already serialized property string.
+    pub fn new(bytes: &'a [u8]) -> Self {
+        Props { rest: bytes }
+    }
+}
+
+impl<'a> Iterator for Props<'a> {
+    type Item = (&'a str, &'a str);
+    fn next(&mut self) -> Option<Self::Item> {
+        if self.rest.is_empty() {
+            return None;
+        }
+        let sep = self.rest.iter().position(|&b| b == NAME_VALUE_SEPARATOR)?;
+        let end = self.rest.iter().position(|&b| b == PROPERTY_SEPARATOR)?;
+        if end < sep {
+            return None;
+        }
+        let key = core::str::from_utf8(&self.rest[..sep]).ok()?;
+        let value = core::str::from_utf8(&self.rest[sep + 1..end]).ok()?;
+        self.rest = &self.rest[end + 1..];
+        Some((key, value))
+    }
+}
+
+/// Checks a serialized property string: UTF-8 pairs, each `key\x01value\x02`, keys non-empty.
+pub fn validate_props(bytes: &[u8]) -> bool {
+    let mut rest = bytes;
+    while !rest.is_empty() {
+        let Some(end) = rest.iter().position(|&b| b == PROPERTY_SEPARATOR) else {
+            return false;
+        };
+        let pair = &rest[..end];
+        let Some(sep) = pair.iter().position(|&b| b == NAME_VALUE_SEPARATOR) else {
+            return false;
+        };
+        if sep == 0 || pair[sep + 1..].contains(&NAME_VALUE_SEPARATOR) {
+            return false;
+        }
+        if core::str::from_utf8(pair).is_err() {
+            return false;
+        }
+        rest = &rest[end + 1..];
+    }
+    true
+}
+
+fn be32(b: &[u8], at: usize) -> u32 {
+    u32::from_be_bytes([b[at], b[at + 1], b[at + 2], b[at + 3]])
+}
+
+fn be64(b: &[u8], at: usize) -> u64 {
+    let mut x = [0; 8];
+    x.copy_from_slice(&b[at..at + 8]);
+    u64::from_be_bytes(x)
+}
+
+fn host(b: &[u8], at: usize, v6: bool) -> (Host, usize) {
+    if v6 {
+        let mut ip = [0; 16];
+        ip.copy_from_slice(&b[at..at + 16]);
+        (Host::V6(ip, be32(b, at + 16) as u16), at + 20)
+    } else {
+        let mut ip = [0; 4];
+        ip.copy_from_slice(&b[at..at + 4]);
+        let port = be32(b, at + 4) as u16;
+        if ip == [0; 4] && port == 0 {
+            (Host::Unspecified, at + 8)
+        } else {
+            (Host::V4(ip, port), at + 8)
+        }
+    }
+}
+
+/// Decodes the record at the start of `bytes`. `max_size` bounds TOTALSIZE so a
+/// corrupt length can never ask for an unbounded read.
+pub fn decode(bytes: &[u8], max_size: u32) -> Result<Decoded<'_>, Corruption> {
+    decode_inner(bytes, max_size, true)
+}
+
+/// Decodes a record this process just encoded or already verified: the CRCs are not
+/// checked again (lengths still are).
+pub fn decode_trusted(bytes: &[u8]) -> Result<Decoded<'_>, Corruption> {
+    decode_inner(bytes, u32::MAX, false)
+}
+
+fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>, Corruption> {
+    if bytes.len() < BLANK_LEN {
+        return Ok(Decoded::Incomplete { needed: None });
+    }
+    let total = be32(bytes, 0);
+    let magic = be32(bytes, 4);
+    match magic {
+        BLANK_MAGIC => {
+            if (total as usize) < BLANK_LEN {
+                return Err(Corruption::BadTotalSize(total));
+            }
+            return Ok(Decoded::Blank { len: total });
+        }
+        MESSAGE_MAGIC => {}
+        other => return Err(Corruption::BadMagic(other)),
+    }
+    if (total as usize) < FIXED_LEN_V4 + CRC_RESERVED || total > max_size {
+        return Err(Corruption::BadTotalSize(total));
+    }
+    let total_us = total as usize;
+    if bytes.len() < total_us {
+        return Ok(Decoded::Incomplete { needed: Some(total_us) });
+    }
+    let b = &bytes[..total_us];
+    let sys = be32(b, 36);
+    let fixed = FIXED_LEN_V4
+        + if sys & sys_flag::BORNHOST_V6 != 0 { 12 } else { 0 }
+        + if sys & sys_flag::STOREHOST_V6 != 0 { 12 } else { 0 };
+    if total_us < fixed + CRC_RESERVED {
+        return Err(Corruption::BadTotalSize(total));
+    }
+    let (born_host, at) = host(b, 48, sys & sys_flag::BORNHOST_V6 != 0);
+    let store_timestamp = be64(b, at);
+    let (store_host, at) = host(b, at + 8, sys & sys_flag::STOREHOST_V6 != 0);
+    let reconsume_times = be32(b, at);
+    let prepared_offset = be64(b, at + 4);
+    let body_len = be32(b, at + 12) as usize;
+    let body_at = at + 16;
+    // fixed counts the three length fields; what is left must hold body, topic and props.
+    if body_len > total_us - fixed {
+        return Err(Corruption::BadLengths);
+    }
+    let topic_len_at = body_at + body_len;
+    let topic_len = b[topic_len_at] as usize;
+    let topic_at = topic_len_at + 1;
+    if topic_at + topic_len + 2 > total_us {
+        return Err(Corruption::BadLengths);
+    }
+    let props_len_at = topic_at + topic_len;
+    let props_len = u16::from_be_bytes([b[props_len_at], b[props_len_at + 1]]) as usize;
+    let props_at = props_len_at + 2;
+    if props_at + props_len != total_us {
+        return Err(Corruption::BadLengths);
+    }
+    if props_len < CRC_RESERVED {
+        return Err(Corruption::MissingCrc);
+    }
+    let crc_at = total_us - CRC_RESERVED;
+    if &b[crc_at..crc_at + CRC_KEY.len()] != CRC_KEY.as_bytes()
+        || b[crc_at + CRC_KEY.len()] != NAME_VALUE_SEPARATOR
+        || b[total_us - 1] != PROPERTY_SEPARATOR
+    {
+        return Err(Corruption::MissingCrc);
+    }
+    let digits = &b[crc_at + CRC_KEY.len() + 1..total_us - 1];
+    let mut stored_crc: u64 = 0;
+    for &d in digits {
+        if !d.is_ascii_digit() {
+            return Err(Corruption::MissingCrc);
+        }
+        stored_crc = stored_crc * 10 + u64::from(d - b'0');
+    }
+    if verify && stored_crc != u64::from(crc32(&b[..crc_at])) {
+        return Err(Corruption::RecordCrc);
+    }
+    let body = &b[body_at..body_at + body_len];
+    let body_crc = be32(b, 8);
+    if verify && body_crc != crc32(body) {
+        return Err(Corruption::BodyCrc);
+    }
+    let topic =
+        core::str::from_utf8(&b[topic_at..topic_at + topic_len]).map_err(|_| Corruption::BadTopic)?;
+    let properties = &b[props_at..crc_at];
+    if verify && !validate_props(properties) {
+        return Err(Corruption::BadProperties);
+    }
+    Ok(Decoded::Record(RecordView {
+        total_size: total,
+        body_crc,
+        header: Header {
+            queue_id: be32(b, 12),
+            flag: be32(b, 16) as i32,
+            queue_offset: be64(b, 20),
+            phys_offset: be64(b, 28),
+            sys_flag: sys,
+            born_timestamp: be64(b, 40),
+            born_host,
+            store_timestamp,
+            store_host,
+            reconsume_times,
+            prepared_offset,
+        },
+        body,
+        topic,
+        properties,
+    }))
+}
+
+/// Appends `key\x01value\x02` to a property string.
+pub fn push_prop(out: &mut Vec<u8>, key: &str, value: &str) {
+    out.extend_from_slice(key.as_bytes());
+    out.push(NAME_VALUE_SEPARATOR);
+    out.extend_from_slice(value.as_bytes());
+    out.push(PROPERTY_SEPARATOR);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::vec;
+
+    fn sample(body: &[u8]) -> Vec<u8> {
+        let header = Header {
+            queue_id: 3,
+            flag: 7,
+            queue_offset: 42,
+            phys_offset: 1000,
+            sys_flag: 0,
+            born_timestamp: 1_700_000_000_000,
+            born_host: Host::V4([127, 0, 0, 1], 5555),
+            store_timestamp: 1_700_000_000_001,
+            store_host: Host::V4([10, 0, 0, 2], 10911),
+            reconsume_times: 1,
+            prepared_offset: 0,
+        };
+        let mut props = Vec::new();
+        push_prop(&mut props, "TAGS", "TagA");
+        push_prop(&mut props, "KEYS", "k1 k2");
+        let mut out = Vec::new();
+        encode(&mut out, &header, body, "TopicTest", &props).unwrap();
+        out
+    }
+
+    #[test]
+    fn roundtrip() {
+        let bytes = sample(b"hello");
+        assert_eq!(bytes.len(), FIXED_LEN_V4 + 5 + 9 + 21 + CRC_RESERVED);
+        let Decoded::Record(r) = decode(&bytes, 1 << 20).unwrap() else {
+            panic!("not a record")
+        };
+        assert_eq!(r.body, b"hello");
+        assert_eq!(r.topic, "TopicTest");
+        assert_eq!(r.header.queue_offset, 42);
+        assert_eq!(r.header.born_host, Host::V4([127, 0, 0, 1], 5555));
+        assert_eq!(r.prop("TAGS"), Some("TagA"));
+        assert_eq!(r.prop("KEYS"), Some("k1 k2"));
+        assert_eq!(r.props().count(), 2);
+        assert_eq!(r.body_crc, crc32(b"hello"));
+    }
+
+    #[test]
+    fn every_flipped_bit_is_detected() {
+        let bytes = sample(b"some body bytes");
+        for i in 0..bytes.len() {
+            for bit in 0..8 {
+                let mut b = bytes.clone();
+                b[i] ^= 1 << bit;
+                match decode(&b, 1 << 20) {
+                    Ok(Decoded::Record(_)) => panic!("flip at byte {i} bit {bit} not detected"),
+                    Ok(Decoded::Blank { .. }) => panic!("flip at byte {i} decoded as blank"),
+                    Ok(Decoded::Incomplete { .. }) | Err(_) => {}
+                }
+            }
+        }
+    }
+
+    #[test]
+    fn every_prefix_is_incomplete_or_error() {
+        let bytes = sample(b"xyz");
+        for cut in 0..bytes.len() {
+            assert!(matches!(decode(&bytes[..cut], 1 << 20), Ok(Decoded::Incomplete { .. })));
+        }
+    }
+
+    #[test]
+    fn blank_and_bad_magic() {
+        let mut b = vec![];
+        encode_blank(&mut b, 4096);
+        assert_eq!(decode(&b, 1 << 20), Ok(Decoded::Blank { len: 4096 }));
+        b[4] = 0;
+        assert!(matches!(decode(&b, 1 << 20), Err(Corruption::BadMagic(_))));
+    }
+
+    #[test]
+    fn oversize_length_is_rejected_without_reading() {
+        let mut b = sample(b"abc");
+        b[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert_eq!(decode(&b, 1 << 20), Err(Corruption::BadTotalSize(u32::MAX)));
+    }
+
+    #[test]
+    fn props_validation() {
+        assert!(validate_props(b""));
+        assert!(validate_props(b"a\x01b\x02"));
+        assert!(!validate_props(b"a\x01b"));
+        assert!(!validate_props(b"\x01b\x02"));
+        assert!(!validate_props(b"ab\x02"));
+        assert!(!validate_props(b"a\x01b\x01c\x02"));
+    }
+}

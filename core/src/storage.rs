@@ -1,0 +1,283 @@
+//! Where the log's bytes live: a pluggable, segmented, append-only store.
+//!
+//! A segment is named by the log offset of its first byte (its *base*), as RocketMQ names
+//! its commit-log files. The core only ever appends to the newest segment, reads anywhere,
+//! truncates a torn tail on open and syncs when the host asks it to.
+
+use alloc::collections::BTreeMap;
+use alloc::vec::Vec;
+use core::fmt;
+
+/// Byte storage for the commit log.
+pub trait Storage {
+    /// What can go wrong (an I/O error for files; nothing for memory).
+    type Error: fmt::Debug + fmt::Display;
+
+    /// Bases of every segment, ascending.
+    fn segments(&mut self) -> Result<Vec<u64>, Self::Error>;
+    /// Length in bytes of a segment.
+    fn len(&mut self, base: u64) -> Result<u64, Self::Error>;
+    /// Reads up to `buf.len()` bytes at `pos` within a segment; returns how many were read
+    /// (fewer only at the segment's end).
+    fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Self::Error>;
+    /// Appends bytes to a segment, creating it if it does not exist.
+    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Self::Error>;
+    /// Makes every appended byte durable.
+    fn sync(&mut self) -> Result<(), Self::Error>;
+    /// Cuts a segment to `len` bytes.
+    fn truncate(&mut self, base: u64, len: u64) -> Result<(), Self::Error>;
+    /// Deletes a segment.
+    fn remove(&mut self, base: u64) -> Result<(), Self::Error>;
+}
+
+/// Storage in memory: a map of segments. Never fails.
+#[derive(Clone, Default)]
+pub struct MemStorage {
+    segments: BTreeMap<u64, Vec<u8>>,
+}
+
+impl fmt::Debug for MemStorage {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("MemStorage").field("segments", &self.segments.len()).field("bytes", &self.total_bytes()).finish()
+    }
+}
+
+impl MemStorage {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// Bytes held, all segments together.
+    #[must_use]
+    pub fn total_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.len() as u64).sum()
+    }
+    /// The bytes of one segment.
+    #[must_use]
+    pub fn segment(&self, base: u64) -> Option<&[u8]> {
+        self.segments.get(&base).map(Vec::as_slice)
+    }
+    /// Replaces a segment's bytes (tests use this to corrupt a log).
+    pub fn set_segment(&mut self, base: u64, bytes: Vec<u8>) {
+        self.segments.insert(base, bytes);
+    }
+}
+
+/// The error of a store that cannot fail.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Infallible {}
+
+impl fmt::Display for Infallible {
+    fn fmt(&self, _: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match *self {}
+    }
+}
+
+impl core::error::Error for Infallible {}
+
+impl Storage for MemStorage {
+    type Error = Infallible;
+    fn segments(&mut self) -> Result<Vec<u64>, Infallible> {
+        Ok(self.segments.keys().copied().collect())
+    }
+    fn len(&mut self, base: u64) -> Result<u64, Infallible> {
+        Ok(self.segments.get(&base).map_or(0, |s| s.len() as u64))
+    }
+    fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Infallible> {
+        let Some(seg) = self.segments.get(&base) else { return Ok(0) };
+        let pos = (pos as usize).min(seg.len());
+        let n = buf.len().min(seg.len() - pos);
+        buf[..n].copy_from_slice(&seg[pos..pos + n]);
+        Ok(n)
+    }
+    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Infallible> {
+        self.segments.entry(base).or_default().extend_from_slice(data);
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), Infallible> {
+        Ok(())
+    }
+    fn truncate(&mut self, base: u64, len: u64) -> Result<(), Infallible> {
+        if let Some(seg) = self.segments.get_mut(&base) {
+            seg.truncate(len as usize);
+        }
+        Ok(())
+    }
+    fn remove(&mut self, base: u64) -> Result<(), Infallible> {
+        self.segments.remove(&base);
+        Ok(())
+    }
+}
+
+#[cfg(feature = "std")]
+pub use file::FileStorage;
+
+#[cfg(feature = "std")]
+mod file {
+    use super::Storage;
+    use alloc::format;
+    use alloc::vec::Vec;
+    use std::fs::{self, File, OpenOptions};
+    use std::io::{self, Write};
+    use std::os::unix::fs::FileExt;
+    use std::path::{Path, PathBuf};
+
+    /// Segment files in a directory, named by their base offset in 20 digits as RocketMQ's
+    /// commit-log files (`00000000000000000000`, `00000000001073741824`, …).
+    ///
+    /// Every append is written to the operating system at once (so a killed process loses
+    /// nothing it appended); [`Storage::sync`] fsyncs the segments written since the last sync.
+    /// A lock file (`LOCK`) holds the directory for one process at a time.
+    #[derive(Debug)]
+    pub struct FileStorage {
+        dir: PathBuf,
+        open: Vec<(u64, File)>,
+        dirty: Vec<u64>,
+        dir_dirty: bool,
+        _lock: File,
+    }
+
+    impl FileStorage {
+        /// Opens (creating it if needed) a data directory. Fails with `WouldBlock` when another
+        /// process holds it.
+        pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
+            let dir = dir.as_ref().to_path_buf();
+            fs::create_dir_all(&dir)?;
+            let lock = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("LOCK"))?;
+            match lock.try_lock() {
+                Ok(()) => {}
+                Err(fs::TryLockError::WouldBlock) => {
+                    return Err(io::Error::new(
+                        io::ErrorKind::WouldBlock,
+                        format!("data directory {} is in use by another process (LOCK is held)", dir.display()),
+                    ))
+                }
+                Err(fs::TryLockError::Error(e)) => return Err(e),
+            }
+            Ok(FileStorage { dir, open: Vec::new(), dirty: Vec::new(), dir_dirty: false, _lock: lock })
+        }
+
+        /// The directory.
+        #[must_use]
+        pub fn dir(&self) -> &Path {
+            &self.dir
+        }
+
+        fn path(&self, base: u64) -> PathBuf {
+            self.dir.join(format!("{base:020}"))
+        }
+
+        fn file(&mut self, base: u64, create: bool) -> io::Result<Option<&File>> {
+            if let Some(i) = self.open.iter().position(|(b, _)| *b == base) {
+                return Ok(Some(&self.open[i].1));
+            }
+            let path = self.path(base);
+            let file = match OpenOptions::new().read(true).append(true).create(create).open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+                Err(e) => return Err(e),
+            };
+            if create {
+                self.dir_dirty = true;
+            }
+            // Keep the few newest segments open: appends go to the last one, reads mostly near it.
+            if self.open.len() >= 8 {
+                self.open.remove(0);
+            }
+            self.open.push((base, file));
+            Ok(self.open.last().map(|(_, f)| f))
+        }
+    }
+
+    impl Storage for FileStorage {
+        type Error = io::Error;
+
+        fn segments(&mut self) -> io::Result<Vec<u64>> {
+            let mut out = Vec::new();
+            for entry in fs::read_dir(&self.dir)? {
+                let name = entry?.file_name();
+                let Some(name) = name.to_str() else { continue };
+                if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+                    if let Ok(base) = name.parse() {
+                        out.push(base);
+                    }
+                }
+            }
+            out.sort_unstable();
+            Ok(out)
+        }
+
+        fn len(&mut self, base: u64) -> io::Result<u64> {
+            match self.file(base, false)? {
+                Some(f) => Ok(f.metadata()?.len()),
+                None => Ok(0),
+            }
+        }
+
+        fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+            let Some(f) = self.file(base, false)? else { return Ok(0) };
+            let mut done = 0;
+            while done < buf.len() {
+                match f.read_at(&mut buf[done..], pos + done as u64) {
+                    Ok(0) => break,
+                    Ok(n) => done += n,
+                    Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                    Err(e) => return Err(e),
+                }
+            }
+            Ok(done)
+        }
+
+        fn append(&mut self, base: u64, data: &[u8]) -> io::Result<()> {
+            let mut f = self.file(base, true)?.expect("created");
+            let before = f.metadata()?.len();
+            if let Err(e) = f.write_all(data) {
+                // Leave no partial append behind: the caller reports the failure and moves on.
+                let _ = f.set_len(before);
+                return Err(e);
+            }
+            if !self.dirty.contains(&base) {
+                self.dirty.push(base);
+            }
+            Ok(())
+        }
+
+        fn sync(&mut self) -> io::Result<()> {
+            for base in core::mem::take(&mut self.dirty) {
+                if let Some(f) = self.file(base, false)? {
+                    if let Err(e) = f.sync_data() {
+                        self.dirty.push(base);
+                        return Err(e);
+                    }
+                }
+            }
+            if self.dir_dirty {
+                File::open(&self.dir)?.sync_all()?;
+                self.dir_dirty = false;
+            }
+            Ok(())
+        }
+
+        fn truncate(&mut self, base: u64, len: u64) -> io::Result<()> {
+            if let Some(f) = self.file(base, false)? {
+                f.set_len(len)?;
+                f.sync_all()?;
+            }
+            Ok(())
+        }
+
+        fn remove(&mut self, base: u64) -> io::Result<()> {
+            self.open.retain(|(b, _)| *b != base);
+            self.dirty.retain(|b| *b != base);
+            match fs::remove_file(self.path(base)) {
+                Ok(()) => {
+                    self.dir_dirty = true;
+                    Ok(())
+                }
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+                Err(e) => Err(e),
+            }
+        }
+    }
+}

@@ -1,0 +1,211 @@
+//! Test support: storage that crashes or fails on cue, and a virtual-time simulator.
+//! Not covered by semver.
+
+use alloc::boxed::Box;
+use alloc::collections::BTreeMap;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use crate::storage::{MemStorage, Storage};
+use crate::{Broker, CheckRequest, Config, Error, Millis, Output, Reply, Request, Resolution};
+
+/// An injected storage failure.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Injected(pub String);
+
+impl fmt::Display for Injected {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "injected failure: {}", self.0)
+    }
+}
+
+impl core::error::Error for Injected {}
+
+/// Storage that keeps two images, as redb's crash tests do: the *live* one every read sees,
+/// and the *durable* one a crash leaves behind (what the last sync covered). It can also
+/// lose power after N appended bytes, and fail the Nth append or sync.
+#[derive(Clone, Debug, Default)]
+pub struct CrashStorage {
+    live: MemStorage,
+    durable: MemStorage,
+    /// Appended bytes so far.
+    pub appended: u64,
+    /// Syncs so far.
+    pub syncs: u64,
+    /// After this many appended bytes, further bytes are dropped (power cut mid-write).
+    pub cut_after_bytes: Option<u64>,
+    /// Syncs after this many no longer make anything durable.
+    pub freeze_after_syncs: Option<u64>,
+    /// Fail appends while this is set (ENOSPC).
+    pub fail_appends: bool,
+    /// Fail syncs while this is set (EIO).
+    pub fail_syncs: bool,
+}
+
+impl CrashStorage {
+    /// An empty store.
+    #[must_use]
+    pub fn new() -> Self {
+        Self::default()
+    }
+    /// A store whose live and durable images are `mem`.
+    #[must_use]
+    pub fn from_mem(mem: MemStorage) -> Self {
+        CrashStorage { live: mem.clone(), durable: mem, ..Self::default() }
+    }
+    /// What a crash now leaves: the durable image.
+    #[must_use]
+    pub fn crash(&self) -> MemStorage {
+        self.durable.clone()
+    }
+    /// What a process crash (not power loss) leaves: everything written so far.
+    #[must_use]
+    pub fn live(&self) -> MemStorage {
+        self.live.clone()
+    }
+}
+
+impl Storage for CrashStorage {
+    type Error = Injected;
+    fn segments(&mut self) -> Result<Vec<u64>, Injected> {
+        Ok(self.live.segments().unwrap_or_default())
+    }
+    fn len(&mut self, base: u64) -> Result<u64, Injected> {
+        Ok(self.live.len(base).unwrap_or(0))
+    }
+    fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Injected> {
+        Ok(self.live.read(base, pos, buf).unwrap_or(0))
+    }
+    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Injected> {
+        if self.fail_appends {
+            return Err(Injected("no space left on device".into()));
+        }
+        let keep = match self.cut_after_bytes {
+            Some(cut) => (cut.saturating_sub(self.appended) as usize).min(data.len()),
+            None => data.len(),
+        };
+        self.appended += data.len() as u64;
+        let _ = self.live.append(base, &data[..keep]);
+        Ok(())
+    }
+    fn sync(&mut self) -> Result<(), Injected> {
+        if self.fail_syncs {
+            return Err(Injected("I/O error on sync".into()));
+        }
+        self.syncs += 1;
+        if self.freeze_after_syncs.is_none_or(|n| self.syncs <= n) {
+            self.durable = self.live.clone();
+        }
+        Ok(())
+    }
+    fn truncate(&mut self, base: u64, len: u64) -> Result<(), Injected> {
+        let _ = self.live.truncate(base, len);
+        let _ = self.durable.truncate(base, len);
+        Ok(())
+    }
+    fn remove(&mut self, base: u64) -> Result<(), Injected> {
+        let _ = self.live.remove(base);
+        let _ = self.durable.remove(base);
+        Ok(())
+    }
+}
+
+/// A checker: answers a check request.
+pub type Checker = Box<dyn FnMut(&CheckRequest) -> Resolution>;
+
+/// Virtual time around a broker, quinn `Pair`-style: jump to `poll_timeout`, drain outputs,
+/// answer checks with the registered checkers.
+pub struct Sim<S: Storage> {
+    /// The broker.
+    pub broker: Broker<S>,
+    /// Current virtual time.
+    pub now: Millis,
+    checkers: BTreeMap<String, Checker>,
+    /// Every check the simulator answered, in order.
+    pub checks: Vec<CheckRequest>,
+    /// Outputs other than replies and checks, in order.
+    pub events: Vec<Output>,
+}
+
+impl<S: Storage> fmt::Debug for Sim<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Sim").field("now", &self.now).field("broker", &self.broker).finish_non_exhaustive()
+    }
+}
+
+impl Sim<MemStorage> {
+    /// A simulator over memory storage.
+    pub fn new(cfg: Config) -> Result<Self, Error<crate::storage::Infallible>> {
+        Sim::with_storage(cfg, MemStorage::new(), 0)
+    }
+}
+
+impl<S: Storage> Sim<S> {
+    /// A simulator over the given storage, starting at `now`.
+    pub fn with_storage(cfg: Config, storage: S, now: Millis) -> Result<Self, Error<S::Error>> {
+        Ok(Sim { broker: Broker::open(cfg, storage, now)?, now, checkers: BTreeMap::new(), checks: Vec::new(), events: Vec::new() })
+    }
+
+    /// Registers a checker for a producer group (the group comes online).
+    pub fn set_checker(&mut self, group: &str, checker: impl FnMut(&CheckRequest) -> Resolution + 'static) {
+        self.checkers.insert(group.into(), Box::new(checker));
+        self.broker.set_producer_online(self.now, group, true);
+    }
+
+    /// Removes a group's checker (the producer goes away).
+    pub fn remove_checker(&mut self, group: &str) {
+        self.checkers.remove(group);
+        self.broker.set_producer_online(self.now, group, false);
+    }
+
+    /// Runs a request to its reply at the current time, then answers any checks it caused.
+    pub fn request(&mut self, request: Request) -> Result<Reply, Error<S::Error>> {
+        let reply = self.broker.execute(self.now, request)?;
+        self.drain()?;
+        Ok(reply)
+    }
+
+    /// Advances virtual time to `to`, firing every timer on the way at its own time.
+    pub fn advance_to(&mut self, to: Millis) -> Result<(), Error<S::Error>> {
+        loop {
+            self.drain()?;
+            match self.broker.poll_timeout() {
+                Some(t) if t <= to => {
+                    self.now = self.now.max(t);
+                    self.broker.handle_timeout(self.now)?;
+                }
+                _ => break,
+            }
+        }
+        self.now = self.now.max(to);
+        self.broker.handle_timeout(self.now)?;
+        self.drain()
+    }
+
+    /// Advances by `ms`.
+    pub fn advance(&mut self, ms: Millis) -> Result<(), Error<S::Error>> {
+        self.advance_to(self.now + ms)
+    }
+
+    /// Answers checks and records other outputs until none are left.
+    pub fn drain(&mut self) -> Result<(), Error<S::Error>> {
+        while let Some(out) = self.broker.poll_output() {
+            match out {
+                Output::Check(c) => {
+                    let answer = match self.checkers.get_mut(&c.group) {
+                        Some(f) => f(&c),
+                        None => Resolution::Unknown,
+                    };
+                    let txn = c.txn;
+                    self.checks.push(c);
+                    let req = Request::EndTransaction { txn, resolution: answer, group: None, from_check: true };
+                    self.broker.execute(self.now, req)?;
+                }
+                Output::Reply { .. } => {}
+                other => self.events.push(other),
+            }
+        }
+        Ok(())
+    }
+}

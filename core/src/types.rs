@@ -1,0 +1,502 @@
+//! What goes in and out of a [`Broker`](crate::Broker): requests, replies, outputs, messages.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+use core::str::FromStr;
+
+use crate::Millis;
+
+/// A message as a producer sends it.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NewMessage {
+    /// Destination topic.
+    pub topic: String,
+    /// Payload (at least one byte, at most `max_message_size`).
+    pub body: Vec<u8>,
+    /// RocketMQ tag (property TAGS).
+    pub tag: Option<String>,
+    /// Business keys (property KEYS, space separated).
+    pub keys: Vec<String>,
+    /// User properties. The wire forms of delay are understood here too: `DELAY` (a level),
+    /// `TIMER_DELIVER_MS` (an absolute time), `TIMER_DELAY_SEC` and `TIMER_DELAY_MS`.
+    pub properties: Vec<(String, String)>,
+    /// Queue; `None` picks one round-robin (or by message group).
+    pub queue_id: Option<u32>,
+    /// The client's message id (UNIQ_KEY); `None` uses the offset message id.
+    pub message_id: Option<String>,
+    /// Delayed delivery.
+    pub delay: Option<Delay>,
+    /// FIFO message group (property __SHARDINGKEY); picks the queue by hash.
+    pub message_group: Option<String>,
+    /// Producer's clock; `None` uses the store time.
+    pub born_timestamp: Option<Millis>,
+    /// Producer's address.
+    pub born_host: Option<crate::record::Host>,
+    /// FLAG, opaque to the broker.
+    pub flag: i32,
+}
+
+impl NewMessage {
+    /// A message with a topic and body and nothing else.
+    pub fn new(topic: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
+        NewMessage { topic: topic.into(), body: body.into(), ..Default::default() }
+    }
+    /// Sets the tag.
+    #[must_use]
+    pub fn with_tag(mut self, tag: impl Into<String>) -> Self {
+        self.tag = Some(tag.into());
+        self
+    }
+    /// Sets a delay.
+    #[must_use]
+    pub fn with_delay(mut self, delay: Delay) -> Self {
+        self.delay = Some(delay);
+        self
+    }
+}
+
+/// When a delayed message becomes visible.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+pub enum Delay {
+    /// RocketMQ delay level 1..=N; above N is clamped to N; 0 means no delay.
+    Level(u32),
+    /// An absolute delivery time in ms (RocketMQ 5 TIMER_DELIVER_MS); in the past means now.
+    At(Millis),
+    /// Relative to the store time, in ms (TIMER_DELAY_MS).
+    After(Millis),
+}
+
+/// How a transaction ends.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, serde::Serialize, serde::Deserialize)]
+pub enum Resolution {
+    /// Make the half message visible.
+    Commit,
+    /// Make sure it never is.
+    Rollback,
+    /// Not known yet: leave it pending for the next check.
+    Unknown,
+}
+
+impl Resolution {
+    /// `commit`, `rollback` or `unknown`.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Resolution::Commit => "commit",
+            Resolution::Rollback => "rollback",
+            Resolution::Unknown => "unknown",
+        }
+    }
+}
+
+impl FromStr for Resolution {
+    type Err = ClientError;
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        match s.to_ascii_lowercase().as_str() {
+            "commit" | "commit_message" | "commit_type" => Ok(Resolution::Commit),
+            "rollback" | "rollback_message" | "rollback_type" => Ok(Resolution::Rollback),
+            "unknown" | "unknow" | "not_type" => Ok(Resolution::Unknown),
+            _ => Err(ClientError::InvalidArgument(alloc::format!(
+                "transaction resolution `{s}` is not one of commit, rollback, unknown"
+            ))),
+        }
+    }
+}
+
+/// A transaction id: the log offset of its half message, written as 16 hex digits.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
+pub struct TxnId(pub u64);
+
+impl fmt::Display for TxnId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:016X}", self.0)
+    }
+}
+
+impl FromStr for TxnId {
+    type Err = ClientError;
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        if s.len() != 16 {
+            return Err(ClientError::MalformedTransactionId(s.into()));
+        }
+        u64::from_str_radix(s, 16).map(TxnId).map_err(|_| ClientError::MalformedTransactionId(s.into()))
+    }
+}
+
+/// Identifies one delivery of a received message; acks and invisible-time changes name it.
+/// Written as `<generation hex>.<queue>.<queue offset>.<topic>`.
+#[derive(Clone, Debug, PartialEq, Eq, Hash)]
+pub struct ReceiptHandle {
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: u64,
+    /// Log offset of the record that made this delivery; a later delivery or invisible-time
+    /// change makes a new one, and the old handle stale.
+    pub generation: u64,
+}
+
+impl fmt::Display for ReceiptHandle {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{:x}.{}.{}.{}", self.generation, self.queue_id, self.queue_offset, self.topic)
+    }
+}
+
+impl FromStr for ReceiptHandle {
+    type Err = ClientError;
+    fn from_str(s: &str) -> Result<Self, ClientError> {
+        let bad = || ClientError::InvalidReceiptHandle(alloc::format!("`{s}` is not a receipt handle"));
+        let mut it = s.splitn(4, '.');
+        let generation = u64::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
+        let queue_id = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        let queue_offset = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
+        let topic = it.next().ok_or_else(bad)?;
+        if topic.is_empty() {
+            return Err(bad());
+        }
+        Ok(ReceiptHandle { topic: topic.into(), queue_id, queue_offset, generation })
+    }
+}
+
+/// Which tags a consumer wants: `*` or `TagA || TagB`.
+#[derive(Clone, Debug, PartialEq, Eq, Default)]
+pub enum TagFilter {
+    /// Every message.
+    #[default]
+    All,
+    /// Messages whose tag is one of these.
+    Tags(Vec<String>),
+}
+
+impl TagFilter {
+    /// Parses RocketMQ's tag expression (`*`, empty, or `a || b`).
+    #[must_use]
+    pub fn parse(expr: &str) -> Self {
+        let expr = expr.trim();
+        if expr.is_empty() || expr == "*" {
+            return TagFilter::All;
+        }
+        TagFilter::Tags(expr.split("||").map(|t| String::from(t.trim())).filter(|t| !t.is_empty()).collect())
+    }
+    /// Whether a message with this tag passes.
+    #[must_use]
+    pub fn matches(&self, tag: Option<&str>) -> bool {
+        match self {
+            TagFilter::All => true,
+            TagFilter::Tags(tags) => tag.is_some_and(|t| tags.iter().any(|x| x == t)),
+        }
+    }
+}
+
+/// What a client asks of the broker.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Request {
+    /// Send one message, or a batch (several, one topic, stored with consecutive queue offsets,
+    /// all or nothing).
+    Send { messages: Vec<NewMessage> },
+    /// Store a half (prepare) message of a transaction.
+    Prepare {
+        /// Producer group: who is checked.
+        group: String,
+        message: NewMessage,
+        /// CHECK_IMMUNITY_TIME_IN_SECONDS: no check before this, in ms.
+        check_immunity_ms: Option<Millis>,
+    },
+    /// END_TRANSACTION.
+    EndTransaction {
+        txn: TxnId,
+        resolution: Resolution,
+        /// The producer group, when the protocol carries it: a mismatch is refused.
+        group: Option<String>,
+        /// Whether this answers a check (SOURCE_SERVER_CHECK) or comes from the producer.
+        from_check: bool,
+    },
+    /// Read a queue from an offset (or the group's committed offset).
+    Pull {
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: Option<u64>,
+        max: u32,
+        filter: TagFilter,
+        /// Commit the offset after the returned messages.
+        auto_commit: bool,
+    },
+    /// Commit a group's offset in a queue.
+    CommitOffset { group: String, topic: String, queue_id: u32, offset: u64 },
+    /// Receive up to `max` messages, invisible to the group for `invisible_ms` (RocketMQ 5 pop).
+    Receive { group: String, topic: String, queue_id: Option<u32>, max: u32, invisible_ms: Millis, filter: TagFilter },
+    /// Acknowledge a received message.
+    Ack { group: String, handle: ReceiptHandle },
+    /// Change how long a received message stays invisible; answers a new handle.
+    ChangeInvisible { group: String, handle: ReceiptHandle, invisible_ms: Millis },
+    /// Give a received message up at once: `%DLQ%<group>` (ForwardMessageToDeadLetterQueue).
+    ForwardToDeadLetter { group: String, handle: ReceiptHandle },
+    /// A pull consumer's failed message back (CONSUMER_SEND_MSG_BACK): to `%RETRY%<group>` at
+    /// delay level `3 + reconsume times` (or the level given), to `%DLQ%<group>` after the maximum.
+    SendBack { group: String, offset: u64, delay_level: Option<u32> },
+}
+
+/// One stored message of a send.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct SendResult {
+    pub msg_id: String,
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: u64,
+    /// Log offset of the record.
+    pub offset: u64,
+    /// For a half message: its transaction.
+    pub txn: Option<TxnId>,
+}
+
+/// What the broker answers.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Reply {
+    /// Stored (one entry per message; a half message's entry carries the transaction id).
+    Sent(Vec<SendResult>),
+    /// END_TRANSACTION applied. `duplicate`: it was already resolved this way; nothing changed.
+    Ended { txn: TxnId, resolution: Resolution, duplicate: bool },
+    /// Messages from a pull, and the offset to pull from next.
+    Pulled { messages: Vec<Message>, next_offset: u64, max_offset: u64 },
+    /// An offset was committed.
+    OffsetCommitted,
+    /// Messages from a receive, each with its handle.
+    Received(Vec<Received>),
+    /// An ack was applied.
+    Acked,
+    /// New invisible time, with the handle to use from now on.
+    InvisibleChanged { handle: ReceiptHandle, visible_at: Millis },
+    /// Forwarded to the dead-letter queue.
+    Forwarded,
+    /// The client's mistake; nothing changed.
+    Error(ClientError),
+}
+
+/// A message as consumers see it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Message {
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: u64,
+    /// Log offset of the record holding the body.
+    pub offset: u64,
+    pub msg_id: String,
+    pub tag: Option<String>,
+    pub keys: Vec<String>,
+    /// Properties other than TAGS, KEYS and the broker's own.
+    pub properties: Vec<(String, String)>,
+    pub body: Vec<u8>,
+    pub born_timestamp: Millis,
+    pub store_timestamp: Millis,
+    /// Times it was sent back for retry.
+    pub reconsume_times: u32,
+    pub flag: i32,
+    pub sys_flag: u32,
+    pub born_host: crate::record::Host,
+    pub store_host: crate::record::Host,
+}
+
+impl Message {
+    /// The value of a property.
+    #[must_use]
+    pub fn property(&self, key: &str) -> Option<&str> {
+        self.properties.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+    }
+}
+
+/// A received message.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Received {
+    pub message: Message,
+    pub handle: ReceiptHandle,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// When it becomes visible again unless acked.
+    pub visible_at: Millis,
+}
+
+/// A transaction check the host must route to a producer of `group`.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckRequest {
+    pub group: String,
+    pub txn: TxnId,
+    /// The half message, as it will be seen when committed.
+    pub message: Message,
+    /// Which check this is, from 1.
+    pub check: u32,
+}
+
+/// What the broker hands the host.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Output {
+    /// The reply to the request with this id.
+    Reply { id: u64, reply: Reply },
+    /// Ask a producer of the group about a transaction, and feed its answer back as
+    /// [`Request::EndTransaction`] with `from_check: true`.
+    Check(CheckRequest),
+    /// A queue has a new visible message (with [`Config::notify_available`](crate::Config)).
+    Available { topic: String, queue_id: u32 },
+    /// A state change (with [`Config::trace`](crate::Config)).
+    Trace(TraceEvent),
+}
+
+/// What happened, for hosts that show or assert the flow.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TraceEvent {
+    pub at: Millis,
+    pub kind: TraceKind,
+    /// Log offset of the record concerned.
+    pub offset: u64,
+    /// Topic it concerns (the real topic for transactional and delayed messages).
+    pub topic: String,
+    pub detail: String,
+}
+
+/// Kinds of [`TraceEvent`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum TraceKind {
+    Stored,
+    HalfStored,
+    Committed,
+    RolledBack,
+    CheckSent,
+    CheckParked,
+    CheckMaxReached,
+    HalfExpired,
+    DelayStored,
+    Delivered,
+    Received,
+    Acked,
+    Redelivered,
+    DeadLettered,
+    OffsetCommitted,
+}
+
+impl TraceKind {
+    /// A stable lower-case name.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TraceKind::Stored => "stored",
+            TraceKind::HalfStored => "half_stored",
+            TraceKind::Committed => "committed",
+            TraceKind::RolledBack => "rolled_back",
+            TraceKind::CheckSent => "check_sent",
+            TraceKind::CheckParked => "check_parked",
+            TraceKind::CheckMaxReached => "check_max_reached",
+            TraceKind::HalfExpired => "half_expired",
+            TraceKind::DelayStored => "delay_stored",
+            TraceKind::Delivered => "delivered",
+            TraceKind::Received => "received",
+            TraceKind::Acked => "acked",
+            TraceKind::Redelivered => "redelivered",
+            TraceKind::DeadLettered => "dead_lettered",
+            TraceKind::OffsetCommitted => "offset_committed",
+        }
+    }
+}
+
+/// A client's mistake: answered, never an `Err`. [`ClientError::code`] is stable.
+#[derive(Clone, Debug, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ClientError {
+    InvalidTopic(String),
+    ReservedTopic(String),
+    UnknownTopic(String),
+    InvalidGroup(String),
+    InvalidQueue { topic: String, queue_id: u32, queues: u32 },
+    EmptyBody,
+    MessageTooLarge { size: usize, max: u32 },
+    BatchTooLarge { size: usize, max: u32 },
+    EmptyBatch,
+    MixedBatch(String),
+    DelayInBatch,
+    BatchToRetryTopic,
+    InvalidDelay(String),
+    DelayOnTransaction,
+    InvalidProperty(String),
+    PropertiesTooLarge(usize),
+    UnknownTransaction(TxnId),
+    MalformedTransactionId(String),
+    TransactionAlreadyResolved { txn: TxnId, resolution: Option<Resolution> },
+    WrongProducerGroup { txn: TxnId, expected: String, got: String },
+    InvalidReceiptHandle(String),
+    StaleReceiptHandle(String),
+    InvalidArgument(String),
+}
+
+impl ClientError {
+    /// A stable, upper-case code for hosts (exception classes, gRPC details, JS `code`).
+    #[must_use]
+    pub fn code(&self) -> &'static str {
+        match self {
+            ClientError::InvalidTopic(_) => "INVALID_TOPIC",
+            ClientError::ReservedTopic(_) => "RESERVED_TOPIC",
+            ClientError::UnknownTopic(_) => "UNKNOWN_TOPIC",
+            ClientError::InvalidGroup(_) => "INVALID_GROUP",
+            ClientError::InvalidQueue { .. } => "INVALID_QUEUE",
+            ClientError::EmptyBody => "EMPTY_BODY",
+            ClientError::MessageTooLarge { .. } => "MESSAGE_TOO_LARGE",
+            ClientError::BatchTooLarge { .. } => "BATCH_TOO_LARGE",
+            ClientError::EmptyBatch => "EMPTY_BATCH",
+            ClientError::MixedBatch(_) => "MIXED_BATCH",
+            ClientError::DelayInBatch => "DELAY_IN_BATCH",
+            ClientError::BatchToRetryTopic => "BATCH_TO_RETRY_TOPIC",
+            ClientError::InvalidDelay(_) => "INVALID_DELAY",
+            ClientError::DelayOnTransaction => "DELAY_ON_TRANSACTION",
+            ClientError::InvalidProperty(_) => "INVALID_PROPERTY",
+            ClientError::PropertiesTooLarge(_) => "PROPERTIES_TOO_LARGE",
+            ClientError::UnknownTransaction(_) => "UNKNOWN_TRANSACTION",
+            ClientError::MalformedTransactionId(_) => "MALFORMED_TRANSACTION_ID",
+            ClientError::TransactionAlreadyResolved { .. } => "TRANSACTION_ALREADY_RESOLVED",
+            ClientError::WrongProducerGroup { .. } => "WRONG_PRODUCER_GROUP",
+            ClientError::InvalidReceiptHandle(_) => "INVALID_RECEIPT_HANDLE",
+            ClientError::StaleReceiptHandle(_) => "STALE_RECEIPT_HANDLE",
+            ClientError::InvalidArgument(_) => "INVALID_ARGUMENT",
+        }
+    }
+}
+
+impl fmt::Display for ClientError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            ClientError::InvalidTopic(why) => write!(f, "invalid topic: {why}"),
+            ClientError::ReservedTopic(t) => write!(f, "topic `{t}` is reserved for the broker"),
+            ClientError::UnknownTopic(t) => write!(f, "topic `{t}` does not exist and auto-create is off"),
+            ClientError::InvalidGroup(why) => write!(f, "invalid group: {why}"),
+            ClientError::InvalidQueue { topic, queue_id, queues } => {
+                write!(f, "queue {queue_id} does not exist in topic `{topic}` ({queues} queues)")
+            }
+            ClientError::EmptyBody => f.write_str("message body is empty"),
+            ClientError::MessageTooLarge { size, max } => {
+                write!(f, "message body of {size} bytes exceeds the maximum of {max}")
+            }
+            ClientError::BatchTooLarge { size, max } => write!(f, "batch of {size} bytes exceeds the maximum of {max}"),
+            ClientError::EmptyBatch => f.write_str("batch holds no message"),
+            ClientError::MixedBatch(why) => write!(f, "messages of a batch must share one topic and flags: {why}"),
+            ClientError::DelayInBatch => f.write_str("a batch cannot hold delayed messages"),
+            ClientError::BatchToRetryTopic => f.write_str("a batch cannot be sent to a %RETRY% topic"),
+            ClientError::InvalidDelay(why) => write!(f, "invalid delay: {why}"),
+            ClientError::DelayOnTransaction => f.write_str("a transactional message cannot be delayed"),
+            ClientError::InvalidProperty(why) => write!(f, "invalid property: {why}"),
+            ClientError::PropertiesTooLarge(n) => write!(f, "properties of {n} bytes exceed the maximum of 32767"),
+            ClientError::UnknownTransaction(t) => write!(f, "no transaction {t}"),
+            ClientError::MalformedTransactionId(s) => write!(f, "`{s}` is not a transaction id (16 hex digits)"),
+            ClientError::TransactionAlreadyResolved { txn, resolution: Some(r) } => {
+                write!(f, "transaction {txn} was already resolved ({})", r.as_str())
+            }
+            ClientError::TransactionAlreadyResolved { txn, resolution: None } => {
+                write!(f, "transaction {txn} was already resolved")
+            }
+            ClientError::WrongProducerGroup { txn, expected, got } => {
+                write!(f, "transaction {txn} belongs to producer group `{expected}`, not `{got}`")
+            }
+            ClientError::InvalidReceiptHandle(why) => write!(f, "invalid receipt handle: {why}"),
+            ClientError::StaleReceiptHandle(why) => write!(f, "stale receipt handle: {why}"),
+            ClientError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+        }
+    }
+}
+
+impl core::error::Error for ClientError {}
