@@ -111,7 +111,7 @@ impl Storage for MemStorage {
 }
 
 #[cfg(feature = "std")]
-pub use file::FileStorage;
+pub use file::{AnyStorage, FileStorage};
 
 #[cfg(feature = "std")]
 mod file {
@@ -277,6 +277,75 @@ mod file {
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
                 Err(e) => Err(e),
+            }
+        }
+    }
+
+    /// Memory or files, chosen at run time: what hosts that offer both (Python, Node) hold.
+    #[derive(Debug)]
+    pub enum AnyStorage {
+        /// In memory.
+        Mem(super::MemStorage),
+        /// In a directory.
+        File(FileStorage),
+    }
+
+    impl AnyStorage {
+        /// Files in `dir` when given, else memory.
+        pub fn open(dir: Option<&Path>) -> io::Result<Self> {
+            Ok(match dir {
+                Some(d) => AnyStorage::File(FileStorage::open(d)?),
+                None => AnyStorage::Mem(super::MemStorage::new()),
+            })
+        }
+    }
+
+    fn never(e: super::Infallible) -> io::Error {
+        match e {}
+    }
+
+    impl Storage for AnyStorage {
+        type Error = io::Error;
+        fn segments(&mut self) -> io::Result<Vec<u64>> {
+            match self {
+                AnyStorage::Mem(m) => m.segments().map_err(never),
+                AnyStorage::File(f) => f.segments(),
+            }
+        }
+        fn len(&mut self, base: u64) -> io::Result<u64> {
+            match self {
+                AnyStorage::Mem(m) => m.len(base).map_err(never),
+                AnyStorage::File(f) => f.len(base),
+            }
+        }
+        fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+            match self {
+                AnyStorage::Mem(m) => m.read(base, pos, buf).map_err(never),
+                AnyStorage::File(f) => f.read(base, pos, buf),
+            }
+        }
+        fn append(&mut self, base: u64, data: &[u8]) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.append(base, data).map_err(never),
+                AnyStorage::File(f) => f.append(base, data),
+            }
+        }
+        fn sync(&mut self) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.sync().map_err(never),
+                AnyStorage::File(f) => f.sync(),
+            }
+        }
+        fn truncate(&mut self, base: u64, len: u64) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.truncate(base, len).map_err(never),
+                AnyStorage::File(f) => f.truncate(base, len),
+            }
+        }
+        fn remove(&mut self, base: u64) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.remove(base).map_err(never),
+                AnyStorage::File(f) => f.remove(base),
             }
         }
     }
