@@ -1,0 +1,1 @@
+//! rocklet-node (being written)

@@ -1,0 +1,1 @@
+//! rocklet-python (being written)

@@ -1,0 +1,1 @@
+//! rocklet-wasm (being written)

@@ -1,0 +1,1 @@
+//! rocklet-broker (being written)
