@@ -124,6 +124,8 @@ struct Group {
 }
 
 const DEAD: u32 = u32::MAX;
+/// Most queues a topic may have.
+pub const MAX_QUEUES: u32 = 1024;
 
 #[derive(Clone, Copy, Debug)]
 struct PendingTxn {
@@ -604,7 +606,7 @@ impl<S: Storage> Broker<S> {
     /// Creates a topic (or grows it to `queues` queues). For hosts that declare topics.
     pub fn create_topic(&mut self, name: &str, queues: u32) -> Result<(), ClientError> {
         topic::validate_user_topic(name)?;
-        if queues == 0 || queues > 1024 {
+        if queues == 0 || queues > MAX_QUEUES {
             return Err(ClientError::InvalidArgument(format!("{queues} queues is not within 1..=1024")));
         }
         self.topic(name, queues);
@@ -791,11 +793,19 @@ impl<S: Storage> Broker<S> {
         let n = messages.len();
         let mut specs = Vec::with_capacity(n);
         let now = self.now;
+        // A batch goes to one queue, as RocketMQ's: the first message's choice.
+        let batch_queue = match self.pick_queue(t, &messages[0]) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
         for (i, (m, mut plan)) in messages.iter().zip(plans).enumerate() {
-            let t = if i == 0 { t } else { self.topic(&m.topic, self.cfg.default_queues) };
-            let queue_id = match self.pick_queue(t, m) {
-                Ok(q) => q,
-                Err(e) => return Ok(Err(e)),
+            let queue_id = if i == 0 || batch {
+                batch_queue
+            } else {
+                match self.pick_queue(t, m) {
+                    Ok(q) => q,
+                    Err(e) => return Ok(Err(e)),
+                }
             };
             let (topic, qid) = match plan.delay_due {
                 Some(due) => {
@@ -1430,6 +1440,10 @@ impl<S: Storage> Broker<S> {
 
     /// Applies one record to the in-memory state. Used by recovery and by every write.
     fn apply(&mut self, off: u64, r: &RecordView<'_>) {
+        if r.header.queue_id >= MAX_QUEUES {
+            // Never written by this broker: a record with a valid CRC but no place here.
+            return;
+        }
         let now = r.header.store_timestamp;
         if self.recovering {
             self.now = self.now.max(now);
@@ -1605,7 +1619,7 @@ impl<S: Storage> Broker<S> {
     fn real_queue(&mut self, r: &RecordView<'_>) -> Option<u32> {
         let name = r.prop(prop::REAL_TOPIC)?;
         let qid: u32 = r.prop(prop::REAL_QID)?.parse().ok()?;
-        if qid >= 1024 {
+        if qid >= MAX_QUEUES {
             return None;
         }
         let t = self.topic(name, qid + 1);
