@@ -1,0 +1,10 @@
+#!/usr/bin/env bash
+# Rust: formatting, lints, and every test of the default workspace members.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
+rustup component add rustfmt clippy >/dev/null 2>&1 || true
+cargo fmt --all -- --check
+cargo clippy --workspace --all-targets --locked -- -D warnings
+cargo clippy -p rocklet-core --no-default-features --locked -- -D warnings
+cargo test --workspace --locked
