@@ -53,6 +53,11 @@ impl MemStorage {
     pub fn total_bytes(&self) -> u64 {
         self.segments.values().map(|s| s.len() as u64).sum()
     }
+    /// Bytes allocated for the segments (capacity, for memory accounting).
+    #[must_use]
+    pub fn capacity_bytes(&self) -> u64 {
+        self.segments.values().map(|s| s.capacity() as u64).sum()
+    }
     /// The bytes of one segment.
     #[must_use]
     pub fn segment(&self, base: u64) -> Option<&[u8]> {
