@@ -15,8 +15,8 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use rocklet_core::{
-    Broker, ClientError, Config, Delay, MemStorage, NewMessage, Output, ReceiptHandle, Reply, Request,
-    Resolution, TagFilter, TxnId,
+    Broker, ClientError, Config, Delay, MemStorage, NewMessage, Output, ReceiptHandle, Reply,
+    Request, Resolution, TagFilter, TxnId,
 };
 use serde_json::{json, Map, Value};
 
@@ -43,7 +43,8 @@ impl Scenario {
 
     /// Parses a scenario from text.
     pub fn parse(path: &Path, text: &str) -> Result<Self, String> {
-        let raw: Value = serde_json::from_str(text).map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;
+        let raw: Value = serde_json::from_str(text)
+            .map_err(|e| format!("{}: invalid JSON: {e}", path.display()))?;
         let name = raw
             .get("name")
             .and_then(Value::as_str)
@@ -52,7 +53,11 @@ impl Scenario {
         if !raw.get("steps").is_some_and(Value::is_array) {
             return Err(format!("{}: no `steps` list", path.display()));
         }
-        Ok(Scenario { path: path.to_path_buf(), name, raw })
+        Ok(Scenario {
+            path: path.to_path_buf(),
+            name,
+            raw,
+        })
     }
 
     /// The steps.
@@ -65,7 +70,8 @@ impl Scenario {
     pub fn config(&self) -> Result<Config, String> {
         match self.raw.get("config") {
             None | Some(Value::Null) => Ok(Config::default()),
-            Some(c) => serde_json::from_value(c.clone()).map_err(|e| format!("{}: bad config: {e}", self.name)),
+            Some(c) => serde_json::from_value(c.clone())
+                .map_err(|e| format!("{}: bad config: {e}", self.name)),
         }
     }
 
@@ -74,7 +80,9 @@ impl Scenario {
         let mut runner = Runner::new(self.config()?)?;
         let mut out = Vec::with_capacity(self.steps().len());
         for (i, step) in self.steps().iter().enumerate() {
-            let r = runner.step(step).map_err(|e| format!("{}: step {i}: {e}", self.name))?;
+            let r = runner
+                .step(step)
+                .map_err(|e| format!("{}: step {i}: {e}", self.name))?;
             out.push(r);
         }
         Ok(out)
@@ -85,7 +93,9 @@ impl Scenario {
         let results = self.run()?;
         let mut out = Vec::new();
         for (i, (step, got)) in self.steps().iter().zip(results).enumerate() {
-            let Some(expected) = step.get("expect") else { continue };
+            let Some(expected) = step.get("expect") else {
+                continue;
+            };
             let got = got.unwrap_or(Value::Null);
             if *expected != got {
                 out.push(Mismatch {
@@ -148,7 +158,9 @@ impl std::fmt::Display for Mismatch {
 /// The scenario directory of this crate.
 #[must_use]
 pub fn scenario_dir() -> PathBuf {
-    Path::new(env!("CARGO_MANIFEST_DIR")).join("vectors").join("scenarios")
+    Path::new(env!("CARGO_MANIFEST_DIR"))
+        .join("vectors")
+        .join("scenarios")
 }
 
 /// Every scenario file, sorted by name.
@@ -185,7 +197,9 @@ fn err_value(e: &ClientError) -> Value {
 }
 
 fn str_field<'a>(step: &'a Value, key: &str) -> Result<&'a str, String> {
-    step.get(key).and_then(Value::as_str).ok_or_else(|| format!("missing string field `{key}`"))
+    step.get(key)
+        .and_then(Value::as_str)
+        .ok_or_else(|| format!("missing string field `{key}`"))
 }
 
 fn opt_str<'a>(step: &'a Value, key: &str) -> Option<&'a str> {
@@ -195,7 +209,10 @@ fn opt_str<'a>(step: &'a Value, key: &str) -> Option<&'a str> {
 fn u64_field(step: &Value, key: &str) -> Result<Option<u64>, String> {
     match step.get(key) {
         None | Some(Value::Null) => Ok(None),
-        Some(v) => v.as_u64().map(Some).ok_or_else(|| format!("`{key}` is not a non-negative integer")),
+        Some(v) => v
+            .as_u64()
+            .map(Some)
+            .ok_or_else(|| format!("`{key}` is not a non-negative integer")),
     }
 }
 
@@ -204,7 +221,9 @@ fn resolution(s: &str) -> Result<Resolution, String> {
         "commit" => Ok(Resolution::Commit),
         "rollback" => Ok(Resolution::Rollback),
         "unknown" => Ok(Resolution::Unknown),
-        other => Err(format!("resolution `{other}` is not commit, rollback or unknown")),
+        other => Err(format!(
+            "resolution `{other}` is not commit, rollback or unknown"
+        )),
     }
 }
 
@@ -219,7 +238,10 @@ fn message(topic: &str, m: &Value) -> Result<NewMessage, String> {
     msg.tag = opt_str(m, "tag").map(String::from);
     if let Some(keys) = m.get("keys") {
         let keys = keys.as_array().ok_or("`keys` is not a list")?;
-        msg.keys = keys.iter().map(|k| k.as_str().map(String::from).ok_or("a key is not a string")).collect::<Result<_, _>>()?;
+        msg.keys = keys
+            .iter()
+            .map(|k| k.as_str().map(String::from).ok_or("a key is not a string"))
+            .collect::<Result<_, _>>()?;
     }
     if let Some(props) = m.get("properties") {
         let props = props.as_object().ok_or("`properties` is not an object")?;
@@ -237,7 +259,8 @@ fn message(topic: &str, m: &Value) -> Result<NewMessage, String> {
 impl Runner {
     /// A broker over empty memory storage at time 0.
     pub fn new(cfg: Config) -> Result<Self, String> {
-        let broker = Broker::open(cfg.clone(), MemStorage::new(), 0).map_err(|e| format!("open: {e}"))?;
+        let broker =
+            Broker::open(cfg.clone(), MemStorage::new(), 0).map_err(|e| format!("open: {e}"))?;
         Ok(Runner {
             cfg,
             broker: Some(broker),
@@ -263,7 +286,10 @@ impl Runner {
 
     fn exec(&mut self, req: Request) -> Result<Reply, String> {
         let now = self.now;
-        let reply = self.broker().execute(now, req).map_err(|e| format!("broker failed: {e}"))?;
+        let reply = self
+            .broker()
+            .execute(now, req)
+            .map_err(|e| format!("broker failed: {e}"))?;
         self.drain()?;
         Ok(reply)
     }
@@ -271,14 +297,34 @@ impl Runner {
     /// Drains outputs, answering checks with the registered checkers.
     fn drain(&mut self) -> Result<(), String> {
         loop {
-            let Some(out) = self.broker().poll_output() else { break };
+            let Some(out) = self.broker().poll_output() else {
+                break;
+            };
             if let Output::Check(c) = out {
-                let label = self.label_by_txn.get(&c.txn).cloned().unwrap_or_else(|| c.txn.to_string());
-                self.checks.push(json!({ "group": c.group, "txn": label, "check": c.check, "at": self.now }));
-                let answer = self.checkers.get(&c.group).copied().flatten().unwrap_or(Resolution::Unknown);
-                let req = Request::EndTransaction { txn: c.txn, resolution: answer, group: None, from_check: true };
+                let label = self
+                    .label_by_txn
+                    .get(&c.txn)
+                    .cloned()
+                    .unwrap_or_else(|| c.txn.to_string());
+                self.checks.push(
+                    json!({ "group": c.group, "txn": label, "check": c.check, "at": self.now }),
+                );
+                let answer = self
+                    .checkers
+                    .get(&c.group)
+                    .copied()
+                    .flatten()
+                    .unwrap_or(Resolution::Unknown);
+                let req = Request::EndTransaction {
+                    txn: c.txn,
+                    resolution: answer,
+                    group: None,
+                    from_check: true,
+                };
                 let now = self.now;
-                self.broker().execute(now, req).map_err(|e| format!("broker failed: {e}"))?;
+                self.broker()
+                    .execute(now, req)
+                    .map_err(|e| format!("broker failed: {e}"))?;
             }
         }
         Ok(())
@@ -287,9 +333,13 @@ impl Runner {
     /// Fires what is due at `now` and makes it durable (a host syncs after each burst).
     fn fire(&mut self) -> Result<(), String> {
         let now = self.now;
-        self.broker().handle_timeout(now).map_err(|e| format!("broker failed: {e}"))?;
+        self.broker()
+            .handle_timeout(now)
+            .map_err(|e| format!("broker failed: {e}"))?;
         if self.broker().needs_sync() {
-            self.broker().sync().map_err(|e| format!("sync failed: {e}"))?;
+            self.broker()
+                .sync()
+                .map_err(|e| format!("sync failed: {e}"))?;
         }
         self.drain()
     }
@@ -332,7 +382,9 @@ impl Runner {
             "change_invisible" => self.change_invisible(step),
             "pending" => {
                 let b = self.broker();
-                Ok(Some(json!({ "transactions": b.pending_transaction_count(), "delays": b.pending_delay_count() })))
+                Ok(Some(
+                    json!({ "transactions": b.pending_transaction_count(), "delays": b.pending_delay_count() }),
+                ))
             }
             "reopen" => self.reopen(),
             other => Err(format!("unknown op `{other}`")),
@@ -348,16 +400,21 @@ impl Runner {
         if let Some(at) = u64_field(step, "deliver_at_ms")? {
             m.delay = Some(Delay::At(at));
         }
-        Ok(Some(match self.exec(Request::Send { messages: vec![m] })? {
-            Reply::Sent(_) => json!({ "ok": true }),
-            Reply::Error(e) => err_value(&e),
-            other => return Err(format!("unexpected reply {other:?}")),
-        }))
+        Ok(Some(
+            match self.exec(Request::Send { messages: vec![m] })? {
+                Reply::Sent(_) => json!({ "ok": true }),
+                Reply::Error(e) => err_value(&e),
+                other => return Err(format!("unexpected reply {other:?}")),
+            },
+        ))
     }
 
     fn send_batch(&mut self, step: &Value) -> StepResult {
         let topic = str_field(step, "topic")?;
-        let list = step.get("messages").and_then(Value::as_array).ok_or("missing `messages` list")?;
+        let list = step
+            .get("messages")
+            .and_then(Value::as_array)
+            .ok_or("missing `messages` list")?;
         let queue_id = u64_field(step, "queue_id")?.map(|q| q as u32);
         let mut messages = Vec::new();
         for m in list {
@@ -376,10 +433,17 @@ impl Runner {
     fn prepare(&mut self, step: &Value) -> StepResult {
         let group = str_field(step, "group")?.to_string();
         let message = message(str_field(step, "topic")?, step)?;
-        let reply = self.exec(Request::Prepare { group, message, check_immunity_ms: None })?;
+        let reply = self.exec(Request::Prepare {
+            group,
+            message,
+            check_immunity_ms: None,
+        })?;
         Ok(Some(match reply {
             Reply::Sent(r) => {
-                let txn = r.first().and_then(|r| r.txn).ok_or("prepare answered without a transaction id")?;
+                let txn = r
+                    .first()
+                    .and_then(|r| r.txn)
+                    .ok_or("prepare answered without a transaction id")?;
                 if let Some(label) = opt_str(step, "as") {
                     self.txn_by_label.insert(label.into(), txn);
                     self.label_by_txn.insert(txn, label.into());
@@ -401,7 +465,12 @@ impl Runner {
                 Err(e) => return Ok(Some(err_value(&e))),
             },
         };
-        let reply = self.exec(Request::EndTransaction { txn, resolution, group: None, from_check: false })?;
+        let reply = self.exec(Request::EndTransaction {
+            txn,
+            resolution,
+            group: None,
+            from_check: false,
+        })?;
         Ok(Some(match reply {
             Reply::Ended { duplicate, .. } => json!({ "ok": true, "duplicate": duplicate }),
             Reply::Error(e) => err_value(&e),
@@ -418,7 +487,8 @@ impl Runner {
         };
         self.checkers.insert(group.clone(), answer);
         let now = self.now;
-        self.broker().set_producer_online(now, &group, answer.is_some());
+        self.broker()
+            .set_producer_online(now, &group, answer.is_some());
         self.fire()?;
         Ok(None)
     }
@@ -443,9 +513,15 @@ impl Runner {
             auto_commit,
         };
         match self.exec(req)? {
-            Reply::Pulled { messages, next_offset, max_offset } => {
-                Ok(Ok((messages.iter().map(|m| body_text(&m.body)).collect(), next_offset, max_offset)))
-            }
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => Ok(Ok((
+                messages.iter().map(|m| body_text(&m.body)).collect(),
+                next_offset,
+                max_offset,
+            ))),
             Reply::Error(e) => Ok(Err(e)),
             other => Err(format!("unexpected reply {other:?}")),
         }
@@ -464,16 +540,26 @@ impl Runner {
             .unwrap_or_default();
         if queues.is_empty() {
             // No such topic (yet): still let the broker judge the name.
-            return Ok(Some(match self.pull_once(group, topic, 0, Some(0), 32, TagFilter::parse(tags), false)? {
-                Ok((bodies, _, _)) => json!({ "bodies": bodies }),
-                Err(e) => err_value(&e),
-            }));
+            return Ok(Some(
+                match self.pull_once(group, topic, 0, Some(0), 32, TagFilter::parse(tags), false)? {
+                    Ok((bodies, _, _)) => json!({ "bodies": bodies }),
+                    Err(e) => err_value(&e),
+                },
+            ));
         }
         let mut bodies = Vec::new();
         for q in queues {
             let mut offset = 0;
             loop {
-                match self.pull_once(group, topic, q, Some(offset), 1024, TagFilter::parse(tags), false)? {
+                match self.pull_once(
+                    group,
+                    topic,
+                    q,
+                    Some(offset),
+                    1024,
+                    TagFilter::parse(tags),
+                    false,
+                )? {
                     Ok((b, next, max)) => {
                         bodies.extend(b);
                         if next <= offset || next >= max {
@@ -494,10 +580,12 @@ impl Runner {
         let queue_id = u64_field(step, "queue_id")?.ok_or("missing `queue_id`")? as u32;
         let max = u64_field(step, "max")?.unwrap_or(32) as u32;
         let filter = TagFilter::parse(opt_str(step, "tags").unwrap_or("*"));
-        Ok(Some(match self.pull_once(&group, &topic, queue_id, None, max, filter, true)? {
-            Ok((bodies, next, _)) => json!({ "bodies": bodies, "next_offset": next }),
-            Err(e) => err_value(&e),
-        }))
+        Ok(Some(
+            match self.pull_once(&group, &topic, queue_id, None, max, filter, true)? {
+                Ok((bodies, next, _)) => json!({ "bodies": bodies, "next_offset": next }),
+                Err(e) => err_value(&e),
+            },
+        ))
     }
 
     fn receive(&mut self, step: &Value) -> StepResult {
@@ -506,13 +594,23 @@ impl Runner {
         let max = u64_field(step, "max")?.ok_or("missing `max`")? as u32;
         let invisible_ms = u64_field(step, "invisible_ms")?.ok_or("missing `invisible_ms`")?;
         let filter = TagFilter::parse(opt_str(step, "tags").unwrap_or("*"));
-        let req = Request::Receive { group, topic, queue_id: None, max, invisible_ms, filter };
+        let req = Request::Receive {
+            group,
+            topic,
+            queue_id: None,
+            max,
+            invisible_ms,
+            filter,
+        };
         Ok(Some(match self.exec(req)? {
             Reply::Received(list) => {
                 let bodies: Vec<Value> = list.iter().map(|r| body_text(&r.message.body)).collect();
                 let attempts: Vec<Value> = list.iter().map(|r| json!(r.attempt)).collect();
                 if let Some(label) = opt_str(step, "as") {
-                    self.handles.insert(label.into(), list.into_iter().map(|r| Some(r.handle)).collect());
+                    self.handles.insert(
+                        label.into(),
+                        list.into_iter().map(|r| Some(r.handle)).collect(),
+                    );
                 }
                 json!({ "bodies": bodies, "attempts": attempts })
             }
@@ -524,7 +622,9 @@ impl Runner {
     /// Resolves `"<label>[i]"` to (label, i, handle).
     fn handle(&self, step: &Value) -> Result<(String, usize, ReceiptHandle), String> {
         let text = str_field(step, "handle")?;
-        let (label, rest) = text.split_once('[').ok_or_else(|| format!("handle `{text}` is not `<label>[i]`"))?;
+        let (label, rest) = text
+            .split_once('[')
+            .ok_or_else(|| format!("handle `{text}` is not `<label>[i]`"))?;
         let i: usize = rest
             .strip_suffix(']')
             .and_then(|n| n.parse().ok())
@@ -553,24 +653,35 @@ impl Runner {
         let group = str_field(step, "group")?.to_string();
         let (label, i, handle) = self.handle(step)?;
         let invisible_ms = u64_field(step, "invisible_ms")?.ok_or("missing `invisible_ms`")?;
-        Ok(Some(match self.exec(Request::ChangeInvisible { group, handle, invisible_ms })? {
-            Reply::InvisibleChanged { handle, .. } => {
-                self.handles.get_mut(&label).expect("resolved above")[i] = Some(handle);
-                json!({ "ok": true })
-            }
-            Reply::Error(e) => err_value(&e),
-            other => return Err(format!("unexpected reply {other:?}")),
-        }))
+        Ok(Some(
+            match self.exec(Request::ChangeInvisible {
+                group,
+                handle,
+                invisible_ms,
+            })? {
+                Reply::InvisibleChanged { handle, .. } => {
+                    self.handles.get_mut(&label).expect("resolved above")[i] = Some(handle);
+                    json!({ "ok": true })
+                }
+                Reply::Error(e) => err_value(&e),
+                other => return Err(format!("unexpected reply {other:?}")),
+            },
+        ))
     }
 
     /// Drops the broker and opens a new one over the same storage; checkers stay registered.
     pub fn reopen(&mut self) -> StepResult {
         let storage = self.broker.take().expect("broker is open").into_storage();
-        let broker = Broker::open(self.cfg.clone(), storage, self.now).map_err(|e| format!("reopen: {e}"))?;
+        let broker = Broker::open(self.cfg.clone(), storage, self.now)
+            .map_err(|e| format!("reopen: {e}"))?;
         self.broker = Some(broker);
         let now = self.now;
-        let online: Vec<String> =
-            self.checkers.iter().filter(|(_, a)| a.is_some()).map(|(g, _)| g.clone()).collect();
+        let online: Vec<String> = self
+            .checkers
+            .iter()
+            .filter(|(_, a)| a.is_some())
+            .map(|(g, _)| g.clone())
+            .collect();
         for g in online {
             self.broker().set_producer_online(now, &g, true);
         }
@@ -651,7 +762,9 @@ fn compact(v: &Value, order: &[&str], out: &mut String) {
 /// keys in a fixed order. Stable: rendering a parsed rendering gives the same text.
 #[must_use]
 pub fn render_scenario(raw: &Value) -> String {
-    let Value::Object(top) = raw else { return format!("{raw:#}\n") };
+    let Value::Object(top) = raw else {
+        return format!("{raw:#}\n");
+    };
     let mut out = String::from("{\n");
     let entries = ordered(top, &TOP_ORDER);
     let n = entries.len();

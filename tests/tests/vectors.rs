@@ -5,7 +5,11 @@ use rocklet_conformance::{scenario_files, Scenario};
 #[test]
 fn every_scenario_matches_its_expectations() {
     let files = scenario_files().expect("scenario directory");
-    assert!(files.len() >= 24, "expected at least 24 scenarios, found {}", files.len());
+    assert!(
+        files.len() >= 24,
+        "expected at least 24 scenarios, found {}",
+        files.len()
+    );
     let mut failures = Vec::new();
     for path in &files {
         let outcome = Scenario::load(path).and_then(|s| s.check());
@@ -14,7 +18,12 @@ fn every_scenario_matches_its_expectations() {
             Err(e) => failures.push(e),
         }
     }
-    assert!(failures.is_empty(), "{} failure(s):\n{}", failures.len(), failures.join("\n"));
+    assert!(
+        failures.is_empty(),
+        "{} failure(s):\n{}",
+        failures.len(),
+        failures.join("\n")
+    );
 }
 
 #[test]
@@ -24,7 +33,12 @@ fn files_are_in_blessed_layout() {
         let text = std::fs::read_to_string(&path).expect("readable");
         let s = Scenario::parse(&path, &text).expect("parses");
         let again = rocklet_conformance::render_scenario(&s.raw);
-        assert_eq!(again, text, "{} is not in the layout `bless` writes; run bless", path.display());
+        assert_eq!(
+            again,
+            text,
+            "{} is not in the layout `bless` writes; run bless",
+            path.display()
+        );
     }
 }
 
@@ -35,7 +49,11 @@ fn every_step_with_a_result_has_an_expectation() {
         let results = s.run().expect("runs");
         for (i, (step, r)) in s.steps().iter().zip(results).enumerate() {
             if r.is_some() {
-                assert!(step.get("expect").is_some(), "{} step {i} yields a result but has no expect", s.name);
+                assert!(
+                    step.get("expect").is_some(),
+                    "{} step {i} yields a result but has no expect",
+                    s.name
+                );
             }
         }
     }

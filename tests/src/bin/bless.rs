@@ -32,7 +32,11 @@ fn main() -> ExitCode {
         match result {
             Ok((new, old)) if new != old => {
                 changed += 1;
-                println!("{} {}", if check { "would change" } else { "blessed" }, path.display());
+                println!(
+                    "{} {}",
+                    if check { "would change" } else { "blessed" },
+                    path.display()
+                );
                 if !check {
                     if let Err(e) = std::fs::write(&path, new) {
                         eprintln!("bless: {}: {e}", path.display());
@@ -47,7 +51,10 @@ fn main() -> ExitCode {
             }
         }
     }
-    println!("{changed} file(s) {}, {failed} failed", if check { "out of date" } else { "rewritten" });
+    println!(
+        "{changed} file(s) {}, {failed} failed",
+        if check { "out of date" } else { "rewritten" }
+    );
     if failed > 0 || (check && changed > 0) {
         ExitCode::FAILURE
     } else {
