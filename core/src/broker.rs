@@ -1926,9 +1926,11 @@ pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
         b[4..8].copy_from_slice(&u32::from(port).to_be_bytes());
     }
     b[8..].copy_from_slice(&offset.to_be_bytes());
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
     let mut s = String::with_capacity(32);
     for x in b {
-        let _ = fmt::Write::write_fmt(&mut s, format_args!("{x:02X}"));
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 15)] as char);
     }
     s
 }
