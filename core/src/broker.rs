@@ -777,7 +777,10 @@ impl<S: Storage> Broker<S> {
                     m.topic, first.topic
                 ))));
             }
-            let wait = |m: &NewMessage| m.properties.iter().find(|(k, _)| k == prop::WAIT).map(|(_, v)| v.clone());
+            // RocketMQ's Message.isWaitStoreMsgOK: absent means true, else Boolean.parseBoolean.
+            let wait = |m: &NewMessage| {
+                m.properties.iter().find(|(k, _)| k == prop::WAIT).is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
+            };
             if messages.iter().any(|m| wait(m) != wait(first)) {
                 return Ok(Err(ClientError::MixedBatch("the WAIT (wait-store) flag differs".into())));
             }
