@@ -793,3 +793,214 @@ pub fn render_scenario(raw: &Value) -> String {
     out.push_str("}\n");
     out
 }
+
+// ---- helpers for the model, crash and property tests ---------------------------------------
+
+/// Observing a broker and a raw log, independently of the broker's own bookkeeping.
+pub mod probe {
+    use std::collections::BTreeMap;
+
+    use rocklet_core::record::{self, sys_flag, Decoded};
+    use rocklet_core::{Broker, Reply, Request, Storage, TagFilter};
+
+    /// Every visible body of every consumer-visible topic: topic → bodies, each topic's
+    /// bodies sorted (queues together). Reads from offset 0 and commits nothing.
+    pub fn visible<S: Storage>(b: &mut Broker<S>, now: u64) -> BTreeMap<String, Vec<Vec<u8>>> {
+        let mut out = BTreeMap::new();
+        for t in b.topics() {
+            let mut bodies = Vec::new();
+            for (qid, _, _) in &t.queues {
+                let mut offset = 0;
+                loop {
+                    let req = Request::Pull {
+                        group: "probe-reader".into(),
+                        topic: t.name.clone(),
+                        queue_id: *qid,
+                        offset: Some(offset),
+                        max: 1024,
+                        filter: TagFilter::All,
+                        auto_commit: false,
+                    };
+                    match b.execute(now, req) {
+                        Ok(Reply::Pulled {
+                            messages,
+                            next_offset,
+                            max_offset,
+                        }) => {
+                            bodies.extend(messages.into_iter().map(|m| m.body));
+                            if next_offset <= offset || next_offset >= max_offset {
+                                break;
+                            }
+                            offset = next_offset;
+                        }
+                        other => panic!("pull of {}:{qid} failed: {other:?}", t.name),
+                    }
+                }
+            }
+            bodies.sort();
+            if !bodies.is_empty() {
+                out.insert(t.name.clone(), bodies);
+            }
+        }
+        out
+    }
+
+    /// One record of a raw log.
+    #[derive(Debug, Clone)]
+    pub struct RawRecord {
+        pub offset: u64,
+        pub len: u64,
+        pub topic: String,
+        pub body: Vec<u8>,
+        pub sys_flag: u32,
+        pub prepared_offset: u64,
+        pub props: Vec<(String, String)>,
+    }
+
+    impl RawRecord {
+        /// A property.
+        #[must_use]
+        pub fn prop(&self, k: &str) -> Option<&str> {
+            self.props
+                .iter()
+                .find(|(key, _)| key == k)
+                .map(|(_, v)| v.as_str())
+        }
+        /// End offset.
+        #[must_use]
+        pub fn end(&self) -> u64 {
+            self.offset + self.len
+        }
+    }
+
+    /// Decodes a single-segment log (segment base 0) until the first invalid byte or blank.
+    #[must_use]
+    pub fn records(seg: &[u8]) -> Vec<RawRecord> {
+        let mut out = Vec::new();
+        let mut pos = 0usize;
+        while let Ok(Decoded::Record(r)) = record::decode(&seg[pos..], u32::MAX) {
+            out.push(RawRecord {
+                offset: pos as u64,
+                len: u64::from(r.total_size),
+                topic: r.topic.into(),
+                body: r.body.to_vec(),
+                sys_flag: r.header.sys_flag,
+                prepared_offset: r.header.prepared_offset,
+                props: r
+                    .props()
+                    .map(|(k, v)| (k.to_string(), v.to_string()))
+                    .collect(),
+            });
+            pos += r.total_size as usize;
+        }
+        out
+    }
+
+    /// Offsets where a crash may leave the log and recovery must keep everything before:
+    /// record boundaries outside atomic groups (batches, dead-letter moves).
+    #[must_use]
+    pub fn clean_boundaries(recs: &[RawRecord]) -> Vec<u64> {
+        let mut out = vec![0];
+        let mut left = 0u32;
+        for r in recs {
+            if left == 0 {
+                if let Some(n) = r.prop("__BATCH_LEN").and_then(|v| v.parse::<u32>().ok()) {
+                    left = n;
+                }
+            }
+            left = left.saturating_sub(1);
+            if left == 0 {
+                out.push(r.end());
+            }
+        }
+        out
+    }
+
+    /// What a log prefix must mean, computed from its records alone (RocketMQ semantics).
+    #[derive(Debug, Default, PartialEq, Eq)]
+    pub struct Expected {
+        /// Topic → sorted visible bodies.
+        pub visible: BTreeMap<String, Vec<Vec<u8>>>,
+        /// Pending transactions.
+        pub pending_txns: usize,
+        /// Pending delayed messages.
+        pub pending_delays: usize,
+    }
+
+    /// Replays the records of a log prefix into the expected consumer view.
+    #[must_use]
+    pub fn expected(recs: &[RawRecord]) -> Expected {
+        let mut halves: BTreeMap<u64, (String, Vec<u8>)> = BTreeMap::new();
+        let mut delays: BTreeMap<u64, (String, Vec<u8>)> = BTreeMap::new();
+        let mut visible: BTreeMap<String, Vec<Vec<u8>>> = BTreeMap::new();
+        for r in recs {
+            match r.topic.as_str() {
+                "RMQ_SYS_TRANS_HALF_TOPIC" => {
+                    halves.insert(
+                        r.offset,
+                        (
+                            r.prop("REAL_TOPIC").unwrap_or_default().into(),
+                            r.body.clone(),
+                        ),
+                    );
+                }
+                "RMQ_SYS_TRANS_OP_HALF_TOPIC" => match r.prop("TAGS") {
+                    Some("d") => {
+                        if let Some((t, b)) = halves.remove(&r.prepared_offset) {
+                            let commit = r.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
+                                == sys_flag::TRANSACTION_COMMIT_TYPE;
+                            if commit {
+                                visible.entry(t).or_default().push(b);
+                            }
+                        }
+                    }
+                    Some("x") => {
+                        if let Some((_, b)) = halves.remove(&r.prepared_offset) {
+                            visible
+                                .entry("TRANS_CHECK_MAX_TIME_TOPIC".into())
+                                .or_default()
+                                .push(b);
+                        }
+                    }
+                    Some("e") => {
+                        halves.remove(&r.prepared_offset);
+                    }
+                    _ => {}
+                },
+                "SCHEDULE_TOPIC_XXXX" | "rmq_sys_wheel_timer" => {
+                    delays.insert(
+                        r.offset,
+                        (
+                            r.prop("REAL_TOPIC").unwrap_or_default().into(),
+                            r.body.clone(),
+                        ),
+                    );
+                }
+                "rmq_sys_schedule_delivered" => {
+                    if let Some((t, b)) = delays.remove(&r.prepared_offset) {
+                        visible.entry(t).or_default().push(b);
+                    }
+                }
+                t if t.starts_with("rmq_sys_") => {}
+                t => visible.entry(t.into()).or_default().push(r.body.clone()),
+            }
+        }
+        for v in visible.values_mut() {
+            v.sort();
+        }
+        Expected {
+            visible,
+            pending_txns: halves.len(),
+            pending_delays: delays.len(),
+        }
+    }
+
+    /// The same view, read from a broker.
+    pub fn observed<S: Storage>(b: &mut Broker<S>, now: u64) -> Expected {
+        Expected {
+            visible: visible(b, now),
+            pending_txns: b.pending_transaction_count(),
+            pending_delays: b.pending_delay_count(),
+        }
+    }
+}

@@ -1,0 +1,552 @@
+//! Crash and storage-fault tests (issue 2 point 8, issue 8 "storage faults").
+//!
+//! A scripted scenario writes a log; the log is then cut at every byte offset, and bits are
+//! flipped in every record, and each damaged image is reopened. What recovery keeps is
+//! compared with what the records before the damage mean, computed independently of the
+//! broker ([`probe::expected`]).
+
+use rocklet_conformance::probe::{self, RawRecord};
+use rocklet_core::testing::CrashStorage;
+use rocklet_core::{
+    Broker, Config, Delay, FlushMode, MemStorage, NewMessage, Reply, Request, Resolution, Storage,
+    TagFilter, TxnId,
+};
+
+fn cfg() -> Config {
+    Config {
+        segment_size: 1 << 20,
+        max_message_size: 4096,
+        max_batch_size: 8192,
+        default_queues: 2,
+        transaction_timeout_ms: 1000,
+        transaction_check_interval_ms: 1000,
+        ..Config::default()
+    }
+}
+
+fn send<S: Storage>(b: &mut Broker<S>, now: u64, topic: &str, body: &str) {
+    let r = b
+        .execute(
+            now,
+            Request::Send {
+                messages: vec![NewMessage::new(topic, body.as_bytes().to_vec())],
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+}
+
+fn prepare<S: Storage>(b: &mut Broker<S>, now: u64, topic: &str, body: &str) -> TxnId {
+    let req = Request::Prepare {
+        group: "PG".into(),
+        message: NewMessage::new(topic, body.as_bytes().to_vec()),
+        check_immunity_ms: None,
+    };
+    match b.execute(now, req).unwrap() {
+        Reply::Sent(r) => r[0].txn.unwrap(),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn end<S: Storage>(b: &mut Broker<S>, now: u64, txn: TxnId, resolution: Resolution) {
+    let r = b
+        .execute(
+            now,
+            Request::EndTransaction {
+                txn,
+                resolution,
+                group: None,
+                from_check: false,
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, Reply::Ended { .. }), "{r:?}");
+}
+
+/// Sends, a batch, halves committed / rolled back / checked, delays delivered and pending,
+/// receive + ack, a pull offset commit, and a dead-letter move.
+fn scripted_log() -> (MemStorage, u64) {
+    let cfg = Config {
+        max_delivery_attempts: 1,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg, MemStorage::new(), 0).unwrap();
+    send(&mut b, 0, "A", "a1");
+    let batch = ["b1", "b2", "b3"]
+        .iter()
+        .map(|s| NewMessage::new("A", s.as_bytes().to_vec()))
+        .collect();
+    assert!(matches!(
+        b.execute(1, Request::Send { messages: batch }).unwrap(),
+        Reply::Sent(_)
+    ));
+    let t1 = prepare(&mut b, 2, "T", "committed");
+    let t2 = prepare(&mut b, 3, "T", "rolled-back");
+    let _t3 = prepare(&mut b, 4, "T", "left-pending");
+    let t4 = prepare(&mut b, 5, "T", "checked-then-committed");
+    end(&mut b, 6, t1, Resolution::Commit);
+    end(&mut b, 7, t2, Resolution::Rollback);
+    b.set_producer_online(8, "PG", true);
+    let delayed = NewMessage::new("D", &b"soon"[..]).with_delay(Delay::At(500));
+    assert!(matches!(
+        b.execute(
+            9,
+            Request::Send {
+                messages: vec![delayed]
+            }
+        )
+        .unwrap(),
+        Reply::Sent(_)
+    ));
+    let later = NewMessage::new("D", &b"much-later"[..]).with_delay(Delay::Level(18));
+    assert!(matches!(
+        b.execute(
+            10,
+            Request::Send {
+                messages: vec![later]
+            }
+        )
+        .unwrap(),
+        Reply::Sent(_)
+    ));
+    // Time passes: the delay is delivered, checks go out (checks write op records).
+    b.handle_timeout(1500).unwrap();
+    while let Some(o) = b.poll_output() {
+        if let rocklet_core::Output::Check(c) = o {
+            let resolution = if c.txn == t4 {
+                Resolution::Commit
+            } else {
+                Resolution::Unknown
+            };
+            let req = Request::EndTransaction {
+                txn: c.txn,
+                resolution,
+                group: None,
+                from_check: true,
+            };
+            b.execute(1500, req).unwrap();
+        }
+    }
+    let recv = Request::Receive {
+        group: "C".into(),
+        topic: "A".into(),
+        queue_id: None,
+        max: 2,
+        invisible_ms: 100,
+        filter: TagFilter::All,
+    };
+    let handles = match b.execute(1600, recv).unwrap() {
+        Reply::Received(r) => r.into_iter().map(|r| r.handle).collect::<Vec<_>>(),
+        other => panic!("{other:?}"),
+    };
+    assert!(!handles.is_empty());
+    assert!(matches!(
+        b.execute(
+            1601,
+            Request::Ack {
+                group: "C".into(),
+                handle: handles[0].clone()
+            }
+        )
+        .unwrap(),
+        Reply::Acked
+    ));
+    let pull = Request::Pull {
+        group: "P".into(),
+        topic: "A".into(),
+        queue_id: 0,
+        offset: None,
+        max: 2,
+        filter: TagFilter::All,
+        auto_commit: true,
+    };
+    assert!(matches!(
+        b.execute(1602, pull).unwrap(),
+        Reply::Pulled { .. }
+    ));
+    // The unacked delivery expires with max_delivery_attempts = 1: a dead-letter move (two
+    // records written as one atomic group).
+    b.handle_timeout(2000).unwrap();
+    while b.poll_output().is_some() {}
+    send(&mut b, 2001, "A", "last");
+    let end = b.log_end();
+    (b.into_storage(), end)
+}
+
+fn open(mem: MemStorage) -> Broker<MemStorage> {
+    match std::panic::catch_unwind(|| Broker::open(cfg(), mem, 0)) {
+        Ok(Ok(b)) => b,
+        Ok(Err(e)) => panic!("open failed: {e}"),
+        Err(_) => panic!("open panicked"),
+    }
+}
+
+fn with_segment(bytes: &[u8]) -> MemStorage {
+    let mut m = MemStorage::new();
+    m.set_segment(0, bytes.to_vec());
+    m
+}
+
+#[test]
+fn scripted_log_has_every_kind_of_record() {
+    let (mem, end) = scripted_log();
+    let seg = mem.segment(0).unwrap();
+    assert_eq!(seg.len() as u64, end);
+    let recs = probe::records(seg);
+    assert_eq!(
+        recs.last().map(RawRecord::end),
+        Some(end),
+        "the whole log decodes"
+    );
+    let topics: std::collections::BTreeSet<&str> = recs.iter().map(|r| r.topic.as_str()).collect();
+    for t in [
+        "A",
+        "RMQ_SYS_TRANS_HALF_TOPIC",
+        "RMQ_SYS_TRANS_OP_HALF_TOPIC",
+        "rmq_sys_wheel_timer",
+        "SCHEDULE_TOPIC_XXXX",
+        "rmq_sys_schedule_delivered",
+        "rmq_sys_REVIVE_LOG",
+        "rmq_sys_consumer_offset",
+        "%DLQ%C",
+    ] {
+        assert!(topics.contains(t), "scripted log lacks {t}: {topics:?}");
+    }
+    let groups = recs
+        .iter()
+        .filter(|r| r.prop("__BATCH_LEN").is_some())
+        .count();
+    assert!(
+        groups >= 2,
+        "scripted log needs a batch and a dead-letter group"
+    );
+    // And the full log means what the broker says.
+    let mut b = open(mem.clone());
+    assert_eq!(probe::observed(&mut b, 0), probe::expected(&recs));
+    let e = probe::expected(&recs);
+    assert_eq!(e.pending_txns, 1);
+    assert_eq!(e.pending_delays, 1);
+    assert!(e.visible["T"].contains(&b"checked-then-committed".to_vec()));
+    assert!(!e.visible["T"].contains(&b"rolled-back".to_vec()));
+}
+
+#[test]
+fn cut_at_every_byte_keeps_every_whole_record_and_nothing_torn() {
+    let (mem, end) = scripted_log();
+    let full = mem.segment(0).unwrap().to_vec();
+    let recs = probe::records(&full);
+    let clean = probe::clean_boundaries(&recs);
+    for cut in 0..=end {
+        let keep = *clean.iter().rev().find(|&&c| c <= cut).unwrap();
+        let mut b = open(with_segment(&full[..cut as usize]));
+        assert_eq!(
+            b.log_end(),
+            keep,
+            "cut at {cut}: recovery kept up to {} instead of {keep}",
+            b.log_end()
+        );
+        assert_eq!(
+            b.storage().segment(0).unwrap_or_default(),
+            &full[..keep as usize],
+            "cut at {cut}"
+        );
+        let prefix: Vec<RawRecord> = recs.iter().filter(|r| r.end() <= keep).cloned().collect();
+        assert_eq!(
+            b.recovery_report().records,
+            prefix.len() as u64,
+            "cut at {cut}"
+        );
+        if cut != keep {
+            assert!(
+                !b.recovery_report().cuts.is_empty(),
+                "cut at {cut}: torn bytes removed without a report"
+            );
+        }
+        assert_eq!(
+            probe::observed(&mut b, 0),
+            probe::expected(&prefix),
+            "cut at {cut}: state differs"
+        );
+        // Observed at time 0: opening does not move the clock past the log's last record,
+        // so nothing fires that the prefix does not already say.
+        // The broker goes on: a new record after the cut, and a clean reopen.
+        if cut % 97 == 0 {
+            send(&mut b, 3001, "After", "x");
+            let b2 = open(b.into_storage());
+            assert!(
+                b2.recovery_report().cuts.is_empty(),
+                "cut at {cut}: log not clean after recovery + append"
+            );
+        }
+    }
+}
+
+#[test]
+fn crash_storage_cut_after_n_bytes_matches_truncation() {
+    // The same, through CrashStorage's power cut mid-write, at a sample of points.
+    let (mem, end) = scripted_log();
+    let full = mem.segment(0).unwrap().to_vec();
+    let recs = probe::records(&full);
+    let clean = probe::clean_boundaries(&recs);
+    for cut in (0..=end).step_by(13) {
+        let mut cs = CrashStorage::new();
+        cs.cut_after_bytes = Some(cut);
+        // Replay the log's bytes as appends of whole records.
+        for r in &recs {
+            cs.append(0, &full[r.offset as usize..r.end() as usize])
+                .unwrap();
+        }
+        let keep = *clean.iter().rev().find(|&&c| c <= cut).unwrap();
+        let b = match std::panic::catch_unwind(|| Broker::open(cfg(), cs.live(), 3000)) {
+            Ok(Ok(b)) => b,
+            _ => panic!("cut after {cut} bytes: open failed or panicked"),
+        };
+        assert_eq!(b.log_end(), keep, "cut after {cut} bytes");
+    }
+}
+
+#[test]
+fn flipped_bits_cut_the_damaged_record_and_everything_after() {
+    let (mem, _) = scripted_log();
+    let full = mem.segment(0).unwrap().to_vec();
+    let recs = probe::records(&full);
+    let clean = probe::clean_boundaries(&recs);
+    for (i, r) in recs.iter().enumerate() {
+        for byte in r.offset..r.end() {
+            // One bit per byte, rotating; every bit of the first two records.
+            let bits: Vec<u8> = if i < 2 {
+                (0..8).collect()
+            } else {
+                vec![(byte % 8) as u8]
+            };
+            for bit in bits {
+                let mut bad = full.clone();
+                bad[byte as usize] ^= 1 << bit;
+                let keep = *clean.iter().rev().find(|&&c| c <= r.offset).unwrap();
+                let mut b = open(with_segment(&bad));
+                assert_eq!(
+                    b.log_end(),
+                    keep,
+                    "flip of bit {bit} at byte {byte} (record {i} at {}): kept up to {}",
+                    r.offset,
+                    b.log_end()
+                );
+                assert!(
+                    !b.recovery_report().cuts.is_empty(),
+                    "flip at {byte}: not reported"
+                );
+                assert_eq!(
+                    b.recovery_report().cuts[0].offset,
+                    keep,
+                    "flip at {byte}: cut reported elsewhere"
+                );
+                let prefix: Vec<RawRecord> =
+                    recs.iter().filter(|x| x.end() <= keep).cloned().collect();
+                assert_eq!(
+                    probe::observed(&mut b, 0),
+                    probe::expected(&prefix),
+                    "flip at {byte}"
+                );
+            }
+        }
+    }
+}
+
+#[test]
+fn damage_in_an_older_segment_keeps_later_segments_in_place() {
+    // Two segments: damage in the first cuts the rest of that segment (closed by a blank);
+    // the second segment's records stay where they are and are still read.
+    let cfg = Config {
+        segment_size: 48 << 10,
+        max_message_size: 2048,
+        max_batch_size: 2048,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+    let body = "y".repeat(1500);
+    let mut n = 0;
+    while b.segment_count() < 2 {
+        send(&mut b, n, "S", &format!("{n:04}{body}"));
+        n += 1;
+    }
+    send(&mut b, n, "S", &format!("{n:04}-in-second"));
+    let mut mem = b.into_storage();
+    let first = mem.segment(0).unwrap().to_vec();
+    let recs = probe::records(&first);
+    let victim = &recs[recs.len() / 2];
+    let mut bad = first.clone();
+    bad[victim.offset as usize + 40] ^= 0x20;
+    mem.set_segment(0, bad);
+    let mut b = Broker::open(cfg, mem, 100_000).unwrap();
+    let report = b.recovery_report().clone();
+    assert_eq!(report.cuts.len(), 1, "{report:?}");
+    assert_eq!(report.cuts[0].offset, victim.offset);
+    let bodies = probe::visible(&mut b, 100_000).remove("S").unwrap();
+    let expected_before = recs.iter().filter(|r| r.end() <= victim.offset).count();
+    // The message that rolled the log over and the one after it are in the second segment.
+    assert_eq!(
+        bodies.len(),
+        expected_before + 2,
+        "records before the damage plus the second segment's"
+    );
+    assert!(bodies.iter().any(|b| b.ends_with(b"-in-second")));
+    // Appends continue after the second segment, and a reopen is clean.
+    send(&mut b, 100_001, "S", "after-recovery");
+    let end = b.log_end();
+    let b = Broker::open(b.config().clone(), b.into_storage(), 100_002).unwrap();
+    assert!(
+        b.recovery_report().cuts.is_empty(),
+        "{:?}",
+        b.recovery_report()
+    );
+    assert_eq!(b.log_end(), end);
+}
+
+// ---- failing storage ---------------------------------------------------------------------------
+
+fn bodies_of(b: &mut Broker<CrashStorage>, now: u64, topic: &str) -> Vec<Vec<u8>> {
+    probe::visible(b, now).remove(topic).unwrap_or_default()
+}
+
+#[test]
+fn failing_appends_return_err_lose_nothing_and_recover() {
+    for flush in [FlushMode::Async, FlushMode::Sync] {
+        let cfg = Config { flush, ..cfg() };
+        let mut b = Broker::open(cfg.clone(), CrashStorage::new(), 0).unwrap();
+        send(&mut b, 1, "F", "before-1");
+        let t = prepare(&mut b, 2, "F", "txn-before");
+        b.storage_mut().fail_appends = true;
+        let r = b.execute(
+            3,
+            Request::Send {
+                messages: vec![NewMessage::new("F", &b"during"[..])],
+            },
+        );
+        assert!(
+            r.is_err(),
+            "{flush:?}: a send whose append failed must be an Err, got {r:?}"
+        );
+        let r = b.execute(
+            4,
+            Request::EndTransaction {
+                txn: t,
+                resolution: Resolution::Commit,
+                group: None,
+                from_check: false,
+            },
+        );
+        assert!(
+            r.is_err(),
+            "{flush:?}: a commit whose op record failed must be an Err, got {r:?}"
+        );
+        // Reads still served, nothing earlier lost, the failed commit not applied.
+        assert_eq!(
+            bodies_of(&mut b, 5, "F"),
+            vec![b"before-1".to_vec()],
+            "{flush:?}"
+        );
+        assert_eq!(b.pending_transaction_count(), 1, "{flush:?}");
+        // Space returns: the broker works again, and the commit can be retried.
+        b.storage_mut().fail_appends = false;
+        send(&mut b, 6, "F", "after");
+        end(&mut b, 7, t, Resolution::Commit);
+        let want: Vec<Vec<u8>> = vec![
+            b"after".to_vec(),
+            b"before-1".to_vec(),
+            b"txn-before".to_vec(),
+        ];
+        assert_eq!(bodies_of(&mut b, 8, "F"), want, "{flush:?}");
+        // What a crash leaves: everything acknowledged (sync flush: the durable image).
+        let image = if flush == FlushMode::Sync {
+            b.storage().crash()
+        } else {
+            b.storage().live()
+        };
+        let mut b2 = Broker::open(cfg, CrashStorage::from_mem(image), 9).unwrap();
+        assert!(
+            b2.recovery_report().cuts.is_empty(),
+            "{flush:?}: {:?}",
+            b2.recovery_report()
+        );
+        assert_eq!(
+            bodies_of(&mut b2, 9, "F"),
+            want,
+            "{flush:?}: acknowledged messages lost in a crash"
+        );
+    }
+}
+
+#[test]
+fn failing_syncs_under_sync_flush_return_err_and_recover() {
+    let cfg = Config {
+        flush: FlushMode::Sync,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg.clone(), CrashStorage::new(), 0).unwrap();
+    send(&mut b, 1, "F", "durable");
+    b.storage_mut().fail_syncs = true;
+    let r = b.execute(
+        2,
+        Request::Send {
+            messages: vec![NewMessage::new("F", &b"unsynced"[..])],
+        },
+    );
+    assert!(
+        r.is_err(),
+        "a send whose sync failed must not be acknowledged: {r:?}"
+    );
+    // Reads are served, and show only durable messages.
+    assert_eq!(bodies_of(&mut b, 3, "F"), vec![b"durable".to_vec()]);
+    // A crash now keeps what was acknowledged.
+    let mut crashed =
+        Broker::open(cfg.clone(), CrashStorage::from_mem(b.storage().crash()), 4).unwrap();
+    assert_eq!(bodies_of(&mut crashed, 4, "F"), vec![b"durable".to_vec()]);
+    b.storage_mut().fail_syncs = false;
+    send(&mut b, 5, "F", "later");
+    let seen = bodies_of(&mut b, 6, "F");
+    assert!(
+        seen.contains(&b"durable".to_vec()) && seen.contains(&b"later".to_vec()),
+        "{seen:?}"
+    );
+    let mut crashed = Broker::open(cfg, CrashStorage::from_mem(b.storage().crash()), 7).unwrap();
+    assert_eq!(
+        bodies_of(&mut crashed, 7, "F"),
+        seen,
+        "after the failure cleared, a crash keeps what was visible"
+    );
+}
+
+#[test]
+fn sync_flush_never_shows_what_a_crash_takes_back() {
+    // Under sync flush with a host doing group commit, a message is visible only once a sync
+    // covers it, so a crash (durable image) never takes back something a consumer has seen.
+    let cfg = Config {
+        flush: FlushMode::Sync,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg.clone(), CrashStorage::new(), 0).unwrap();
+    b.handle(
+        1,
+        1,
+        Request::Send {
+            messages: vec![NewMessage::new("F", &b"held"[..])],
+        },
+    )
+    .unwrap();
+    assert!(b.poll_output().is_none(), "reply released before the sync");
+    assert!(
+        bodies_of(&mut b, 2, "F").is_empty(),
+        "visible before durable"
+    );
+    let mut crashed =
+        Broker::open(cfg.clone(), CrashStorage::from_mem(b.storage().crash()), 3).unwrap();
+    assert!(bodies_of(&mut crashed, 3, "F").is_empty());
+    b.sync().unwrap();
+    assert!(matches!(
+        b.poll_output(),
+        Some(rocklet_core::Output::Reply { id: 1, .. })
+    ));
+    assert_eq!(bodies_of(&mut b, 4, "F"), vec![b"held".to_vec()]);
+    let mut crashed = Broker::open(cfg, CrashStorage::from_mem(b.storage().crash()), 5).unwrap();
+    assert_eq!(bodies_of(&mut crashed, 5, "F"), vec![b"held".to_vec()]);
+}
