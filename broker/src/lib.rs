@@ -1,1 +1,35 @@
-//! rocklet-broker (being written)
+//! # rocklet-broker
+//!
+//! The `rocklet` broker: a thin host around [`rocklet_core`] (../shared/STYLE.md §6). It owns
+//! the sockets, the clock, the data directory and the routing of outputs; every messaging
+//! decision is the core's.
+//!
+//! - [`driver`]: the core thread, group commit, routing of replies, checks and wake-ups.
+//! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
+//! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
+//! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
+//! - [`metrics`]: Prometheus text over HTTP.
+//! - [`server`]: opening the data directory and running everything until a signal.
+
+pub mod admin;
+pub mod clock;
+pub mod config;
+pub mod convert;
+pub mod driver;
+pub mod error;
+pub mod metrics;
+pub mod server;
+pub mod service;
+
+/// Generated protocol types and services.
+#[allow(missing_docs, missing_debug_implementations, clippy::all, clippy::pedantic)]
+pub mod pb {
+    /// RocketMQ 5 (`apache.rocketmq.v2`).
+    pub mod v2 {
+        tonic::include_proto!("apache.rocketmq.v2");
+    }
+    /// Rocklet's admin service (`rocklet.admin.v1`).
+    pub mod admin {
+        tonic::include_proto!("rocklet.admin.v1");
+    }
+}

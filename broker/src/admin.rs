@@ -1,0 +1,211 @@
+//! Rocklet's admin gRPC service (`rocklet.admin.v1.Admin`, on the broker's port) and the
+//! client side that `rocklet admin` runs.
+
+use std::sync::Arc;
+
+use rocklet_core::{broker::prop, record, Millis, Reply, Request, Resolution, TxnId};
+use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus};
+use tracing::info;
+
+use crate::clock::Clock;
+use crate::driver::CoreHandle;
+use crate::metrics::Metrics;
+use crate::pb::admin as pb;
+use crate::pb::admin::admin_server::Admin;
+
+/// Pending transactions listed when the request names no limit.
+const DEFAULT_LIMIT: usize = 1000;
+
+/// The admin service.
+#[derive(Debug, Clone)]
+pub struct AdminService {
+    core: CoreHandle,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+}
+
+impl AdminService {
+    /// A service over a running core thread.
+    #[must_use]
+    pub fn new(core: CoreHandle, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
+        AdminService { core, clock, metrics }
+    }
+}
+
+fn internal(e: impl std::fmt::Display) -> GrpcStatus {
+    GrpcStatus::internal(e.to_string())
+}
+
+#[tonic::async_trait]
+impl Admin for AdminService {
+    async fn list_topics(&self, _: GrpcRequest<pb::ListTopicsRequest>) -> Result<Response<pb::ListTopicsResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let topics = self.core.inspect(|b| b.topics()).await.map_err(internal)?;
+        let topics = topics
+            .into_iter()
+            .map(|t| pb::TopicInfo {
+                name: t.name,
+                queues: t
+                    .queues
+                    .into_iter()
+                    .map(|(queue_id, next_offset, visible)| pb::QueueInfo { queue_id, next_offset, visible })
+                    .collect(),
+            })
+            .collect();
+        Ok(Response::new(pb::ListTopicsResponse { topics }))
+    }
+
+    async fn list_pending(&self, request: GrpcRequest<pb::ListPendingRequest>) -> Result<Response<pb::ListPendingResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let limit = match request.into_inner().limit {
+            0 => DEFAULT_LIMIT,
+            n => n as usize,
+        };
+        let now = self.clock.now_ms();
+        let (total, list) = self
+            .core
+            .inspect(move |b| {
+                let total = b.pending_transaction_count() as u64;
+                let list: Vec<_> = b
+                    .pending_transactions(limit)
+                    .into_iter()
+                    .map(|p| {
+                        // The half record tells when it was stored and the client's message id.
+                        let (stored, msg_id) = half_details(b, p.txn.0);
+                        (p, stored, msg_id)
+                    })
+                    .collect();
+                (total, list)
+            })
+            .await
+            .map_err(internal)?;
+        let transactions = list
+            .into_iter()
+            .map(|(p, stored, message_id)| pb::PendingTransaction {
+                transaction_id: p.txn.to_string(),
+                producer_group: p.group,
+                topic: p.topic,
+                queue_id: p.queue_id,
+                checks: p.checks,
+                age_ms: stored.map_or(0, |s| now.saturating_sub(s)),
+                next_check_in_ms: p.next_check.map(|t| t as i64 - now as i64),
+                message_id,
+            })
+            .collect();
+        Ok(Response::new(pb::ListPendingResponse { transactions, total }))
+    }
+
+    async fn resolve(&self, request: GrpcRequest<pb::ResolveRequest>) -> Result<Response<pb::ResolveResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let req = request.into_inner();
+        let txn: TxnId = req.transaction_id.parse().map_err(|e| GrpcStatus::invalid_argument(format!("{e}")))?;
+        let resolution = match req.resolution.parse::<Resolution>() {
+            Ok(r @ (Resolution::Commit | Resolution::Rollback)) => r,
+            _ => {
+                return Err(GrpcStatus::invalid_argument(format!(
+                    "resolution `{}` is not commit or rollback",
+                    req.resolution
+                )))
+            }
+        };
+        let reply = self
+            .core
+            .request(Request::EndTransaction { txn, resolution, group: None, from_check: false })
+            .await
+            .map_err(internal)?;
+        match reply {
+            Reply::Ended { duplicate, .. } => {
+                info!(%txn, resolution = resolution.as_str(), duplicate, "transaction resolved by an operator");
+                Ok(Response::new(pb::ResolveResponse { duplicate }))
+            }
+            Reply::Error(e) => Err(GrpcStatus::failed_precondition(format!("{}: {e}", e.code()))),
+            other => Err(internal(format!("unexpected reply {other:?}"))),
+        }
+    }
+}
+
+/// Store time and message id of a half message.
+fn half_details(b: &mut crate::driver::CoreBroker, offset: u64) -> (Option<Millis>, String) {
+    let Ok(records) = b.raw_records(offset, 1) else { return (None, String::new()) };
+    let Some((_, bytes)) = records.into_iter().next() else { return (None, String::new()) };
+    match record::decode_trusted(&bytes) {
+        Ok(record::Decoded::Record(r)) => {
+            (Some(r.header.store_timestamp), r.prop(prop::UNIQ_KEY).unwrap_or_default().to_string())
+        }
+        _ => (None, String::new()),
+    }
+}
+
+/// The client side of `rocklet admin`.
+pub mod client {
+    use std::fmt::Write as _;
+
+    use crate::pb::admin as pb;
+    use crate::pb::admin::admin_client::AdminClient;
+
+    async fn connect(addr: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
+        let url = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
+        AdminClient::connect(url.clone()).await.map_err(|e| format!("cannot reach the broker at {url}: {e}"))
+    }
+
+    fn status(e: tonic::Status) -> String {
+        format!("{} ({:?})", e.message(), e.code())
+    }
+
+    /// `rocklet admin topics`: one line per queue.
+    pub async fn topics(addr: &str) -> Result<String, String> {
+        let mut c = connect(addr).await?;
+        let r = c.list_topics(pb::ListTopicsRequest {}).await.map_err(status)?.into_inner();
+        let mut out = format!("{:<40} {:>6} {:>14} {:>14}\n", "TOPIC", "QUEUE", "NEXT_OFFSET", "VISIBLE");
+        for t in r.topics {
+            for q in t.queues {
+                let _ = writeln!(out, "{:<40} {:>6} {:>14} {:>14}", t.name, q.queue_id, q.next_offset, q.visible);
+            }
+        }
+        Ok(out)
+    }
+
+    /// `rocklet admin pending`: one line per pending transaction.
+    pub async fn pending(addr: &str, limit: u32) -> Result<String, String> {
+        let mut c = connect(addr).await?;
+        let r = c.list_pending(pb::ListPendingRequest { limit }).await.map_err(status)?.into_inner();
+        let mut out = format!(
+            "{:<18} {:<28} {:<28} {:>10} {:>7} {:>14}  {}\n",
+            "TXN_ID", "GROUP", "TOPIC", "AGE_S", "CHECKS", "NEXT_CHECK_S", "MESSAGE_ID"
+        );
+        for t in &r.transactions {
+            let next = match t.next_check_in_ms {
+                Some(ms) => format!("{:.1}", ms as f64 / 1000.0),
+                None => "parked".into(),
+            };
+            let _ = writeln!(
+                out,
+                "{:<18} {:<28} {:<28} {:>10.1} {:>7} {:>14}  {}",
+                t.transaction_id,
+                t.producer_group,
+                t.topic,
+                t.age_ms as f64 / 1000.0,
+                t.checks,
+                next,
+                t.message_id
+            );
+        }
+        let _ = writeln!(out, "{} pending transaction(s)", r.total);
+        Ok(out)
+    }
+
+    /// `rocklet admin resolve <txn> commit|rollback`.
+    pub async fn resolve(addr: &str, txn: &str, resolution: &str) -> Result<String, String> {
+        let mut c = connect(addr).await?;
+        let r = c
+            .resolve(pb::ResolveRequest { transaction_id: txn.into(), resolution: resolution.into() })
+            .await
+            .map_err(status)?
+            .into_inner();
+        Ok(if r.duplicate {
+            format!("transaction {txn} was already resolved ({resolution}); nothing changed\n")
+        } else {
+            format!("transaction {txn}: {resolution} applied\n")
+        })
+    }
+}

@@ -1,0 +1,220 @@
+//! The broker's configuration: the TOML file, merged with command-line flags.
+//!
+//! ```toml
+//! listen = "127.0.0.1:8081"          # RocketMQ 5 gRPC (and the admin service)
+//! data_dir = "./rocklet-data"
+//! flush_interval_ms = 500            # async flush: fsync at this interval
+//! metrics_listen = "127.0.0.1:9100"  # Prometheus text at /metrics (off when absent)
+//! max_long_polling_ms = 30000        # longest a ReceiveMessage waits for a message
+//!
+//! [core]                             # rocklet-core's Config, every field optional
+//! flush = "sync"                     # or "async"
+//! segment_size = 1073741824
+//! transaction_timeout_ms = 6000
+//! transaction_check_interval_ms = 30000
+//! transaction_check_max = 15
+//! delay_levels = [1000, 5000, 10000]
+//! max_message_size = 4194304
+//! auto_create_topics = true
+//!
+//! [[topics]]                         # declared topics (the only ones with auto_create_topics = false)
+//! name = "orders"
+//! queues = 4
+//! message_types = ["NORMAL", "TRANSACTION"]   # absent: every type
+//! ```
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+
+use rocklet_core::{Config as CoreConfig, Millis};
+use serde::Deserialize;
+
+/// Default gRPC address.
+pub const DEFAULT_LISTEN: &str = "127.0.0.1:8081";
+/// Default data directory.
+pub const DEFAULT_DATA_DIR: &str = "./rocklet-data";
+
+/// Message types a topic can accept, as RocketMQ 5 names them.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
+#[serde(rename_all = "UPPERCASE")]
+pub enum TopicMessageType {
+    Normal,
+    Fifo,
+    Delay,
+    Transaction,
+}
+
+impl TopicMessageType {
+    /// Every type.
+    pub const ALL: [TopicMessageType; 4] =
+        [TopicMessageType::Normal, TopicMessageType::Fifo, TopicMessageType::Delay, TopicMessageType::Transaction];
+
+    /// The name in the config and in error messages.
+    #[must_use]
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TopicMessageType::Normal => "NORMAL",
+            TopicMessageType::Fifo => "FIFO",
+            TopicMessageType::Delay => "DELAY",
+            TopicMessageType::Transaction => "TRANSACTION",
+        }
+    }
+}
+
+/// A topic declared in the config.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct TopicDecl {
+    pub name: String,
+    /// Queues (default: the core's `default_queues`).
+    pub queues: Option<u32>,
+    /// Message types the topic accepts (default: every type).
+    pub message_types: Option<Vec<TopicMessageType>>,
+}
+
+/// The TOML file, every field optional.
+#[derive(Clone, Debug, Default, Deserialize)]
+#[serde(default, deny_unknown_fields)]
+pub struct FileConfig {
+    pub listen: Option<SocketAddr>,
+    pub data_dir: Option<PathBuf>,
+    pub flush_interval_ms: Option<Millis>,
+    pub metrics_listen: Option<SocketAddr>,
+    pub max_long_polling_ms: Option<Millis>,
+    pub core: CoreConfig,
+    pub topics: Vec<TopicDecl>,
+}
+
+impl FileConfig {
+    /// Reads and parses a config file.
+    pub fn load(path: &Path) -> Result<Self, String> {
+        let text =
+            std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
+    }
+
+    /// Parses TOML.
+    pub fn parse(text: &str) -> Result<Self, String> {
+        toml::from_str(text).map_err(|e| e.to_string())
+    }
+}
+
+/// Everything the broker runs with.
+#[derive(Clone, Debug)]
+pub struct BrokerConfig {
+    pub listen: SocketAddr,
+    pub data_dir: PathBuf,
+    /// Interval between fsyncs under async flush.
+    pub flush_interval_ms: Millis,
+    pub metrics_listen: Option<SocketAddr>,
+    /// Longest a ReceiveMessage long poll waits.
+    pub max_long_polling_ms: Millis,
+    pub core: CoreConfig,
+    pub topics: Vec<TopicDecl>,
+}
+
+impl Default for BrokerConfig {
+    fn default() -> Self {
+        BrokerConfig::from_file(FileConfig::default())
+    }
+}
+
+impl BrokerConfig {
+    /// Fills what the file leaves out with defaults.
+    #[must_use]
+    pub fn from_file(f: FileConfig) -> Self {
+        BrokerConfig {
+            listen: f.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            data_dir: f.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            flush_interval_ms: f.flush_interval_ms.unwrap_or(500),
+            metrics_listen: f.metrics_listen,
+            max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
+            core: f.core,
+            topics: f.topics,
+        }
+    }
+
+    /// Checks what cannot work, with a message naming the field.
+    pub fn validate(&self) -> Result<(), String> {
+        self.core.validate().map_err(|e| e.to_string())?;
+        if self.flush_interval_ms == 0 {
+            return Err("invalid config `flush_interval_ms`: must be above 0".into());
+        }
+        if self.max_long_polling_ms == 0 {
+            return Err("invalid config `max_long_polling_ms`: must be above 0".into());
+        }
+        let mut seen = std::collections::HashSet::new();
+        for t in &self.topics {
+            if !seen.insert(t.name.as_str()) {
+                return Err(format!("invalid config `topics`: `{}` is declared twice", t.name));
+            }
+            if let Some(types) = &t.message_types {
+                if types.is_empty() {
+                    return Err(format!("invalid config `topics`: `{}` accepts no message type", t.name));
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The message types a topic accepts.
+    #[must_use]
+    pub fn accepted_types(&self, topic: &str) -> Vec<TopicMessageType> {
+        self.topics
+            .iter()
+            .find(|t| t.name == topic)
+            .and_then(|t| t.message_types.clone())
+            .unwrap_or_else(|| TopicMessageType::ALL.to_vec())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_every_section() {
+        let f = FileConfig::parse(
+            r#"
+            listen = "127.0.0.1:9999"
+            flush_interval_ms = 100
+            [core]
+            flush = "sync"
+            transaction_timeout_ms = 1000
+            delay_levels = [1000, 2000]
+            [[topics]]
+            name = "orders"
+            queues = 2
+            message_types = ["TRANSACTION"]
+            "#,
+        )
+        .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.listen.port(), 9999);
+        assert_eq!(c.flush_interval_ms, 100);
+        assert_eq!(c.core.flush, rocklet_core::FlushMode::Sync);
+        assert_eq!(c.core.transaction_timeout_ms, 1000);
+        assert_eq!(c.core.delay_levels, vec![1000, 2000]);
+        assert_eq!(c.accepted_types("orders"), vec![TopicMessageType::Transaction]);
+        assert_eq!(c.accepted_types("other").len(), 4);
+        c.validate().unwrap();
+    }
+
+    #[test]
+    fn unknown_fields_are_named() {
+        let e = FileConfig::parse("[core]\ntransaction_timeout = 5").unwrap_err();
+        assert!(e.contains("transaction_timeout"), "{e}");
+        let e = FileConfig::parse("lisen = \"x\"").unwrap_err();
+        assert!(e.contains("lisen"), "{e}");
+    }
+
+    #[test]
+    fn invalid_values_are_named() {
+        let mut c = BrokerConfig::default();
+        c.core.segment_size = 10;
+        assert!(c.validate().unwrap_err().contains("segment_size"));
+        let mut c = BrokerConfig::default();
+        c.flush_interval_ms = 0;
+        assert!(c.validate().unwrap_err().contains("flush_interval_ms"));
+    }
+}

@@ -1,0 +1,403 @@
+//! The core thread: one std thread owns the [`Broker`] and drives it as quinn's
+//! `ConnectionDriver` drives a connection (../shared/STYLE.md §6).
+//!
+//! gRPC tasks send [`Command`]s over a channel, each with a oneshot for its answer. The
+//! loop blocks for the next command or until the core's `poll_timeout()`, drains every
+//! queued command into `handle(now, id, request)`, then makes them durable:
+//!
+//! - sync flush: one `sync()` per drained group (group commit). The fsync releases every
+//!   reply it covers; commands arriving during it queue up and form the next group.
+//! - async flush: `sync()` every flush interval.
+//!
+//! Then it drains `poll_output()`: replies to their oneshot, transaction checks to a live
+//! producer of the topic, availability notices to waiting long polls. The tokio runtime
+//! never waits on an fsync.
+
+use std::collections::{HashMap, HashSet};
+use std::sync::atomic::Ordering;
+use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+use rocklet_core::{AnyStorage, Broker, CheckRequest, FlushMode, Millis, Output, Reply, Request};
+use tokio::sync::{mpsc as tmpsc, oneshot};
+use tracing::{debug, error, info, warn};
+
+use crate::clock::Clock;
+use crate::metrics::Metrics;
+
+/// The broker type the host runs.
+pub type CoreBroker = Broker<AnyStorage>;
+
+/// A closure run on the core thread with the broker (introspection, admin).
+pub type InspectFn = Box<dyn FnOnce(&mut CoreBroker) + Send>;
+
+/// The producer group the broker gives transactions sent to `topic`. RocketMQ 5 gRPC
+/// producers have no group, so checks are routed by topic: every producer that declared the
+/// topic can answer for its transactions.
+#[must_use]
+pub fn txn_group(topic: &str) -> String {
+    format!("%TXN%{topic}")
+}
+
+/// What the core thread is asked to do.
+pub enum Command {
+    /// A request for the core; `watch` is woken when the topic gets a visible message if the
+    /// reply is an empty receive (long polling).
+    Request { request: Request, reply: oneshot::Sender<Result<Reply, String>>, watch: Option<oneshot::Sender<()>> },
+    /// A producer's telemetry stream declared (or re-declared) the topics it publishes to.
+    ProducerUp { conn: u64, topics: Vec<String>, checks: tmpsc::UnboundedSender<CheckRequest> },
+    /// A producer's telemetry stream closed.
+    ProducerDown { conn: u64 },
+    /// Run a closure with the broker.
+    Inspect(InspectFn),
+    /// Look at the clock and the timers now (for tests that move a manual clock).
+    Tick,
+    /// Flush and stop.
+    Shutdown(oneshot::Sender<()>),
+}
+
+impl std::fmt::Debug for Command {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Command::Request { request, .. } => f.debug_struct("Request").field("request", request).finish(),
+            Command::ProducerUp { conn, topics, .. } => {
+                f.debug_struct("ProducerUp").field("conn", conn).field("topics", topics).finish()
+            }
+            Command::ProducerDown { conn } => f.debug_struct("ProducerDown").field("conn", conn).finish(),
+            Command::Inspect(_) => f.write_str("Inspect"),
+            Command::Tick => f.write_str("Tick"),
+            Command::Shutdown(_) => f.write_str("Shutdown"),
+        }
+    }
+}
+
+/// Why a command got no answer.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CoreFailure {
+    /// The core thread has stopped (shutting down).
+    Stopped,
+    /// The storage failed; the request was not applied.
+    Storage(String),
+}
+
+impl std::fmt::Display for CoreFailure {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            CoreFailure::Stopped => f.write_str("the broker is shutting down"),
+            CoreFailure::Storage(e) => write!(f, "storage failure: {e}"),
+        }
+    }
+}
+
+/// The gRPC side's handle on the core thread. Cheap to clone.
+#[derive(Clone, Debug)]
+pub struct CoreHandle {
+    tx: mpsc::Sender<Command>,
+}
+
+impl CoreHandle {
+    fn send(&self, cmd: Command) -> Result<(), CoreFailure> {
+        self.tx.send(cmd).map_err(|_| CoreFailure::Stopped)
+    }
+
+    /// Runs a request to its reply (under sync flush, after the fsync that covers it).
+    pub async fn request(&self, request: Request) -> Result<Reply, CoreFailure> {
+        let (reply, rx) = oneshot::channel();
+        self.send(Command::Request { request, reply, watch: None })?;
+        rx.await.map_err(|_| CoreFailure::Stopped)?.map_err(CoreFailure::Storage)
+    }
+
+    /// Runs a receive; when it finds nothing, the returned receiver fires once the topic
+    /// has a newly visible message.
+    pub async fn receive(&self, request: Request) -> Result<(Reply, oneshot::Receiver<()>), CoreFailure> {
+        let (reply, rx) = oneshot::channel();
+        let (watch, woken) = oneshot::channel();
+        self.send(Command::Request { request, reply, watch: Some(watch) })?;
+        let reply = rx.await.map_err(|_| CoreFailure::Stopped)?.map_err(CoreFailure::Storage)?;
+        Ok((reply, woken))
+    }
+
+    /// Runs a closure with the broker on the core thread and returns its result.
+    pub async fn inspect<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+    ) -> Result<T, CoreFailure> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Inspect(Box::new(move |b| {
+            let _ = tx.send(f(b));
+        })))?;
+        rx.await.map_err(|_| CoreFailure::Stopped)
+    }
+
+    /// Declares a producer connection's topics.
+    pub fn producer_up(&self, conn: u64, topics: Vec<String>, checks: tmpsc::UnboundedSender<CheckRequest>) {
+        let _ = self.send(Command::ProducerUp { conn, topics, checks });
+    }
+
+    /// A producer connection closed.
+    pub fn producer_down(&self, conn: u64) {
+        let _ = self.send(Command::ProducerDown { conn });
+    }
+
+    /// Wakes the core thread to look at the clock (tests with a manual clock).
+    pub fn tick(&self) {
+        let _ = self.send(Command::Tick);
+    }
+
+    /// Flushes and stops the core thread.
+    pub async fn shutdown(&self) {
+        let (tx, rx) = oneshot::channel();
+        if self.send(Command::Shutdown(tx)).is_ok() {
+            let _ = rx.await;
+        }
+    }
+}
+
+struct Producer {
+    topics: Vec<String>,
+    checks: tmpsc::UnboundedSender<CheckRequest>,
+}
+
+struct Pending {
+    reply: oneshot::Sender<Result<Reply, String>>,
+    watch: Option<(String, oneshot::Sender<()>)>,
+}
+
+/// The state of the core thread.
+struct Driver {
+    broker: CoreBroker,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    flush_interval: Millis,
+    next_id: u64,
+    pending: HashMap<u64, Pending>,
+    waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
+    producers: HashMap<u64, Producer>,
+    online: HashSet<String>,
+    round_robin: usize,
+}
+
+/// Starts the core thread over an opened broker.
+pub fn spawn(
+    broker: CoreBroker,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    flush_interval: Millis,
+) -> std::io::Result<(CoreHandle, JoinHandle<()>)> {
+    let (tx, rx) = mpsc::channel();
+    let driver = Driver {
+        broker,
+        clock,
+        metrics,
+        flush_interval,
+        next_id: 0,
+        pending: HashMap::new(),
+        waiters: HashMap::new(),
+        producers: HashMap::new(),
+        online: HashSet::new(),
+        round_robin: 0,
+    };
+    let join = std::thread::Builder::new().name("rocklet-core".into()).spawn(move || driver.run(rx))?;
+    Ok((CoreHandle { tx }, join))
+}
+
+/// Commands taken into one group at most (so replies of a huge burst are not held back).
+const MAX_GROUP: usize = 4096;
+/// The loop looks at the clock at least this often.
+const MAX_WAIT_MS: Millis = 1_000;
+
+impl Driver {
+    fn run(mut self, rx: mpsc::Receiver<Command>) {
+        let sync_mode = self.broker.config().flush == FlushMode::Sync;
+        let mut next_flush = self.clock.now_ms() + self.flush_interval;
+        let mut shutdown: Option<oneshot::Sender<()>> = None;
+        loop {
+            let now = self.clock.now_ms();
+            let mut wake = now + MAX_WAIT_MS;
+            if let Some(t) = self.broker.poll_timeout() {
+                wake = wake.min(t);
+            }
+            if !sync_mode {
+                wake = wake.min(next_flush);
+            }
+            let first = if wake <= now {
+                rx.try_recv().map_err(|e| match e {
+                    TryRecvError::Empty => RecvTimeoutError::Timeout,
+                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
+                })
+            } else {
+                rx.recv_timeout(Duration::from_millis(wake - now))
+            };
+            let mut stop = false;
+            match first {
+                Ok(cmd) => {
+                    let mut taken = 1;
+                    if let Some(s) = self.command(cmd) {
+                        shutdown = Some(s);
+                        stop = true;
+                    }
+                    while !stop && taken < MAX_GROUP {
+                        match rx.try_recv() {
+                            Ok(cmd) => {
+                                taken += 1;
+                                if let Some(s) = self.command(cmd) {
+                                    shutdown = Some(s);
+                                    stop = true;
+                                }
+                            }
+                            Err(_) => break,
+                        }
+                    }
+                }
+                Err(RecvTimeoutError::Timeout) => {}
+                Err(RecvTimeoutError::Disconnected) => stop = true,
+            }
+            let now = self.clock.now_ms();
+            if let Err(e) = self.broker.handle_timeout(now) {
+                error!(error = %e, "timers failed");
+            }
+            if sync_mode || stop || now >= next_flush {
+                self.sync();
+                if now >= next_flush {
+                    next_flush = now + self.flush_interval;
+                }
+            }
+            self.drain();
+            if stop {
+                break;
+            }
+        }
+        // Anything still waiting can no longer be answered: dropping the oneshots says so.
+        self.pending.clear();
+        info!(log_end = self.broker.log_end(), log_synced = self.broker.log_synced(), "core stopped; log flushed");
+        if let Some(s) = shutdown {
+            let _ = s.send(());
+        }
+    }
+
+    fn sync(&mut self) {
+        let needed = self.broker.needs_sync();
+        let t = Instant::now();
+        match self.broker.sync() {
+            Ok(()) => {
+                if needed {
+                    self.metrics.fsync_latency.observe(t.elapsed());
+                }
+            }
+            Err(e) => error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds"),
+        }
+    }
+
+    /// Handles one command; `Some` when it is the shutdown.
+    fn command(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
+        let now = self.clock.now_ms();
+        match cmd {
+            Command::Request { request, reply, watch } => {
+                self.next_id += 1;
+                let id = self.next_id;
+                let watch = match (&request, watch) {
+                    (Request::Receive { topic, .. }, Some(w)) => Some((topic.clone(), w)),
+                    _ => None,
+                };
+                self.pending.insert(id, Pending { reply, watch });
+                if let Err(e) = self.broker.handle(now, id, request) {
+                    error!(error = %e, "request failed in storage; not applied");
+                    if let Some(p) = self.pending.remove(&id) {
+                        let _ = p.reply.send(Err(e.to_string()));
+                    }
+                }
+            }
+            Command::ProducerUp { conn, topics, checks } => {
+                debug!(conn, ?topics, "producer online");
+                self.producers.insert(conn, Producer { topics, checks });
+                self.update_online(now);
+            }
+            Command::ProducerDown { conn } => {
+                if self.producers.remove(&conn).is_some() {
+                    debug!(conn, "producer offline");
+                    self.update_online(now);
+                }
+            }
+            Command::Inspect(f) => f(&mut self.broker),
+            Command::Tick => {}
+            Command::Shutdown(s) => return Some(s),
+        }
+        None
+    }
+
+    /// Tells the core which transaction groups have a live producer.
+    fn update_online(&mut self, now: Millis) {
+        let groups: HashSet<String> =
+            self.producers.values().flat_map(|p| p.topics.iter().map(|t| txn_group(t))).collect();
+        for g in groups.difference(&self.online) {
+            self.broker.set_producer_online(now, g, true);
+        }
+        for g in self.online.difference(&groups) {
+            self.broker.set_producer_online(now, g, false);
+        }
+        self.online = groups;
+        self.metrics.producers_online.store(self.producers.len() as u64, Ordering::Relaxed);
+    }
+
+    fn drain(&mut self) {
+        while let Some(out) = self.broker.poll_output() {
+            match out {
+                Output::Reply { id, reply } => {
+                    let Some(p) = self.pending.remove(&id) else { continue };
+                    if let (Reply::Received(msgs), Some((topic, w))) = (&reply, p.watch) {
+                        if msgs.is_empty() {
+                            let list = self.waiters.entry(topic).or_default();
+                            list.retain(|w| !w.is_closed());
+                            list.push(w);
+                        }
+                    }
+                    let _ = p.reply.send(Ok(reply));
+                }
+                Output::Check(check) => self.route_check(check),
+                Output::Available { topic, .. } => {
+                    if let Some(list) = self.waiters.remove(&topic) {
+                        for w in list {
+                            let _ = w.send(());
+                        }
+                    }
+                }
+                Output::Trace(t) => debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace"),
+            }
+        }
+    }
+
+    /// Sends a transaction check to one live producer that declared the topic.
+    fn route_check(&mut self, check: CheckRequest) {
+        let topic = check.message.topic.clone();
+        let mut conns: Vec<u64> =
+            self.producers.iter().filter(|(_, p)| p.topics.iter().any(|t| *t == topic)).map(|(c, _)| *c).collect();
+        conns.sort_unstable();
+        let n = conns.len();
+        let mut check = Some(check);
+        for i in 0..n {
+            let conn = conns[(self.round_robin + i) % n];
+            let c = check.take().expect("present until sent");
+            match self.producers[&conn].checks.send(c) {
+                Ok(()) => {
+                    self.round_robin = self.round_robin.wrapping_add(1);
+                    self.metrics.checks_pushed.fetch_add(1, Ordering::Relaxed);
+                    return;
+                }
+                Err(tmpsc::error::SendError(c)) => {
+                    check = Some(c);
+                    self.producers.remove(&conn);
+                }
+            }
+        }
+        if n > 0 {
+            let now = self.clock.now_ms();
+            self.update_online(now);
+        }
+        self.metrics.checks_unroutable.fetch_add(1, Ordering::Relaxed);
+        if let Some(c) = check {
+            warn!(txn = %c.txn, topic = %topic, check = c.check, "no producer of the topic is connected; the check is repeated after the check interval");
+        }
+    }
+}

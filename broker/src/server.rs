@@ -1,0 +1,178 @@
+//! Opening the data directory, starting the core thread, the gRPC server and the metrics
+//! endpoint, and stopping them in order (stop accepting, answer what is in flight, flush).
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use rocklet_core::{AnyStorage, Broker, FileStorage};
+use tokio::net::TcpListener;
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tokio_stream::wrappers::TcpListenerStream;
+use tracing::{info, warn};
+
+use crate::admin::AdminService;
+use crate::clock::Clock;
+use crate::config::BrokerConfig;
+use crate::driver::{self, CoreHandle};
+use crate::metrics::{self, Metrics};
+use crate::pb::admin::admin_server::AdminServer;
+use crate::pb::v2::messaging_service_server::MessagingServiceServer;
+use crate::service::Messaging;
+
+/// A broker that is serving.
+#[derive(Debug)]
+pub struct RunningBroker {
+    /// Where gRPC is served (the real port when the config said 0).
+    pub addr: SocketAddr,
+    /// Where metrics are served.
+    pub metrics_addr: Option<SocketAddr>,
+    /// The core thread.
+    pub core: CoreHandle,
+    /// The broker's own metrics.
+    pub metrics: Arc<Metrics>,
+    stop_server: Option<oneshot::Sender<()>>,
+    server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    metrics_task: Option<JoinHandle<()>>,
+    core_thread: Option<std::thread::JoinHandle<()>>,
+}
+
+/// Opens the data directory (recovering the log) and starts serving.
+pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<RunningBroker, String> {
+    cfg.validate()?;
+    let mut core_cfg = cfg.core.clone();
+    // Long polling needs to know when queues get messages.
+    core_cfg.notify_available = true;
+    let dir = cfg.data_dir.clone();
+    let storage = FileStorage::open(&dir).map_err(|e| match e.kind() {
+        std::io::ErrorKind::WouldBlock => {
+            format!("{e}: another rocklet broker is running on {}; stop it or pick another --data-dir", dir.display())
+        }
+        _ => format!("cannot open data directory {}: {e}", dir.display()),
+    })?;
+    let started = std::time::Instant::now();
+    let mut broker = Broker::open(core_cfg, AnyStorage::File(storage), clock.now_ms())
+        .map_err(|e| format!("cannot recover the log in {}: {e}", dir.display()))?;
+    let r = broker.recovery_report();
+    info!(
+        data_dir = %dir.display(),
+        segments = r.segments,
+        records = r.records,
+        bytes_scanned = r.bytes_scanned,
+        bytes_truncated = r.bytes_truncated,
+        pending_transactions = broker.pending_transaction_count(),
+        pending_delays = broker.pending_delay_count(),
+        elapsed_ms = started.elapsed().as_millis() as u64,
+        "log recovered"
+    );
+    for cut in &r.cuts {
+        warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, "recovery cut the log");
+    }
+    for t in &cfg.topics {
+        let queues = t.queues.unwrap_or(cfg.core.default_queues);
+        broker.create_topic(&t.name, queues).map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
+    }
+
+    let listener =
+        TcpListener::bind(cfg.listen).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    cfg.listen = addr;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(a) => Some(metrics::bind(a).await.map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?),
+        None => None,
+    };
+
+    let m = Arc::new(Metrics::default());
+    let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone(), cfg.flush_interval_ms)
+        .map_err(|e| format!("cannot start the core thread: {e}"))?;
+    let cfg = Arc::new(cfg);
+    let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize).saturating_mul(2) + (1 << 20);
+    let messaging = MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
+        .max_decoding_message_size(max_decode)
+        .max_encoding_message_size(max_decode);
+    let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
+    let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    let server = tokio::spawn(
+        tonic::transport::Server::builder()
+            .add_service(messaging)
+            .add_service(admin)
+            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+                let _ = stop_rx.await;
+            }),
+    );
+    let (metrics_addr, metrics_task) = match metrics_listener {
+        Some(l) => {
+            let a = l.local_addr().ok();
+            (a, Some(tokio::spawn(metrics::serve(l, core.clone(), m.clone()))))
+        }
+        None => (None, None),
+    };
+    info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
+    Ok(RunningBroker {
+        addr,
+        metrics_addr,
+        core,
+        metrics: m,
+        stop_server: Some(stop_tx),
+        server: Some(server),
+        metrics_task,
+        core_thread: Some(core_thread),
+    })
+}
+
+impl RunningBroker {
+    /// Stops accepting, lets in-flight calls finish (long polls are cut short), flushes the
+    /// log and stops the core thread.
+    pub async fn stop(mut self) {
+        if let Some(t) = self.metrics_task.take() {
+            t.abort();
+        }
+        if let Some(s) = self.stop_server.take() {
+            let _ = s.send(());
+        }
+        if let Some(server) = self.server.take() {
+            // Telemetry streams never end by themselves: give the server a moment, then go on.
+            match tokio::time::timeout(std::time::Duration::from_secs(2), server).await {
+                Ok(Ok(Err(e))) => warn!(error = %e, "gRPC server stopped with an error"),
+                Ok(_) => {}
+                Err(_) => info!("open streams did not close within 2 s; stopping anyway"),
+            }
+        }
+        self.core.shutdown().await;
+        if let Some(j) = self.core_thread.take() {
+            let _ = tokio::task::spawn_blocking(move || j.join()).await;
+        }
+    }
+}
+
+/// Runs until SIGINT or SIGTERM, then stops cleanly.
+pub async fn run_until_signal(cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<(), String> {
+    let running = start(cfg, clock).await?;
+    wait_for_signal().await;
+    info!("signal received: flushing and stopping");
+    running.stop().await;
+    info!("stopped");
+    Ok(())
+}
+
+async fn wait_for_signal() {
+    #[cfg(unix)]
+    {
+        use tokio::signal::unix::{signal, SignalKind};
+        match signal(SignalKind::terminate()) {
+            Ok(mut term) => {
+                tokio::select! {
+                    _ = tokio::signal::ctrl_c() => {}
+                    _ = term.recv() => {}
+                }
+            }
+            Err(_) => {
+                let _ = tokio::signal::ctrl_c().await;
+            }
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        let _ = tokio::signal::ctrl_c().await;
+    }
+}
