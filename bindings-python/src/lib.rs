@@ -1,1 +1,31 @@
-//! rocklet-python (being written)
+//! rocklet-python: the Rocklet engine embedded in Python (`rocklet._rocklet`).
+//!
+//! Thin by design (../shared/STYLE.md §5): `broker.rs` holds the wrapper types and the host
+//! clock driver, `convert.rs` every conversion, `error.rs` the exception hierarchy. Every
+//! decision about messages, transactions and time is the core's.
+
+use pyo3::prelude::*;
+
+mod broker;
+mod convert;
+mod error;
+mod types;
+
+/// The native module: `Broker` and friends, and the exception hierarchy.
+#[pymodule]
+fn _rocklet(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    m.add_class::<broker::PyBroker>()?;
+    m.add_class::<broker::PyTransaction>()?;
+    m.add_class::<broker::PySubscription>()?;
+    m.add_class::<types::PyMessage>()?;
+    m.add_class::<types::PySendResult>()?;
+    m.add_class::<types::PyReceived>()?;
+    m.add_class::<types::PyPullResult>()?;
+    m.add_class::<types::PyTopicInfo>()?;
+    m.add_class::<types::PyQueueInfo>()?;
+    m.add_class::<types::PyPendingTransaction>()?;
+    m.add_class::<types::PyPendingDelay>()?;
+    error::register(m)?;
+    m.add("__version__", env!("CARGO_PKG_VERSION"))?;
+    Ok(())
+}

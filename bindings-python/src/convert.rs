@@ -1,0 +1,266 @@
+//! Every conversion between Python values and core types, in one place.
+
+use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::prelude::*;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
+use rocklet_core::{
+    CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle, Received, Resolution,
+    SendResult, Stats, TagFilter, TopicInfo, TxnId,
+};
+use serde_json::{Map, Number, Value};
+
+use crate::error::{client_error, ConfigError};
+use crate::types::{
+    PyMessage, PyPendingDelay, PyPendingTransaction, PyQueueInfo, PyReceived, PySendResult, PyTopicInfo,
+};
+
+// ---- Python -> core ----------------------------------------------------------------------
+
+/// The broker's `Config` from the keyword arguments of `Broker(...)`: each keyword is a core
+/// `Config` field by its snake_case name; the rest keep the core's defaults.
+pub fn config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
+    let mut map = Map::new();
+    if let Some(kw) = kwargs {
+        for (k, v) in kw.iter() {
+            let key: String = k.extract()?;
+            map.insert(key.clone(), json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?);
+        }
+    }
+    serde_json::from_value(Value::Object(map)).map_err(|e| ConfigError::new_err(format!("invalid config: {e}")))
+}
+
+/// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
+fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
+    if v.is_none() {
+        return Ok(Value::Null);
+    }
+    if let Ok(b) = v.cast::<PyBool>() {
+        return Ok(Value::Bool(b.is_true()));
+    }
+    if v.is_instance_of::<PyInt>() {
+        if let Ok(i) = v.extract::<u64>() {
+            return Ok(Value::Number(i.into()));
+        }
+        return Ok(Value::Number(v.extract::<i64>()?.into()));
+    }
+    if let Ok(f) = v.cast::<PyFloat>() {
+        return Number::from_f64(f.value())
+            .map(Value::Number)
+            .ok_or_else(|| PyValueError::new_err("not a finite number"));
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(Value::String(s.to_str()?.to_owned()));
+    }
+    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
+        return v.try_iter()?.map(|x| json(&x?)).collect::<PyResult<Vec<_>>>().map(Value::Array);
+    }
+    if let Ok(d) = v.cast::<PyDict>() {
+        let mut m = Map::new();
+        for (k, x) in d.iter() {
+            m.insert(k.extract()?, json(&x)?);
+        }
+        return Ok(Value::Object(m));
+    }
+    Err(PyTypeError::new_err(format!("unsupported value of type {}", v.get_type().name()?)))
+}
+
+/// A body: bytes, bytearray, memoryview or str (sent as UTF-8).
+pub fn body(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
+    if let Ok(b) = v.cast::<PyBytes>() {
+        return Ok(b.as_bytes().to_vec());
+    }
+    if let Ok(s) = v.cast::<PyString>() {
+        return Ok(s.to_str()?.as_bytes().to_vec());
+    }
+    if let Ok(b) = v.cast::<PyByteArray>() {
+        return Ok(b.to_vec());
+    }
+    if v.get_type().name()?.to_str()? == "memoryview" {
+        return Ok(v.call_method0("tobytes")?.cast::<PyBytes>()?.as_bytes().to_vec());
+    }
+    Err(PyTypeError::new_err(format!("body must be bytes or str, not {}", v.get_type().name()?)))
+}
+
+/// Keys: one string, or an iterable of strings.
+pub fn keys(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
+    match v {
+        None => Ok(Vec::new()),
+        Some(v) if v.is_none() => Ok(Vec::new()),
+        Some(v) => {
+            if let Ok(s) = v.cast::<PyString>() {
+                return Ok(vec![s.to_str()?.to_owned()]);
+            }
+            v.try_iter()?
+                .map(|k| k?.extract::<String>().map_err(|_| PyTypeError::new_err("keys must be strings")))
+                .collect()
+        }
+    }
+}
+
+/// Properties: a mapping of str to str, in its iteration order.
+pub fn properties(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
+    let Some(v) = v.filter(|v| !v.is_none()) else { return Ok(Vec::new()) };
+    let m = v.cast::<PyMapping>().map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
+    let mut out = Vec::new();
+    for item in m.items()?.iter() {
+        let (k, val): (String, String) =
+            item.extract().map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
+        out.push((k, val));
+    }
+    Ok(out)
+}
+
+/// At most one of the delay arguments.
+pub fn delay(level: Option<u32>, at_ms: Option<u64>, after_ms: Option<u64>) -> PyResult<Option<Delay>> {
+    match (level, at_ms, after_ms) {
+        (None, None, None) => Ok(None),
+        (Some(l), None, None) => Ok(Some(Delay::Level(l))),
+        (None, Some(t), None) => Ok(Some(Delay::At(t))),
+        (None, None, Some(d)) => Ok(Some(Delay::After(d))),
+        _ => Err(PyValueError::new_err("give at most one of delay_level, deliver_at_ms, delay_ms")),
+    }
+}
+
+/// A transaction id from its 16 hex digits.
+pub fn txn_id(py: Python<'_>, s: &str) -> PyResult<TxnId> {
+    s.parse().map_err(|e| client_error(py, &e))
+}
+
+/// A resolution from `"commit"`, `"rollback"` or `"unknown"`.
+pub fn resolution(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
+    let s = v
+        .cast::<PyString>()
+        .map_err(|_| PyTypeError::new_err("a resolution is one of the strings 'commit', 'rollback', 'unknown'"))?;
+    s.to_str()?.parse().map_err(|e| client_error(py, &e))
+}
+
+/// A receipt handle: its string, or the `Received` that carries it.
+pub fn handle(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<ReceiptHandle> {
+    let s: String = if let Ok(r) = v.cast::<PyReceived>() {
+        r.get().handle.clone()
+    } else {
+        v.extract().map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?
+    };
+    s.parse().map_err(|e| client_error(py, &e))
+}
+
+/// A tag expression (`*`, `a || b`).
+pub fn tags(expr: &str) -> TagFilter {
+    TagFilter::parse(expr)
+}
+
+// ---- core -> Python ----------------------------------------------------------------------
+
+/// A message for Python; `check` is set for the message handed to a checker.
+pub fn message(py: Python<'_>, m: Message, check: Option<(TxnId, u32)>) -> PyResult<Py<PyMessage>> {
+    Py::new(
+        py,
+        PyMessage {
+            body: PyBytes::new(py, &m.body).unbind(),
+            topic: m.topic,
+            tag: m.tag,
+            keys: m.keys,
+            properties: m.properties,
+            msg_id: m.msg_id,
+            queue_id: m.queue_id,
+            queue_offset: m.queue_offset,
+            offset: m.offset,
+            born_timestamp: m.born_timestamp,
+            store_timestamp: m.store_timestamp,
+            reconsume_times: m.reconsume_times,
+            transaction_id: check.map(|(t, _)| t.to_string()),
+            check_times: check.map(|(_, c)| c),
+        },
+    )
+}
+
+/// The message of a check, for the checker.
+pub fn check_message(py: Python<'_>, c: CheckRequest) -> PyResult<Py<PyMessage>> {
+    message(py, c.message, Some((c.txn, c.check)))
+}
+
+pub fn messages(py: Python<'_>, ms: Vec<Message>) -> PyResult<Vec<Py<PyMessage>>> {
+    ms.into_iter().map(|m| message(py, m, None)).collect()
+}
+
+pub fn send_result(r: SendResult) -> PySendResult {
+    PySendResult {
+        msg_id: r.msg_id,
+        topic: r.topic,
+        queue_id: r.queue_id,
+        queue_offset: r.queue_offset,
+        offset: r.offset,
+        transaction_id: r.txn.map(|t| t.to_string()),
+    }
+}
+
+pub fn received(py: Python<'_>, r: Received) -> PyResult<Py<PyReceived>> {
+    Py::new(
+        py,
+        PyReceived {
+            message: message(py, r.message, None)?,
+            handle: r.handle.to_string(),
+            attempt: r.attempt,
+            visible_at: r.visible_at,
+        },
+    )
+}
+
+pub fn topic_info(t: TopicInfo) -> PyTopicInfo {
+    PyTopicInfo {
+        name: t.name,
+        queues: t
+            .queues
+            .into_iter()
+            .map(|(queue_id, next_offset, visible)| PyQueueInfo { queue_id, next_offset, visible })
+            .collect(),
+    }
+}
+
+pub fn pending_txn(t: PendingTxnInfo) -> PyPendingTransaction {
+    PyPendingTransaction {
+        transaction_id: t.txn.to_string(),
+        group: t.group,
+        topic: t.topic,
+        queue_id: t.queue_id,
+        checks: t.checks,
+        next_check: t.next_check,
+    }
+}
+
+pub fn pending_delay(d: PendingDelayInfo) -> PyPendingDelay {
+    PyPendingDelay { offset: d.offset, topic: d.topic, queue_id: d.queue_id, due: d.due }
+}
+
+/// The counters as a dict of name to count.
+pub fn stats<'py>(py: Python<'py>, s: Stats) -> PyResult<Bound<'py, PyDict>> {
+    let d = PyDict::new(py);
+    let fields: [(&str, u64); 17] = [
+        ("messages_stored", s.messages_stored),
+        ("halves_stored", s.halves_stored),
+        ("committed", s.committed),
+        ("rolled_back", s.rolled_back),
+        ("unknown_answers", s.unknown_answers),
+        ("checks_sent", s.checks_sent),
+        ("checks_answered", s.checks_answered),
+        ("check_max_reached", s.check_max_reached),
+        ("halves_expired", s.halves_expired),
+        ("delayed_stored", s.delayed_stored),
+        ("delayed_delivered", s.delayed_delivered),
+        ("received", s.received),
+        ("acked", s.acked),
+        ("redelivered", s.redelivered),
+        ("dead_lettered", s.dead_lettered),
+        ("syncs", s.syncs),
+        ("client_errors", s.client_errors),
+    ];
+    for (k, v) in fields {
+        d.set_item(k, v)?;
+    }
+    Ok(d)
+}
+
+/// The resolution's name, as checkers return it.
+pub fn resolution_name(r: Resolution) -> &'static str {
+    r.as_str()
+}

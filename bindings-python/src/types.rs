@@ -1,0 +1,244 @@
+//! The Python-visible value types (mirrors core `types.rs`). Built by `convert.rs`.
+
+use pyo3::prelude::*;
+use pyo3::types::{PyBytes, PyDict};
+
+/// A stored message as consumers (and checkers) see it.
+#[pyclass(frozen, module = "rocklet._rocklet", name = "Message")]
+#[derive(Debug)]
+pub struct PyMessage {
+    /// Topic.
+    #[pyo3(get)]
+    pub topic: String,
+    pub body: Py<PyBytes>,
+    /// RocketMQ tag, if any.
+    #[pyo3(get)]
+    pub tag: Option<String>,
+    /// Business keys.
+    #[pyo3(get)]
+    pub keys: Vec<String>,
+    pub properties: Vec<(String, String)>,
+    /// Message id (the client's UNIQ_KEY, else the offset message id).
+    #[pyo3(get)]
+    pub msg_id: String,
+    /// Queue.
+    #[pyo3(get)]
+    pub queue_id: u32,
+    /// Position in the queue.
+    #[pyo3(get)]
+    pub queue_offset: u64,
+    /// Log offset of the record holding the body.
+    #[pyo3(get)]
+    pub offset: u64,
+    /// Producer's timestamp (ms).
+    #[pyo3(get)]
+    pub born_timestamp: u64,
+    /// When it was stored (ms, broker clock).
+    #[pyo3(get)]
+    pub store_timestamp: u64,
+    /// Times it was sent back for retry.
+    #[pyo3(get)]
+    pub reconsume_times: u32,
+    /// Transaction id: set only on a message handed to a checker.
+    #[pyo3(get)]
+    pub transaction_id: Option<String>,
+    /// Which check this is (from 1): set only on a message handed to a checker.
+    #[pyo3(get)]
+    pub check_times: Option<u32>,
+}
+
+#[pymethods]
+impl PyMessage {
+    /// The body, as bytes.
+    #[getter]
+    fn body(&self, py: Python<'_>) -> Py<PyBytes> {
+        self.body.clone_ref(py)
+    }
+    /// User properties (not TAGS, KEYS or the broker's own).
+    #[getter]
+    fn properties<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
+        let d = PyDict::new(py);
+        for (k, v) in &self.properties {
+            d.set_item(k, v)?;
+        }
+        Ok(d)
+    }
+    /// The body decoded as UTF-8 (errors replaced).
+    fn text(&self, py: Python<'_>) -> String {
+        String::from_utf8_lossy(self.body.as_bytes(py)).into_owned()
+    }
+    fn __repr__(&self, py: Python<'_>) -> String {
+        format!(
+            "Message(topic={:?}, queue_id={}, queue_offset={}, msg_id={:?}, tag={:?}, body={} bytes)",
+            self.topic,
+            self.queue_id,
+            self.queue_offset,
+            self.msg_id,
+            self.tag,
+            self.body.as_bytes(py).len()
+        )
+    }
+}
+
+/// Where a sent (or prepared) message was stored.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "SendResult")]
+#[derive(Debug, Clone)]
+pub struct PySendResult {
+    /// Message id.
+    pub msg_id: String,
+    /// Topic.
+    pub topic: String,
+    /// Queue.
+    pub queue_id: u32,
+    /// Position in the queue (0 for a half message).
+    pub queue_offset: u64,
+    /// Log offset of the record.
+    pub offset: u64,
+    /// Transaction id (16 hex digits) for a prepared message, else None.
+    pub transaction_id: Option<String>,
+}
+
+#[pymethods]
+impl PySendResult {
+    fn __repr__(&self) -> String {
+        format!(
+            "SendResult(msg_id={:?}, topic={:?}, queue_id={}, queue_offset={}, offset={}, transaction_id={:?})",
+            self.msg_id, self.topic, self.queue_id, self.queue_offset, self.offset, self.transaction_id
+        )
+    }
+}
+
+/// A received message with the handle that acks it.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Received")]
+#[derive(Debug)]
+pub struct PyReceived {
+    /// The message.
+    pub message: Py<PyMessage>,
+    /// Receipt handle: pass it to `ack` or `change_invisible`.
+    pub handle: String,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// When it becomes visible again unless acked (ms, broker clock).
+    pub visible_at: u64,
+}
+
+#[pymethods]
+impl PyReceived {
+    fn __repr__(&self) -> String {
+        format!("Received(handle={:?}, attempt={}, visible_at={})", self.handle, self.attempt, self.visible_at)
+    }
+}
+
+/// One page of a queue read by `pull_queue`.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PullResult")]
+#[derive(Debug)]
+pub struct PyPullResult {
+    /// Messages, in queue order.
+    pub messages: Vec<Py<PyMessage>>,
+    /// Offset to read from next.
+    pub next_offset: u64,
+    /// Messages visible in the queue.
+    pub max_offset: u64,
+}
+
+#[pymethods]
+impl PyPullResult {
+    fn __repr__(&self) -> String {
+        format!(
+            "PullResult(messages={}, next_offset={}, max_offset={})",
+            self.messages.len(),
+            self.next_offset,
+            self.max_offset
+        )
+    }
+}
+
+/// One queue of a topic.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "QueueInfo")]
+#[derive(Debug, Clone)]
+pub struct PyQueueInfo {
+    /// Queue id.
+    pub queue_id: u32,
+    /// Next queue offset (messages written).
+    pub next_offset: u64,
+    /// Messages consumers can see (durable ones, under sync flush).
+    pub visible: u64,
+}
+
+#[pymethods]
+impl PyQueueInfo {
+    fn __repr__(&self) -> String {
+        format!("QueueInfo(queue_id={}, next_offset={}, visible={})", self.queue_id, self.next_offset, self.visible)
+    }
+}
+
+/// A topic and its queues.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "TopicInfo")]
+#[derive(Debug)]
+pub struct PyTopicInfo {
+    /// Topic name.
+    pub name: String,
+    /// Its queues.
+    pub queues: Vec<PyQueueInfo>,
+}
+
+#[pymethods]
+impl PyTopicInfo {
+    /// Visible messages over all queues.
+    #[getter]
+    fn depth(&self) -> u64 {
+        self.queues.iter().map(|q| q.visible).sum()
+    }
+    fn __repr__(&self) -> String {
+        format!("TopicInfo(name={:?}, queues={}, depth={})", self.name, self.queues.len(), self.depth())
+    }
+}
+
+/// A transaction waiting for its resolution.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PendingTransaction")]
+#[derive(Debug)]
+pub struct PyPendingTransaction {
+    /// Transaction id (16 hex digits).
+    pub transaction_id: String,
+    /// Producer group (whose checker is asked).
+    pub group: String,
+    /// Topic it will be delivered to.
+    pub topic: String,
+    /// Queue it will be delivered to.
+    pub queue_id: u32,
+    /// Checks made so far.
+    pub checks: u32,
+    /// Time of the next check (ms); None while no checker of the group is registered.
+    pub next_check: Option<u64>,
+}
+
+#[pymethods]
+impl PyPendingTransaction {
+    fn __repr__(&self) -> String {
+        format!(
+            "PendingTransaction(transaction_id={:?}, group={:?}, topic={:?}, checks={}, next_check={:?})",
+            self.transaction_id, self.group, self.topic, self.checks, self.next_check
+        )
+    }
+}
+
+/// A delayed message not yet delivered.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PendingDelay")]
+#[derive(Debug)]
+pub struct PyPendingDelay {
+    /// Log offset of the stored delayed message.
+    pub offset: u64,
+    /// Topic it will be delivered to.
+    pub topic: String,
+    /// Queue it will be delivered to.
+    pub queue_id: u32,
+    /// When it becomes visible (ms).
+    pub due: u64,
+}
+
+#[pymethods]
+impl PyPendingDelay {
+    fn __repr__(&self) -> String {
+        format!("PendingDelay(offset={}, topic={:?}, queue_id={}, due={})", self.offset, self.topic, self.queue_id, self.due)
+    }
+}
