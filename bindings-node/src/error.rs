@@ -1,0 +1,145 @@
+//! Every error a JS caller can see, mapped in one place.
+//!
+//! JS gets instances of a small class hierarchy, all with a stable `code` string:
+//!
+//! ```text
+//! RockletError                 code: INTERNAL (a bug: a caught panic, a failed napi call)
+//! ├── ClientError              code: ClientError::code() of the core (INVALID_TOPIC, …),
+//! │                                  or INVALID_ARGUMENT for a JS value of the wrong shape
+//! ├── ConfigError              code: INVALID_CONFIG, `option` names the camelCase option
+//! ├── StorageError             code: STORAGE, `kind` is the io::ErrorKind
+//! ├── CorruptedError           code: CORRUPTED, `offset` is the log offset
+//! └── StateError               code: BROKER_CLOSED | WRONG_CLOCK
+//! ```
+//!
+//! The classes are created once per JS environment (worker) from the source below and kept
+//! in the environment's instance data; `errorClasses()` hands them to the JS wrapper, which
+//! re-exports them, so `err instanceof ClientError` works across the package.
+
+use std::io;
+
+use napi::bindgen_prelude::*;
+use napi::{Env, JsValue};
+use rocklet_core::{ClientError, ConfigError};
+
+use crate::convert::camel_case;
+
+/// What went wrong, before it becomes a JS error (which needs an `Env`).
+#[derive(Debug)]
+pub(crate) enum Fail {
+    /// A client's mistake, as the core reports it.
+    Client(ClientError),
+    /// A JS value of the wrong type or shape (the binding's own `INVALID_ARGUMENT`).
+    Argument(String),
+    /// A configuration value that cannot work (`option` is the camelCase name).
+    Config { option: String, reason: String },
+    Storage(io::Error),
+    Corrupted { offset: u64, reason: String },
+    /// The broker was closed (or poisoned by a caught panic).
+    Closed(&'static str),
+    /// A manual-clock call on a system-clock broker, or the reverse.
+    WrongClock(&'static str),
+    /// A bug: a caught panic, a failed napi call, an unexpected reply.
+    Internal(String),
+}
+
+pub(crate) type Res<T> = std::result::Result<T, Fail>;
+
+pub(crate) fn arg(msg: impl Into<String>) -> Fail {
+    Fail::Argument(msg.into())
+}
+
+impl From<rocklet_core::Error<io::Error>> for Fail {
+    fn from(e: rocklet_core::Error<io::Error>) -> Self {
+        match e {
+            rocklet_core::Error::Storage(e) => Fail::Storage(e),
+            rocklet_core::Error::Config(ConfigError { field, reason }) => {
+                Fail::Config { option: camel_case(field), reason }
+            }
+            rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
+            // Encode and any variant added later.
+            other => Fail::Internal(other.to_string()),
+        }
+    }
+}
+
+impl From<napi::Error> for Fail {
+    fn from(e: napi::Error) -> Self {
+        Fail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))
+    }
+}
+
+const CLASSES_JS: &str = r#"(() => {
+  class RockletError extends Error {
+    constructor(message, code) {
+      super(message);
+      this.code = code;
+    }
+  }
+  class ClientError extends RockletError {}
+  class ConfigError extends RockletError {}
+  class StorageError extends RockletError {}
+  class CorruptedError extends RockletError {}
+  class StateError extends RockletError {}
+  const all = { RockletError, ClientError, ConfigError, StorageError, CorruptedError, StateError };
+  for (const [name, cls] of Object.entries(all)) {
+    Object.defineProperty(cls.prototype, 'name', { value: name, writable: true, configurable: true });
+  }
+  return all;
+})()"#;
+
+struct Classes(ObjectRef<false>);
+
+/// The error classes of this JS environment, created on first use.
+pub(crate) fn classes(env: &Env) -> napi::Result<Object<'_>> {
+    if let Some(c) = env.get_instance_data::<Classes>()? {
+        return c.0.get_value(env);
+    }
+    let obj: Object<'_> = env.run_script(CLASSES_JS)?;
+    env.set_instance_data(Classes(obj.create_ref()?), (), |_| {})?;
+    Ok(obj)
+}
+
+impl Fail {
+    /// The JS error: class name, code, message and extra properties.
+    fn parts(&self) -> (&'static str, String, String) {
+        match self {
+            Fail::Client(e) => ("ClientError", e.code().into(), e.to_string()),
+            Fail::Argument(m) => ("ClientError", "INVALID_ARGUMENT".into(), format!("invalid argument: {m}")),
+            Fail::Config { option, reason } => {
+                ("ConfigError", "INVALID_CONFIG".into(), format!("invalid option `{option}`: {reason}"))
+            }
+            Fail::Storage(e) => ("StorageError", "STORAGE".into(), format!("storage failed: {e}")),
+            Fail::Corrupted { offset, reason } => {
+                ("CorruptedError", "CORRUPTED".into(), format!("corrupt log at offset {offset}: {reason}"))
+            }
+            Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
+            Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),
+            Fail::Internal(m) => ("RockletError", "INTERNAL".into(), format!("internal error: {m}")),
+        }
+    }
+
+    fn build<'e>(&self, env: &'e Env) -> napi::Result<Unknown<'e>> {
+        let (class, code, message) = self.parts();
+        let classes = classes(env)?;
+        let ctor: Function<'_, FnArgs<(String, String)>, Unknown<'_>> =
+            classes.get(class)?.ok_or_else(|| napi::Error::from_reason("error class missing"))?;
+        let err = ctor.new_instance(FnArgs::from((message, code)))?;
+        let mut obj = Object::from_unknown(err)?;
+        match self {
+            Fail::Config { option, .. } => obj.set("option", option.as_str())?,
+            Fail::Storage(e) => obj.set("kind", format!("{:?}", e.kind()))?,
+            Fail::Corrupted { offset, .. } => obj.set("offset", *offset as f64)?,
+            _ => {}
+        }
+        Ok(obj.to_unknown())
+    }
+
+    /// The error to return from a napi method: it throws the class instance.
+    pub(crate) fn into_js(self, env: &Env) -> napi::Error {
+        match self.build(env) {
+            Ok(v) => napi::Error::from(v),
+            Err(e) => napi::Error::from_reason(format!("{} (and building the error failed: {e})", self.parts().2)),
+        }
+    }
+}
