@@ -6,14 +6,19 @@ use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
-use rocklet_core::{Broker, Config, MemStorage, NewMessage, Reply, Request, Resolution, TagFilter, TxnId};
+use rocklet_core::{
+    Broker, Config, MemStorage, NewMessage, Reply, Request, Resolution, TagFilter, TxnId,
+};
 
 const BODY: usize = 1024;
 /// Messages per broker before a fresh one is opened (bounds the benchmark's memory).
 const CHUNK: u64 = 200_000;
 
 fn cfg() -> Config {
-    Config { segment_size: 256 << 20, ..Config::default() }
+    Config {
+        segment_size: 256 << 20,
+        ..Config::default()
+    }
 }
 
 fn broker() -> Broker<MemStorage> {
@@ -21,7 +26,14 @@ fn broker() -> Broker<MemStorage> {
 }
 
 fn send_one(b: &mut Broker<MemStorage>, body: &[u8]) {
-    let r = b.execute(1, Request::Send { messages: vec![NewMessage::new("BenchTopic", body.to_vec())] }).unwrap();
+    let r = b
+        .execute(
+            1,
+            Request::Send {
+                messages: vec![NewMessage::new("BenchTopic", body.to_vec())],
+            },
+        )
+        .unwrap();
     debug_assert!(matches!(r, Reply::Sent(_)));
     black_box(r);
 }
@@ -32,9 +44,16 @@ fn txn_one(b: &mut Broker<MemStorage>, body: &[u8]) {
         message: NewMessage::new("BenchTopic", body.to_vec()),
         check_immunity_ms: None,
     };
-    let Reply::Sent(r) = b.execute(1, req).unwrap() else { panic!("prepare failed") };
+    let Reply::Sent(r) = b.execute(1, req).unwrap() else {
+        panic!("prepare failed")
+    };
     let txn = r[0].txn.expect("txn");
-    let end = Request::EndTransaction { txn, resolution: Resolution::Commit, group: None, from_check: false };
+    let end = Request::EndTransaction {
+        txn,
+        resolution: Resolution::Commit,
+        group: None,
+        from_check: false,
+    };
     black_box(b.execute(1, end).unwrap());
 }
 
@@ -60,11 +79,23 @@ fn throughput(c: &mut Criterion) {
     let body = vec![7u8; BODY];
     let mut g = c.benchmark_group("core");
     g.throughput(Throughput::Elements(1));
-    g.bench_function("send_1KiB", |bch| bch.iter_custom(|iters| chunked(iters, |b| send_one(b, &body))));
-    g.bench_function("txn_prepare_commit_1KiB", |bch| bch.iter_custom(|iters| chunked(iters, |b| txn_one(b, &body))));
+    g.bench_function("send_1KiB", |bch| {
+        bch.iter_custom(|iters| chunked(iters, |b| send_one(b, &body)))
+    });
+    g.bench_function("txn_prepare_commit_1KiB", |bch| {
+        bch.iter_custom(|iters| chunked(iters, |b| txn_one(b, &body)))
+    });
     g.bench_function("consume_pull32_1KiB", |bch| {
         bch.iter_custom(|iters| {
-            let mut b = Broker::open(Config { default_queues: 1, ..cfg() }, MemStorage::new(), 0).unwrap();
+            let mut b = Broker::open(
+                Config {
+                    default_queues: 1,
+                    ..cfg()
+                },
+                MemStorage::new(),
+                0,
+            )
+            .unwrap();
             let n = iters.min(CHUNK);
             for _ in 0..n {
                 send_one(&mut b, &body);
@@ -85,7 +116,14 @@ fn throughput(c: &mut Criterion) {
                     filter: TagFilter::All,
                     auto_commit: false,
                 };
-                let Reply::Pulled { messages, next_offset, .. } = b.execute(1, req).unwrap() else { panic!() };
+                let Reply::Pulled {
+                    messages,
+                    next_offset,
+                    ..
+                } = b.execute(1, req).unwrap()
+                else {
+                    panic!()
+                };
                 got += messages.len() as u64;
                 offset = next_offset;
                 black_box(messages);
@@ -98,7 +136,15 @@ fn throughput(c: &mut Criterion) {
 
 /// A broker with `pending` unresolved halves (small bodies) of an online group.
 fn with_backlog(pending: u64) -> (Broker<MemStorage>, Vec<TxnId>) {
-    let mut b = Broker::open(Config { segment_size: 1 << 30, ..Config::default() }, MemStorage::new(), 0).unwrap();
+    let mut b = Broker::open(
+        Config {
+            segment_size: 1 << 30,
+            ..Config::default()
+        },
+        MemStorage::new(),
+        0,
+    )
+    .unwrap();
     b.set_producer_online(0, "BenchGroup", true);
     let mut txns = Vec::with_capacity(pending as usize);
     for _ in 0..pending {
@@ -107,7 +153,9 @@ fn with_backlog(pending: u64) -> (Broker<MemStorage>, Vec<TxnId>) {
             message: NewMessage::new("BenchTopic", &b"pending"[..]),
             check_immunity_ms: None,
         };
-        let Reply::Sent(r) = b.execute(0, req).unwrap() else { panic!() };
+        let Reply::Sent(r) = b.execute(0, req).unwrap() else {
+            panic!()
+        };
         txns.push(r[0].txn.unwrap());
     }
     (b, txns)
@@ -121,35 +169,43 @@ fn backlog(c: &mut Criterion) {
     for pending in [0u64, 1_000_000] {
         let (mut b, _) = with_backlog(pending);
         // New transactions resolved while `pending` others wait (deadlines far in the future).
-        g.bench_with_input(BenchmarkId::new("end_transaction", pending), &pending, |bch, _| {
-            bch.iter(|| txn_one(&mut b, &body));
-        });
+        g.bench_with_input(
+            BenchmarkId::new("end_transaction", pending),
+            &pending,
+            |bch, _| {
+                bch.iter(|| txn_one(&mut b, &body));
+            },
+        );
         drop(b);
     }
     for pending in [1_000u64, 1_000_000] {
         // Firing due checks: each iteration checks the next due half.
-        g.bench_with_input(BenchmarkId::new("next_check", pending), &pending, |bch, &pending| {
-            bch.iter_custom(|iters| {
-                let mut total = Duration::ZERO;
-                let mut left = iters;
-                while left > 0 {
-                    let (mut b, _) = with_backlog(pending);
-                    let n = left.min(pending);
-                    // Everything is due at 6 s; fire n checks one at a time by stepping the
-                    // checks' deadlines apart is not possible, so fire all and count n.
-                    let t = Instant::now();
-                    b.handle_timeout(6_000).unwrap();
-                    let mut fired = 0;
-                    while let Some(o) = b.poll_output() {
-                        fired += 1;
-                        black_box(o);
+        g.bench_with_input(
+            BenchmarkId::new("next_check", pending),
+            &pending,
+            |bch, &pending| {
+                bch.iter_custom(|iters| {
+                    let mut total = Duration::ZERO;
+                    let mut left = iters;
+                    while left > 0 {
+                        let (mut b, _) = with_backlog(pending);
+                        let n = left.min(pending);
+                        // Everything is due at 6 s; fire n checks one at a time by stepping the
+                        // checks' deadlines apart is not possible, so fire all and count n.
+                        let t = Instant::now();
+                        b.handle_timeout(6_000).unwrap();
+                        let mut fired = 0;
+                        while let Some(o) = b.poll_output() {
+                            fired += 1;
+                            black_box(o);
+                        }
+                        total += t.elapsed().mul_f64(n as f64 / fired.max(1) as f64);
+                        left -= n;
                     }
-                    total += t.elapsed().mul_f64(n as f64 / fired.max(1) as f64);
-                    left -= n;
-                }
-                total
-            })
-        });
+                    total
+                })
+            },
+        );
     }
     g.finish();
 }

@@ -32,13 +32,22 @@ unsafe impl GlobalAlloc for Counting {
 static A: Counting = Counting;
 
 fn main() {
-    let n: u64 = std::env::args().nth(1).and_then(|s| s.parse().ok()).unwrap_or(1_000_000);
+    let n: u64 = std::env::args()
+        .nth(1)
+        .and_then(|s| s.parse().ok())
+        .unwrap_or(1_000_000);
     let mut b = Broker::open(Config::default(), MemStorage::new(), 0).expect("open");
     let body = vec![1u8; 1024];
     // Warm up the interned group and topic so only per-transaction state is counted.
     let prepare = |b: &mut Broker<MemStorage>| {
-        let req = Request::Prepare { group: "G".into(), message: NewMessage::new("T", body.clone()), check_immunity_ms: None };
-        let Reply::Sent(_) = b.execute(0, req).expect("prepare") else { panic!("prepare refused") };
+        let req = Request::Prepare {
+            group: "G".into(),
+            message: NewMessage::new("T", body.clone()),
+            check_immunity_ms: None,
+        };
+        let Reply::Sent(_) = b.execute(0, req).expect("prepare") else {
+            panic!("prepare refused")
+        };
     };
     prepare(&mut b);
     let before = LIVE.load(Ordering::Relaxed) as i64 - b.storage().capacity_bytes() as i64;

@@ -41,10 +41,24 @@ pub mod prop {
     pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
     pub const WAIT: &str = "WAIT";
     /// Keys the broker writes and strips before consumers see a message.
-    pub const INTERNAL: [&str; 5] = [REAL_TOPIC, REAL_QID, TIMER_OUT_MS, super::BATCH_LEN, "__CRC32#"];
+    pub const INTERNAL: [&str; 5] = [
+        REAL_TOPIC,
+        REAL_QID,
+        TIMER_OUT_MS,
+        super::BATCH_LEN,
+        "__CRC32#",
+    ];
     /// Keys a producer may not set (the broker sets them).
-    pub const RESERVED: [&str; 8] =
-        [REAL_TOPIC, REAL_QID, TIMER_OUT_MS, super::BATCH_LEN, "__CRC32#", TRAN_MSG, PGROUP, UNIQ_KEY];
+    pub const RESERVED: [&str; 8] = [
+        REAL_TOPIC,
+        REAL_QID,
+        TIMER_OUT_MS,
+        super::BATCH_LEN,
+        "__CRC32#",
+        TRAN_MSG,
+        PGROUP,
+        UNIQ_KEY,
+    ];
 }
 
 /// Op record tags (RMQ_SYS_TRANS_OP_HALF_TOPIC). `d` is RocketMQ's REMOVE_TAG.
@@ -59,11 +73,29 @@ mod op {
 #[derive(serde::Serialize, serde::Deserialize)]
 enum StateOp<'a> {
     /// Messages handed out by a receive (or an invisible-time change): invisible until `until`.
-    Ck { group: &'a str, topic: &'a str, queue_id: u32, until: Millis, next: u64, entries: Vec<(u64, u32)> },
+    Ck {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        until: Millis,
+        next: u64,
+        entries: Vec<(u64, u32)>,
+    },
     /// A delivery acked (or forwarded to the DLQ).
-    Ack { group: &'a str, topic: &'a str, queue_id: u32, queue_offset: u64, generation: u64 },
+    Ack {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        queue_offset: u64,
+        generation: u64,
+    },
     /// A committed pull offset.
-    Offset { group: &'a str, topic: &'a str, queue_id: u32, offset: u64 },
+    Offset {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        offset: u64,
+    },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -177,6 +209,9 @@ impl Row for PendingDelay {
     }
 }
 
+/// When a delivery becomes visible again: (until, group, queue, queue offset, generation).
+type PopTimer = (Millis, u16, u32, u64, u64);
+
 /// A half message waiting for its END_TRANSACTION while it is still parked (no producer of
 /// its group is online); its deadline is this value.
 const PARKED: Millis = Millis::MAX - 1;
@@ -286,7 +321,7 @@ pub struct Broker<S: Storage> {
     delays: PendingTable<PendingDelay>,
     offsets: HashMap<(u16, u32), u64>,
     pops: HashMap<(u16, u32), PopQueue>,
-    pop_timers: BinaryHeap<Reverse<(Millis, u16, u32, u64, u64)>>,
+    pop_timers: BinaryHeap<Reverse<PopTimer>>,
     pop_cursor: HashMap<(u16, u32), u32>,
     resolved: heapless::Deque<(u64, bool), 1024>,
     outputs: VecDeque<Output>,
@@ -544,14 +579,23 @@ impl<S: Storage> Broker<S> {
     /// Messages a consumer group has received and not yet acked in a topic.
     #[must_use]
     pub fn inflight_count(&self, group: &str, topic: &str) -> usize {
-        let (Some(&g), Some(&t)) = (self.group_ids.get(group), self.topic_ids.get(topic)) else { return 0 };
-        self.topics[t as usize].queues.iter().filter_map(|q| self.pops.get(&(g, *q))).map(|p| p.inflight.len()).sum()
+        let (Some(&g), Some(&t)) = (self.group_ids.get(group), self.topic_ids.get(topic)) else {
+            return 0;
+        };
+        self.topics[t as usize]
+            .queues
+            .iter()
+            .filter_map(|q| self.pops.get(&(g, *q)))
+            .map(|p| p.inflight.len())
+            .sum()
     }
 
     /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file would hold).
     #[must_use]
     pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Vec<CqUnit> {
-        self.queue_index(topic, queue_id).map(|q| self.queues[q as usize].units.clone()).unwrap_or_default()
+        self.queue_index(topic, queue_id)
+            .map(|q| self.queues[q as usize].units.clone())
+            .unwrap_or_default()
     }
 
     /// Raw records from `offset` on (at most `max`), each as (offset, bytes): for tools that
@@ -563,14 +607,8 @@ impl<S: Storage> Broker<S> {
                 Some(r) => {
                     let len = r.total_size as u64;
                     let mut bytes = Vec::with_capacity(len as usize);
-                    record::encode(
-                        &mut bytes,
-                        &r.header,
-                        r.body,
-                        r.topic,
-                        r.properties,
-                    )
-                    .map_err(Error::Encode)?;
+                    record::encode(&mut bytes, &r.header, r.body, r.topic, r.properties)
+                        .map_err(Error::Encode)?;
                     out.push((offset, bytes));
                     offset += len;
                 }
@@ -607,7 +645,9 @@ impl<S: Storage> Broker<S> {
     pub fn create_topic(&mut self, name: &str, queues: u32) -> Result<(), ClientError> {
         topic::validate_user_topic(name)?;
         if queues == 0 || queues > MAX_QUEUES {
-            return Err(ClientError::InvalidArgument(format!("{queues} queues is not within 1..=1024")));
+            return Err(ClientError::InvalidArgument(format!(
+                "{queues} queues is not within 1..=1024"
+            )));
         }
         self.topic(name, queues);
         Ok(())
@@ -704,7 +744,10 @@ impl<S: Storage> Broker<S> {
         let q = self.notify.pop()?;
         let queue = &mut self.queues[q as usize];
         queue.notify = false;
-        Some(Output::Available { topic: self.topics[queue.topic as usize].name.clone(), queue_id: queue.queue_id })
+        Some(Output::Available {
+            topic: self.topics[queue.topic as usize].name.clone(),
+            queue_id: queue.queue_id,
+        })
     }
 
     /// A fresh id for [`Broker::handle`] (hosts may use their own).
@@ -723,27 +766,52 @@ impl<S: Storage> Broker<S> {
         self.handle_timeout(now)?;
         let result = match request {
             Request::Send { messages } => self.send(messages),
-            Request::Prepare { group, message, check_immunity_ms } => {
-                self.prepare(&group, message, check_immunity_ms)
-            }
-            Request::EndTransaction { txn, resolution, group, from_check } => {
-                self.end_transaction(txn, resolution, group.as_deref(), from_check)
-            }
-            Request::Pull { group, topic, queue_id, offset, max, filter, auto_commit } => {
-                self.pull(&group, &topic, queue_id, offset, max, &filter, auto_commit)
-            }
-            Request::CommitOffset { group, topic, queue_id, offset } => {
-                self.commit_offset(&group, &topic, queue_id, offset)
-            }
-            Request::Receive { group, topic, queue_id, max, invisible_ms, filter } => {
-                self.receive(&group, &topic, queue_id, max, invisible_ms, &filter)
-            }
+            Request::Prepare {
+                group,
+                message,
+                check_immunity_ms,
+            } => self.prepare(&group, message, check_immunity_ms),
+            Request::EndTransaction {
+                txn,
+                resolution,
+                group,
+                from_check,
+            } => self.end_transaction(txn, resolution, group.as_deref(), from_check),
+            Request::Pull {
+                group,
+                topic,
+                queue_id,
+                offset,
+                max,
+                filter,
+                auto_commit,
+            } => self.pull(&group, &topic, queue_id, offset, max, &filter, auto_commit),
+            Request::CommitOffset {
+                group,
+                topic,
+                queue_id,
+                offset,
+            } => self.commit_offset(&group, &topic, queue_id, offset),
+            Request::Receive {
+                group,
+                topic,
+                queue_id,
+                max,
+                invisible_ms,
+                filter,
+            } => self.receive(&group, &topic, queue_id, max, invisible_ms, &filter),
             Request::Ack { group, handle } => self.ack(&group, &handle),
-            Request::ChangeInvisible { group, handle, invisible_ms } => {
-                self.change_invisible(&group, &handle, invisible_ms)
-            }
+            Request::ChangeInvisible {
+                group,
+                handle,
+                invisible_ms,
+            } => self.change_invisible(&group, &handle, invisible_ms),
             Request::ForwardToDeadLetter { group, handle } => self.forward_to_dlq(&group, &handle),
-            Request::SendBack { group, offset, delay_level } => self.send_back(&group, offset, delay_level),
+            Request::SendBack {
+                group,
+                offset,
+                delay_level,
+            } => self.send_back(&group, offset, delay_level),
         };
         Ok(match result? {
             Ok(reply) => reply,
@@ -779,16 +847,24 @@ impl<S: Storage> Broker<S> {
             }
             // RocketMQ's Message.isWaitStoreMsgOK: absent means true, else Boolean.parseBoolean.
             let wait = |m: &NewMessage| {
-                m.properties.iter().find(|(k, _)| k == prop::WAIT).is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
+                m.properties
+                    .iter()
+                    .find(|(k, _)| k == prop::WAIT)
+                    .is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
             };
             if messages.iter().any(|m| wait(m) != wait(first)) {
-                return Ok(Err(ClientError::MixedBatch("the WAIT (wait-store) flag differs".into())));
+                return Ok(Err(ClientError::MixedBatch(
+                    "the WAIT (wait-store) flag differs".into(),
+                )));
             }
             if topic::is_retry(&first.topic) {
                 return Ok(Err(ClientError::BatchToRetryTopic));
             }
             if total > self.cfg.max_batch_size as usize {
-                return Ok(Err(ClientError::BatchTooLarge { size: total, max: self.cfg.max_batch_size }));
+                return Ok(Err(ClientError::BatchTooLarge {
+                    size: total,
+                    max: self.cfg.max_batch_size,
+                }));
             }
         }
         // Everything is valid: create the topic and pick queues.
@@ -813,7 +889,11 @@ impl<S: Storage> Broker<S> {
             let (topic, qid) = match plan.delay_due {
                 Some(due) => {
                     record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
-                    record::push_prop(&mut plan.props, prop::REAL_QID, itoa(u64::from(queue_id)).as_str());
+                    record::push_prop(
+                        &mut plan.props,
+                        prop::REAL_QID,
+                        itoa(u64::from(queue_id)).as_str(),
+                    );
                     record::push_prop(&mut plan.props, prop::TIMER_OUT_MS, itoa(due).as_str());
                     match plan.level {
                         Some(l) => (topic::SCHEDULE, l - 1),
@@ -844,9 +924,16 @@ impl<S: Storage> Broker<S> {
             .zip(&specs)
             .zip(&messages)
             .map(|(((off, qoff), spec), m)| {
-                let real_qid = if spec.topic == m.topic.as_str() { spec.queue_id } else { prop_u32(&spec.props, prop::REAL_QID) };
+                let real_qid = if spec.topic == m.topic.as_str() {
+                    spec.queue_id
+                } else {
+                    prop_u32(&spec.props, prop::REAL_QID)
+                };
                 SendResult {
-                    msg_id: m.message_id.clone().unwrap_or_else(|| self.offset_msg_id(off)),
+                    msg_id: m
+                        .message_id
+                        .clone()
+                        .unwrap_or_else(|| self.offset_msg_id(off)),
                     topic: m.topic.clone(),
                     queue_id: real_qid,
                     queue_offset: qoff,
@@ -858,7 +945,12 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(Reply::Sent(results)))
     }
 
-    fn prepare(&mut self, group: &str, m: NewMessage, immunity: Option<Millis>) -> Res<Result<Reply, ClientError>, S> {
+    fn prepare(
+        &mut self,
+        group: &str,
+        m: NewMessage,
+        immunity: Option<Millis>,
+    ) -> Res<Result<Reply, ClientError>, S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
@@ -869,10 +961,7 @@ impl<S: Storage> Broker<S> {
         if plan.delay_due.is_some() {
             return Ok(Err(ClientError::DelayOnTransaction));
         }
-        let immunity_s = match immunity {
-            Some(ms) => Some(ms.div_ceil(1000)),
-            None => None,
-        };
+        let immunity_s = immunity.map(|ms| ms.div_ceil(1000));
         let t = self.topic(&m.topic, self.cfg.default_queues);
         let queue_id = match self.pick_queue(t, &m) {
             Ok(q) => q,
@@ -881,9 +970,17 @@ impl<S: Storage> Broker<S> {
         record::push_prop(&mut plan.props, prop::TRAN_MSG, "true");
         record::push_prop(&mut plan.props, prop::PGROUP, group);
         record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
-        record::push_prop(&mut plan.props, prop::REAL_QID, itoa(u64::from(queue_id)).as_str());
+        record::push_prop(
+            &mut plan.props,
+            prop::REAL_QID,
+            itoa(u64::from(queue_id)).as_str(),
+        );
         if let Some(s) = immunity_s {
-            record::push_prop(&mut plan.props, prop::CHECK_IMMUNITY_TIME_IN_SECONDS, itoa(s).as_str());
+            record::push_prop(
+                &mut plan.props,
+                prop::CHECK_IMMUNITY_TIME_IN_SECONDS,
+                itoa(s).as_str(),
+            );
         }
         let spec = Spec {
             topic: topic::HALF,
@@ -899,7 +996,10 @@ impl<S: Storage> Broker<S> {
         };
         let (off, _) = self.write(core::slice::from_ref(&spec))?[0];
         Ok(Ok(Reply::Sent(alloc::vec![SendResult {
-            msg_id: m.message_id.clone().unwrap_or_else(|| self.offset_msg_id(off)),
+            msg_id: m
+                .message_id
+                .clone()
+                .unwrap_or_else(|| self.offset_msg_id(off)),
             topic: m.topic.clone(),
             queue_id,
             queue_offset: 0,
@@ -917,24 +1017,39 @@ impl<S: Storage> Broker<S> {
     ) -> Res<Result<Reply, ClientError>, S> {
         let Some(row) = self.txns.get(txn.0).copied() else {
             // Not pending: resolved before, or never a transaction.
-            let earlier = self.resolved.iter().rev().find(|(o, _)| *o == txn.0).map(|&(_, c)| c);
+            let earlier = self
+                .resolved
+                .iter()
+                .rev()
+                .find(|(o, _)| *o == txn.0)
+                .map(|&(_, c)| c);
             let earlier = match earlier {
                 Some(true) => Some(Resolution::Commit),
                 Some(false) => Some(Resolution::Rollback),
                 None => None,
             };
-            if earlier.is_some() && (earlier == Some(resolution) || resolution == Resolution::Unknown) {
-                return Ok(Ok(Reply::Ended { txn, resolution: earlier.expect("some"), duplicate: true }));
-            }
-            if earlier.is_some() {
-                return Ok(Err(ClientError::TransactionAlreadyResolved { txn, resolution: earlier }));
+            if let Some(was) = earlier {
+                if was == resolution || resolution == Resolution::Unknown {
+                    return Ok(Ok(Reply::Ended {
+                        txn,
+                        resolution: was,
+                        duplicate: true,
+                    }));
+                }
+                return Ok(Err(ClientError::TransactionAlreadyResolved {
+                    txn,
+                    resolution: earlier,
+                }));
             }
             let was_half = match self.log.read_any(txn.0).map_err(Error::Storage)? {
                 Some(r) => r.topic == topic::HALF,
                 None => false,
             };
             return Ok(Err(if was_half {
-                ClientError::TransactionAlreadyResolved { txn, resolution: None }
+                ClientError::TransactionAlreadyResolved {
+                    txn,
+                    resolution: None,
+                }
             } else {
                 ClientError::UnknownTransaction(txn)
             }));
@@ -942,7 +1057,11 @@ impl<S: Storage> Broker<S> {
         if let Some(g) = group {
             let expected = &self.groups[row.group as usize].name;
             if !g.is_empty() && g != expected {
-                return Ok(Err(ClientError::WrongProducerGroup { txn, expected: expected.clone(), got: g.into() }));
+                return Ok(Err(ClientError::WrongProducerGroup {
+                    txn,
+                    expected: expected.clone(),
+                    got: g.into(),
+                }));
             }
         }
         if from_check {
@@ -951,20 +1070,32 @@ impl<S: Storage> Broker<S> {
         let flag = match resolution {
             Resolution::Unknown => {
                 self.stats.unknown_answers += 1;
-                return Ok(Ok(Reply::Ended { txn, resolution, duplicate: false }));
+                return Ok(Ok(Reply::Ended {
+                    txn,
+                    resolution,
+                    duplicate: false,
+                }));
             }
             Resolution::Commit => sys_flag::TRANSACTION_COMMIT_TYPE,
             Resolution::Rollback => sys_flag::TRANSACTION_ROLLBACK_TYPE,
         };
         self.write_op(txn.0, op::RESOLVED, flag, None)?;
-        Ok(Ok(Reply::Ended { txn, resolution, duplicate: false }))
+        Ok(Ok(Reply::Ended {
+            txn,
+            resolution,
+            duplicate: false,
+        }))
     }
 
     fn write_op(&mut self, half: u64, tag: &str, flag: u32, checks: Option<u16>) -> Res<u64, S> {
         let mut props = Vec::with_capacity(40);
         record::push_prop(&mut props, prop::TAGS, tag);
         if let Some(c) = checks {
-            record::push_prop(&mut props, prop::TRANSACTION_CHECK_TIMES, itoa(u64::from(c)).as_str());
+            record::push_prop(
+                &mut props,
+                prop::TRANSACTION_CHECK_TIMES,
+                itoa(u64::from(c)).as_str(),
+            );
         }
         let body = itoa(half);
         let mut spec = Spec::internal(topic::OP, body.as_str().as_bytes(), props, self.now);
@@ -989,7 +1120,13 @@ impl<S: Storage> Broker<S> {
         }
         let q = match self.readable_queue(topic_name, queue_id) {
             Ok(Some(q)) => q,
-            Ok(None) => return Ok(Ok(Reply::Pulled { messages: Vec::new(), next_offset: 0, max_offset: 0 })),
+            Ok(None) => {
+                return Ok(Ok(Reply::Pulled {
+                    messages: Vec::new(),
+                    next_offset: 0,
+                    max_offset: 0,
+                }))
+            }
             Err(e) => return Ok(Err(e)),
         };
         let g = self.group(group);
@@ -1012,12 +1149,27 @@ impl<S: Storage> Broker<S> {
             }
         }
         if auto_commit && at != start {
-            self.write_state(&StateOp::Offset { group, topic: topic_name, queue_id, offset: at })?;
+            self.write_state(&StateOp::Offset {
+                group,
+                topic: topic_name,
+                queue_id,
+                offset: at,
+            })?;
         }
-        Ok(Ok(Reply::Pulled { messages, next_offset: at, max_offset: visible }))
+        Ok(Ok(Reply::Pulled {
+            messages,
+            next_offset: at,
+            max_offset: visible,
+        }))
     }
 
-    fn commit_offset(&mut self, group: &str, topic_name: &str, queue_id: u32, offset: u64) -> Res<Result<Reply, ClientError>, S> {
+    fn commit_offset(
+        &mut self,
+        group: &str,
+        topic_name: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Res<Result<Reply, ClientError>, S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
@@ -1025,7 +1177,12 @@ impl<S: Storage> Broker<S> {
             Ok(_) => {}
             Err(e) => return Ok(Err(e)),
         }
-        self.write_state(&StateOp::Offset { group, topic: topic_name, queue_id, offset })?;
+        self.write_state(&StateOp::Offset {
+            group,
+            topic: topic_name,
+            queue_id,
+            offset,
+        })?;
         Ok(Ok(Reply::OffsetCommitted))
     }
 
@@ -1068,7 +1225,9 @@ impl<S: Storage> Broker<S> {
         let until = self.now + invisible_ms;
         let mut out = Vec::new();
         let n = queues.len().max(1) as u32;
-        let cursor = queues.first().map_or(0, |q| *self.pop_cursor.get(&(g, *q)).unwrap_or(&0));
+        let cursor = queues
+            .first()
+            .map_or(0, |q| *self.pop_cursor.get(&(g, *q)).unwrap_or(&0));
         for i in 0..queues.len() {
             if out.len() >= max {
                 break;
@@ -1121,7 +1280,12 @@ impl<S: Storage> Broker<S> {
                 self.stats.received += 1;
                 out.push(Received {
                     message,
-                    handle: ReceiptHandle { topic: topic_name.into(), queue_id: qid, queue_offset: qoff, generation },
+                    handle: ReceiptHandle {
+                        topic: topic_name.into(),
+                        queue_id: qid,
+                        queue_offset: qoff,
+                        generation,
+                    },
                     attempt,
                     visible_at: until,
                 });
@@ -1133,10 +1297,19 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(Reply::Received(out)))
     }
 
-    fn find_inflight(&self, group: &str, h: &ReceiptHandle) -> Result<(u16, u32, Inflight), ClientError> {
+    fn find_inflight(
+        &self,
+        group: &str,
+        h: &ReceiptHandle,
+    ) -> Result<(u16, u32, Inflight), ClientError> {
         let bad = |why: &str| ClientError::InvalidReceiptHandle(format!("{h}: {why}"));
-        let g = *self.group_ids.get(group).ok_or_else(|| bad("the group has received nothing"))?;
-        let q = self.queue_index(&h.topic, h.queue_id).ok_or_else(|| bad("no such topic or queue"))?;
+        let g = *self
+            .group_ids
+            .get(group)
+            .ok_or_else(|| bad("the group has received nothing"))?;
+        let q = self
+            .queue_index(&h.topic, h.queue_id)
+            .ok_or_else(|| bad("no such topic or queue"))?;
         let inflight = self
             .pops
             .get(&(g, q))
@@ -1164,7 +1337,12 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(Reply::Acked))
     }
 
-    fn change_invisible(&mut self, group: &str, h: &ReceiptHandle, ms: Millis) -> Res<Result<Reply, ClientError>, S> {
+    fn change_invisible(
+        &mut self,
+        group: &str,
+        h: &ReceiptHandle,
+        ms: Millis,
+    ) -> Res<Result<Reply, ClientError>, S> {
         if ms > self.cfg.max_invisible_ms {
             return Ok(Err(ClientError::InvalidArgument(format!(
                 "invisible duration {ms} ms is above the maximum of {} ms",
@@ -1185,10 +1363,20 @@ impl<S: Storage> Broker<S> {
             next,
             entries: alloc::vec![(h.queue_offset, inflight.attempt)],
         })?;
-        Ok(Ok(Reply::InvisibleChanged { handle: ReceiptHandle { generation, ..h.clone() }, visible_at: until }))
+        Ok(Ok(Reply::InvisibleChanged {
+            handle: ReceiptHandle {
+                generation,
+                ..h.clone()
+            },
+            visible_at: until,
+        }))
     }
 
-    fn forward_to_dlq(&mut self, group: &str, h: &ReceiptHandle) -> Res<Result<Reply, ClientError>, S> {
+    fn forward_to_dlq(
+        &mut self,
+        group: &str,
+        h: &ReceiptHandle,
+    ) -> Res<Result<Reply, ClientError>, S> {
         let (g, q, inflight) = match self.find_inflight(group, h) {
             Ok(x) => x,
             Err(e) => return Ok(Err(e)),
@@ -1197,16 +1385,25 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(Reply::Forwarded))
     }
 
-    fn send_back(&mut self, group: &str, offset: u64, level: Option<u32>) -> Res<Result<Reply, ClientError>, S> {
+    fn send_back(
+        &mut self,
+        group: &str,
+        offset: u64,
+        level: Option<u32>,
+    ) -> Res<Result<Reply, ClientError>, S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
         let Some(r) = self.log.read_any(offset).map_err(Error::Storage)? else {
-            return Ok(Err(ClientError::InvalidArgument(format!("no message at offset {offset}"))));
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "no message at offset {offset}"
+            ))));
         };
         let topic_name: String = r.prop(prop::REAL_TOPIC).unwrap_or(r.topic).into();
         if !topic::classify(&topic_name).is_readable() {
-            return Ok(Err(ClientError::InvalidArgument(format!("no message at offset {offset}"))));
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "no message at offset {offset}"
+            ))));
         }
         let reconsume = r.header.reconsume_times + 1;
         let body = r.body.to_vec();
@@ -1233,7 +1430,11 @@ impl<S: Storage> Broker<S> {
         record::push_prop(&mut props, prop::ORIGIN_MESSAGE_ID, &origin);
         let level = level.unwrap_or(3 + reconsume - 1);
         let dead = reconsume > self.cfg.max_delivery_attempts;
-        let mut dest = if dead { topic::dlq(group) } else { topic::retry(group) };
+        let mut dest = if dead {
+            topic::dlq(group)
+        } else {
+            topic::retry(group)
+        };
         let t = self.topic(&dest, 1);
         dest = self.topics[t as usize].name.clone();
         let (stored_topic, qid) = if dead {
@@ -1270,12 +1471,24 @@ impl<S: Storage> Broker<S> {
 
     fn check(&mut self, row: PendingTxn) -> Res<(), S> {
         let now = self.now;
-        let Some(r) = self.log.read(row.offset, row.size as usize).map_err(Error::Storage)? else {
-            return Err(Error::Corrupted { offset: row.offset, reason: "half message unreadable".into() });
+        let Some(r) = self
+            .log
+            .read(row.offset, row.size as usize)
+            .map_err(Error::Storage)?
+        else {
+            return Err(Error::Corrupted {
+                offset: row.offset,
+                reason: "half message unreadable".into(),
+            });
         };
         let stored = r.header.store_timestamp;
         if stored.saturating_add(self.cfg.half_reserve_ms) <= now {
-            self.write_op(row.offset, op::EXPIRED, sys_flag::TRANSACTION_ROLLBACK_TYPE, None)?;
+            self.write_op(
+                row.offset,
+                op::EXPIRED,
+                sys_flag::TRANSACTION_ROLLBACK_TYPE,
+                None,
+            )?;
             return Ok(());
         }
         if u32::from(row.checks) >= self.cfg.transaction_check_max {
@@ -1290,9 +1503,20 @@ impl<S: Storage> Broker<S> {
         }
         let check = u32::from(row.checks) + 1;
         self.write_op(row.offset, op::CHECKED, 0, Some(row.checks + 1))?;
-        let Some(message) = self.read_message(row.queue, 0, CqUnit { offset: row.offset, size: row.size, tag_hash: 0 })?
+        let Some(message) = self.read_message(
+            row.queue,
+            0,
+            CqUnit {
+                offset: row.offset,
+                size: row.size,
+                tag_hash: 0,
+            },
+        )?
         else {
-            return Err(Error::Corrupted { offset: row.offset, reason: "half message unreadable".into() });
+            return Err(Error::Corrupted {
+                offset: row.offset,
+                reason: "half message unreadable".into(),
+            });
         };
         self.stats.checks_sent += 1;
         self.outputs.push_back(Output::Check(CheckRequest {
@@ -1306,14 +1530,24 @@ impl<S: Storage> Broker<S> {
 
     fn deliver(&mut self, row: PendingDelay) -> Res<(), S> {
         let body = itoa(row.offset);
-        let mut spec = Spec::internal(topic::DELAY_OP, body.as_str().as_bytes(), Vec::new(), self.now);
+        let mut spec = Spec::internal(
+            topic::DELAY_OP,
+            body.as_str().as_bytes(),
+            Vec::new(),
+            self.now,
+        );
         spec.prepared_offset = row.offset;
         self.write(core::slice::from_ref(&spec))?;
         Ok(())
     }
 
     fn expire_inflight(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
-        let Some(inflight) = self.pops.get(&(g, q)).and_then(|p| p.inflight.get(&qoff)).copied() else {
+        let Some(inflight) = self
+            .pops
+            .get(&(g, q))
+            .and_then(|p| p.inflight.get(&qoff))
+            .copied()
+        else {
             return Ok(());
         };
         if inflight.generation != gen {
@@ -1334,14 +1568,27 @@ impl<S: Storage> Broker<S> {
     fn dead_letter(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
         let unit = self.queues[q as usize].units[qoff as usize];
         let group = self.groups[g as usize].name.clone();
-        let topic_name = self.topics[self.queues[q as usize].topic as usize].name.clone();
+        let topic_name = self.topics[self.queues[q as usize].topic as usize]
+            .name
+            .clone();
         let queue_id = self.queues[q as usize].queue_id;
-        let Some(r) = self.log.read(unit.offset, unit.size as usize).map_err(Error::Storage)? else {
-            return Err(Error::Corrupted { offset: unit.offset, reason: "message unreadable".into() });
+        let Some(r) = self
+            .log
+            .read(unit.offset, unit.size as usize)
+            .map_err(Error::Storage)?
+        else {
+            return Err(Error::Corrupted {
+                offset: unit.offset,
+                reason: "message unreadable".into(),
+            });
         };
         let body = r.body.to_vec();
-        let (flag, born, born_host, reconsume) =
-            (r.header.flag, r.header.born_timestamp, r.header.born_host, r.header.reconsume_times);
+        let (flag, born, born_host, reconsume) = (
+            r.header.flag,
+            r.header.born_timestamp,
+            r.header.born_host,
+            r.header.reconsume_times,
+        );
         let mut props = Vec::new();
         let mut origin = None;
         for (k, v) in r.props() {
@@ -1381,7 +1628,11 @@ impl<S: Storage> Broker<S> {
 
     fn write_state(&mut self, op: &StateOp<'_>) -> Res<u64, S> {
         let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
-        let topic = if matches!(op, StateOp::Offset { .. }) { topic::OFFSETS } else { topic::REVIVE };
+        let topic = if matches!(op, StateOp::Offset { .. }) {
+            topic::OFFSETS
+        } else {
+            topic::REVIVE
+        };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
         Ok(self.write(core::slice::from_ref(&spec))?[0].0)
     }
@@ -1393,7 +1644,11 @@ impl<S: Storage> Broker<S> {
         let lens: Vec<usize> = specs
             .iter()
             .map(|s| {
-                let h = Header { born_host: s.born_host, store_host, ..Header::default() };
+                let h = Header {
+                    born_host: s.born_host,
+                    store_host,
+                    ..Header::default()
+                };
                 record::encoded_len(&h, s.body.len(), s.topic.len(), s.props.len())
             })
             .collect();
@@ -1406,7 +1661,10 @@ impl<S: Storage> Broker<S> {
         for (i, s) in specs.iter().enumerate() {
             let t = self.topic(s.topic, s.queue_id + 1);
             let q = self.queue_of(t, s.queue_id);
-            let earlier = specs[..i].iter().filter(|o| o.topic == s.topic && o.queue_id == s.queue_id).count() as u64;
+            let earlier = specs[..i]
+                .iter()
+                .filter(|o| o.topic == s.topic && o.queue_id == s.queue_id)
+                .count() as u64;
             let queue_offset = self.queues[q as usize].next + earlier;
             let header = Header {
                 queue_id: s.queue_id,
@@ -1421,7 +1679,8 @@ impl<S: Storage> Broker<S> {
                 reconsume_times: s.reconsume_times,
                 prepared_offset: s.prepared_offset,
             };
-            let n = record::encode(&mut buf, &header, s.body, s.topic, &s.props).map_err(Error::Encode)?;
+            let n = record::encode(&mut buf, &header, s.body, s.topic, &s.props)
+                .map_err(Error::Encode)?;
             placed.push((phys, queue_offset));
             phys += n as u64;
         }
@@ -1455,7 +1714,14 @@ impl<S: Storage> Broker<S> {
             TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax => {
                 let t = self.topic(r.topic, r.header.queue_id + 1);
                 let q = self.queue_of(t, r.header.queue_id);
-                self.push_unit(q, CqUnit { offset: off, size: r.total_size, tag_hash: tag_hash(r.prop(prop::TAGS)) });
+                self.push_unit(
+                    q,
+                    CqUnit {
+                        offset: off,
+                        size: r.total_size,
+                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                    },
+                );
                 self.stats.messages_stored += 1;
                 if topic::classify(r.topic) == TopicKind::DeadLetter {
                     self.trace(TraceKind::DeadLettered, off, r.topic, String::new());
@@ -1492,15 +1758,25 @@ impl<S: Storage> Broker<S> {
                 let tag = r.prop(prop::TAGS).unwrap_or("");
                 match tag {
                     op::RESOLVED => {
-                        let Some(row) = self.txns.remove(half) else { return };
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
                         self.forget_parked(row);
-                        let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK == sys_flag::TRANSACTION_COMMIT_TYPE;
+                        let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
+                            == sys_flag::TRANSACTION_COMMIT_TYPE;
                         if self.resolved.is_full() {
                             self.resolved.pop_front();
                         }
                         let _ = self.resolved.push_back((half, commit));
                         if commit {
-                            self.push_unit(row.queue, CqUnit { offset: half, size: row.size, tag_hash: row.tag_hash });
+                            self.push_unit(
+                                row.queue,
+                                CqUnit {
+                                    offset: half,
+                                    size: row.size,
+                                    tag_hash: row.tag_hash,
+                                },
+                            );
                             self.stats.committed += 1;
                             self.trace_txn(TraceKind::Committed, half, row.queue, String::new());
                         } else {
@@ -1509,27 +1785,45 @@ impl<S: Storage> Broker<S> {
                         }
                     }
                     op::CHECKED => {
-                        let checks = r.prop(prop::TRANSACTION_CHECK_TIMES).and_then(|c| c.parse::<u16>().ok());
+                        let checks = r
+                            .prop(prop::TRANSACTION_CHECK_TIMES)
+                            .and_then(|c| c.parse::<u16>().ok());
                         let interval = self.cfg.transaction_check_interval_ms;
                         let updated = self.txns.update(half, |t| {
                             t.checks = checks.unwrap_or(t.checks.saturating_add(1));
                             t.deadline = now.saturating_add(interval);
                         });
                         if let Some(row) = updated {
-                            self.trace_txn(TraceKind::CheckSent, half, row.queue, format!("check {}", row.checks));
+                            self.trace_txn(
+                                TraceKind::CheckSent,
+                                half,
+                                row.queue,
+                                format!("check {}", row.checks),
+                            );
                         }
                     }
                     op::CHECK_MAX => {
-                        let Some(row) = self.txns.remove(half) else { return };
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
                         self.forget_parked(row);
                         let t = self.topic(topic::CHECK_MAX, 1);
                         let q = self.queue_of(t, 0);
-                        self.push_unit(q, CqUnit { offset: half, size: row.size, tag_hash: row.tag_hash });
+                        self.push_unit(
+                            q,
+                            CqUnit {
+                                offset: half,
+                                size: row.size,
+                                tag_hash: row.tag_hash,
+                            },
+                        );
                         self.stats.check_max_reached += 1;
                         self.trace_txn(TraceKind::CheckMaxReached, half, row.queue, String::new());
                     }
                     op::EXPIRED => {
-                        let Some(row) = self.txns.remove(half) else { return };
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
                         self.forget_parked(row);
                         self.stats.halves_expired += 1;
                         self.trace_txn(TraceKind::HalfExpired, half, row.queue, String::new());
@@ -1540,7 +1834,10 @@ impl<S: Storage> Broker<S> {
             TopicKind::Schedule => {
                 self.bump(r.topic, r.header.queue_id);
                 let Some(q) = self.real_queue(r) else { return };
-                let due = r.prop(prop::TIMER_OUT_MS).and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
+                let due = r
+                    .prop(prop::TIMER_OUT_MS)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(now);
                 if self.delays.get(off).is_none() {
                     self.delays.insert(PendingDelay {
                         offset: off,
@@ -1555,8 +1852,17 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::DelayOp => {
                 self.bump(r.topic, r.header.queue_id);
-                let Some(row) = self.delays.remove(r.header.prepared_offset) else { return };
-                self.push_unit(row.queue, CqUnit { offset: row.offset, size: row.size, tag_hash: row.tag_hash });
+                let Some(row) = self.delays.remove(r.header.prepared_offset) else {
+                    return;
+                };
+                self.push_unit(
+                    row.queue,
+                    CqUnit {
+                        offset: row.offset,
+                        size: row.size,
+                        tag_hash: row.tag_hash,
+                    },
+                );
                 self.stats.delayed_delivered += 1;
                 self.trace_txn(TraceKind::Delivered, row.offset, row.queue, String::new());
             }
@@ -1571,14 +1877,31 @@ impl<S: Storage> Broker<S> {
 
     fn apply_state(&mut self, off: u64, now: Millis, op: StateOp<'_>) {
         match op {
-            StateOp::Offset { group, topic: t, queue_id, offset } => {
+            StateOp::Offset {
+                group,
+                topic: t,
+                queue_id,
+                offset,
+            } => {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
                 self.offsets.insert((g, q), offset);
-                self.trace_txn(TraceKind::OffsetCommitted, off, q, format!("{group} -> {offset}"));
+                self.trace_txn(
+                    TraceKind::OffsetCommitted,
+                    off,
+                    q,
+                    format!("{group} -> {offset}"),
+                );
             }
-            StateOp::Ck { group, topic: t, queue_id, until, next, entries } => {
+            StateOp::Ck {
+                group,
+                topic: t,
+                queue_id,
+                until,
+                next,
+                entries,
+            } => {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
@@ -1586,26 +1909,57 @@ impl<S: Storage> Broker<S> {
                 pq.next = pq.next.max(next);
                 for &(qoff, attempt) in &entries {
                     pq.ready.remove(&qoff);
-                    pq.inflight.insert(qoff, Inflight { attempt, generation: off });
+                    pq.inflight.insert(
+                        qoff,
+                        Inflight {
+                            attempt,
+                            generation: off,
+                        },
+                    );
                     self.pop_timers.push(Reverse((until, g, q, qoff, off)));
                 }
                 for &(qoff, attempt) in &entries {
-                    let kind = if attempt > 1 { TraceKind::Redelivered } else { TraceKind::Received };
-                    let unit_off = self.queues[q as usize].units.get(qoff as usize).map_or(off, |u| u.offset);
-                    self.trace_txn(kind, unit_off, q, format!("{group} attempt {attempt} until {until}"));
+                    let kind = if attempt > 1 {
+                        TraceKind::Redelivered
+                    } else {
+                        TraceKind::Received
+                    };
+                    let unit_off = self.queues[q as usize]
+                        .units
+                        .get(qoff as usize)
+                        .map_or(off, |u| u.offset);
+                    self.trace_txn(
+                        kind,
+                        unit_off,
+                        q,
+                        format!("{group} attempt {attempt} until {until}"),
+                    );
                 }
                 let _ = now;
             }
-            StateOp::Ack { group, topic: t, queue_id, queue_offset, generation } => {
+            StateOp::Ack {
+                group,
+                topic: t,
+                queue_id,
+                queue_offset,
+                generation,
+            } => {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
                 if let Some(pq) = self.pops.get_mut(&(g, q)) {
-                    if pq.inflight.get(&queue_offset).is_some_and(|i| i.generation == generation) {
+                    if pq
+                        .inflight
+                        .get(&queue_offset)
+                        .is_some_and(|i| i.generation == generation)
+                    {
                         pq.inflight.remove(&queue_offset);
                         pq.ready.remove(&queue_offset);
                         self.stats.acked += 1;
-                        let unit_off = self.queues[q as usize].units.get(queue_offset as usize).map_or(off, |u| u.offset);
+                        let unit_off = self.queues[q as usize]
+                            .units
+                            .get(queue_offset as usize)
+                            .map_or(off, |u| u.offset);
                         self.trace_txn(TraceKind::Acked, unit_off, q, String::from(group));
                     }
                 }
@@ -1615,7 +1969,9 @@ impl<S: Storage> Broker<S> {
 
     fn forget_parked(&mut self, row: PendingTxn) {
         if row.deadline == PARKED {
-            self.groups[row.group as usize].parked.retain(|&o| o != row.offset);
+            self.groups[row.group as usize]
+                .parked
+                .retain(|&o| o != row.offset);
         }
     }
 
@@ -1665,13 +2021,21 @@ impl<S: Storage> Broker<S> {
 
     fn trace(&mut self, kind: TraceKind, offset: u64, topic_name: &str, detail: String) {
         if self.cfg.trace && !self.recovering {
-            self.outputs.push_back(Output::Trace(TraceEvent { at: self.now, kind, offset, topic: topic_name.into(), detail }));
+            self.outputs.push_back(Output::Trace(TraceEvent {
+                at: self.now,
+                kind,
+                offset,
+                topic: topic_name.into(),
+                detail,
+            }));
         }
     }
 
     fn trace_txn(&mut self, kind: TraceKind, offset: u64, q: u32, detail: String) {
         if self.cfg.trace && !self.recovering {
-            let name = self.topics[self.queues[q as usize].topic as usize].name.clone();
+            let name = self.topics[self.queues[q as usize].topic as usize]
+                .name
+                .clone();
             self.trace(kind, offset, &name, detail);
         }
     }
@@ -1683,7 +2047,12 @@ impl<S: Storage> Broker<S> {
             Some(&t) => t,
             None => {
                 let t = self.topics.len() as u32;
-                self.topics.push(Topic { name: name.into(), kind: topic::classify(name), queues: Vec::new(), round_robin: 0 });
+                self.topics.push(Topic {
+                    name: name.into(),
+                    kind: topic::classify(name),
+                    queues: Vec::new(),
+                    round_robin: 0,
+                });
                 self.topic_ids.insert(name.into(), t);
                 t
             }
@@ -1711,13 +2080,18 @@ impl<S: Storage> Broker<S> {
 
     fn queue_index(&self, topic_name: &str, queue_id: u32) -> Option<u32> {
         let t = *self.topic_ids.get(topic_name)?;
-        self.topics[t as usize].queues.get(queue_id as usize).copied()
+        self.topics[t as usize]
+            .queues
+            .get(queue_id as usize)
+            .copied()
     }
 
     /// A readable queue, `None` when the topic does not exist (yet).
     fn readable_queue(&self, topic_name: &str, queue_id: u32) -> Result<Option<u32>, ClientError> {
         topic::validate_readable_topic(topic_name)?;
-        let Some(&t) = self.topic_ids.get(topic_name) else { return Ok(None) };
+        let Some(&t) = self.topic_ids.get(topic_name) else {
+            return Ok(None);
+        };
         let topic = &self.topics[t as usize];
         match topic.queues.get(queue_id as usize) {
             Some(&q) => Ok(Some(q)),
@@ -1734,7 +2108,11 @@ impl<S: Storage> Broker<S> {
             return g;
         }
         let g = self.groups.len() as u16;
-        self.groups.push(Group { name: name.into(), online: false, parked: Vec::new() });
+        self.groups.push(Group {
+            name: name.into(),
+            online: false,
+            parked: Vec::new(),
+        });
         self.group_ids.insert(name.into(), g);
         g
     }
@@ -1744,7 +2122,11 @@ impl<S: Storage> Broker<S> {
         let n = topic.queues.len() as u32;
         if let Some(q) = m.queue_id {
             if q >= n {
-                return Err(ClientError::InvalidQueue { topic: topic.name.clone(), queue_id: q, queues: n });
+                return Err(ClientError::InvalidQueue {
+                    topic: topic.name.clone(),
+                    queue_id: q,
+                    queues: n,
+                });
             }
             return Ok(q);
         }
@@ -1767,21 +2149,30 @@ impl<S: Storage> Broker<S> {
             return Err(ClientError::EmptyBody);
         }
         if m.body.len() > self.cfg.max_message_size as usize {
-            return Err(ClientError::MessageTooLarge { size: m.body.len(), max: self.cfg.max_message_size });
+            return Err(ClientError::MessageTooLarge {
+                size: m.body.len(),
+                max: self.cfg.max_message_size,
+            });
         }
         let mut props = Vec::with_capacity(64);
         let mut delay = m.delay;
         let mut delay_sources = u32::from(m.delay.is_some());
         let check_text = |what: &str, s: &str| -> Result<(), ClientError> {
-            if s.bytes().any(|b| b == record::NAME_VALUE_SEPARATOR || b == record::PROPERTY_SEPARATOR) {
-                return Err(ClientError::InvalidProperty(format!("{what} contains a control character \\x01 or \\x02")));
+            if s.bytes()
+                .any(|b| b == record::NAME_VALUE_SEPARATOR || b == record::PROPERTY_SEPARATOR)
+            {
+                return Err(ClientError::InvalidProperty(format!(
+                    "{what} contains a control character \\x01 or \\x02"
+                )));
             }
             Ok(())
         };
         if let Some(tag) = &m.tag {
             check_text("tag", tag)?;
             if tag.contains("||") {
-                return Err(ClientError::InvalidProperty(format!("tag `{tag}` contains `||`")));
+                return Err(ClientError::InvalidProperty(format!(
+                    "tag `{tag}` contains `||`"
+                )));
             }
             if !tag.is_empty() {
                 record::push_prop(&mut props, prop::TAGS, tag);
@@ -1801,7 +2192,9 @@ impl<S: Storage> Broker<S> {
         if let Some(id) = &m.message_id {
             check_text("message id", id)?;
             if id.is_empty() || id.len() > 128 {
-                return Err(ClientError::InvalidProperty("message id must be 1..=128 bytes".into()));
+                return Err(ClientError::InvalidProperty(
+                    "message id must be 1..=128 bytes".into(),
+                ));
             }
             record::push_prop(&mut props, prop::UNIQ_KEY, id);
         }
@@ -1816,16 +2209,22 @@ impl<S: Storage> Broker<S> {
             check_text("property name", k)?;
             check_text("property value", v)?;
             if prop::RESERVED.contains(&k.as_str()) || k == prop::TAGS || k == prop::KEYS {
-                return Err(ClientError::InvalidProperty(format!("`{k}` is set by the broker or a field, not a property")));
+                return Err(ClientError::InvalidProperty(format!(
+                    "`{k}` is set by the broker or a field, not a property"
+                )));
             }
             let parse = |v: &str| {
-                v.trim().parse::<i64>().map_err(|_| ClientError::InvalidDelay(format!("{k}=`{v}` is not a number")))
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|_| ClientError::InvalidDelay(format!("{k}=`{v}` is not a number")))
             };
             match k.as_str() {
                 prop::DELAY => {
                     let l = parse(v)?;
                     if l < 0 {
-                        return Err(ClientError::InvalidDelay(format!("delay level {l} is negative")));
+                        return Err(ClientError::InvalidDelay(format!(
+                            "delay level {l} is negative"
+                        )));
                     }
                     delay = Some(Delay::Level(u32::try_from(l).unwrap_or(u32::MAX)));
                     delay_sources += 1;
@@ -1834,7 +2233,9 @@ impl<S: Storage> Broker<S> {
                 prop::TIMER_DELIVER_MS => {
                     let at = parse(v)?;
                     if at < 0 {
-                        return Err(ClientError::InvalidDelay(format!("delivery time {at} is negative")));
+                        return Err(ClientError::InvalidDelay(format!(
+                            "delivery time {at} is negative"
+                        )));
                     }
                     delay = Some(Delay::At(at as u64));
                     delay_sources += 1;
@@ -1845,7 +2246,11 @@ impl<S: Storage> Broker<S> {
                     if d < 0 {
                         return Err(ClientError::InvalidDelay(format!("{k}={d} is negative")));
                     }
-                    let ms = if k == prop::TIMER_DELAY_SEC { (d as u64).saturating_mul(1000) } else { d as u64 };
+                    let ms = if k == prop::TIMER_DELAY_SEC {
+                        (d as u64).saturating_mul(1000)
+                    } else {
+                        d as u64
+                    };
                     delay = Some(Delay::After(ms));
                     delay_sources += 1;
                     continue;
@@ -1855,7 +2260,9 @@ impl<S: Storage> Broker<S> {
             record::push_prop(&mut props, k, v);
         }
         if delay_sources > 1 {
-            return Err(ClientError::InvalidDelay("more than one delay given".into()));
+            return Err(ClientError::InvalidDelay(
+                "more than one delay given".into(),
+            ));
         }
         let (mut delay_due, mut level) = (None, None);
         match delay {
@@ -1863,13 +2270,18 @@ impl<S: Storage> Broker<S> {
             Some(Delay::Level(l)) => {
                 let l = l.min(self.cfg.delay_levels.len() as u32);
                 record::push_prop(&mut props, prop::DELAY, itoa(u64::from(l)).as_str());
-                delay_due = Some(self.now.saturating_add(self.cfg.delay_levels[l as usize - 1]));
+                delay_due = Some(
+                    self.now
+                        .saturating_add(self.cfg.delay_levels[l as usize - 1]),
+                );
                 level = Some(l);
             }
             Some(Delay::At(at)) => {
                 const MAX_DELAY: Millis = 100 * 365 * 86_400_000;
                 if at > self.now.saturating_add(MAX_DELAY) {
-                    return Err(ClientError::InvalidDelay(format!("delivery time {at} is more than 100 years away")));
+                    return Err(ClientError::InvalidDelay(format!(
+                        "delivery time {at} is more than 100 years away"
+                    )));
                 }
                 record::push_prop(&mut props, prop::TIMER_DELIVER_MS, itoa(at).as_str());
                 delay_due = Some(at.max(self.now));
@@ -1877,7 +2289,9 @@ impl<S: Storage> Broker<S> {
             Some(Delay::After(ms)) => {
                 const MAX_DELAY: Millis = 100 * 365 * 86_400_000;
                 if ms > MAX_DELAY {
-                    return Err(ClientError::InvalidDelay(format!("delay of {ms} ms is more than 100 years")));
+                    return Err(ClientError::InvalidDelay(format!(
+                        "delay of {ms} ms is more than 100 years"
+                    )));
                 }
                 let at = self.now.saturating_add(ms);
                 record::push_prop(&mut props, prop::TIMER_DELIVER_MS, itoa(at).as_str());
@@ -1891,7 +2305,11 @@ impl<S: Storage> Broker<S> {
         if props.len() + 512 > i16::MAX as usize {
             return Err(ClientError::PropertiesTooLarge(props.len()));
         }
-        Ok(Plan { props, delay_due, level })
+        Ok(Plan {
+            props,
+            delay_due,
+            level,
+        })
     }
 
     // ---- reading -------------------------------------------------------------------------
@@ -1899,7 +2317,11 @@ impl<S: Storage> Broker<S> {
     fn read_message(&mut self, q: u32, queue_offset: u64, unit: CqUnit) -> Res<Option<Message>, S> {
         let queue = &self.queues[q as usize];
         let (topic_name, queue_id) = (&self.topics[queue.topic as usize].name, queue.queue_id);
-        let Some(r) = self.log.read(unit.offset, unit.size as usize).map_err(Error::Storage)? else {
+        let Some(r) = self
+            .log
+            .read(unit.offset, unit.size as usize)
+            .map_err(Error::Storage)?
+        else {
             return Ok(None);
         };
         let mut m = message_from(&r, unit.offset, r.header.store_host);
@@ -1910,7 +2332,10 @@ impl<S: Storage> Broker<S> {
     }
 
     fn offset_msg_id(&self, offset: u64) -> String {
-        offset_msg_id(Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port), offset)
+        offset_msg_id(
+            Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port),
+            offset,
+        )
     }
 }
 
@@ -1946,7 +2371,13 @@ fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
     for (k, v) in r.props() {
         match k {
             prop::TAGS => tag = Some(String::from(v)),
-            prop::KEYS => keys = v.split(' ').filter(|k| !k.is_empty()).map(String::from).collect(),
+            prop::KEYS => {
+                keys = v
+                    .split(' ')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
             prop::UNIQ_KEY => msg_id = Some(String::from(v)),
             k if prop::INTERNAL.contains(&k) => {}
             k => properties.push((String::from(k), String::from(v))),
@@ -1973,7 +2404,10 @@ fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
 }
 
 fn prop_u32(props: &[u8], key: &str) -> u32 {
-    record::Props::new(props).find(|(k, _)| *k == key).and_then(|(_, v)| v.parse().ok()).unwrap_or(0)
+    record::Props::new(props)
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
 }
 
 /// Formats an integer without allocating.
@@ -1982,4 +2416,3 @@ fn itoa(v: u64) -> heapless::String<20> {
     let _ = fmt::Write::write_fmt(&mut s, format_args!("{v}"));
     s
 }
-

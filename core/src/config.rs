@@ -88,7 +88,10 @@ impl Default for Config {
             max_invisible_ms: 12 * 3_600_000,
             notify_available: false,
             trace: false,
-            store_host: StoreHost { ip: [127, 0, 0, 1], port: 10911 },
+            store_host: StoreHost {
+                ip: [127, 0, 0, 1],
+                port: 10911,
+            },
         }
     }
 }
@@ -116,7 +119,10 @@ impl Config {
         use alloc::format;
         let err = |field, reason: String| Err(ConfigError { field, reason });
         if self.segment_size < 4096 {
-            return err("segment_size", format!("{} is below the minimum of 4096 bytes", self.segment_size));
+            return err(
+                "segment_size",
+                format!("{} is below the minimum of 4096 bytes", self.segment_size),
+            );
         }
         if self.max_message_size == 0 {
             return err("max_message_size", "must be at least 1 byte".into());
@@ -133,16 +139,25 @@ impl Config {
             );
         }
         if self.default_queues == 0 || self.default_queues > 1024 {
-            return err("default_queues", format!("{} is not within 1..=1024", self.default_queues));
+            return err(
+                "default_queues",
+                format!("{} is not within 1..=1024", self.default_queues),
+            );
         }
         if self.transaction_check_interval_ms == 0 {
             return err("transaction_check_interval_ms", "must be above 0".into());
         }
         if self.transaction_check_max > u32::from(u16::MAX) {
-            return err("transaction_check_max", format!("{} is above {}", self.transaction_check_max, u16::MAX));
+            return err(
+                "transaction_check_max",
+                format!("{} is above {}", self.transaction_check_max, u16::MAX),
+            );
         }
         if self.delay_levels.is_empty() || self.delay_levels.len() > 255 {
-            return err("delay_levels", format!("needs 1..=255 levels, got {}", self.delay_levels.len()));
+            return err(
+                "delay_levels",
+                format!("needs 1..=255 levels, got {}", self.delay_levels.len()),
+            );
         }
         if self.delay_levels.windows(2).any(|w| w[0] > w[1]) {
             return err("delay_levels", "levels must not decrease".into());

@@ -24,7 +24,9 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
         match self {
             Error::Storage(e) => write!(f, "storage failed: {e}"),
             Error::Config(e) => e.fmt(f),
-            Error::Corrupted { offset, reason } => write!(f, "corrupt log at offset {offset}: {reason}"),
+            Error::Corrupted { offset, reason } => {
+                write!(f, "corrupt log at offset {offset}: {reason}")
+            }
             Error::Encode(e) => write!(f, "record cannot be encoded: {e:?}"),
         }
     }

@@ -9,6 +9,7 @@
 //! it. `#![no_std]` + `alloc`; the `std` feature adds [`FileStorage`], the `testing` feature
 //! crash-injecting storage and a virtual-time simulator.
 #![no_std]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
 #![warn(missing_docs)]
 #![allow(missing_docs)] // field-level docs are on the types that matter; see module docs
 
@@ -33,7 +34,9 @@ pub mod types;
 /// Milliseconds, on the host's clock.
 pub type Millis = u64;
 
-pub use broker::{offset_msg_id, tag_hash, Broker, CqUnit, PendingDelayInfo, PendingTxnInfo, Stats, TopicInfo};
+pub use broker::{
+    offset_msg_id, tag_hash, Broker, CqUnit, PendingDelayInfo, PendingTxnInfo, Stats, TopicInfo,
+};
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
 pub use log::{Cut, RecoveryReport};

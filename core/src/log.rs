@@ -1,8 +1,8 @@
 //! The segmented commit log over a [`Storage`]: placement, appends, reads and recovery.
 
+use alloc::collections::VecDeque;
 use alloc::string::{String, ToString};
 use alloc::vec;
-use alloc::collections::VecDeque;
 use alloc::vec::Vec;
 
 use crate::record::{self, Decoded, RecordView, BLANK_LEN};
@@ -66,7 +66,15 @@ impl<E> From<E> for LogError<E> {
 
 impl<S: Storage> Log<S> {
     pub(crate) fn new(storage: S, seg_size: u64, max_record: u32) -> Self {
-        Log { storage, seg_size, segments: Vec::new(), end: 0, synced: 0, max_record, read_buf: Vec::new() }
+        Log {
+            storage,
+            seg_size,
+            segments: Vec::new(),
+            end: 0,
+            synced: 0,
+            max_record,
+            read_buf: Vec::new(),
+        }
     }
 
     pub(crate) fn end(&self) -> u64 {
@@ -108,7 +116,10 @@ impl<S: Storage> Log<S> {
             return Ok(self.end);
         }
         let mut blank = Vec::with_capacity(BLANK_LEN);
-        record::encode_blank(&mut blank, (self.seg_size.max(pos + BLANK_LEN as u64) - pos) as u32);
+        record::encode_blank(
+            &mut blank,
+            (self.seg_size.max(pos + BLANK_LEN as u64) - pos) as u32,
+        );
         self.storage.append(base, &blank)?;
         let next = base + self.seg_size.max(pos + BLANK_LEN as u64);
         self.segments.push(next);
@@ -134,12 +145,20 @@ impl<S: Storage> Log<S> {
     }
 
     /// Reads the record at `offset` of `len` bytes.
-    pub(crate) fn read(&mut self, offset: u64, len: usize) -> Result<Option<RecordView<'_>>, S::Error> {
-        let Some(base) = self.base_of(offset) else { return Ok(None) };
+    pub(crate) fn read(
+        &mut self,
+        offset: u64,
+        len: usize,
+    ) -> Result<Option<RecordView<'_>>, S::Error> {
+        let Some(base) = self.base_of(offset) else {
+            return Ok(None);
+        };
         if self.read_buf.len() < len {
             self.read_buf.resize(len, 0);
         }
-        let n = self.storage.read(base, offset - base, &mut self.read_buf[..len])?;
+        let n = self
+            .storage
+            .read(base, offset - base, &mut self.read_buf[..len])?;
         if n < len {
             return Ok(None);
         }
@@ -151,7 +170,9 @@ impl<S: Storage> Log<S> {
 
     /// Reads the record at `offset` when its length is not known.
     pub(crate) fn read_any(&mut self, offset: u64) -> Result<Option<RecordView<'_>>, S::Error> {
-        let Some(base) = self.base_of(offset) else { return Ok(None) };
+        let Some(base) = self.base_of(offset) else {
+            return Ok(None);
+        };
         let mut head = [0u8; 4];
         if self.storage.read(base, offset - base, &mut head)? < 4 {
             return Ok(None);
@@ -166,7 +187,10 @@ impl<S: Storage> Log<S> {
     /// Starts recovery: reads the segment list.
     pub(crate) fn start_recovery(&mut self) -> Result<Recovery, S::Error> {
         self.segments = self.storage.segments()?;
-        let report = RecoveryReport { segments: self.segments.len(), ..RecoveryReport::default() };
+        let report = RecoveryReport {
+            segments: self.segments.len(),
+            ..RecoveryReport::default()
+        };
         Ok(Recovery {
             segs: self.segments.clone(),
             si: 0,
@@ -213,12 +237,15 @@ pub(crate) struct Recovery {
     filled: usize,
     pos: u64,
     /// An atomic group in progress: (segment position of its start, records left, records).
-    group: Option<(u64, u32, Vec<(u64, Vec<u8>)>)>,
+    group: Option<Group>,
     ready: VecDeque<(u64, Vec<u8>)>,
     current: Option<(u64, Vec<u8>)>,
     end: u64,
     report: RecoveryReport,
 }
+
+/// An atomic group being read: (segment position of its start, records left, the records).
+type Group = (u64, u32, Vec<(u64, Vec<u8>)>);
 
 enum Step {
     /// A record at buf[start..start+len] (already consumed).
@@ -229,7 +256,10 @@ enum Step {
 
 impl Recovery {
     /// The next valid record, as (offset, bytes).
-    pub(crate) fn next<S: Storage>(&mut self, log: &mut Log<S>) -> Result<Option<(u64, &[u8])>, S::Error> {
+    pub(crate) fn next<S: Storage>(
+        &mut self,
+        log: &mut Log<S>,
+    ) -> Result<Option<(u64, &[u8])>, S::Error> {
         match self.step(log)? {
             Step::Record(off, at, len) => Ok(Some((off, &self.buf[at..at + len]))),
             Step::Ready => {
@@ -245,7 +275,9 @@ impl Recovery {
             if !self.ready.is_empty() {
                 return Ok(Step::Ready);
             }
-            let Some(&base) = self.segs.get(self.si) else { return Ok(Step::Done) };
+            let Some(&base) = self.segs.get(self.si) else {
+                return Ok(Step::Done);
+            };
             let seg_len = match self.seg_len {
                 Some(l) => l,
                 None => {
@@ -265,7 +297,13 @@ impl Recovery {
                     let len = r.total_size as usize;
                     let off = base + self.pos;
                     if r.header.phys_offset != off {
-                        Some(record::Corruption::PhysOffsetMismatch { stored: r.header.phys_offset, actual: off }.to_string())
+                        Some(
+                            record::Corruption::PhysOffsetMismatch {
+                                stored: r.header.phys_offset,
+                                actual: off,
+                            }
+                            .to_string(),
+                        )
                     } else {
                         let n = r.prop(BATCH_LEN).and_then(|v| v.parse::<u32>().ok());
                         let at = self.start;
@@ -273,7 +311,11 @@ impl Recovery {
                         self.pos += len as u64;
                         match (&mut self.group, n) {
                             (None, Some(n)) if n > 1 => {
-                                self.group = Some((off - base, n - 1, vec![(off, self.buf[at..at + len].to_vec())]));
+                                self.group = Some((
+                                    off - base,
+                                    n - 1,
+                                    vec![(off, self.buf[at..at + len].to_vec())],
+                                ));
                             }
                             (Some((_, left, recs)), _) => {
                                 recs.push((off, self.buf[at..at + len].to_vec()));
@@ -325,7 +367,11 @@ impl Recovery {
                             self.buf.resize(need, 0);
                         }
                         let filled = self.filled;
-                        let n = log.storage.read(base, self.pos + filled as u64, &mut self.buf[filled..])?;
+                        let n = log.storage.read(
+                            base,
+                            self.pos + filled as u64,
+                            &mut self.buf[filled..],
+                        )?;
                         if n == 0 {
                             Some("segment is shorter than its length says".into())
                         } else {
@@ -342,7 +388,11 @@ impl Recovery {
                 let bytes = seg_len.saturating_sub(cut_at);
                 log.storage.truncate(base, cut_at)?;
                 self.report.bytes_truncated += bytes;
-                self.report.cuts.push(Cut { offset: base + cut_at, bytes, reason });
+                self.report.cuts.push(Cut {
+                    offset: base + cut_at,
+                    bytes,
+                    reason,
+                });
                 self.end = base + cut_at;
                 if !last {
                     // A damaged older segment: close it with a blank so the intact segments

@@ -64,7 +64,9 @@ pub mod sys_flag {
 }
 
 /// A host address as stored in BORNHOST / STOREHOST.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize)]
+#[derive(
+    Clone, Copy, Debug, PartialEq, Eq, Hash, Default, serde::Serialize, serde::Deserialize,
+)]
 pub enum Host {
     /// IPv4 address and port.
     V4([u8; 4], u16),
@@ -266,7 +268,10 @@ impl fmt::Display for Corruption {
             Corruption::BadProperties => f.write_str("malformed properties"),
             Corruption::BadTopic => f.write_str("topic is not valid UTF-8"),
             Corruption::PhysOffsetMismatch { stored, actual } => {
-                write!(f, "record says it is at offset {stored} but was read at {actual}")
+                write!(
+                    f,
+                    "record says it is at offset {stored} but was read at {actual}"
+                )
             }
         }
     }
@@ -310,7 +315,9 @@ impl fmt::Debug for RecordView<'_> {
 impl<'a> RecordView<'a> {
     /// The properties as (key, value) pairs.
     pub fn props(&self) -> Props<'a> {
-        Props { rest: self.properties }
+        Props {
+            rest: self.properties,
+        }
     }
     /// The value of one property.
     pub fn prop(&self, key: &str) -> Option<&'a str> {
@@ -432,13 +439,23 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
     }
     let total_us = total as usize;
     if bytes.len() < total_us {
-        return Ok(Decoded::Incomplete { needed: Some(total_us) });
+        return Ok(Decoded::Incomplete {
+            needed: Some(total_us),
+        });
     }
     let b = &bytes[..total_us];
     let sys = be32(b, 36);
     let fixed = FIXED_LEN_V4
-        + if sys & sys_flag::BORNHOST_V6 != 0 { 12 } else { 0 }
-        + if sys & sys_flag::STOREHOST_V6 != 0 { 12 } else { 0 };
+        + if sys & sys_flag::BORNHOST_V6 != 0 {
+            12
+        } else {
+            0
+        }
+        + if sys & sys_flag::STOREHOST_V6 != 0 {
+            12
+        } else {
+            0
+        };
     if total_us < fixed + CRC_RESERVED {
         return Err(Corruption::BadTotalSize(total));
     }
@@ -491,8 +508,8 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
     if verify && body_crc != crc32(body) {
         return Err(Corruption::BodyCrc);
     }
-    let topic =
-        core::str::from_utf8(&b[topic_at..topic_at + topic_len]).map_err(|_| Corruption::BadTopic)?;
+    let topic = core::str::from_utf8(&b[topic_at..topic_at + topic_len])
+        .map_err(|_| Corruption::BadTopic)?;
     let properties = &b[props_at..crc_at];
     if verify && !validate_props(properties) {
         return Err(Corruption::BadProperties);
@@ -591,7 +608,10 @@ mod tests {
     fn every_prefix_is_incomplete_or_error() {
         let bytes = sample(b"xyz");
         for cut in 0..bytes.len() {
-            assert!(matches!(decode(&bytes[..cut], 1 << 20), Ok(Decoded::Incomplete { .. })));
+            assert!(matches!(
+                decode(&bytes[..cut], 1 << 20),
+                Ok(Decoded::Incomplete { .. })
+            ));
         }
     }
 

@@ -38,7 +38,10 @@ pub struct MemStorage {
 
 impl fmt::Debug for MemStorage {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("MemStorage").field("segments", &self.segments.len()).field("bytes", &self.total_bytes()).finish()
+        f.debug_struct("MemStorage")
+            .field("segments", &self.segments.len())
+            .field("bytes", &self.total_bytes())
+            .finish()
     }
 }
 
@@ -90,14 +93,19 @@ impl Storage for MemStorage {
         Ok(self.segments.get(&base).map_or(0, |s| s.len() as u64))
     }
     fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Infallible> {
-        let Some(seg) = self.segments.get(&base) else { return Ok(0) };
+        let Some(seg) = self.segments.get(&base) else {
+            return Ok(0);
+        };
         let pos = (pos as usize).min(seg.len());
         let n = buf.len().min(seg.len() - pos);
         buf[..n].copy_from_slice(&seg[pos..pos + n]);
         Ok(n)
     }
     fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Infallible> {
-        self.segments.entry(base).or_default().extend_from_slice(data);
+        self.segments
+            .entry(base)
+            .or_default()
+            .extend_from_slice(data);
         Ok(())
     }
     fn sync(&mut self) -> Result<(), Infallible> {
@@ -149,18 +157,32 @@ mod file {
         pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
             let dir = dir.as_ref().to_path_buf();
             fs::create_dir_all(&dir)?;
-            let lock = OpenOptions::new().create(true).truncate(false).read(true).write(true).open(dir.join("LOCK"))?;
+            let lock = OpenOptions::new()
+                .create(true)
+                .truncate(false)
+                .read(true)
+                .write(true)
+                .open(dir.join("LOCK"))?;
             match lock.try_lock() {
                 Ok(()) => {}
                 Err(fs::TryLockError::WouldBlock) => {
                     return Err(io::Error::new(
                         io::ErrorKind::WouldBlock,
-                        format!("data directory {} is in use by another process (LOCK is held)", dir.display()),
+                        format!(
+                            "data directory {} is in use by another process (LOCK is held)",
+                            dir.display()
+                        ),
                     ))
                 }
                 Err(fs::TryLockError::Error(e)) => return Err(e),
             }
-            Ok(FileStorage { dir, open: Vec::new(), dirty: Vec::new(), dir_dirty: false, _lock: lock })
+            Ok(FileStorage {
+                dir,
+                open: Vec::new(),
+                dirty: Vec::new(),
+                dir_dirty: false,
+                _lock: lock,
+            })
         }
 
         /// The directory.
@@ -178,7 +200,12 @@ mod file {
                 return Ok(Some(&self.open[i].1));
             }
             let path = self.path(base);
-            let file = match OpenOptions::new().read(true).append(true).create(create).open(&path) {
+            let file = match OpenOptions::new()
+                .read(true)
+                .append(true)
+                .create(create)
+                .open(&path)
+            {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
                 Err(e) => return Err(e),
@@ -221,7 +248,9 @@ mod file {
         }
 
         fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
-            let Some(f) = self.file(base, false)? else { return Ok(0) };
+            let Some(f) = self.file(base, false)? else {
+                return Ok(0);
+            };
             let mut done = 0;
             while done < buf.len() {
                 match f.read_at(&mut buf[done..], pos + done as u64) {

@@ -29,7 +29,11 @@ pub(crate) struct PendingTable<R> {
 
 impl<R: Row> PendingTable<R> {
     pub(crate) fn new() -> Self {
-        PendingTable { rows: VecDeque::new(), dead: 0, timers: BinaryHeap::new() }
+        PendingTable {
+            rows: VecDeque::new(),
+            dead: 0,
+            timers: BinaryHeap::new(),
+        }
     }
 
     /// Live rows.
@@ -142,7 +146,10 @@ mod tests {
     fn due_order_and_lazy_deletion() {
         let mut t = PendingTable::new();
         for i in 0..100u64 {
-            t.insert(T { off: i * 10, due: 1000 - i });
+            t.insert(T {
+                off: i * 10,
+                due: 1000 - i,
+            });
         }
         assert!(t.remove(500).is_some());
         assert!(t.remove(500).is_none());

@@ -52,7 +52,11 @@ impl CrashStorage {
     /// A store whose live and durable images are `mem`.
     #[must_use]
     pub fn from_mem(mem: MemStorage) -> Self {
-        CrashStorage { live: mem.clone(), durable: mem, ..Self::default() }
+        CrashStorage {
+            live: mem.clone(),
+            durable: mem,
+            ..Self::default()
+        }
     }
     /// What a crash now leaves: the durable image.
     #[must_use]
@@ -130,7 +134,10 @@ pub struct Sim<S: Storage> {
 
 impl<S: Storage> fmt::Debug for Sim<S> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("Sim").field("now", &self.now).field("broker", &self.broker).finish_non_exhaustive()
+        f.debug_struct("Sim")
+            .field("now", &self.now)
+            .field("broker", &self.broker)
+            .finish_non_exhaustive()
     }
 }
 
@@ -144,11 +151,21 @@ impl Sim<MemStorage> {
 impl<S: Storage> Sim<S> {
     /// A simulator over the given storage, starting at `now`.
     pub fn with_storage(cfg: Config, storage: S, now: Millis) -> Result<Self, Error<S::Error>> {
-        Ok(Sim { broker: Broker::open(cfg, storage, now)?, now, checkers: BTreeMap::new(), checks: Vec::new(), events: Vec::new() })
+        Ok(Sim {
+            broker: Broker::open(cfg, storage, now)?,
+            now,
+            checkers: BTreeMap::new(),
+            checks: Vec::new(),
+            events: Vec::new(),
+        })
     }
 
     /// Registers a checker for a producer group (the group comes online).
-    pub fn set_checker(&mut self, group: &str, checker: impl FnMut(&CheckRequest) -> Resolution + 'static) {
+    pub fn set_checker(
+        &mut self,
+        group: &str,
+        checker: impl FnMut(&CheckRequest) -> Resolution + 'static,
+    ) {
         self.checkers.insert(group.into(), Box::new(checker));
         self.broker.set_producer_online(self.now, group, true);
     }
@@ -199,7 +216,12 @@ impl<S: Storage> Sim<S> {
                     };
                     let txn = c.txn;
                     self.checks.push(c);
-                    let req = Request::EndTransaction { txn, resolution: answer, group: None, from_check: true };
+                    let req = Request::EndTransaction {
+                        txn,
+                        resolution: answer,
+                        group: None,
+                        from_check: true,
+                    };
                     self.broker.execute(self.now, req)?;
                 }
                 Output::Reply { .. } => {}

@@ -8,18 +8,32 @@ use crate::testing::{CrashStorage, Sim};
 use crate::*;
 
 fn cfg() -> Config {
-    Config { segment_size: 8 << 20, max_message_size: 64 << 10, max_batch_size: 256 << 10, ..Config::default() }
+    Config {
+        segment_size: 8 << 20,
+        max_message_size: 64 << 10,
+        max_batch_size: 256 << 10,
+        ..Config::default()
+    }
 }
 
 fn send(sim: &mut Sim<impl Storage>, topic: &str, body: &str) -> SendResult {
-    match sim.request(Request::Send { messages: vec![NewMessage::new(topic, body)] }).unwrap() {
+    match sim
+        .request(Request::Send {
+            messages: vec![NewMessage::new(topic, body)],
+        })
+        .unwrap()
+    {
         Reply::Sent(mut r) => r.remove(0),
         other => panic!("send failed: {other:?}"),
     }
 }
 
 fn prepare(sim: &mut Sim<impl Storage>, group: &str, topic: &str, body: &str) -> TxnId {
-    let req = Request::Prepare { group: group.into(), message: NewMessage::new(topic, body), check_immunity_ms: None };
+    let req = Request::Prepare {
+        group: group.into(),
+        message: NewMessage::new(topic, body),
+        check_immunity_ms: None,
+    };
     match sim.request(req).unwrap() {
         Reply::Sent(r) => r[0].txn.unwrap(),
         other => panic!("prepare failed: {other:?}"),
@@ -27,7 +41,13 @@ fn prepare(sim: &mut Sim<impl Storage>, group: &str, topic: &str, body: &str) ->
 }
 
 fn end(sim: &mut Sim<impl Storage>, txn: TxnId, resolution: Resolution) -> Reply {
-    sim.request(Request::EndTransaction { txn, resolution, group: None, from_check: false }).unwrap()
+    sim.request(Request::EndTransaction {
+        txn,
+        resolution,
+        group: None,
+        from_check: false,
+    })
+    .unwrap()
 }
 
 /// Every visible message body of a topic, all queues, in queue order.
@@ -45,7 +65,11 @@ fn bodies(sim: &mut Sim<impl Storage>, topic: &str) -> Vec<String> {
         };
         match sim.request(req).unwrap() {
             Reply::Pulled { messages, .. } => {
-                out.extend(messages.into_iter().map(|m| String::from_utf8(m.body).unwrap()));
+                out.extend(
+                    messages
+                        .into_iter()
+                        .map(|m| String::from_utf8(m.body).unwrap()),
+                );
             }
             Reply::Error(ClientError::InvalidQueue { .. }) => break,
             other => panic!("{other:?}"),
@@ -70,26 +94,59 @@ fn commit_rollback_and_duplicates() {
     let mut sim = Sim::new(cfg()).unwrap();
     let a = prepare(&mut sim, "G", "T", "a");
     let b = prepare(&mut sim, "G", "T", "b");
-    assert!(bodies(&mut sim, "T").is_empty(), "half messages are invisible");
-    assert!(matches!(end(&mut sim, a, Resolution::Commit), Reply::Ended { duplicate: false, .. }));
-    assert!(matches!(end(&mut sim, b, Resolution::Rollback), Reply::Ended { duplicate: false, .. }));
-    assert!(matches!(end(&mut sim, a, Resolution::Commit), Reply::Ended { duplicate: true, .. }));
+    assert!(
+        bodies(&mut sim, "T").is_empty(),
+        "half messages are invisible"
+    );
+    assert!(matches!(
+        end(&mut sim, a, Resolution::Commit),
+        Reply::Ended {
+            duplicate: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        end(&mut sim, b, Resolution::Rollback),
+        Reply::Ended {
+            duplicate: false,
+            ..
+        }
+    ));
+    assert!(matches!(
+        end(&mut sim, a, Resolution::Commit),
+        Reply::Ended {
+            duplicate: true,
+            ..
+        }
+    ));
     assert!(matches!(
         end(&mut sim, b, Resolution::Commit),
-        Reply::Error(ClientError::TransactionAlreadyResolved { resolution: Some(Resolution::Rollback), .. })
+        Reply::Error(ClientError::TransactionAlreadyResolved {
+            resolution: Some(Resolution::Rollback),
+            ..
+        })
     ));
     assert!(matches!(
         end(&mut sim, a, Resolution::Rollback),
-        Reply::Error(ClientError::TransactionAlreadyResolved { resolution: Some(Resolution::Commit), .. })
+        Reply::Error(ClientError::TransactionAlreadyResolved {
+            resolution: Some(Resolution::Commit),
+            ..
+        })
     ));
-    assert!(matches!(end(&mut sim, TxnId(12345), Resolution::Commit), Reply::Error(ClientError::UnknownTransaction(_))));
+    assert!(matches!(
+        end(&mut sim, TxnId(12345), Resolution::Commit),
+        Reply::Error(ClientError::UnknownTransaction(_))
+    ));
     assert_eq!(bodies(&mut sim, "T"), vec!["a"]);
     // After reopen, the same.
     let storage = sim.broker.into_storage();
     let mut sim = Sim::with_storage(cfg(), storage, 0).unwrap();
     assert_eq!(bodies(&mut sim, "T"), vec!["a"]);
     assert_eq!(sim.broker.pending_transaction_count(), 0);
-    assert!(matches!(end(&mut sim, b, Resolution::Commit), Reply::Error(ClientError::TransactionAlreadyResolved { .. })));
+    assert!(matches!(
+        end(&mut sim, b, Resolution::Commit),
+        Reply::Error(ClientError::TransactionAlreadyResolved { .. })
+    ));
     assert_eq!(bodies(&mut sim, "T"), vec!["a"]);
 }
 
@@ -105,7 +162,11 @@ fn check_back_commits_and_stops() {
     assert_eq!(sim.checks.len(), 1);
     assert_eq!(bodies(&mut sim, "T"), vec!["x"]);
     sim.advance(1_000_000).unwrap();
-    assert_eq!(sim.checks.len(), 1, "a resolved transaction is never checked again");
+    assert_eq!(
+        sim.checks.len(),
+        1,
+        "a resolved transaction is never checked again"
+    );
 }
 
 #[test]
@@ -137,7 +198,11 @@ fn offline_group_parks_checks_without_using_attempts() {
 fn immunity_delays_first_check_without_attempts() {
     let mut sim = Sim::new(cfg()).unwrap();
     sim.set_checker("G", |_| Resolution::Unknown);
-    let req = Request::Prepare { group: "G".into(), message: NewMessage::new("T", "x"), check_immunity_ms: Some(60_000) };
+    let req = Request::Prepare {
+        group: "G".into(),
+        message: NewMessage::new("T", "x"),
+        check_immunity_ms: Some(60_000),
+    };
     sim.request(req).unwrap();
     sim.advance(59_999).unwrap();
     assert!(sim.checks.is_empty());
@@ -183,13 +248,32 @@ fn delay_levels_and_times() {
 #[test]
 fn batch_consecutive_and_validated() {
     let mut sim = Sim::new(cfg()).unwrap();
-    let msgs: Vec<_> = (0..5).map(|i| NewMessage { queue_id: Some(1), ..NewMessage::new("T", alloc::format!("b{i}")) }).collect();
-    let Reply::Sent(r) = sim.request(Request::Send { messages: msgs }).unwrap() else { panic!() };
-    assert_eq!(r.iter().map(|r| r.queue_offset).collect::<Vec<_>>(), vec![0, 1, 2, 3, 4]);
+    let msgs: Vec<_> = (0..5)
+        .map(|i| NewMessage {
+            queue_id: Some(1),
+            ..NewMessage::new("T", alloc::format!("b{i}"))
+        })
+        .collect();
+    let Reply::Sent(r) = sim.request(Request::Send { messages: msgs }).unwrap() else {
+        panic!()
+    };
+    assert_eq!(
+        r.iter().map(|r| r.queue_offset).collect::<Vec<_>>(),
+        vec![0, 1, 2, 3, 4]
+    );
     let mixed = vec![NewMessage::new("T", "a"), NewMessage::new("U", "b")];
-    assert!(matches!(sim.request(Request::Send { messages: mixed }).unwrap(), Reply::Error(ClientError::MixedBatch(_))));
-    let delayed = vec![NewMessage::new("T", "a"), NewMessage::new("T", "b").with_delay(Delay::Level(1))];
-    assert!(matches!(sim.request(Request::Send { messages: delayed }).unwrap(), Reply::Error(ClientError::DelayInBatch)));
+    assert!(matches!(
+        sim.request(Request::Send { messages: mixed }).unwrap(),
+        Reply::Error(ClientError::MixedBatch(_))
+    ));
+    let delayed = vec![
+        NewMessage::new("T", "a"),
+        NewMessage::new("T", "b").with_delay(Delay::Level(1)),
+    ];
+    assert!(matches!(
+        sim.request(Request::Send { messages: delayed }).unwrap(),
+        Reply::Error(ClientError::DelayInBatch)
+    ));
 }
 
 #[test]
@@ -197,7 +281,14 @@ fn receive_ack_and_redelivery() {
     let mut sim = Sim::new(cfg()).unwrap();
     send(&mut sim, "T", "a");
     let recv = |sim: &mut Sim<MemStorage>| {
-        let req = Request::Receive { group: "C".into(), topic: "T".into(), queue_id: None, max: 10, invisible_ms: 1000, filter: TagFilter::All };
+        let req = Request::Receive {
+            group: "C".into(),
+            topic: "T".into(),
+            queue_id: None,
+            max: 10,
+            invisible_ms: 1000,
+            filter: TagFilter::All,
+        };
         match sim.request(req).unwrap() {
             Reply::Received(r) => r,
             other => panic!("{other:?}"),
@@ -212,27 +303,66 @@ fn receive_ack_and_redelivery() {
     assert_eq!(r2.len(), 1);
     assert_eq!(r2[0].attempt, 2);
     // The old handle is stale now.
-    let stale = sim.request(Request::Ack { group: "C".into(), handle: r[0].handle.clone() }).unwrap();
-    assert!(matches!(stale, Reply::Error(ClientError::StaleReceiptHandle(_))));
+    let stale = sim
+        .request(Request::Ack {
+            group: "C".into(),
+            handle: r[0].handle.clone(),
+        })
+        .unwrap();
+    assert!(matches!(
+        stale,
+        Reply::Error(ClientError::StaleReceiptHandle(_))
+    ));
     let Reply::InvisibleChanged { handle, .. } = sim
-        .request(Request::ChangeInvisible { group: "C".into(), handle: r2[0].handle.clone(), invisible_ms: 5000 })
+        .request(Request::ChangeInvisible {
+            group: "C".into(),
+            handle: r2[0].handle.clone(),
+            invisible_ms: 5000,
+        })
         .unwrap()
     else {
         panic!()
     };
-    assert!(matches!(sim.request(Request::Ack { group: "C".into(), handle: r2[0].handle.clone() }).unwrap(), Reply::Error(_)));
-    assert_eq!(sim.request(Request::Ack { group: "C".into(), handle }).unwrap(), Reply::Acked);
+    assert!(matches!(
+        sim.request(Request::Ack {
+            group: "C".into(),
+            handle: r2[0].handle.clone()
+        })
+        .unwrap(),
+        Reply::Error(_)
+    ));
+    assert_eq!(
+        sim.request(Request::Ack {
+            group: "C".into(),
+            handle
+        })
+        .unwrap(),
+        Reply::Acked
+    );
     sim.advance(10_000).unwrap();
     assert!(recv(&mut sim).is_empty());
 }
 
 #[test]
 fn redelivery_ends_in_dlq() {
-    let mut sim = Sim::new(Config { max_delivery_attempts: 3, ..cfg() }).unwrap();
+    let mut sim = Sim::new(Config {
+        max_delivery_attempts: 3,
+        ..cfg()
+    })
+    .unwrap();
     send(&mut sim, "T", "a");
     for _ in 0..3 {
-        let req = Request::Receive { group: "C".into(), topic: "T".into(), queue_id: None, max: 10, invisible_ms: 1000, filter: TagFilter::All };
-        let Reply::Received(r) = sim.request(req).unwrap() else { panic!() };
+        let req = Request::Receive {
+            group: "C".into(),
+            topic: "T".into(),
+            queue_id: None,
+            max: 10,
+            invisible_ms: 1000,
+            filter: TagFilter::All,
+        };
+        let Reply::Received(r) = sim.request(req).unwrap() else {
+            panic!()
+        };
         assert_eq!(r.len(), 1);
         sim.advance(1000).unwrap();
     }
@@ -242,9 +372,31 @@ fn redelivery_ends_in_dlq() {
 
 #[test]
 fn sync_flush_holds_replies_and_visibility() {
-    let mut b = Broker::open(Config { flush: FlushMode::Sync, ..cfg() }, MemStorage::new(), 0).unwrap();
-    b.handle(0, 1, Request::Send { messages: vec![NewMessage::new("T", "a")] }).unwrap();
-    b.handle(0, 2, Request::Send { messages: vec![NewMessage::new("T", "b")] }).unwrap();
+    let mut b = Broker::open(
+        Config {
+            flush: FlushMode::Sync,
+            ..cfg()
+        },
+        MemStorage::new(),
+        0,
+    )
+    .unwrap();
+    b.handle(
+        0,
+        1,
+        Request::Send {
+            messages: vec![NewMessage::new("T", "a")],
+        },
+    )
+    .unwrap();
+    b.handle(
+        0,
+        2,
+        Request::Send {
+            messages: vec![NewMessage::new("T", "b")],
+        },
+    )
+    .unwrap();
     assert!(b.poll_output().is_none(), "replies wait for the sync");
     assert_eq!(b.topics()[0].queues.iter().map(|q| q.2).sum::<u64>(), 0);
     b.sync().unwrap();
@@ -259,34 +411,72 @@ fn crash_cuts_torn_tail_and_keeps_synced() {
     s.cut_after_bytes = Some(700);
     let mut b = Broker::open(cfg(), s, 0).unwrap();
     for i in 0..10 {
-        b.execute(0, Request::Send { messages: vec![NewMessage::new("T", alloc::format!("m{i}"))] }).unwrap();
+        b.execute(
+            0,
+            Request::Send {
+                messages: vec![NewMessage::new("T", alloc::format!("m{i}"))],
+            },
+        )
+        .unwrap();
     }
     let live = b.into_storage().live();
     let b = Broker::open(cfg(), live, 0).unwrap();
     let report = b.recovery_report();
     assert_eq!(report.cuts.len(), 1);
     let kept: u64 = b.topics()[0].queues.iter().map(|q| q.1).sum();
-    assert!(kept >= 1 && kept < 10, "{kept}");
+    assert!((1..10).contains(&kept), "{kept}");
 }
 
 #[test]
 fn bad_input_is_answered() {
     let mut sim = Sim::new(cfg()).unwrap();
-    let r = sim.request(Request::Send { messages: vec![NewMessage::new("bad topic", "x")] }).unwrap();
+    let r = sim
+        .request(Request::Send {
+            messages: vec![NewMessage::new("bad topic", "x")],
+        })
+        .unwrap();
     assert!(matches!(r, Reply::Error(ClientError::InvalidTopic(_))));
-    let r = sim.request(Request::Send { messages: vec![NewMessage::new("T", "")] }).unwrap();
+    let r = sim
+        .request(Request::Send {
+            messages: vec![NewMessage::new("T", "")],
+        })
+        .unwrap();
     assert!(matches!(r, Reply::Error(ClientError::EmptyBody)));
-    let r = sim.request(Request::Send { messages: vec![NewMessage::new("T", vec![0u8; 65 << 10])] }).unwrap();
-    assert!(matches!(r, Reply::Error(ClientError::MessageTooLarge { .. })));
-    let r = sim.request(Request::Send { messages: vec![NewMessage::new(topic::HALF, "x")] }).unwrap();
+    let r = sim
+        .request(Request::Send {
+            messages: vec![NewMessage::new("T", vec![0u8; 65 << 10])],
+        })
+        .unwrap();
+    assert!(matches!(
+        r,
+        Reply::Error(ClientError::MessageTooLarge { .. })
+    ));
+    let r = sim
+        .request(Request::Send {
+            messages: vec![NewMessage::new(topic::HALF, "x")],
+        })
+        .unwrap();
     assert!(matches!(r, Reply::Error(ClientError::ReservedTopic(_))));
     let mut m = NewMessage::new("T", "x");
     m.properties.push(("DELAY".into(), "-1".into()));
-    assert!(matches!(sim.request(Request::Send { messages: vec![m] }).unwrap(), Reply::Error(ClientError::InvalidDelay(_))));
+    assert!(matches!(
+        sim.request(Request::Send { messages: vec![m] }).unwrap(),
+        Reply::Error(ClientError::InvalidDelay(_))
+    ));
     let mut m = NewMessage::new("T", "x");
     m.properties.push(("a\u{1}".into(), "b".into()));
-    assert!(matches!(sim.request(Request::Send { messages: vec![m] }).unwrap(), Reply::Error(ClientError::InvalidProperty(_))));
-    let req = Request::Prepare { group: "G".into(), message: NewMessage::new("T", "x").with_delay(Delay::Level(1)), check_immunity_ms: None };
-    assert!(matches!(sim.request(req).unwrap(), Reply::Error(ClientError::DelayOnTransaction)));
+    assert!(matches!(
+        sim.request(Request::Send { messages: vec![m] }).unwrap(),
+        Reply::Error(ClientError::InvalidProperty(_))
+    ));
+    let req = Request::Prepare {
+        group: "G".into(),
+        message: NewMessage::new("T", "x").with_delay(Delay::Level(1)),
+        check_immunity_ms: None,
+    };
+    assert!(matches!(
+        sim.request(req).unwrap(),
+        Reply::Error(ClientError::DelayOnTransaction)
+    ));
     assert_eq!(sim.broker.log_end(), 0, "nothing was written");
 }

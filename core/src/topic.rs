@@ -48,7 +48,10 @@ impl TopicKind {
     /// Consumers may read it.
     #[must_use]
     pub fn is_readable(self) -> bool {
-        matches!(self, TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax)
+        matches!(
+            self,
+            TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax
+        )
     }
 }
 
@@ -107,7 +110,8 @@ pub fn dlq(group: &str) -> String {
 }
 
 fn valid_chars(name: &str) -> bool {
-    name.bytes().all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
+    name.bytes()
+        .all(|b| b.is_ascii_alphanumeric() || matches!(b, b'%' | b'|' | b'_' | b'-'))
 }
 
 /// A name RocketMQ accepts: 1..=127 bytes of `[%|a-zA-Z0-9_-]`.
@@ -154,7 +158,10 @@ pub fn validate_group(name: &str) -> Result<(), ClientError> {
         return Err(ClientError::InvalidGroup("group name is empty".into()));
     }
     if name.len() > MAX_GROUP_LEN {
-        return Err(ClientError::InvalidGroup(format!("group name is {} bytes, longer than {MAX_GROUP_LEN}", name.len())));
+        return Err(ClientError::InvalidGroup(format!(
+            "group name is {} bytes, longer than {MAX_GROUP_LEN}",
+            name.len()
+        )));
     }
     if !valid_chars(name) {
         return Err(ClientError::InvalidGroup(format!(
@@ -173,13 +180,31 @@ mod tests {
     fn names() {
         assert!(validate_user_topic("TopicTest").is_ok());
         assert!(validate_user_topic("a-b_c%d|e").is_ok());
-        assert!(matches!(validate_user_topic(""), Err(ClientError::InvalidTopic(_))));
-        assert!(matches!(validate_user_topic("has space"), Err(ClientError::InvalidTopic(_))));
-        assert!(matches!(validate_user_topic(&"x".repeat(128)), Err(ClientError::InvalidTopic(_))));
+        assert!(matches!(
+            validate_user_topic(""),
+            Err(ClientError::InvalidTopic(_))
+        ));
+        assert!(matches!(
+            validate_user_topic("has space"),
+            Err(ClientError::InvalidTopic(_))
+        ));
+        assert!(matches!(
+            validate_user_topic(&"x".repeat(128)),
+            Err(ClientError::InvalidTopic(_))
+        ));
         assert!(validate_user_topic(&"x".repeat(127)).is_ok());
-        assert!(matches!(validate_user_topic(HALF), Err(ClientError::ReservedTopic(_))));
-        assert!(matches!(validate_user_topic("rmq_sys_x"), Err(ClientError::ReservedTopic(_))));
-        assert!(matches!(validate_user_topic("%DLQ%g"), Err(ClientError::ReservedTopic(_))));
+        assert!(matches!(
+            validate_user_topic(HALF),
+            Err(ClientError::ReservedTopic(_))
+        ));
+        assert!(matches!(
+            validate_user_topic("rmq_sys_x"),
+            Err(ClientError::ReservedTopic(_))
+        ));
+        assert!(matches!(
+            validate_user_topic("%DLQ%g"),
+            Err(ClientError::ReservedTopic(_))
+        ));
         assert!(validate_user_topic("%RETRY%g").is_ok());
         assert!(validate_readable_topic(CHECK_MAX).is_ok());
         assert!(validate_readable_topic(HALF).is_err());

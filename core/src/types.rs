@@ -40,7 +40,11 @@ pub struct NewMessage {
 impl NewMessage {
     /// A message with a topic and body and nothing else.
     pub fn new(topic: impl Into<String>, body: impl Into<Vec<u8>>) -> Self {
-        NewMessage { topic: topic.into(), body: body.into(), ..Default::default() }
+        NewMessage {
+            topic: topic.into(),
+            body: body.into(),
+            ..Default::default()
+        }
     }
     /// Sets the tag.
     #[must_use]
@@ -120,7 +124,9 @@ impl FromStr for TxnId {
         if s.len() != 16 {
             return Err(ClientError::MalformedTransactionId(s.into()));
         }
-        u64::from_str_radix(s, 16).map(TxnId).map_err(|_| ClientError::MalformedTransactionId(s.into()))
+        u64::from_str_radix(s, 16)
+            .map(TxnId)
+            .map_err(|_| ClientError::MalformedTransactionId(s.into()))
     }
 }
 
@@ -138,14 +144,19 @@ pub struct ReceiptHandle {
 
 impl fmt::Display for ReceiptHandle {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(f, "{:x}.{}.{}.{}", self.generation, self.queue_id, self.queue_offset, self.topic)
+        write!(
+            f,
+            "{:x}.{}.{}.{}",
+            self.generation, self.queue_id, self.queue_offset, self.topic
+        )
     }
 }
 
 impl FromStr for ReceiptHandle {
     type Err = ClientError;
     fn from_str(s: &str) -> Result<Self, ClientError> {
-        let bad = || ClientError::InvalidReceiptHandle(alloc::format!("`{s}` is not a receipt handle"));
+        let bad =
+            || ClientError::InvalidReceiptHandle(alloc::format!("`{s}` is not a receipt handle"));
         let mut it = s.splitn(4, '.');
         let generation = u64::from_str_radix(it.next().ok_or_else(bad)?, 16).map_err(|_| bad())?;
         let queue_id = it.next().ok_or_else(bad)?.parse().map_err(|_| bad())?;
@@ -154,7 +165,12 @@ impl FromStr for ReceiptHandle {
         if topic.is_empty() {
             return Err(bad());
         }
-        Ok(ReceiptHandle { topic: topic.into(), queue_id, queue_offset, generation })
+        Ok(ReceiptHandle {
+            topic: topic.into(),
+            queue_id,
+            queue_offset,
+            generation,
+        })
     }
 }
 
@@ -176,7 +192,12 @@ impl TagFilter {
         if expr.is_empty() || expr == "*" {
             return TagFilter::All;
         }
-        TagFilter::Tags(expr.split("||").map(|t| String::from(t.trim())).filter(|t| !t.is_empty()).collect())
+        TagFilter::Tags(
+            expr.split("||")
+                .map(|t| String::from(t.trim()))
+                .filter(|t| !t.is_empty())
+                .collect(),
+        )
     }
     /// Whether a message with this tag passes.
     #[must_use]
@@ -223,18 +244,44 @@ pub enum Request {
         auto_commit: bool,
     },
     /// Commit a group's offset in a queue.
-    CommitOffset { group: String, topic: String, queue_id: u32, offset: u64 },
+    CommitOffset {
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+    },
     /// Receive up to `max` messages, invisible to the group for `invisible_ms` (RocketMQ 5 pop).
-    Receive { group: String, topic: String, queue_id: Option<u32>, max: u32, invisible_ms: Millis, filter: TagFilter },
+    Receive {
+        group: String,
+        topic: String,
+        queue_id: Option<u32>,
+        max: u32,
+        invisible_ms: Millis,
+        filter: TagFilter,
+    },
     /// Acknowledge a received message.
-    Ack { group: String, handle: ReceiptHandle },
+    Ack {
+        group: String,
+        handle: ReceiptHandle,
+    },
     /// Change how long a received message stays invisible; answers a new handle.
-    ChangeInvisible { group: String, handle: ReceiptHandle, invisible_ms: Millis },
+    ChangeInvisible {
+        group: String,
+        handle: ReceiptHandle,
+        invisible_ms: Millis,
+    },
     /// Give a received message up at once: `%DLQ%<group>` (ForwardMessageToDeadLetterQueue).
-    ForwardToDeadLetter { group: String, handle: ReceiptHandle },
+    ForwardToDeadLetter {
+        group: String,
+        handle: ReceiptHandle,
+    },
     /// A pull consumer's failed message back (CONSUMER_SEND_MSG_BACK): to `%RETRY%<group>` at
     /// delay level `3 + reconsume times` (or the level given), to `%DLQ%<group>` after the maximum.
-    SendBack { group: String, offset: u64, delay_level: Option<u32> },
+    SendBack {
+        group: String,
+        offset: u64,
+        delay_level: Option<u32>,
+    },
 }
 
 /// One stored message of a send.
@@ -256,9 +303,17 @@ pub enum Reply {
     /// Stored (one entry per message; a half message's entry carries the transaction id).
     Sent(Vec<SendResult>),
     /// END_TRANSACTION applied. `duplicate`: it was already resolved this way; nothing changed.
-    Ended { txn: TxnId, resolution: Resolution, duplicate: bool },
+    Ended {
+        txn: TxnId,
+        resolution: Resolution,
+        duplicate: bool,
+    },
     /// Messages from a pull, and the offset to pull from next.
-    Pulled { messages: Vec<Message>, next_offset: u64, max_offset: u64 },
+    Pulled {
+        messages: Vec<Message>,
+        next_offset: u64,
+        max_offset: u64,
+    },
     /// An offset was committed.
     OffsetCommitted,
     /// Messages from a receive, each with its handle.
@@ -266,7 +321,10 @@ pub enum Reply {
     /// An ack was applied.
     Acked,
     /// New invisible time, with the handle to use from now on.
-    InvisibleChanged { handle: ReceiptHandle, visible_at: Millis },
+    InvisibleChanged {
+        handle: ReceiptHandle,
+        visible_at: Millis,
+    },
     /// Forwarded to the dead-letter queue.
     Forwarded,
     /// The client's mistake; nothing changed.
@@ -301,7 +359,10 @@ impl Message {
     /// The value of a property.
     #[must_use]
     pub fn property(&self, key: &str) -> Option<&str> {
-        self.properties.iter().find(|(k, _)| k == key).map(|(_, v)| v.as_str())
+        self.properties
+            .iter()
+            .find(|(k, _)| k == key)
+            .map(|(_, v)| v.as_str())
     }
 }
 
@@ -405,10 +466,20 @@ pub enum ClientError {
     ReservedTopic(String),
     UnknownTopic(String),
     InvalidGroup(String),
-    InvalidQueue { topic: String, queue_id: u32, queues: u32 },
+    InvalidQueue {
+        topic: String,
+        queue_id: u32,
+        queues: u32,
+    },
     EmptyBody,
-    MessageTooLarge { size: usize, max: u32 },
-    BatchTooLarge { size: usize, max: u32 },
+    MessageTooLarge {
+        size: usize,
+        max: u32,
+    },
+    BatchTooLarge {
+        size: usize,
+        max: u32,
+    },
     EmptyBatch,
     MixedBatch(String),
     DelayInBatch,
@@ -419,8 +490,15 @@ pub enum ClientError {
     PropertiesTooLarge(usize),
     UnknownTransaction(TxnId),
     MalformedTransactionId(String),
-    TransactionAlreadyResolved { txn: TxnId, resolution: Option<Resolution> },
-    WrongProducerGroup { txn: TxnId, expected: String, got: String },
+    TransactionAlreadyResolved {
+        txn: TxnId,
+        resolution: Option<Resolution>,
+    },
+    WrongProducerGroup {
+        txn: TxnId,
+        expected: String,
+        got: String,
+    },
     InvalidReceiptHandle(String),
     StaleReceiptHandle(String),
     InvalidArgument(String),
@@ -463,34 +541,68 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::InvalidTopic(why) => write!(f, "invalid topic: {why}"),
             ClientError::ReservedTopic(t) => write!(f, "topic `{t}` is reserved for the broker"),
-            ClientError::UnknownTopic(t) => write!(f, "topic `{t}` does not exist and auto-create is off"),
+            ClientError::UnknownTopic(t) => {
+                write!(f, "topic `{t}` does not exist and auto-create is off")
+            }
             ClientError::InvalidGroup(why) => write!(f, "invalid group: {why}"),
-            ClientError::InvalidQueue { topic, queue_id, queues } => {
-                write!(f, "queue {queue_id} does not exist in topic `{topic}` ({queues} queues)")
+            ClientError::InvalidQueue {
+                topic,
+                queue_id,
+                queues,
+            } => {
+                write!(
+                    f,
+                    "queue {queue_id} does not exist in topic `{topic}` ({queues} queues)"
+                )
             }
             ClientError::EmptyBody => f.write_str("message body is empty"),
             ClientError::MessageTooLarge { size, max } => {
-                write!(f, "message body of {size} bytes exceeds the maximum of {max}")
+                write!(
+                    f,
+                    "message body of {size} bytes exceeds the maximum of {max}"
+                )
             }
-            ClientError::BatchTooLarge { size, max } => write!(f, "batch of {size} bytes exceeds the maximum of {max}"),
+            ClientError::BatchTooLarge { size, max } => {
+                write!(f, "batch of {size} bytes exceeds the maximum of {max}")
+            }
             ClientError::EmptyBatch => f.write_str("batch holds no message"),
-            ClientError::MixedBatch(why) => write!(f, "messages of a batch must share one topic and flags: {why}"),
+            ClientError::MixedBatch(why) => write!(
+                f,
+                "messages of a batch must share one topic and flags: {why}"
+            ),
             ClientError::DelayInBatch => f.write_str("a batch cannot hold delayed messages"),
-            ClientError::BatchToRetryTopic => f.write_str("a batch cannot be sent to a %RETRY% topic"),
+            ClientError::BatchToRetryTopic => {
+                f.write_str("a batch cannot be sent to a %RETRY% topic")
+            }
             ClientError::InvalidDelay(why) => write!(f, "invalid delay: {why}"),
-            ClientError::DelayOnTransaction => f.write_str("a transactional message cannot be delayed"),
+            ClientError::DelayOnTransaction => {
+                f.write_str("a transactional message cannot be delayed")
+            }
             ClientError::InvalidProperty(why) => write!(f, "invalid property: {why}"),
-            ClientError::PropertiesTooLarge(n) => write!(f, "properties of {n} bytes exceed the maximum of 32767"),
+            ClientError::PropertiesTooLarge(n) => {
+                write!(f, "properties of {n} bytes exceed the maximum of 32767")
+            }
             ClientError::UnknownTransaction(t) => write!(f, "no transaction {t}"),
-            ClientError::MalformedTransactionId(s) => write!(f, "`{s}` is not a transaction id (16 hex digits)"),
-            ClientError::TransactionAlreadyResolved { txn, resolution: Some(r) } => {
+            ClientError::MalformedTransactionId(s) => {
+                write!(f, "`{s}` is not a transaction id (16 hex digits)")
+            }
+            ClientError::TransactionAlreadyResolved {
+                txn,
+                resolution: Some(r),
+            } => {
                 write!(f, "transaction {txn} was already resolved ({})", r.as_str())
             }
-            ClientError::TransactionAlreadyResolved { txn, resolution: None } => {
+            ClientError::TransactionAlreadyResolved {
+                txn,
+                resolution: None,
+            } => {
                 write!(f, "transaction {txn} was already resolved")
             }
             ClientError::WrongProducerGroup { txn, expected, got } => {
-                write!(f, "transaction {txn} belongs to producer group `{expected}`, not `{got}`")
+                write!(
+                    f,
+                    "transaction {txn} belongs to producer group `{expected}`, not `{got}`"
+                )
             }
             ClientError::InvalidReceiptHandle(why) => write!(f, "invalid receipt handle: {why}"),
             ClientError::StaleReceiptHandle(why) => write!(f, "stale receipt handle: {why}"),
