@@ -711,17 +711,27 @@ impl<S: Storage> Broker<S> {
             if first > now || first == Millis::MAX || first == PARKED {
                 break;
             }
+            // A timer whose action fails (storage) is put back, so nothing due is forgotten.
             if d == first {
                 if let Some(row) = self.delays.pop_due(first) {
-                    self.deliver(row)?;
+                    if let Err(e) = self.deliver(row) {
+                        self.delays.reschedule(row.offset);
+                        return Err(e);
+                    }
                 }
             } else if t == first {
                 if let Some(row) = self.txns.pop_due(first) {
-                    self.check(row)?;
+                    if let Err(e) = self.check(row) {
+                        self.txns.reschedule(row.offset);
+                        return Err(e);
+                    }
                 }
-            } else {
-                let Reverse((_, g, q, qoff, gen)) = self.pop_timers.pop().expect("peeked");
-                self.expire_inflight(g, q, qoff, gen)?;
+            } else if let Some(Reverse(timer)) = self.pop_timers.pop() {
+                let (_, g, q, qoff, gen) = timer;
+                if let Err(e) = self.expire_inflight(g, q, qoff, gen) {
+                    self.pop_timers.push(Reverse(timer));
+                    return Err(e);
+                }
             }
         }
         Ok(())

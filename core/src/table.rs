@@ -107,6 +107,15 @@ impl<R: Row> PendingTable<R> {
         None
     }
 
+    /// Schedules a row's current deadline again (after its timer fired but could not be
+    /// acted on, say because the storage failed).
+    pub(crate) fn reschedule(&mut self, offset: u64) {
+        if let Some(row) = self.get(offset) {
+            let d = row.deadline();
+            self.timers.push(Reverse((d, offset)));
+        }
+    }
+
     /// Live rows in offset order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &R> {
         self.rows.iter().filter(|r| !r.is_dead())
