@@ -1,0 +1,224 @@
+//! Helpers for the broker's integration tests: an in-process broker on an ephemeral port
+//! with a temporary data directory, and a gRPC client.
+#![allow(dead_code)]
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocklet_broker::clock::{Clock, SystemClock};
+use rocklet_broker::config::BrokerConfig;
+use rocklet_broker::pb::v2 as pb;
+use rocklet_broker::pb::v2::messaging_service_client::MessagingServiceClient;
+use rocklet_broker::server::{self, RunningBroker};
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+use tonic::transport::Channel;
+
+pub type Client = MessagingServiceClient<Channel>;
+
+/// A broker with a fast transaction timeout and check interval.
+pub fn test_config(dir: &std::path::Path) -> BrokerConfig {
+    let mut cfg = BrokerConfig::default();
+    cfg.listen = "127.0.0.1:0".parse().unwrap();
+    cfg.data_dir = dir.to_path_buf();
+    cfg.core.segment_size = 1 << 24;
+    cfg.core.transaction_timeout_ms = 300;
+    cfg.core.transaction_check_interval_ms = 500;
+    cfg.flush_interval_ms = 50;
+    cfg
+}
+
+pub struct TestBroker {
+    pub broker: Option<RunningBroker>,
+    pub dir: tempfile::TempDir,
+    pub client: Client,
+}
+
+impl TestBroker {
+    pub async fn start() -> Self {
+        Self::start_with(|_| {}).await
+    }
+
+    pub async fn start_with(f: impl FnOnce(&mut BrokerConfig)) -> Self {
+        Self::start_clock(f, Arc::new(SystemClock)).await
+    }
+
+    pub async fn start_clock(f: impl FnOnce(&mut BrokerConfig), clock: Arc<dyn Clock>) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let mut cfg = test_config(dir.path());
+        f(&mut cfg);
+        let broker = server::start(cfg, clock).await.unwrap();
+        let client = connect(broker.addr).await;
+        TestBroker { broker: Some(broker), dir, client }
+    }
+
+    pub fn addr(&self) -> std::net::SocketAddr {
+        self.broker.as_ref().unwrap().addr
+    }
+
+    pub async fn stop(mut self) -> tempfile::TempDir {
+        if let Some(b) = self.broker.take() {
+            b.stop().await;
+        }
+        self.dir
+    }
+}
+
+pub async fn connect(addr: std::net::SocketAddr) -> Client {
+    MessagingServiceClient::connect(format!("http://{addr}")).await.unwrap()
+}
+
+pub fn res(name: &str) -> Option<pb::Resource> {
+    Some(pb::Resource { resource_namespace: String::new(), name: name.into() })
+}
+
+pub fn dur(ms: u64) -> prost_types::Duration {
+    prost_types::Duration { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+}
+
+pub fn msg(topic: &str, body: &[u8], ty: pb::MessageType, id: &str) -> pb::Message {
+    pb::Message {
+        topic: res(topic),
+        user_properties: Default::default(),
+        system_properties: Some(pb::SystemProperties {
+            message_id: id.into(),
+            message_type: ty as i32,
+            body_encoding: pb::Encoding::Identity as i32,
+            born_host: "127.0.0.1".into(),
+            ..Default::default()
+        }),
+        body: body.to_vec(),
+    }
+}
+
+pub const OK: i32 = pb::Code::Ok as i32;
+
+pub async fn send(c: &mut Client, messages: Vec<pb::Message>) -> pb::SendMessageResponse {
+    c.send_message(pb::SendMessageRequest { messages }).await.unwrap().into_inner()
+}
+
+/// Sends one message and asserts it was stored; returns its entry.
+pub async fn send_ok(c: &mut Client, m: pb::Message) -> pb::SendResultEntry {
+    let r = send(c, vec![m]).await;
+    let s = r.status.unwrap();
+    assert_eq!(s.code, OK, "send failed: {}", s.message);
+    r.entries.into_iter().next().unwrap()
+}
+
+pub struct Received {
+    pub status: pb::Status,
+    pub messages: Vec<pb::Message>,
+}
+
+pub async fn receive(c: &mut Client, topic: &str, group: &str, max: i32, invisible_ms: u64, poll_ms: u64) -> Received {
+    let req = pb::ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(pb::MessageQueue { topic: res(topic), ..Default::default() }),
+        filter_expression: Some(pb::FilterExpression { r#type: pb::FilterType::Tag as i32, expression: "*".into() }),
+        batch_size: max,
+        invisible_duration: Some(dur(invisible_ms)),
+        auto_renew: false,
+        long_polling_timeout: Some(dur(poll_ms)),
+        attempt_id: None,
+    };
+    let mut stream = c.receive_message(req).await.unwrap().into_inner();
+    let mut out = Received { status: pb::Status::default(), messages: Vec::new() };
+    while let Some(r) = stream.next().await {
+        match r.unwrap().content.unwrap() {
+            pb::receive_message_response::Content::Status(s) => out.status = s,
+            pb::receive_message_response::Content::Message(m) => out.messages.push(m),
+            pb::receive_message_response::Content::DeliveryTimestamp(_) => {}
+        }
+    }
+    out
+}
+
+pub fn handle(m: &pb::Message) -> String {
+    m.system_properties.as_ref().unwrap().receipt_handle.clone().unwrap()
+}
+
+pub fn attempt(m: &pb::Message) -> i32 {
+    m.system_properties.as_ref().unwrap().delivery_attempt.unwrap()
+}
+
+pub async fn ack(c: &mut Client, topic: &str, group: &str, m: &pb::Message) -> pb::Status {
+    ack_handle(c, topic, group, &handle(m)).await
+}
+
+pub async fn ack_handle(c: &mut Client, topic: &str, group: &str, h: &str) -> pb::Status {
+    let r = c
+        .ack_message(pb::AckMessageRequest {
+            group: res(group),
+            topic: res(topic),
+            entries: vec![pb::AckMessageEntry { message_id: String::new(), receipt_handle: h.into() }],
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    r.status.unwrap()
+}
+
+pub async fn end_txn(
+    c: &mut Client,
+    topic: &str,
+    txn: &str,
+    resolution: pb::TransactionResolution,
+    source: pb::TransactionSource,
+) -> pb::Status {
+    c.end_transaction(pb::EndTransactionRequest {
+        topic: res(topic),
+        message_id: String::new(),
+        transaction_id: txn.into(),
+        resolution: resolution as i32,
+        source: source as i32,
+        trace_context: String::new(),
+    })
+    .await
+    .unwrap()
+    .into_inner()
+    .status
+    .unwrap()
+}
+
+/// A producer's telemetry stream: sends settings declaring `topics`, then yields what the
+/// broker pushes.
+pub struct Telemetry {
+    pub tx: mpsc::Sender<pb::TelemetryCommand>,
+    pub inbound: tonic::Streaming<pb::TelemetryCommand>,
+}
+
+impl Telemetry {
+    pub async fn producer(c: &mut Client, topics: &[&str]) -> Telemetry {
+        let (tx, rx) = mpsc::channel(16);
+        let settings = pb::Settings {
+            client_type: Some(pb::ClientType::Producer as i32),
+            pub_sub: Some(pb::settings::PubSub::Publishing(pb::Publishing {
+                topics: topics.iter().map(|t| res(t).unwrap()).collect(),
+                ..Default::default()
+            })),
+            ..Default::default()
+        };
+        tx.send(pb::TelemetryCommand { status: None, command: Some(pb::telemetry_command::Command::Settings(settings)) })
+            .await
+            .unwrap();
+        let mut req = tonic::Request::new(ReceiverStream::new(rx));
+        req.metadata_mut().insert("x-mq-client-id", "test-producer".parse().unwrap());
+        let mut inbound = c.telemetry(req).await.unwrap().into_inner();
+        // The settings reply.
+        let first = tokio::time::timeout(Duration::from_secs(5), inbound.next()).await.unwrap().unwrap().unwrap();
+        assert!(matches!(first.command, Some(pb::telemetry_command::Command::Settings(_))));
+        Telemetry { tx, inbound }
+    }
+
+    /// The next transaction check within `within`.
+    pub async fn next_check(&mut self, within: Duration) -> Option<pb::RecoverOrphanedTransactionCommand> {
+        let deadline = tokio::time::Instant::now() + within;
+        loop {
+            let next = tokio::time::timeout_at(deadline, self.inbound.next()).await.ok()??.ok()?;
+            if let Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(c)) = next.command {
+                return Some(c);
+            }
+        }
+    }
+}
