@@ -1486,10 +1486,10 @@ impl<S: Storage> Broker<S> {
             .read(row.offset, row.size as usize)
             .map_err(Error::Storage)?
         else {
-            return Err(Error::Corrupted {
-                offset: row.offset,
-                reason: "half message unreadable".into(),
-            });
+            // Damaged since it was written: it can never be committed; drop it, do not wedge.
+            let rollback = sys_flag::TRANSACTION_ROLLBACK_TYPE;
+            self.write_op(row.offset, op::EXPIRED, rollback, None)?;
+            return Ok(());
         };
         let stored = r.header.store_timestamp;
         if stored.saturating_add(self.cfg.half_reserve_ms) <= now {
@@ -1513,20 +1513,13 @@ impl<S: Storage> Broker<S> {
         }
         let check = u32::from(row.checks) + 1;
         self.write_op(row.offset, op::CHECKED, 0, Some(row.checks + 1))?;
-        let Some(message) = self.read_message(
-            row.queue,
-            0,
-            CqUnit {
-                offset: row.offset,
-                size: row.size,
-                tag_hash: 0,
-            },
-        )?
-        else {
-            return Err(Error::Corrupted {
-                offset: row.offset,
-                reason: "half message unreadable".into(),
-            });
+        let unit = CqUnit {
+            offset: row.offset,
+            size: row.size,
+            tag_hash: 0,
+        };
+        let Some(message) = self.read_message(row.queue, 0, unit)? else {
+            return Ok(());
         };
         self.stats.checks_sent += 1;
         self.outputs.push_back(Output::Check(CheckRequest {
@@ -1587,10 +1580,16 @@ impl<S: Storage> Broker<S> {
             .read(unit.offset, unit.size as usize)
             .map_err(Error::Storage)?
         else {
-            return Err(Error::Corrupted {
-                offset: unit.offset,
-                reason: "message unreadable".into(),
-            });
+            // Damaged since it was written: retire the delivery rather than wedge the timer.
+            let state = StateOp::Ack {
+                group: &group,
+                topic: &topic_name,
+                queue_id,
+                queue_offset: qoff,
+                generation: gen,
+            };
+            self.write_state(&state)?;
+            return Ok(());
         };
         let body = r.body.to_vec();
         let (flag, born, born_host, reconsume) = (

@@ -480,3 +480,23 @@ fn bad_input_is_answered() {
     ));
     assert_eq!(sim.broker.log_end(), 0, "nothing was written");
 }
+
+#[test]
+fn storage_failure_keeps_due_work() {
+    let mut sim = Sim::with_storage(cfg(), CrashStorage::new(), 0).unwrap();
+    sim.set_checker("G", |_| Resolution::Commit);
+    prepare(&mut sim, "G", "T", "x");
+    sim.broker.storage_mut().fail_appends = true;
+    assert!(
+        sim.broker.handle_timeout(6_000).is_err(),
+        "the check op cannot be written"
+    );
+    assert!(
+        sim.broker.handle_timeout(6_001).is_err(),
+        "and is still due"
+    );
+    sim.broker.storage_mut().fail_appends = false;
+    sim.advance_to(6_002).unwrap();
+    assert_eq!(sim.checks.len(), 1);
+    assert_eq!(bodies(&mut sim, "T"), vec!["x"]);
+}
