@@ -235,8 +235,14 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
         return Err(Fail::Internal("Config does not serialize to an object".into()));
     };
     let known: Vec<(String, String)> = fields.keys().map(|k| (camel_case(k), k.clone())).collect();
+    // The host does long polling (subscribe): it needs availability notices.
+    fields.insert("notify_available".into(), serde_json::Value::Bool(true));
     let mut out = BrokerOptions { config: Config::default(), clock: ClockKind::System, path: None, now: None };
-    let Some(v) = present(v)? else { return Ok(out) };
+    let Some(v) = present(v)? else {
+        out.config = serde_json::from_value(serde_json::Value::Object(fields))
+            .map_err(|e| Fail::Internal(format!("default config: {e}")))?;
+        return Ok(out);
+    };
     let obj = object("options", v)?;
     for key in Object::keys(&obj)? {
         let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else { continue };
@@ -278,8 +284,6 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
     }
     out.config = serde_json::from_value(serde_json::Value::Object(fields))
         .map_err(|e| Fail::Config { option: "options".into(), reason: e.to_string() })?;
-    // The host does long polling (subscribe): it needs availability notices.
-    out.config.notify_available = true;
     Ok(out)
 }
 
@@ -501,11 +505,26 @@ pub(crate) fn message(m: Message) -> JsMessage {
     }
 }
 
-/// A received message: the message plus its delivery.
+/// A received message: the message's fields plus its delivery (`handle`, `attempt`,
+/// `visibleAt`).
 #[napi(object)]
-#[derive(Debug)]
 pub struct JsReceived {
-    pub message: JsMessage,
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: f64,
+    pub offset: f64,
+    pub msg_id: String,
+    pub tag: Option<String>,
+    pub keys: Vec<String>,
+    pub properties: HashMap<String, String>,
+    pub body: Buffer,
+    pub born_timestamp: f64,
+    pub store_timestamp: f64,
+    pub reconsume_times: u32,
+    pub flag: i32,
+    pub sys_flag: u32,
+    pub born_host: String,
+    pub store_host: String,
     /// Receipt handle for `ack` / `changeInvisible`.
     pub handle: String,
     /// Delivery attempt, from 1.
@@ -514,9 +533,31 @@ pub struct JsReceived {
     pub visible_at: f64,
 }
 
+impl std::fmt::Debug for JsReceived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsReceived").field("handle", &self.handle).field("attempt", &self.attempt).finish_non_exhaustive()
+    }
+}
+
 pub(crate) fn received(r: Received) -> JsReceived {
+    let m = message(r.message);
     JsReceived {
-        message: message(r.message),
+        topic: m.topic,
+        queue_id: m.queue_id,
+        queue_offset: m.queue_offset,
+        offset: m.offset,
+        msg_id: m.msg_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties,
+        body: m.body,
+        born_timestamp: m.born_timestamp,
+        store_timestamp: m.store_timestamp,
+        reconsume_times: m.reconsume_times,
+        flag: m.flag,
+        sys_flag: m.sys_flag,
+        born_host: m.born_host,
+        store_host: m.store_host,
         handle: r.handle.to_string(),
         attempt: r.attempt,
         visible_at: num(r.visible_at),

@@ -1,0 +1,313 @@
+'use strict';
+// rocklet: RocketMQ's transactional message store in-process, over the native addon
+// (rocklet.node, built from src/ by cargo). This file only adds async sugar: checkers per
+// producer group, transaction(), advance()/runUntilIdle() for the manual clock, the system
+// clock's timer, and subscribe(). Every message decision stays in the core.
+
+const native = require('./rocklet.node');
+
+const { RockletError, ClientError, ConfigError, StorageError, CorruptedError, StateError } = native.errorClasses();
+const Native = native.Broker;
+
+const KICK = Symbol('rocklet.kick');
+
+// Native methods after which the core may have outputs for the host (checks, availability
+// notices): each is followed by a kick that routes them.
+const DRIVING = [
+  'send', 'sendBatch', 'prepare', 'endTransaction', 'commit', 'rollback', 'setProducerOnline',
+  'createTopic', 'pull', 'commitOffset', 'receive', 'ack', 'changeInvisible',
+  'forwardToDeadLetter', 'sendBack', 'sync', 'close', 'fireDue',
+];
+
+const MAX_TIMER = 2 ** 31 - 1;
+
+class Broker extends Native {
+  #checkers = new Map();
+  #answering = new Set();
+  #waiters = new Set();
+  #listeners = new Map();
+  #timer = null;
+  #timerAt = null;
+  #clockChain = Promise.resolve();
+
+  /**
+   * @param {object} [options] `{ path?, clock?: 'system' | 'manual', now?, ...config }`.
+   */
+  constructor(options) {
+    super(options);
+    this[KICK]();
+  }
+
+  // ---- checkers ----------------------------------------------------------------------
+
+  /** Registers the checker of producer group `group` (the group comes online). */
+  setChecker(group, checker) {
+    if (typeof checker !== 'function') {
+      throw new ClientError('invalid argument: checker must be a function', 'INVALID_ARGUMENT');
+    }
+    this.setProducerOnline(group, true);
+    this.#checkers.set(group, checker);
+  }
+
+  /** Removes a group's checker (its producer went away: its checks wait). */
+  removeChecker(group) {
+    this.setProducerOnline(group, false);
+    this.#checkers.delete(group);
+  }
+
+  #answer(check) {
+    const checker = this.#checkers.get(check.group);
+    // No checker any more: the check goes unanswered and the transaction stays pending.
+    if (!checker) return;
+    const p = (async () => {
+      let answer;
+      try {
+        answer = await checker(check);
+      } catch (err) {
+        this.#checkerError(err, check);
+        return;
+      }
+      if (this.closed) return;
+      try {
+        this.endTransaction(check.txn, answer, { fromCheck: true });
+      } catch (err) {
+        this.#checkerError(err, check);
+      }
+    })();
+    this.#answering.add(p);
+    p.finally(() => this.#answering.delete(p));
+  }
+
+  #checkerError(err, check) {
+    const fns = this.#listeners.get('checkerError');
+    if (fns && fns.size) {
+      for (const fn of fns) fn(err, check);
+    } else {
+      process.emitWarning(
+        `rocklet: the checker of group '${check.group}' failed for transaction ${check.txn}` +
+          ` (it stays pending): ${err && err.message}`,
+        { code: 'ROCKLET_CHECKER_FAILED' },
+      );
+    }
+  }
+
+  /** `on('checkerError', (err, check) => ...)`: a checker threw or answered nonsense. */
+  on(event, fn) {
+    if (event !== 'checkerError') {
+      throw new ClientError(`invalid argument: no event '${event}' (known: checkerError)`, 'INVALID_ARGUMENT');
+    }
+    if (!this.#listeners.has(event)) this.#listeners.set(event, new Set());
+    this.#listeners.get(event).add(fn);
+    return this;
+  }
+
+  off(event, fn) {
+    this.#listeners.get(event)?.delete(fn);
+    return this;
+  }
+
+  /** Waits until every checker answer under way has been fed back. */
+  async #settle() {
+    while (this.#answering.size) await Promise.allSettled([...this.#answering]);
+  }
+
+  // Routes what the core handed out: checks to checkers, availability to subscribers; and
+  // re-arms the system clock's timer for the core's next deadline.
+  [KICK]() {
+    for (const check of super.takeChecks()) this.#answer(check);
+    const available = super.takeAvailable();
+    const closed = this.closed;
+    if (available.length || closed) {
+      const topics = new Set(available.map((a) => a.topic));
+      for (const w of this.#waiters) {
+        if (closed || topics.has(w.topic)) w.wake();
+      }
+    }
+    if (this.clock === 'system') this.#arm(closed);
+  }
+
+  #arm(closed) {
+    const due = closed ? null : super.pollTimeout();
+    if (due === null) {
+      if (this.#timer) clearTimeout(this.#timer);
+      this.#timer = null;
+      this.#timerAt = null;
+      return;
+    }
+    if (this.#timer && this.#timerAt <= due) return;
+    if (this.#timer) clearTimeout(this.#timer);
+    const delay = Math.min(Math.max(0, due - Date.now()), MAX_TIMER);
+    this.#timerAt = due;
+    this.#timer = setTimeout(() => {
+      this.#timer = null;
+      this.#timerAt = null;
+      if (!this.closed) this.fireDue();
+    }, delay);
+    this.#timer.unref();
+  }
+
+  // ---- transactions ------------------------------------------------------------------
+
+  /**
+   * Prepares a half message, runs `fn(tx)` (the local transaction), then commits when it
+   * resolves or rolls back when it throws (and rethrows). Answers the send result and the
+   * callback's value.
+   */
+  async transaction(group, message, fn) {
+    if (typeof fn !== 'function') {
+      throw new ClientError('invalid argument: transaction needs a callback', 'INVALID_ARGUMENT');
+    }
+    const sent = this.prepare(group, message);
+    let value;
+    try {
+      value = await fn(sent);
+    } catch (err) {
+      if (!this.closed) this.rollback(sent.txn, { group });
+      throw err;
+    }
+    this.commit(sent.txn, { group });
+    return { ...sent, value };
+  }
+
+  // ---- manual clock --------------------------------------------------------------------
+
+  #serial(fn) {
+    const run = this.#clockChain.then(fn);
+    this.#clockChain = run.catch(() => {});
+    return run;
+  }
+
+  // Steps the manual clock timer by timer up to `target` (every timer when null); call
+  // only inside #serial.
+  async #drive(target) {
+    this[KICK]();
+    await this.#settle();
+    while (super.stepClock(target)) {
+      this[KICK]();
+      await this.#settle();
+    }
+    this[KICK]();
+    await this.#settle();
+  }
+
+  /**
+   * Manual clock: moves time forward by `ms`, firing every check, delivery and redelivery
+   * due on the way at its own time, and waiting for the checkers' answers at each.
+   */
+  advance(ms) {
+    if (this.clock !== 'manual') {
+      return Promise.reject(new StateError("advance needs a broker with clock: 'manual'", 'WRONG_CLOCK'));
+    }
+    if (!Number.isSafeInteger(ms) || ms < 0) {
+      return Promise.reject(new ClientError(`invalid argument: advance(ms) needs a whole number >= 0, got ${ms}`, 'INVALID_ARGUMENT'));
+    }
+    return this.#serial(() => this.#drive(this.now() + ms));
+  }
+
+  /** Manual clock: advance(t - now()). */
+  advanceTo(t) {
+    if (!Number.isSafeInteger(t)) {
+      return Promise.reject(new ClientError(`invalid argument: advanceTo(t) needs a whole number, got ${t}`, 'INVALID_ARGUMENT'));
+    }
+    if (this.clock !== 'manual') {
+      return Promise.reject(new StateError("advanceTo needs a broker with clock: 'manual'", 'WRONG_CLOCK'));
+    }
+    return this.#serial(() => this.#drive(t));
+  }
+
+  /** Manual clock: fires timers in order until the core has none left. */
+  runUntilIdle() {
+    if (this.clock !== 'manual') {
+      return Promise.reject(new StateError("runUntilIdle needs a broker with clock: 'manual'", 'WRONG_CLOCK'));
+    }
+    return this.#serial(() => this.#drive(null));
+  }
+
+  // ---- consumers -------------------------------------------------------------------------
+
+  #wait(topic) {
+    let wake;
+    const promise = new Promise((resolve) => {
+      wake = resolve;
+    });
+    const w = { topic, wake: () => { this.#waiters.delete(w); wake(); } };
+    this.#waiters.add(w);
+    return { promise, cancel: w.wake };
+  }
+
+  /**
+   * `for await (const m of broker.subscribe(group, topic, { invisibleMs }))`: receives
+   * messages one batch at a time and waits for more when there are none. A message is acked
+   * when the loop moves on to the next one; leaving the loop (break, throw) leaves the
+   * current one un-acked, so it comes back after `invisibleMs`.
+   */
+  subscribe(group, topic, options) {
+    const o = options ?? {};
+    if (typeof o !== 'object' || !Number.isSafeInteger(o.invisibleMs)) {
+      throw new ClientError('invalid argument: subscribe needs options.invisibleMs (ms a message stays invisible until acked)', 'INVALID_ARGUMENT');
+    }
+    for (const k of Object.keys(o)) {
+      if (!['invisibleMs', 'tags', 'batch'].includes(k)) {
+        throw new ClientError(`invalid argument: subscribe has no option '${k}' (known: invisibleMs, tags, batch)`, 'INVALID_ARGUMENT');
+      }
+    }
+    const req = { invisibleMs: o.invisibleMs, max: o.batch ?? 1 };
+    if (o.tags !== undefined) req.tags = o.tags;
+    const broker = this;
+    let batch = [];
+    let last = null;
+    let done = false;
+    let waiting = null;
+    return {
+      [Symbol.asyncIterator]() {
+        return this;
+      },
+      async next() {
+        if (last !== null) {
+          const handle = last;
+          last = null;
+          broker.ack(group, handle);
+        }
+        for (;;) {
+          if (done || broker.closed) {
+            done = true;
+            return { done: true, value: undefined };
+          }
+          if (batch.length) {
+            const m = batch.shift();
+            last = m.handle;
+            return { done: false, value: m };
+          }
+          batch = broker.receive(group, topic, req);
+          if (!batch.length) {
+            waiting = broker.#wait(topic);
+            await waiting.promise;
+            waiting = null;
+          }
+        }
+      },
+      async return() {
+        done = true;
+        if (waiting) waiting.cancel();
+        return { done: true, value: undefined };
+      },
+    };
+  }
+}
+
+for (const name of DRIVING) {
+  const f = Native.prototype[name];
+  Object.defineProperty(Broker.prototype, name, {
+    value: function (...args) {
+      try {
+        return f.apply(this, args);
+      } finally {
+        this[KICK]();
+      }
+    },
+    writable: true,
+    configurable: true,
+  });
+}
+
+module.exports = { Broker, RockletError, ClientError, ConfigError, StorageError, CorruptedError, StateError };
