@@ -663,7 +663,8 @@ impl PyBroker {
     }
 
     /// Sends a batch to one topic, all or nothing, with consecutive queue offsets. Each item is
-    /// a body (bytes or str) or a mapping with `body` and optional `tag`, `keys`, `properties`.
+    /// a body (bytes or str) or a mapping with `body` and optional `tag`, `keys`, `properties`
+    /// (and `topic`, which must then equal the batch's: a batch never mixes topics).
     #[pyo3(signature = (topic, messages, *, queue_id=None))]
     fn send_batch(
         &self,
@@ -681,9 +682,9 @@ impl PyBroker {
                 };
                 for k in d.keys()?.iter() {
                     let k: String = k.extract()?;
-                    if !matches!(k.as_str(), "body" | "tag" | "keys" | "properties") {
+                    if !matches!(k.as_str(), "body" | "tag" | "keys" | "properties" | "topic") {
                         return Err(PyValueError::new_err(format!(
-                            "batch item key `{k}` is not one of body, tag, keys, properties"
+                            "batch item key `{k}` is not one of body, tag, keys, properties, topic"
                         )));
                     }
                 }
@@ -692,7 +693,11 @@ impl PyBroker {
                     Some(t) if !t.is_none() => Some(t.extract()?),
                     _ => None,
                 };
-                new_message(topic.clone(), &body, tag, get("keys")?.as_ref(), get("properties")?.as_ref(), queue_id, None, None)?
+                let item_topic = match get("topic")? {
+                    Some(t) if !t.is_none() => t.extract()?,
+                    _ => topic.clone(),
+                };
+                new_message(item_topic, &body, tag, get("keys")?.as_ref(), get("properties")?.as_ref(), queue_id, None, None)?
             } else {
                 new_message(topic.clone(), &item, None, None, None, queue_id, None, None)?
             };
