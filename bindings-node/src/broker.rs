@@ -13,7 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use napi::bindgen_prelude::*;
 use napi::Env;
 use napi_derive::napi;
-use rocklet_core::{AnyStorage, Broker, CheckRequest, Millis, Output, Reply, Request, TraceEvent};
+use rocklet_core::{AnyStorage, Broker, FlushMode, CheckRequest, Millis, Output, Reply, Request, TraceEvent};
 
 use crate::convert::{self, ClockKind, Opts};
 use crate::error::{arg, Fail, Res};
@@ -129,6 +129,17 @@ impl JsBroker {
             }
             r => Err(unexpected(&r)),
         }
+    }
+
+    /// Fires the timers due by `now`; under sync flush, makes what they wrote durable (and
+    /// so visible), as `execute` does for a request.
+    fn timers(&mut self, now: Millis) -> Res<()> {
+        let core = self.core()?;
+        core.handle_timeout(now)?;
+        if core.config().flush == FlushMode::Sync && core.needs_sync() {
+            core.sync()?;
+        }
+        Ok(())
     }
 
     fn manual(&self, what: &'static str) -> Res<()> {
@@ -533,7 +544,7 @@ impl JsBroker {
             if let Some(to) = to {
                 b.manual_now = b.manual_now.max(to);
                 let now = b.manual_now;
-                let r = b.core()?.handle_timeout(now);
+                let r = b.timers(now);
                 b.drain();
                 r?;
             }
@@ -548,10 +559,9 @@ impl JsBroker {
             if b.clock != ClockKind::System {
                 return Err(Fail::WrongClock("fireDue is for a broker with clock: 'system'"));
             }
-            let now = system_now();
-            let r = b.core()?.handle_timeout(now);
+            let r = b.timers(system_now());
             b.drain();
-            Ok(r?)
+            r
         })
     }
 

@@ -360,8 +360,8 @@ pub(crate) fn new_message(topic: String, body_v: Unknown<'_>, opts: Option<Unkno
     Ok(m)
 }
 
-/// A message object `{ topic, body, ...options }` (`topic` absent when `topic` is given by the
-/// caller, as in a batch, where a bare body is accepted too). With `immunity`, the object
+/// A message object `{ topic, body, ...options }` (in a batch, `topic` defaults to the
+/// batch's and a bare body is accepted too). With `immunity`, the object
 /// may hold `checkImmunityMs` (prepare).
 pub(crate) fn message_object(
     what: &str,
@@ -376,9 +376,7 @@ pub(crate) fn message_object(
     }
     let mut allowed: Vec<&str> = MESSAGE_OPTIONS.to_vec();
     allowed.push("body");
-    if topic.is_none() {
-        allowed.push("topic");
-    }
+    allowed.push("topic");
     if immunity {
         allowed.push("checkImmunityMs");
     }
@@ -386,9 +384,10 @@ pub(crate) fn message_object(
     if o.obj.is_none() {
         return Err(arg(format!("{what} must be an object with a body")));
     }
-    let topic = match topic {
-        Some(t) => t.to_string(),
-        None => string(&o.name("topic"), o.required("topic")?)?,
+    let topic = match (o.get("topic")?, topic) {
+        (Some(t), _) => string(&o.name("topic"), t)?,
+        (None, Some(t)) => t.to_string(),
+        (None, None) => return Err(arg(format!("{} is required", o.name("topic")))),
     };
     let mut m = NewMessage::new(topic, body(&o.name("body"), o.required("body")?)?);
     message_fields(&mut m, &o)?;
