@@ -1,0 +1,244 @@
+//! The `rocklet` binary as a process: kill -9 and restart, SIGTERM, the lock, the CLI.
+
+mod common;
+
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
+use std::path::Path;
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use common::*;
+use rocklet_broker::pb::v2 as pb;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocklet");
+
+struct Proc {
+    child: Child,
+    log: Arc<Mutex<String>>,
+    addr: std::net::SocketAddr,
+}
+
+impl Proc {
+    /// Starts `rocklet broker` on an ephemeral port and waits until it serves.
+    fn start(dir: &Path, extra: &[&str]) -> Proc {
+        match Self::try_start(dir, extra) {
+            Ok(p) => p,
+            Err(log) => panic!("broker did not start:\n{log}"),
+        }
+    }
+
+    fn try_start(dir: &Path, extra: &[&str]) -> Result<Proc, String> {
+        let mut child = Command::new(BIN)
+            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("addr=") {
+                    let a: String = line[i + 5..].chars().take_while(|c| !c.is_whitespace()).collect();
+                    let _ = tx.send(a);
+                }
+                let mut g = l.lock().unwrap();
+                g.push_str(&line);
+                g.push('\n');
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(20)) {
+            Ok(a) => Ok(Proc { child, log, addr: a.parse().unwrap() }),
+            Err(_) => {
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                Err(log.lock().unwrap().clone())
+            }
+        }
+    }
+
+    fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    fn kill9(mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM; returns the exit status and the log.
+    fn term(mut self) -> (std::process::ExitStatus, String) {
+        let ok = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        assert!(ok.success());
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        let log = self.log();
+        (status, log)
+    }
+}
+
+fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
+    let p = dir.join("rocklet.toml");
+    std::fs::write(&p, text).unwrap();
+    p
+}
+
+/// Receives from `topic` until nothing is left, acking everything; returns the message ids.
+async fn drain(c: &mut Client, topic: &str, group: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let r = receive(c, topic, group, 32, 30_000, 300).await;
+        if r.messages.is_empty() {
+            return ids;
+        }
+        for m in &r.messages {
+            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
+            assert_eq!(ack(c, topic, group, m).await.code, OK);
+        }
+    }
+}
+
+#[tokio::test]
+async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_halves() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let cfg = write_config(
+        tmp.path(),
+        "[core]\nflush = \"sync\"\ntransaction_timeout_ms = 300\ntransaction_check_interval_ms = 500\nsegment_size = 131072\nmax_message_size = 65536\nmax_batch_size = 65536\n",
+    );
+    let cfg = cfg.to_str().unwrap();
+    let p = Proc::start(&data, &["--config", cfg]);
+    let addr = p.addr;
+    // Acknowledged sends from several connections at once (group commit).
+    let mut tasks = Vec::new();
+    for i in 0..4 {
+        tasks.push(tokio::spawn(async move {
+            let mut c = connect(addr).await;
+            let mut ids = Vec::new();
+            for j in 0..40 {
+                let id = format!("K{i}-{j}");
+                send_ok(&mut c, msg("Durable", &vec![b'x'; 3000], pb::MessageType::Normal, &id)).await;
+                ids.push(id);
+            }
+            ids
+        }));
+    }
+    let mut sent = HashSet::new();
+    for t in tasks {
+        sent.extend(t.await.unwrap());
+    }
+    let mut c = connect(addr).await;
+    let half = send_ok(&mut c, msg("Halves", b"half", pb::MessageType::Transaction, "H1")).await;
+    p.kill9();
+    // A torn write at the tail, as a power cut mid-append leaves it.
+    let mut segs: Vec<_> = std::fs::read_dir(&data)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.file_name().unwrap().len() == 20)
+        .collect();
+    segs.sort();
+    assert!(segs.len() > 1, "the test spans several segments");
+    use std::io::Write as _;
+    std::fs::OpenOptions::new().append(true).open(segs.last().unwrap()).unwrap().write_all(&[0, 0, 1, 0, 0xda, 0xa3, 7, 7]).unwrap();
+
+    let p = Proc::start(&data, &["--config", cfg]);
+    assert!(p.log().contains("log recovered"), "{}", p.log());
+    assert!(p.log().contains("recovery cut the log"), "{}", p.log());
+    let mut c = connect(p.addr).await;
+    let got = drain(&mut c, "Durable", "G").await;
+    let unique: HashSet<_> = got.iter().cloned().collect();
+    assert_eq!(unique.len(), got.len(), "a message came twice");
+    assert_eq!(unique, sent, "every acknowledged message is back after kill -9");
+
+    // The half is pending and parked (no producer yet) and shows in `rocklet admin pending`.
+    let out = Command::new(BIN).args(["admin", "--broker", &p.addr.to_string(), "pending"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(text.contains(&half.transaction_id) && text.contains("Halves"), "{text}");
+    // A producer of the topic connects: the half sent before the kill is checked.
+    let mut producer = Telemetry::producer(&mut c, &["Halves"]).await;
+    let check = producer.next_check(Duration::from_secs(5)).await.expect("checked after restart");
+    assert_eq!(check.transaction_id, half.transaction_id);
+    let s = end_txn(&mut c, "Halves", &half.transaction_id, pb::TransactionResolution::Commit, pb::TransactionSource::SourceServerCheck).await;
+    assert_eq!(s.code, OK, "{}", s.message);
+    assert_eq!(drain(&mut c, "Halves", "G").await, vec!["H1".to_string()]);
+    drop(producer);
+    let (status, log) = p.term();
+    assert!(status.success(), "SIGTERM exits 0: {status:?}\n{log}");
+}
+
+#[tokio::test]
+async fn sigterm_flushes_and_exits_zero() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let p = Proc::start(&data, &["--flush", "async", "--flush-interval-ms", "600000"]);
+    let mut c = connect(p.addr).await;
+    send_ok(&mut c, msg("Term", b"t", pb::MessageType::Normal, "T1")).await;
+    drop(c);
+    let (status, log) = p.term();
+    assert!(status.success(), "{status:?}\n{log}");
+    assert!(log.contains("log flushed"), "{log}");
+    let p = Proc::start(&data, &[]);
+    let mut c = connect(p.addr).await;
+    assert_eq!(drain(&mut c, "Term", "G").await, vec!["T1".to_string()]);
+    let (status, _) = p.term();
+    assert!(status.success());
+}
+
+#[tokio::test]
+async fn a_second_broker_on_the_same_directory_exits_with_a_clear_error() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let p = Proc::start(&data, &[]);
+    let out = Command::new(BIN).args(["broker", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("in use by another process") && err.contains("--data-dir"), "{err}");
+    let (status, _) = p.term();
+    assert!(status.success());
+}
+
+#[test]
+fn help_documents_every_flag() {
+    let out = Command::new(BIN).args(["broker", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for flag in ["--data-dir", "--listen", "--flush", "--config", "--no-auto-create", "--metrics-listen", "--flush-interval-ms", "rocklet-data", "8081"] {
+        assert!(text.contains(flag), "`{flag}` missing from:\n{text}");
+    }
+    let out = Command::new(BIN).arg("--help").output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(text.contains("broker") && text.contains("admin"), "{text}");
+    let out = Command::new(BIN).args(["admin", "--help"]).output().unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    for cmd in ["topics", "pending", "resolve"] {
+        assert!(text.contains(cmd), "`{cmd}` missing from:\n{text}");
+    }
+}
+
+#[test]
+fn a_bad_config_file_names_the_field() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = write_config(tmp.path(), "[core]\ntransaction_timout_ms = 5\n");
+    let out = Command::new(BIN).args(["broker", "--config"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("transaction_timout_ms"), "{err}");
+    let cfg = write_config(tmp.path(), "[core]\nsegment_size = 100\n");
+    let out = Command::new(BIN).args(["broker", "--config"]).arg(&cfg).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("segment_size"));
+}
+
+#[test]
+fn admin_reports_an_unreachable_broker() {
+    let out = Command::new(BIN).args(["admin", "--broker", "127.0.0.1:1", "topics"]).output().unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the broker"));
+}
