@@ -20,6 +20,7 @@ const DRIVING = [
 ];
 
 const MAX_TIMER = 2 ** 31 - 1;
+const HANDLE_GONE = new Set(['INVALID_RECEIPT_HANDLE', 'STALE_RECEIPT_HANDLE']);
 
 class Broker extends Native {
   #checkers = new Map();
@@ -143,7 +144,8 @@ class Broker extends Native {
       this.#timerAt = null;
       if (!this.closed) this.fireDue();
     }, delay);
-    this.#timer.unref();
+    // The broker alone does not keep the process alive; a waiting subscriber does.
+    if (this.#waiters.size === 0) this.#timer.unref();
   }
 
   // ---- transactions ------------------------------------------------------------------
@@ -230,8 +232,16 @@ class Broker extends Native {
     const promise = new Promise((resolve) => {
       wake = resolve;
     });
-    const w = { topic, wake: () => { this.#waiters.delete(w); wake(); } };
+    const w = {
+      topic,
+      wake: () => {
+        this.#waiters.delete(w);
+        if (this.#waiters.size === 0) this.#timer?.unref();
+        wake();
+      },
+    };
     this.#waiters.add(w);
+    this.#timer?.ref();
     return { promise, cancel: w.wake };
   }
 
@@ -263,10 +273,15 @@ class Broker extends Native {
         return this;
       },
       async next() {
-        if (last !== null) {
+        if (last !== null && !broker.closed) {
           const handle = last;
           last = null;
-          broker.ack(group, handle);
+          try {
+            broker.ack(group, handle);
+          } catch (err) {
+            // Acked (or its invisible time changed) by the loop body itself: nothing to do.
+            if (!(err instanceof ClientError && HANDLE_GONE.has(err.code))) throw err;
+          }
         }
         for (;;) {
           if (done || broker.closed) {

@@ -634,7 +634,7 @@ pub struct JsPendingTxn {
     pub topic: String,
     pub queue_id: u32,
     pub checks: u32,
-    /// Next check; `null` while parked (no checker for the group).
+    /// Next check; absent while parked (no checker for the group).
     pub next_check: Option<f64>,
 }
 
