@@ -192,6 +192,29 @@ pub struct Runner {
 
 type StepResult = Result<Option<Value>, String>;
 
+/// A pull's bodies, next offset and max offset, or the client error.
+type PullOutcome = Result<(Vec<Value>, u64, u64), ClientError>;
+
+fn pull_req(
+    group: &str,
+    topic: &str,
+    queue_id: u32,
+    offset: Option<u64>,
+    max: u32,
+    tags: &str,
+    auto_commit: bool,
+) -> Request {
+    Request::Pull {
+        group: group.into(),
+        topic: topic.into(),
+        queue_id,
+        offset,
+        max,
+        filter: TagFilter::parse(tags),
+        auto_commit,
+    }
+}
+
 fn err_value(e: &ClientError) -> Value {
     json!({ "error": e.code() })
 }
@@ -296,10 +319,7 @@ impl Runner {
 
     /// Drains outputs, answering checks with the registered checkers.
     fn drain(&mut self) -> Result<(), String> {
-        loop {
-            let Some(out) = self.broker().poll_output() else {
-                break;
-            };
+        while let Some(out) = self.broker().poll_output() {
             if let Output::Check(c) = out {
                 let label = self
                     .label_by_txn
@@ -493,25 +513,7 @@ impl Runner {
         Ok(None)
     }
 
-    fn pull_once(
-        &mut self,
-        group: &str,
-        topic: &str,
-        queue_id: u32,
-        offset: Option<u64>,
-        max: u32,
-        filter: TagFilter,
-        auto_commit: bool,
-    ) -> Result<Result<(Vec<Value>, u64, u64), ClientError>, String> {
-        let req = Request::Pull {
-            group: group.into(),
-            topic: topic.into(),
-            queue_id,
-            offset,
-            max,
-            filter,
-            auto_commit,
-        };
+    fn pull_once(&mut self, req: Request) -> Result<PullOutcome, String> {
         match self.exec(req)? {
             Reply::Pulled {
                 messages,
@@ -541,7 +543,7 @@ impl Runner {
         if queues.is_empty() {
             // No such topic (yet): still let the broker judge the name.
             return Ok(Some(
-                match self.pull_once(group, topic, 0, Some(0), 32, TagFilter::parse(tags), false)? {
+                match self.pull_once(pull_req(group, topic, 0, Some(0), 32, tags, false))? {
                     Ok((bodies, _, _)) => json!({ "bodies": bodies }),
                     Err(e) => err_value(&e),
                 },
@@ -551,15 +553,7 @@ impl Runner {
         for q in queues {
             let mut offset = 0;
             loop {
-                match self.pull_once(
-                    group,
-                    topic,
-                    q,
-                    Some(offset),
-                    1024,
-                    TagFilter::parse(tags),
-                    false,
-                )? {
+                match self.pull_once(pull_req(group, topic, q, Some(offset), 1024, tags, false))? {
                     Ok((b, next, max)) => {
                         bodies.extend(b);
                         if next <= offset || next >= max {
@@ -579,9 +573,9 @@ impl Runner {
         let topic = str_field(step, "topic")?.to_string();
         let queue_id = u64_field(step, "queue_id")?.ok_or("missing `queue_id`")? as u32;
         let max = u64_field(step, "max")?.unwrap_or(32) as u32;
-        let filter = TagFilter::parse(opt_str(step, "tags").unwrap_or("*"));
+        let tags = opt_str(step, "tags").unwrap_or("*");
         Ok(Some(
-            match self.pull_once(&group, &topic, queue_id, None, max, filter, true)? {
+            match self.pull_once(pull_req(&group, &topic, queue_id, None, max, tags, true))? {
                 Ok((bodies, next, _)) => json!({ "bodies": bodies, "next_offset": next }),
                 Err(e) => err_value(&e),
             },

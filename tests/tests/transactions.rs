@@ -296,3 +296,54 @@ fn checks_follow_deadlines_with_many_pending() {
         .sum();
     assert_eq!(visible, HALVES);
 }
+
+/// A duplicate or late END_TRANSACTION long after the fact (more resolutions since than the
+/// broker remembers answers for) still never makes a second copy or resurrects, also after
+/// reopen.
+#[test]
+fn old_duplicate_ends_never_copy_or_resurrect() {
+    let mut b = Broker::open(Config::default(), MemStorage::new(), 0).unwrap();
+    let committed = prepare(&mut b, 0, 0, None);
+    let rolled = prepare(&mut b, 0, 1, None);
+    b.execute(1, end_req(committed, Resolution::Commit, false))
+        .unwrap();
+    b.execute(1, end_req(rolled, Resolution::Rollback, false))
+        .unwrap();
+    for i in 0..1500 {
+        let t = prepare(&mut b, 2, 10 + i, None);
+        b.execute(2, end_req(t, Resolution::Rollback, false))
+            .unwrap();
+    }
+    for round in 0..2 {
+        for (t, res) in [
+            (committed, Resolution::Commit),
+            (committed, Resolution::Rollback),
+            (rolled, Resolution::Commit),
+            (rolled, Resolution::Rollback),
+        ] {
+            let r = b.execute(3, end_req(t, res, false)).unwrap();
+            let ok = matches!(
+                r,
+                Reply::Ended {
+                    duplicate: true,
+                    ..
+                }
+            ) || matches!(
+                r,
+                Reply::Error(rocklet_core::ClientError::TransactionAlreadyResolved { .. })
+            );
+            assert!(ok, "round {round}: late {res:?} of {t}: {r:?}");
+        }
+        let visible: u64 = b
+            .topics()
+            .iter()
+            .flat_map(|t| t.queues.iter().map(|q| q.2))
+            .sum();
+        assert_eq!(
+            visible, 1,
+            "round {round}: only the one committed message is visible"
+        );
+        assert_eq!(b.pending_transaction_count(), 0);
+        b = Broker::open(Config::default(), b.into_storage(), 4).unwrap();
+    }
+}
