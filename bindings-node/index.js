@@ -129,7 +129,7 @@ class Broker extends Native {
 
   #arm(closed) {
     const due = closed ? null : super.pollTimeout();
-    if (due === null) {
+    if (due == null) {
       if (this.#timer) clearTimeout(this.#timer);
       this.#timer = null;
       this.#timerAt = null;

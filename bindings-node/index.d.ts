@@ -1,0 +1,310 @@
+// Types of the npm package `rocklet`. Hand-maintained: the public API is the JS wrapper
+// (index.js) over the native class, so napi's generator (which needs @napi-rs/cli and
+// describes only the native class) is not used. CI checks this file two ways:
+// `tsc --noEmit` over test/types.ts, and test/dts.test.js, which fails when a method or
+// export exists at run time but not here, or the reverse.
+
+/// <reference types="node" />
+
+export type Resolution = 'commit' | 'rollback' | 'unknown';
+export type Body = Buffer | Uint8Array | string;
+
+/** Core `Config` fields, camelCase; absent ones keep the core's (RocketMQ's) defaults. */
+export interface BrokerConfig {
+  segmentSize?: number;
+  flush?: 'async' | 'sync';
+  maxMessageSize?: number;
+  maxBatchSize?: number;
+  defaultQueues?: number;
+  autoCreateTopics?: boolean;
+  transactionTimeoutMs?: number;
+  transactionCheckIntervalMs?: number;
+  transactionCheckMax?: number;
+  halfReserveMs?: number;
+  delayLevels?: number[];
+  maxDeliveryAttempts?: number;
+  maxInvisibleMs?: number;
+  /** Collect trace events for `takeTrace()`. */
+  trace?: boolean;
+  storeHost?: { ip: [number, number, number, number]; port: number };
+}
+
+export interface BrokerOptions extends BrokerConfig {
+  /** Data directory (durable); in memory when absent. */
+  path?: string;
+  /** 'system' (default): a timer drives checks and deliveries. 'manual': `advance()` does. */
+  clock?: 'system' | 'manual';
+  /** Manual clock: start time in ms (default 0; never before the newest stored record). */
+  now?: number;
+}
+
+export interface SendOptions {
+  tag?: string;
+  keys?: string | string[];
+  properties?: Record<string, string>;
+  queueId?: number;
+  /** RocketMQ delay level, 1..=delayLevels.length (0: none). */
+  delayLevel?: number;
+  /** Absolute delivery time, ms. */
+  deliverAt?: number;
+  /** Delivery after this many ms. */
+  delayMs?: number;
+  messageId?: string;
+  messageGroup?: string;
+  flag?: number;
+  bornTimestamp?: number;
+}
+
+export interface MessageInput extends SendOptions {
+  topic: string;
+  body: Body;
+}
+
+export interface PrepareInput extends MessageInput {
+  /** No check before this many ms (CHECK_IMMUNITY_TIME_IN_SECONDS). */
+  checkImmunityMs?: number;
+}
+
+export interface BatchMessage extends SendOptions {
+  /** Defaults to the batch's topic. */
+  topic?: string;
+  body: Body;
+}
+
+export interface SendResult {
+  msgId: string;
+  topic: string;
+  queueId: number;
+  queueOffset: number;
+  offset: number;
+  /** The transaction of a half message: 16 hex digits. */
+  txn?: string;
+}
+
+export interface Message {
+  topic: string;
+  queueId: number;
+  queueOffset: number;
+  offset: number;
+  msgId: string;
+  tag?: string;
+  keys: string[];
+  properties: Record<string, string>;
+  body: Buffer;
+  bornTimestamp: number;
+  storeTimestamp: number;
+  reconsumeTimes: number;
+  flag: number;
+  sysFlag: number;
+  bornHost: string;
+  storeHost: string;
+}
+
+export interface ReceivedMessage extends Message {
+  handle: string;
+  attempt: number;
+  visibleAt: number;
+}
+
+export interface Pulled {
+  messages: Message[];
+  nextOffset: number;
+  maxOffset: number;
+}
+
+export interface Ended {
+  txn: string;
+  resolution: Resolution;
+  duplicate: boolean;
+}
+
+export interface CheckRequest {
+  group: string;
+  txn: string;
+  /** Which check of this transaction, from 1. */
+  check: number;
+  /** Broker time of the check. */
+  at: number;
+  message: Message;
+}
+
+export type Checker = (check: CheckRequest) => Resolution | string | Promise<Resolution | string>;
+
+export type TraceKind =
+  | 'stored' | 'half_stored' | 'committed' | 'rolled_back' | 'check_sent' | 'check_parked'
+  | 'check_max_reached' | 'half_expired' | 'delay_stored' | 'delivered' | 'received' | 'acked'
+  | 'redelivered' | 'dead_lettered' | 'offset_committed';
+
+export interface TraceEvent {
+  at: number;
+  kind: TraceKind;
+  offset: number;
+  topic: string;
+  detail: string;
+}
+
+export interface PendingTransaction {
+  txn: string;
+  group: string;
+  topic: string;
+  queueId: number;
+  checks: number;
+  /** Absent while parked (no checker for the group). */
+  nextCheck?: number;
+}
+
+export interface PendingDelay {
+  offset: number;
+  topic: string;
+  queueId: number;
+  due: number;
+}
+
+export interface TopicInfo {
+  name: string;
+  queues: { queueId: number; nextOffset: number; visible: number }[];
+}
+
+export interface CqUnit {
+  offset: number;
+  size: number;
+  tagHash: number;
+}
+
+export interface RecoveryReport {
+  segments: number;
+  records: number;
+  bytesScanned: number;
+  bytesTruncated: number;
+  cuts: { offset: number; bytes: number; reason: string }[];
+}
+
+export interface Stats {
+  messagesStored: number;
+  halvesStored: number;
+  committed: number;
+  rolledBack: number;
+  unknownAnswers: number;
+  checksSent: number;
+  checksAnswered: number;
+  checkMaxReached: number;
+  halvesExpired: number;
+  delayedStored: number;
+  delayedDelivered: number;
+  received: number;
+  acked: number;
+  redelivered: number;
+  deadLettered: number;
+  syncs: number;
+  clientErrors: number;
+}
+
+export interface PullOptions {
+  /** Start here instead of the group's committed offset. */
+  offset?: number;
+  /** At most this many (default: as many as the core hands out at once). */
+  max?: number;
+  /** Tag expression: `*` or `a || b`. */
+  tags?: string;
+  /** Commit the offset after what is returned (default true). */
+  autoCommit?: boolean;
+}
+
+export interface ReceiveOptions {
+  invisibleMs: number;
+  max?: number;
+  queueId?: number;
+  tags?: string;
+}
+
+export interface SubscribeOptions {
+  invisibleMs: number;
+  tags?: string;
+  /** Messages per receive (default 1). */
+  batch?: number;
+}
+
+export interface TransactionResult<T> extends SendResult {
+  txn: string;
+  value: T;
+}
+
+export declare class Broker {
+  constructor(options?: BrokerOptions);
+
+  // producer
+  send(topic: string, body: Body, options?: SendOptions): SendResult;
+  sendBatch(topic: string, messages: Array<Body | BatchMessage>, options?: { queueId?: number }): SendResult[];
+  prepare(group: string, message: PrepareInput): SendResult & { txn: string };
+  commit(txn: string, options?: { group?: string }): Ended;
+  rollback(txn: string, options?: { group?: string }): Ended;
+  endTransaction(txn: string, resolution: Resolution | string, options?: { group?: string; fromCheck?: boolean }): Ended;
+  transaction<T>(group: string, message: PrepareInput, fn: (tx: SendResult & { txn: string }) => T | Promise<T>): Promise<TransactionResult<T>>;
+  setChecker(group: string, checker: Checker): void;
+  removeChecker(group: string): void;
+  setProducerOnline(group: string, online: boolean): void;
+  createTopic(name: string, queues: number): void;
+  on(event: 'checkerError', fn: (err: unknown, check: CheckRequest) => void): this;
+  off(event: 'checkerError', fn: (err: unknown, check: CheckRequest) => void): this;
+
+  // consumer
+  pull(group: string, topic: string, queueId: number, options?: PullOptions): Pulled;
+  commitOffset(group: string, topic: string, queueId: number, offset: number): void;
+  receive(group: string, topic: string, options: ReceiveOptions): ReceivedMessage[];
+  ack(group: string, handle: string): void;
+  changeInvisible(group: string, handle: string, invisibleMs: number): { handle: string; visibleAt: number };
+  forwardToDeadLetter(group: string, handle: string): void;
+  sendBack(group: string, offset: number, options?: { delayLevel?: number }): SendResult;
+  subscribe(group: string, topic: string, options: SubscribeOptions): AsyncIterableIterator<ReceivedMessage>;
+
+  // clock
+  readonly clock: 'system' | 'manual';
+  now(): number;
+  pollTimeout(): number | undefined;
+  advance(ms: number): Promise<void>;
+  advanceTo(t: number): Promise<void>;
+  runUntilIdle(): Promise<void>;
+  /** Manual clock, low level: fire the next timer due by `target` (`advance` loops on it). */
+  stepClock(target?: number | null): boolean;
+  /** System clock, low level: fire what is due now (the timer calls it). */
+  fireDue(): void;
+
+  // outputs and introspection
+  takeChecks(): CheckRequest[];
+  takeAvailable(): { topic: string; queueId: number }[];
+  takeTrace(): TraceEvent[];
+  pendingTransactions(limit?: number): PendingTransaction[];
+  pendingDelays(limit?: number): PendingDelay[];
+  topics(): TopicInfo[];
+  consumeQueue(topic: string, queueId: number): CqUnit[];
+  committedOffset(group: string, topic: string, queueId: number): number | undefined;
+  inflightCount(group: string, topic: string): number;
+  stats(): Stats;
+  logEnd(): number;
+  recoveryReport(): RecoveryReport;
+  config(): Required<BrokerConfig> & { notifyAvailable: boolean };
+
+  // lifetime
+  sync(): void;
+  close(): void;
+  readonly closed: boolean;
+}
+
+export declare class RockletError extends Error {
+  constructor(message: string, code: string);
+  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, INTERNAL. */
+  code: string;
+}
+export declare class ClientError extends RockletError {}
+export declare class ConfigError extends RockletError {
+  /** The option at fault (camelCase). */
+  option: string;
+}
+export declare class StorageError extends RockletError {
+  /** io::ErrorKind. */
+  kind: string;
+}
+export declare class CorruptedError extends RockletError {
+  offset: number;
+}
+export declare class StateError extends RockletError {}
