@@ -28,7 +28,8 @@ use rocklet_core::{
 use crate::convert;
 use crate::error::{client_error, core_error, open_error, Fail};
 use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PySendResult, PyTopicInfo,
+    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PySendResult,
+    PyTopicInfo,
 };
 
 type Core = Broker<AnyStorage>;
@@ -66,7 +67,9 @@ struct Shared {
 }
 
 fn system_now() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| d.as_millis() as Millis)
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as Millis)
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -96,7 +99,11 @@ impl Shared {
     }
 
     /// Runs `f` on the core, turning a panic into an error that marks the broker broken.
-    fn guarded<T>(&self, st: &mut State, f: impl FnOnce(&mut Core, Millis) -> Result<T, Fail>) -> Result<T, Fail> {
+    fn guarded<T>(
+        &self,
+        st: &mut State,
+        f: impl FnOnce(&mut Core, Millis) -> Result<T, Fail>,
+    ) -> Result<T, Fail> {
         let now = self.now(st);
         let core = Self::core(st)?;
         match catch_unwind(AssertUnwindSafe(|| f(core, now))) {
@@ -162,9 +169,16 @@ impl Shared {
     /// Feeds a checker's answer back.
     fn answer(&self, txn: TxnId, resolution: Resolution) -> Result<(), Fail> {
         let mut st = self.state.lock();
-        let req = Request::EndTransaction { txn, resolution, group: None, from_check: true };
+        let req = Request::EndTransaction {
+            txn,
+            resolution,
+            group: None,
+            from_check: true,
+        };
         // The producer may have resolved it meanwhile: a client error here changes nothing.
-        self.guarded(&mut st, |core, now| core.execute(now, req).map(drop).map_err(Fail::from))?;
+        self.guarded(&mut st, |core, now| {
+            core.execute(now, req).map(drop).map_err(Fail::from)
+        })?;
         self.collect(&mut st);
         Ok(())
     }
@@ -230,7 +244,9 @@ impl Shared {
 /// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
 fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
     let done = (|| -> PyResult<()> {
-        let logger = py.import("logging")?.call_method1("getLogger", ("rocklet",))?;
+        let logger = py
+            .import("logging")?
+            .call_method1("getLogger", ("rocklet",))?;
         let kw = PyDict::new(py);
         if let Some(e) = exc {
             kw.set_item("exc_info", e.value(py))?;
@@ -268,7 +284,14 @@ fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: CheckRequest) -> Resoluti
             Resolution::Unknown
         }
         Err(p) => {
-            log_error(py, &format!("checker of `{group}` on {txn}: internal error {}", panic_text(&*p)), None);
+            log_error(
+                py,
+                &format!(
+                    "checker of `{group}` on {txn}: internal error {}",
+                    panic_text(&*p)
+                ),
+                None,
+            );
             Resolution::Unknown
         }
     }
@@ -283,7 +306,11 @@ fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
         }
         for c in batch {
             let txn = c.txn;
-            let checker = shared.checkers.lock().get(&c.group).map(|f| f.clone_ref(py));
+            let checker = shared
+                .checkers
+                .lock()
+                .get(&c.group)
+                .map(|f| f.clone_ref(py));
             let answer = match checker {
                 Some(f) => ask_checker(py, &f, c),
                 None => Resolution::Unknown,
@@ -300,7 +327,10 @@ fn drive(shared: Arc<Shared>) {
         {
             let mut st = shared.state.lock();
             loop {
-                if shared.shutdown.load(Ordering::SeqCst) || st.core.is_none() || st.broken.is_some() {
+                if shared.shutdown.load(Ordering::SeqCst)
+                    || st.core.is_none()
+                    || st.broken.is_some()
+                {
                     return;
                 }
                 st.driver_wake = 0;
@@ -320,7 +350,9 @@ fn drive(shared: Arc<Shared>) {
                         st.broken.get_or_insert_with(|| why.clone());
                         shared.event_cv.notify_all();
                         drop(st);
-                        Python::try_attach(|py| log_error(py, &format!("rocklet driver stopped: {why}"), None));
+                        Python::try_attach(|py| {
+                            log_error(py, &format!("rocklet driver stopped: {why}"), None)
+                        });
                         return;
                     }
                 };
@@ -337,7 +369,9 @@ fn drive(shared: Arc<Shared>) {
                 if wake == Millis::MAX {
                     shared.driver_cv.wait(&mut st);
                 } else {
-                    shared.driver_cv.wait_for(&mut st, Duration::from_millis(wake - now));
+                    shared
+                        .driver_cv
+                        .wait_for(&mut st, Duration::from_millis(wake - now));
                 }
             }
         }
@@ -370,7 +404,10 @@ pub struct PyBroker {
 
 impl std::fmt::Debug for PyBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("PyBroker").field("path", &self.path).field("manual", &self.shared.manual).finish_non_exhaustive()
+        f.debug_struct("PyBroker")
+            .field("path", &self.path)
+            .field("manual", &self.shared.manual)
+            .finish_non_exhaustive()
     }
 }
 
@@ -431,13 +468,28 @@ impl PyBroker {
         }
     }
 
-    fn end(&self, py: Python<'_>, txn: TxnId, resolution: Resolution, group: Option<String>) -> PyResult<bool> {
-        match self.call(py, Request::EndTransaction { txn, resolution, group, from_check: false })? {
+    fn end(
+        &self,
+        py: Python<'_>,
+        txn: TxnId,
+        resolution: Resolution,
+        group: Option<String>,
+    ) -> PyResult<bool> {
+        match self.call(
+            py,
+            Request::EndTransaction {
+                txn,
+                resolution,
+                group,
+                from_check: false,
+            },
+        )? {
             Reply::Ended { duplicate, .. } => Ok(duplicate),
             other => Err(unexpected(&other)),
         }
     }
 
+    #[allow(clippy::too_many_arguments)]
     fn do_receive(
         &self,
         py: Python<'_>,
@@ -448,7 +500,14 @@ impl PyBroker {
         queue: Option<u32>,
         tags: &str,
     ) -> PyResult<Vec<Py<PyReceived>>> {
-        let req = Request::Receive { group, topic, queue_id: queue, max, invisible_ms, filter: convert::tags(tags) };
+        let req = Request::Receive {
+            group,
+            topic,
+            queue_id: queue,
+            max,
+            invisible_ms,
+            filter: convert::tags(tags),
+        };
         match self.call(py, req)? {
             Reply::Received(rs) => rs.into_iter().map(|r| convert::received(py, r)).collect(),
             other => Err(unexpected(&other)),
@@ -466,7 +525,9 @@ impl PyBroker {
         py.detach(|| {
             let mut st = self.shared.state.lock();
             if st.generation == gen && st.core.is_some() {
-                let wait = deadline.map_or(slice, |d| d.saturating_duration_since(Instant::now()).min(slice));
+                let wait = deadline.map_or(slice, |d| {
+                    d.saturating_duration_since(Instant::now()).min(slice)
+                });
                 self.shared.event_cv.wait_for(&mut st, wait);
             }
         });
@@ -492,7 +553,11 @@ impl PyBroker {
         let manual = match clock {
             "system" => false,
             "manual" => true,
-            other => return Err(PyValueError::new_err(format!("clock must be 'system' or 'manual', not {other:?}"))),
+            other => {
+                return Err(PyValueError::new_err(format!(
+                    "clock must be 'system' or 'manual', not {other:?}"
+                )))
+            }
         };
         if start_ms.is_some() && !manual {
             return Err(PyValueError::new_err("start_ms needs clock='manual'"));
@@ -500,9 +565,20 @@ impl PyBroker {
         let cfg = convert::config(config)?;
         let storage = py
             .detach(|| AnyStorage::open(path.as_deref()))
-            .map_err(|e| open_error(&path.as_deref().unwrap_or("<memory>".as_ref()).display(), &e))?;
-        let now = if manual { start_ms.unwrap_or(0) } else { system_now() };
-        let core = py.detach(|| Broker::open(cfg, storage, now)).map_err(core_error)?;
+            .map_err(|e| {
+                open_error(
+                    &path.as_deref().unwrap_or("<memory>".as_ref()).display(),
+                    &e,
+                )
+            })?;
+        let now = if manual {
+            start_ms.unwrap_or(0)
+        } else {
+            system_now()
+        };
+        let core = py
+            .detach(|| Broker::open(cfg, storage, now))
+            .map_err(core_error)?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 core: Some(core),
@@ -528,11 +604,19 @@ impl PyBroker {
             let handle = std::thread::Builder::new()
                 .name("rocklet-driver".into())
                 .spawn(move || drive(s))
-                .map_err(|e| crate::error::RockletError::new_err(format!("cannot start the driver thread: {e}")))?;
+                .map_err(|e| {
+                    crate::error::RockletError::new_err(format!(
+                        "cannot start the driver thread: {e}"
+                    ))
+                })?;
             *shared.driver_thread.lock() = Some(handle.thread().id());
             Some(handle)
         };
-        Ok(PyBroker { shared, driver: Mutex::new(driver), path })
+        Ok(PyBroker {
+            shared,
+            driver: Mutex::new(driver),
+            path,
+        })
     }
 
     /// The data directory, or None for a broker in memory.
@@ -569,20 +653,24 @@ impl PyBroker {
     /// Bytes in the log (next append offset).
     #[getter]
     fn log_end(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| self.shared.read(|c| c.log_end())).map_err(fail(py))
+        py.detach(|| self.shared.read(|c| c.log_end()))
+            .map_err(fail(py))
     }
 
     /// Everything below this log offset is durable.
     #[getter]
     fn log_synced(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| self.shared.read(|c| c.log_synced())).map_err(fail(py))
+        py.detach(|| self.shared.read(|c| c.log_synced()))
+            .map_err(fail(py))
     }
 
     /// Manual clock only: moves time forward by `ms`, firing every check, delayed delivery
     /// and redelivery due on the way at its own time (checkers are called from here).
     fn advance(&self, py: Python<'_>, ms: Millis) -> PyResult<()> {
         if !self.shared.manual {
-            return Err(PyValueError::new_err("advance() needs a broker opened with clock='manual'"));
+            return Err(PyValueError::new_err(
+                "advance() needs a broker opened with clock='manual'",
+            ));
         }
         let shared = &self.shared;
         let target = py.detach(|| shared.state.lock().manual_now.saturating_add(ms));
@@ -656,7 +744,16 @@ impl PyBroker {
         message_group: Option<String>,
         message_id: Option<String>,
     ) -> PyResult<PySendResult> {
-        let mut m = new_message(topic, body, tag, keys, properties, queue_id, message_id, message_group)?;
+        let mut m = new_message(
+            topic,
+            body,
+            tag,
+            keys,
+            properties,
+            queue_id,
+            message_id,
+            message_group,
+        )?;
         m.delay = convert::delay(delay_level, deliver_at_ms, delay_ms)?;
         let mut rs = Self::sent(self.call(py, Request::Send { messages: vec![m] })?)?;
         rs.pop().ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))
@@ -678,7 +775,11 @@ impl PyBroker {
             let item = item?;
             let m = if let Ok(d) = item.cast::<pyo3::types::PyMapping>() {
                 let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-                    Ok(if d.contains(k)? { Some(d.get_item(k)?) } else { None })
+                    Ok(if d.contains(k)? {
+                        Some(d.get_item(k)?)
+                    } else {
+                        None
+                    })
                 };
                 for k in d.keys()?.iter() {
                     let k: String = k.extract()?;
@@ -688,7 +789,8 @@ impl PyBroker {
                         )));
                     }
                 }
-                let body = get("body")?.ok_or_else(|| PyValueError::new_err("batch item without `body`"))?;
+                let body = get("body")?
+                    .ok_or_else(|| PyValueError::new_err("batch item without `body`"))?;
                 let tag = match get("tag")? {
                     Some(t) if !t.is_none() => Some(t.extract()?),
                     _ => None,
@@ -697,7 +799,16 @@ impl PyBroker {
                     Some(t) if !t.is_none() => t.extract()?,
                     _ => topic.clone(),
                 };
-                new_message(item_topic, &body, tag, get("keys")?.as_ref(), get("properties")?.as_ref(), queue_id, None, None)?
+                new_message(
+                    item_topic,
+                    &body,
+                    tag,
+                    get("keys")?.as_ref(),
+                    get("properties")?.as_ref(),
+                    queue_id,
+                    None,
+                    None,
+                )?
             } else {
                 new_message(topic.clone(), &item, None, None, None, queue_id, None, None)?
             };
@@ -711,10 +822,17 @@ impl PyBroker {
     /// "unknown"; `message.transaction_id` names the transaction. None removes it (checks of
     /// the group wait without using attempts).
     #[pyo3(signature = (group, checker))]
-    fn set_checker(&self, py: Python<'_>, group: String, checker: Option<Py<PyAny>>) -> PyResult<()> {
+    fn set_checker(
+        &self,
+        py: Python<'_>,
+        group: String,
+        checker: Option<Py<PyAny>>,
+    ) -> PyResult<()> {
         if let Some(c) = &checker {
             if !c.bind(py).is_callable() {
-                return Err(pyo3::exceptions::PyTypeError::new_err("checker must be callable"));
+                return Err(pyo3::exceptions::PyTypeError::new_err(
+                    "checker must be callable",
+                ));
             }
         }
         let online = checker.is_some();
@@ -753,16 +871,26 @@ impl PyBroker {
         check_immunity_ms: Option<Millis>,
     ) -> PyResult<PyTransaction> {
         let py = slf.py();
-        let message = new_message(topic, body, tag, keys, properties, queue_id, message_id, None)?;
-        let req = Request::Prepare { group: group.clone(), message, check_immunity_ms };
+        let message = new_message(
+            topic, body, tag, keys, properties, queue_id, message_id, None,
+        )?;
+        let req = Request::Prepare {
+            group: group.clone(),
+            message,
+            check_immunity_ms,
+        };
         let mut rs = Self::sent(slf.get().call(py, req)?)?;
-        let result = rs.pop().ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))?;
+        let result = rs
+            .pop()
+            .ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))?;
         let txn = result
             .transaction_id
             .as_deref()
             .map(|t| convert::txn_id(py, t))
             .transpose()?
-            .ok_or_else(|| crate::error::InternalError::new_err("a prepare returned no transaction id"))?;
+            .ok_or_else(|| {
+                crate::error::InternalError::new_err("a prepare returned no transaction id")
+            })?;
         Ok(PyTransaction {
             broker: slf.clone().unbind(),
             txn,
@@ -789,7 +917,18 @@ impl PyBroker {
         message_id: Option<String>,
         check_immunity_ms: Option<Millis>,
     ) -> PyResult<PyTransaction> {
-        Self::prepare(slf, group, topic, body, tag, keys, properties, queue_id, message_id, check_immunity_ms)
+        Self::prepare(
+            slf,
+            group,
+            topic,
+            body,
+            tag,
+            keys,
+            properties,
+            queue_id,
+            message_id,
+            check_immunity_ms,
+        )
     }
 
     /// Ends a transaction by id ("commit", "rollback" or "unknown"). Returns True when it
@@ -823,10 +962,13 @@ impl PyBroker {
             Some(q) => vec![q],
             None => {
                 let t = topic.clone();
-                py.detach(|| self.shared.read(|c| c.topics().into_iter().find(|i| i.name == t)))
-                    .map_err(fail(py))?
-                    .map(|i| i.queues.into_iter().map(|(q, _, _)| q).collect())
-                    .unwrap_or_default()
+                py.detach(|| {
+                    self.shared
+                        .read(|c| c.topics().into_iter().find(|i| i.name == t))
+                })
+                .map_err(fail(py))?
+                .map(|i| i.queues.into_iter().map(|(q, _, _)| q).collect())
+                .unwrap_or_default()
             }
         };
         let mut out = Vec::new();
@@ -867,23 +1009,63 @@ impl PyBroker {
         tags: &str,
         auto_commit: bool,
     ) -> PyResult<PyPullResult> {
-        let req = Request::Pull { group, topic, queue_id, offset, max, filter: convert::tags(tags), auto_commit };
+        let req = Request::Pull {
+            group,
+            topic,
+            queue_id,
+            offset,
+            max,
+            filter: convert::tags(tags),
+            auto_commit,
+        };
         match self.call(py, req)? {
-            Reply::Pulled { messages, next_offset, max_offset } => {
-                Ok(PyPullResult { messages: convert::messages(py, messages)?, next_offset, max_offset })
-            }
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => Ok(PyPullResult {
+                messages: convert::messages(py, messages)?,
+                next_offset,
+                max_offset,
+            }),
             other => Err(unexpected(&other)),
         }
     }
 
     /// Commits a consumer group's offset in a queue.
-    fn commit_offset(&self, py: Python<'_>, group: String, topic: String, queue_id: u32, offset: u64) -> PyResult<()> {
-        self.call(py, Request::CommitOffset { group, topic, queue_id, offset }).map(drop)
+    fn commit_offset(
+        &self,
+        py: Python<'_>,
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: u64,
+    ) -> PyResult<()> {
+        self.call(
+            py,
+            Request::CommitOffset {
+                group,
+                topic,
+                queue_id,
+                offset,
+            },
+        )
+        .map(drop)
     }
 
     /// A consumer group's committed offset in a queue, or None.
-    fn committed_offset(&self, py: Python<'_>, group: &str, topic: &str, queue_id: u32) -> PyResult<Option<u64>> {
-        py.detach(|| self.shared.read(|c| c.committed_offset(group, topic, queue_id))).map_err(fail(py))
+    fn committed_offset(
+        &self,
+        py: Python<'_>,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> PyResult<Option<u64>> {
+        py.detach(|| {
+            self.shared
+                .read(|c| c.committed_offset(group, topic, queue_id))
+        })
+        .map_err(fail(py))
     }
 
     /// Receives up to `max` messages for `group`, invisible to the group for `invisible_ms`
@@ -919,22 +1101,48 @@ impl PyBroker {
         invisible_ms: Millis,
     ) -> PyResult<String> {
         let handle = convert::handle(py, handle)?;
-        match self.call(py, Request::ChangeInvisible { group, handle, invisible_ms })? {
+        match self.call(
+            py,
+            Request::ChangeInvisible {
+                group,
+                handle,
+                invisible_ms,
+            },
+        )? {
             Reply::InvisibleChanged { handle, .. } => Ok(handle.to_string()),
             other => Err(unexpected(&other)),
         }
     }
 
     /// Gives a received message up at once: it goes to `%DLQ%<group>`.
-    fn forward_to_dead_letter(&self, py: Python<'_>, group: String, handle: &Bound<'_, PyAny>) -> PyResult<()> {
+    fn forward_to_dead_letter(
+        &self,
+        py: Python<'_>,
+        group: String,
+        handle: &Bound<'_, PyAny>,
+    ) -> PyResult<()> {
         let handle = convert::handle(py, handle)?;
-        self.call(py, Request::ForwardToDeadLetter { group, handle }).map(drop)
+        self.call(py, Request::ForwardToDeadLetter { group, handle })
+            .map(drop)
     }
 
     /// A pulled message (by log `offset`) failed: back to `%RETRY%<group>` after a delay.
     #[pyo3(signature = (group, offset, delay_level=None))]
-    fn send_back(&self, py: Python<'_>, group: String, offset: u64, delay_level: Option<u32>) -> PyResult<PySendResult> {
-        let mut rs = Self::sent(self.call(py, Request::SendBack { group, offset, delay_level })?)?;
+    fn send_back(
+        &self,
+        py: Python<'_>,
+        group: String,
+        offset: u64,
+        delay_level: Option<u32>,
+    ) -> PyResult<PySendResult> {
+        let mut rs = Self::sent(self.call(
+            py,
+            Request::SendBack {
+                group,
+                offset,
+                delay_level,
+            },
+        )?)?;
         rs.pop().ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))
     }
 
@@ -953,7 +1161,9 @@ impl PyBroker {
     ) -> PyResult<PySubscription> {
         let timeout = match timeout {
             Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(PyValueError::new_err("timeout must be a non-negative number of seconds"))
+                return Err(PyValueError::new_err(
+                    "timeout must be a non-negative number of seconds",
+                ))
             }
             Some(t) => Some(Duration::from_secs_f64(t)),
             None => None,
@@ -979,34 +1189,51 @@ impl PyBroker {
 
     /// Consumer-visible topics with their queues (and `depth`, visible messages).
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<PyTopicInfo>> {
-        let ts = py.detach(|| self.shared.read(|c| c.topics())).map_err(fail(py))?;
+        let ts = py
+            .detach(|| self.shared.read(|c| c.topics()))
+            .map_err(fail(py))?;
         Ok(ts.into_iter().map(convert::topic_info).collect())
     }
 
     /// Transactions waiting for commit or rollback, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_transactions(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyPendingTransaction>> {
+    fn pending_transactions(
+        &self,
+        py: Python<'_>,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<PyPendingTransaction>> {
         let n = limit.unwrap_or(usize::MAX);
-        let ts = py.detach(|| self.shared.read(|c| c.pending_transactions(n))).map_err(fail(py))?;
+        let ts = py
+            .detach(|| self.shared.read(|c| c.pending_transactions(n)))
+            .map_err(fail(py))?;
         Ok(ts.into_iter().map(convert::pending_txn).collect())
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_delays(&self, py: Python<'_>, limit: Option<usize>) -> PyResult<Vec<PyPendingDelay>> {
+    fn pending_delays(
+        &self,
+        py: Python<'_>,
+        limit: Option<usize>,
+    ) -> PyResult<Vec<PyPendingDelay>> {
         let n = limit.unwrap_or(usize::MAX);
-        let ds = py.detach(|| self.shared.read(|c| c.pending_delays(n))).map_err(fail(py))?;
+        let ds = py
+            .detach(|| self.shared.read(|c| c.pending_delays(n)))
+            .map_err(fail(py))?;
         Ok(ds.into_iter().map(convert::pending_delay).collect())
     }
 
     /// Messages `group` received from `topic` and has not acked yet.
     fn inflight_count(&self, py: Python<'_>, group: &str, topic: &str) -> PyResult<usize> {
-        py.detach(|| self.shared.read(|c| c.inflight_count(group, topic))).map_err(fail(py))
+        py.detach(|| self.shared.read(|c| c.inflight_count(group, topic)))
+            .map_err(fail(py))
     }
 
     /// The broker's counters (messages stored, commits, rollbacks, checks, ...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py.detach(|| self.shared.read(|c| c.stats())).map_err(fail(py))?;
+        let s = py
+            .detach(|| self.shared.read(|c| c.stats()))
+            .map_err(fail(py))?;
         convert::stats(py, s)
     }
 }
@@ -1025,7 +1252,10 @@ pub struct PyTransaction {
 
 impl PyTransaction {
     fn finish(&self, py: Python<'_>, r: Resolution) -> PyResult<bool> {
-        let dup = self.broker.get().end(py, self.txn, r, Some(self.group.clone()))?;
+        let dup = self
+            .broker
+            .get()
+            .end(py, self.txn, r, Some(self.group.clone()))?;
         *self.resolution.lock() = Some(r);
         Ok(dup)
     }
@@ -1080,12 +1310,25 @@ impl PyTransaction {
             self.finish(py, Resolution::Commit)?;
         } else if let Err(e) = self.finish(py, Resolution::Rollback) {
             // Keep the block's exception; the checker resolves the transaction later.
-            log_error(py, &format!("rollback of transaction {} failed; the checker will decide", self.txn), Some(&e));
+            log_error(
+                py,
+                &format!(
+                    "rollback of transaction {} failed; the checker will decide",
+                    self.txn
+                ),
+                Some(&e),
+            );
         }
         Ok(false)
     }
     fn __repr__(&self) -> String {
-        format!("Transaction(id={:?}, group={:?}, resolution={})", self.txn.to_string(), self.group, self.resolution().map_or("None".to_owned(), |r| format!("{r:?}")))
+        format!(
+            "Transaction(id={:?}, group={:?}, resolution={})",
+            self.txn.to_string(),
+            self.group,
+            self.resolution()
+                .map_or("None".to_owned(), |r| format!("{r:?}"))
+        )
     }
 }
 
@@ -1148,11 +1391,15 @@ impl PySubscription {
     fn __anext__<'py>(slf: &Bound<'py, Self>) -> PyResult<Bound<'py, PyAny>> {
         let py = slf.py();
         let lp = py.import("asyncio")?.call_method0("get_running_loop")?;
-        lp.call_method1("run_in_executor", (py.None(), slf.getattr("_next_or_stop")?))
+        lp.call_method1(
+            "run_in_executor",
+            (py.None(), slf.getattr("_next_or_stop")?),
+        )
     }
     /// Blocking step of the async iterator (runs in an executor thread).
     fn _next_or_stop(&self, py: Python<'_>) -> PyResult<Py<PyReceived>> {
-        self.next_received(py)?.ok_or_else(|| PyStopAsyncIteration::new_err(()))
+        self.next_received(py)?
+            .ok_or_else(|| PyStopAsyncIteration::new_err(()))
     }
     /// Acknowledges a message this subscription delivered.
     fn ack(&self, py: Python<'_>, received: &Bound<'_, PyAny>) -> PyResult<()> {

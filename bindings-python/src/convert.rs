@@ -2,16 +2,19 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple};
+use pyo3::types::{
+    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
+};
 use rocklet_core::{
-    CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle, Received, Resolution,
-    SendResult, Stats, TagFilter, TopicInfo, TxnId,
+    CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
+    Received, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
 };
 use serde_json::{Map, Number, Value};
 
 use crate::error::{client_error, ConfigError};
 use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyQueueInfo, PyReceived, PySendResult, PyTopicInfo,
+    PyMessage, PyPendingDelay, PyPendingTransaction, PyQueueInfo, PyReceived, PySendResult,
+    PyTopicInfo,
 };
 
 // ---- Python -> core ----------------------------------------------------------------------
@@ -23,10 +26,14 @@ pub fn config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     if let Some(kw) = kwargs {
         for (k, v) in kw.iter() {
             let key: String = k.extract()?;
-            map.insert(key.clone(), json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?);
+            map.insert(
+                key.clone(),
+                json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?,
+            );
         }
     }
-    serde_json::from_value(Value::Object(map)).map_err(|e| ConfigError::new_err(format!("invalid config: {e}")))
+    serde_json::from_value(Value::Object(map))
+        .map_err(|e| ConfigError::new_err(format!("invalid config: {e}")))
 }
 
 /// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
@@ -52,7 +59,11 @@ fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
         return Ok(Value::String(s.to_str()?.to_owned()));
     }
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
-        return v.try_iter()?.map(|x| json(&x?)).collect::<PyResult<Vec<_>>>().map(Value::Array);
+        return v
+            .try_iter()?
+            .map(|x| json(&x?))
+            .collect::<PyResult<Vec<_>>>()
+            .map(Value::Array);
     }
     if let Ok(d) = v.cast::<PyDict>() {
         let mut m = Map::new();
@@ -61,7 +72,10 @@ fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
         }
         return Ok(Value::Object(m));
     }
-    Err(PyTypeError::new_err(format!("unsupported value of type {}", v.get_type().name()?)))
+    Err(PyTypeError::new_err(format!(
+        "unsupported value of type {}",
+        v.get_type().name()?
+    )))
 }
 
 /// A body: bytes, bytearray, memoryview or str (sent as UTF-8).
@@ -76,9 +90,16 @@ pub fn body(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(b.to_vec());
     }
     if v.get_type().name()?.to_str()? == "memoryview" {
-        return Ok(v.call_method0("tobytes")?.cast::<PyBytes>()?.as_bytes().to_vec());
+        return Ok(v
+            .call_method0("tobytes")?
+            .cast::<PyBytes>()?
+            .as_bytes()
+            .to_vec());
     }
-    Err(PyTypeError::new_err(format!("body must be bytes or str, not {}", v.get_type().name()?)))
+    Err(PyTypeError::new_err(format!(
+        "body must be bytes or str, not {}",
+        v.get_type().name()?
+    )))
 }
 
 /// Keys: one string, or an iterable of strings.
@@ -91,7 +112,10 @@ pub fn keys(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
                 return Ok(vec![s.to_str()?.to_owned()]);
             }
             v.try_iter()?
-                .map(|k| k?.extract::<String>().map_err(|_| PyTypeError::new_err("keys must be strings")))
+                .map(|k| {
+                    k?.extract::<String>()
+                        .map_err(|_| PyTypeError::new_err("keys must be strings"))
+                })
                 .collect()
         }
     }
@@ -99,25 +123,36 @@ pub fn keys(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
 
 /// Properties: a mapping of str to str, in its iteration order.
 pub fn properties(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<(String, String)>> {
-    let Some(v) = v.filter(|v| !v.is_none()) else { return Ok(Vec::new()) };
-    let m = v.cast::<PyMapping>().map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
+    let Some(v) = v.filter(|v| !v.is_none()) else {
+        return Ok(Vec::new());
+    };
+    let m = v
+        .cast::<PyMapping>()
+        .map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
     let mut out = Vec::new();
     for item in m.items()?.iter() {
-        let (k, val): (String, String) =
-            item.extract().map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
+        let (k, val): (String, String) = item
+            .extract()
+            .map_err(|_| PyTypeError::new_err("properties must be a mapping of str to str"))?;
         out.push((k, val));
     }
     Ok(out)
 }
 
 /// At most one of the delay arguments.
-pub fn delay(level: Option<u32>, at_ms: Option<u64>, after_ms: Option<u64>) -> PyResult<Option<Delay>> {
+pub fn delay(
+    level: Option<u32>,
+    at_ms: Option<u64>,
+    after_ms: Option<u64>,
+) -> PyResult<Option<Delay>> {
     match (level, at_ms, after_ms) {
         (None, None, None) => Ok(None),
         (Some(l), None, None) => Ok(Some(Delay::Level(l))),
         (None, Some(t), None) => Ok(Some(Delay::At(t))),
         (None, None, Some(d)) => Ok(Some(Delay::After(d))),
-        _ => Err(PyValueError::new_err("give at most one of delay_level, deliver_at_ms, delay_ms")),
+        _ => Err(PyValueError::new_err(
+            "give at most one of delay_level, deliver_at_ms, delay_ms",
+        )),
     }
 }
 
@@ -128,9 +163,9 @@ pub fn txn_id(py: Python<'_>, s: &str) -> PyResult<TxnId> {
 
 /// A resolution from `"commit"`, `"rollback"` or `"unknown"`.
 pub fn resolution(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
-    let s = v
-        .cast::<PyString>()
-        .map_err(|_| PyTypeError::new_err("a resolution is one of the strings 'commit', 'rollback', 'unknown'"))?;
+    let s = v.cast::<PyString>().map_err(|_| {
+        PyTypeError::new_err("a resolution is one of the strings 'commit', 'rollback', 'unknown'")
+    })?;
     s.to_str()?.parse().map_err(|e| client_error(py, &e))
 }
 
@@ -139,7 +174,8 @@ pub fn handle(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<ReceiptHandle> {
     let s: String = if let Ok(r) = v.cast::<PyReceived>() {
         r.get().handle.clone()
     } else {
-        v.extract().map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?
+        v.extract()
+            .map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?
     };
     s.parse().map_err(|e| client_error(py, &e))
 }
@@ -212,7 +248,11 @@ pub fn topic_info(t: TopicInfo) -> PyTopicInfo {
         queues: t
             .queues
             .into_iter()
-            .map(|(queue_id, next_offset, visible)| PyQueueInfo { queue_id, next_offset, visible })
+            .map(|(queue_id, next_offset, visible)| PyQueueInfo {
+                queue_id,
+                next_offset,
+                visible,
+            })
             .collect(),
     }
 }
@@ -229,7 +269,12 @@ pub fn pending_txn(t: PendingTxnInfo) -> PyPendingTransaction {
 }
 
 pub fn pending_delay(d: PendingDelayInfo) -> PyPendingDelay {
-    PyPendingDelay { offset: d.offset, topic: d.topic, queue_id: d.queue_id, due: d.due }
+    PyPendingDelay {
+        offset: d.offset,
+        topic: d.topic,
+        queue_id: d.queue_id,
+        due: d.due,
+    }
 }
 
 /// The counters as a dict of name to count.

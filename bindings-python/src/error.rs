@@ -25,14 +25,54 @@ use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
 
-create_exception!(_rocklet, RockletError, PyException, "Base of every error Rocklet raises; `code` is a stable upper-case code.");
-create_exception!(_rocklet, ClientError, RockletError, "The caller's mistake: nothing changed in the broker.");
-create_exception!(_rocklet, ConfigError, RockletError, "A configuration value that cannot work.");
-create_exception!(_rocklet, StorageError, RockletError, "The storage failed (I/O error, data directory in use).");
-create_exception!(_rocklet, CorruptLog, RockletError, "The log holds something recovery will not cut off by itself.");
-create_exception!(_rocklet, EncodeError, RockletError, "A record would not fit the commit-log format.");
-create_exception!(_rocklet, BrokerClosed, RockletError, "The broker was closed.");
-create_exception!(_rocklet, InternalError, RockletError, "A bug in Rocklet (a Rust panic was caught); the broker is unusable.");
+create_exception!(
+    _rocklet,
+    RockletError,
+    PyException,
+    "Base of every error Rocklet raises; `code` is a stable upper-case code."
+);
+create_exception!(
+    _rocklet,
+    ClientError,
+    RockletError,
+    "The caller's mistake: nothing changed in the broker."
+);
+create_exception!(
+    _rocklet,
+    ConfigError,
+    RockletError,
+    "A configuration value that cannot work."
+);
+create_exception!(
+    _rocklet,
+    StorageError,
+    RockletError,
+    "The storage failed (I/O error, data directory in use)."
+);
+create_exception!(
+    _rocklet,
+    CorruptLog,
+    RockletError,
+    "The log holds something recovery will not cut off by itself."
+);
+create_exception!(
+    _rocklet,
+    EncodeError,
+    RockletError,
+    "A record would not fit the commit-log format."
+);
+create_exception!(
+    _rocklet,
+    BrokerClosed,
+    RockletError,
+    "The broker was closed."
+);
+create_exception!(
+    _rocklet,
+    InternalError,
+    RockletError,
+    "A bug in Rocklet (a Rust panic was caught); the broker is unusable."
+);
 
 macro_rules! client_errors {
     ($( $name:ident = $code:literal : $doc:literal ),* $(,)?) => {
@@ -117,8 +157,12 @@ impl Fail {
             Fail::Client(e) => client_error(py, &e),
             Fail::Core(e) => core_error(e),
             Fail::Closed => BrokerClosed::new_err("the broker is closed"),
-            Fail::Broken(why) => StorageError::new_err(format!("the broker stopped after an earlier failure: {why}")),
-            Fail::Panic(why) => InternalError::new_err(format!("internal error (a bug in Rocklet): {why}")),
+            Fail::Broken(why) => StorageError::new_err(format!(
+                "the broker stopped after an earlier failure: {why}"
+            )),
+            Fail::Panic(why) => {
+                InternalError::new_err(format!("internal error (a bug in Rocklet): {why}"))
+            }
         }
     }
 }
@@ -154,13 +198,21 @@ pub fn open_error(dir: &impl Display, e: &io::Error) -> PyErr {
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
     let plain: [(&str, Bound<'_, PyType>, &str); 8] = [
-        ("RockletError", py.get_type::<RockletError>(), "ROCKLET_ERROR"),
+        (
+            "RockletError",
+            py.get_type::<RockletError>(),
+            "ROCKLET_ERROR",
+        ),
         ("ClientError", py.get_type::<ClientError>(), "CLIENT_ERROR"),
         ("ConfigError", py.get_type::<ConfigError>(), "CONFIG"),
         ("StorageError", py.get_type::<StorageError>(), "STORAGE"),
         ("CorruptLog", py.get_type::<CorruptLog>(), "CORRUPT_LOG"),
         ("EncodeError", py.get_type::<EncodeError>(), "ENCODE"),
-        ("BrokerClosed", py.get_type::<BrokerClosed>(), "BROKER_CLOSED"),
+        (
+            "BrokerClosed",
+            py.get_type::<BrokerClosed>(),
+            "BROKER_CLOSED",
+        ),
         ("InternalError", py.get_type::<InternalError>(), "INTERNAL"),
     ];
     for (name, t, code) in plain {

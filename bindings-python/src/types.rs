@@ -125,7 +125,10 @@ pub struct PyReceived {
 #[pymethods]
 impl PyReceived {
     fn __repr__(&self) -> String {
-        format!("Received(handle={:?}, attempt={}, visible_at={})", self.handle, self.attempt, self.visible_at)
+        format!(
+            "Received(handle={:?}, attempt={}, visible_at={})",
+            self.handle, self.attempt, self.visible_at
+        )
     }
 }
 
@@ -168,7 +171,10 @@ pub struct PyQueueInfo {
 #[pymethods]
 impl PyQueueInfo {
     fn __repr__(&self) -> String {
-        format!("QueueInfo(queue_id={}, next_offset={}, visible={})", self.queue_id, self.next_offset, self.visible)
+        format!(
+            "QueueInfo(queue_id={}, next_offset={}, visible={})",
+            self.queue_id, self.next_offset, self.visible
+        )
     }
 }
 
@@ -190,12 +196,22 @@ impl PyTopicInfo {
         self.queues.iter().map(|q| q.visible).sum()
     }
     fn __repr__(&self) -> String {
-        format!("TopicInfo(name={:?}, queues={}, depth={})", self.name, self.queues.len(), self.depth())
+        format!(
+            "TopicInfo(name={:?}, queues={}, depth={})",
+            self.name,
+            self.queues.len(),
+            self.depth()
+        )
     }
 }
 
 /// A transaction waiting for its resolution.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PendingTransaction")]
+#[pyclass(
+    frozen,
+    get_all,
+    module = "rocklet._rocklet",
+    name = "PendingTransaction"
+)]
 #[derive(Debug)]
 pub struct PyPendingTransaction {
     /// Transaction id (16 hex digits).
@@ -239,6 +255,9 @@ pub struct PyPendingDelay {
 #[pymethods]
 impl PyPendingDelay {
     fn __repr__(&self) -> String {
-        format!("PendingDelay(offset={}, topic={:?}, queue_id={}, due={})", self.offset, self.topic, self.queue_id, self.due)
+        format!(
+            "PendingDelay(offset={}, topic={:?}, queue_id={}, due={})",
+            self.offset, self.topic, self.queue_id, self.due
+        )
     }
 }
