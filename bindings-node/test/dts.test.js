@@ -36,3 +36,9 @@ test('the exports match index.d.ts', () => {
   const declared = [...dts.matchAll(/^export declare class (\w+)/gm)].map((m) => m[1]).sort();
   assert.deepEqual(Object.keys(rocklet).sort(), declared);
 });
+
+test('README.md quotes the sample test as it is', () => {
+  const readme = fs.readFileSync(path.join(__dirname, '..', 'README.md'), 'utf8');
+  const sample = fs.readFileSync(path.join(__dirname, 'order-service.test.js'), 'utf8').trimEnd();
+  assert.ok(readme.includes(sample), 'README.md is out of date: regenerate its sample section');
+});

@@ -51,7 +51,7 @@ test('a failed order is never published', async () => {
 test('the producer crashes after the half message: the check commits it', async () => {
   const broker = new Broker({ clock: 'manual', transactionTimeoutMs: 6_000 });
   const db = new Map();
-  const orders = new OrderService(broker, db);
+  new OrderService(broker, db); // registers the checker
   // The crash: the half message is stored and the order written, but the process dies
   // before it could commit.
   broker.prepare('order-service', { topic: 'orders', body: JSON.stringify({ id: 'o-3', total: 5 }), keys: ['o-3'] });
@@ -62,7 +62,6 @@ test('the producer crashes after the half message: the check commits it', async 
   assert.equal(broker.pendingTransactions().length, 1);
   await broker.advance(1); // the check runs the checker, which finds the order
   assert.deepEqual(published(broker), [{ id: 'o-3', total: 5 }]);
-  assert.ok(orders);
 });
 
 test('the producer crashes before writing the order: the check rolls it back', async () => {
