@@ -271,10 +271,11 @@ impl Messaging {
                 Reply::Error(e) => return one(client_error(&e)),
                 other => return one(unexpected(&other)),
             }
-            // Nothing ready: wait for a message or the deadline.
-            self.metrics.long_polls_waiting.fetch_add(1, Ordering::Relaxed);
+            // Nothing ready: wait for a message or the deadline (the guard also counts a
+            // poll the client gives up on, when this future is dropped).
+            let waiting = Waiting::new(&self.metrics);
             let timed_out = tokio::time::timeout_at(deadline, woken).await.is_err();
-            self.metrics.long_polls_waiting.fetch_sub(1, Ordering::Relaxed);
+            drop(waiting);
             if timed_out || tokio::time::Instant::now() >= deadline {
                 let mut out = one(status(Code::MessageNotFound, "MESSAGE_NOT_FOUND: no new message before the long-polling timeout"));
                 out.push(delivery_now());
@@ -392,6 +393,22 @@ impl Messaging {
             None => {}
         }
         s
+    }
+}
+
+/// Counts a waiting long poll for as long as it lives.
+struct Waiting<'a>(&'a Metrics);
+
+impl<'a> Waiting<'a> {
+    fn new(m: &'a Metrics) -> Self {
+        m.long_polls_waiting.fetch_add(1, Ordering::Relaxed);
+        Waiting(m)
+    }
+}
+
+impl Drop for Waiting<'_> {
+    fn drop(&mut self) {
+        self.0.long_polls_waiting.fetch_sub(1, Ordering::Relaxed);
     }
 }
 
