@@ -13,7 +13,9 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use napi::bindgen_prelude::*;
 use napi::Env;
 use napi_derive::napi;
-use rocklet_core::{AnyStorage, Broker, FlushMode, CheckRequest, Millis, Output, Reply, Request, TraceEvent};
+use rocklet_core::{
+    AnyStorage, Broker, CheckRequest, FlushMode, Millis, Output, Reply, Request, TraceEvent,
+};
 
 use crate::convert::{self, ClockKind, Opts};
 use crate::error::{arg, Fail, Res};
@@ -36,12 +38,17 @@ pub struct JsBroker {
 
 impl std::fmt::Debug for JsBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsBroker").field("core", &self.core).field("clock", &self.clock).finish_non_exhaustive()
+        f.debug_struct("JsBroker")
+            .field("core", &self.core)
+            .field("clock", &self.clock)
+            .finish_non_exhaustive()
     }
 }
 
 fn system_now() -> Millis {
-    SystemTime::now().duration_since(UNIX_EPOCH).map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
 }
 
 fn unexpected(r: &Reply) -> Fail {
@@ -83,11 +90,15 @@ impl JsBroker {
 
     /// Takes everything the core has for the host.
     fn drain(&mut self) {
-        let Some(core) = self.core.as_mut() else { return };
+        let Some(core) = self.core.as_mut() else {
+            return;
+        };
         while let Some(out) = core.poll_output() {
             match out {
                 Output::Check(c) => self.checks.push((c, core.now())),
-                Output::Available { topic, queue_id } => self.available.push(convert::JsAvailable { topic, queue_id }),
+                Output::Available { topic, queue_id } => self
+                    .available
+                    .push(convert::JsAvailable { topic, queue_id }),
                 Output::Trace(t) => {
                     if self.trace_on {
                         self.trace.push(t);
@@ -117,16 +128,37 @@ impl JsBroker {
         }
     }
 
-    fn end(&mut self, txn: Unknown<'_>, resolution: rocklet_core::Resolution, opts: Option<Unknown<'_>>, from_check_ok: bool) -> Res<convert::JsEnded> {
+    fn end(
+        &mut self,
+        txn: Unknown<'_>,
+        resolution: rocklet_core::Resolution,
+        opts: Option<Unknown<'_>>,
+        from_check_ok: bool,
+    ) -> Res<convert::JsEnded> {
         let txn = convert::txn_id("txn", txn)?;
-        let allowed: &[&str] = if from_check_ok { &["group", "fromCheck"] } else { &["group"] };
+        let allowed: &[&str] = if from_check_ok {
+            &["group", "fromCheck"]
+        } else {
+            &["group"]
+        };
         let o = Opts::new("options", opts, allowed)?;
         let group = o.string("group")?;
         let from_check = o.bool("fromCheck")?.unwrap_or(false);
-        match self.exec(Request::EndTransaction { txn, resolution, group, from_check })? {
-            Reply::Ended { txn, resolution, duplicate } => {
-                Ok(convert::JsEnded { txn: txn.to_string(), resolution: resolution.as_str().into(), duplicate })
-            }
+        match self.exec(Request::EndTransaction {
+            txn,
+            resolution,
+            group,
+            from_check,
+        })? {
+            Reply::Ended {
+                txn,
+                resolution,
+                duplicate,
+            } => Ok(convert::JsEnded {
+                txn: txn.to_string(),
+                resolution: resolution.as_str().into(),
+                duplicate,
+            }),
             r => Err(unexpected(&r)),
         }
     }
@@ -231,8 +263,11 @@ impl JsBroker {
             let arr = Array::from_unknown(messages)?;
             let mut batch = Vec::with_capacity(arr.len() as usize);
             for i in 0..arr.len() {
-                let v = arr.get::<Unknown<'_>>(i)?.ok_or_else(|| arg(format!("messages[{i}] is missing")))?;
-                let (mut m, _) = convert::message_object(&format!("messages[{i}]"), v, Some(&topic), false)?;
+                let v = arr
+                    .get::<Unknown<'_>>(i)?
+                    .ok_or_else(|| arg(format!("messages[{i}] is missing")))?;
+                let (mut m, _) =
+                    convert::message_object(&format!("messages[{i}]"), v, Some(&topic), false)?;
                 if queue_id.is_some() {
                     m.queue_id = queue_id;
                 }
@@ -255,8 +290,13 @@ impl JsBroker {
     ) -> napi::Result<convert::JsSendResult> {
         self.guard(&env, |b| {
             let group = str_arg("group", group)?;
-            let (message, check_immunity_ms) = convert::message_object("message", message, None, true)?;
-            b.send_one(Request::Prepare { group, message, check_immunity_ms })
+            let (message, check_immunity_ms) =
+                convert::message_object("message", message, None, true)?;
+            b.send_one(Request::Prepare {
+                group,
+                message,
+                check_immunity_ms,
+            })
         })
     }
 
@@ -277,19 +317,38 @@ impl JsBroker {
 
     /// Commits a transaction.
     #[napi]
-    pub fn commit(&mut self, env: Env, txn: Unknown<'_>, options: Option<Unknown<'_>>) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| b.end(txn, rocklet_core::Resolution::Commit, options, false))
+    pub fn commit(
+        &mut self,
+        env: Env,
+        txn: Unknown<'_>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<convert::JsEnded> {
+        self.guard(&env, |b| {
+            b.end(txn, rocklet_core::Resolution::Commit, options, false)
+        })
     }
 
     /// Rolls a transaction back.
     #[napi]
-    pub fn rollback(&mut self, env: Env, txn: Unknown<'_>, options: Option<Unknown<'_>>) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| b.end(txn, rocklet_core::Resolution::Rollback, options, false))
+    pub fn rollback(
+        &mut self,
+        env: Env,
+        txn: Unknown<'_>,
+        options: Option<Unknown<'_>>,
+    ) -> napi::Result<convert::JsEnded> {
+        self.guard(&env, |b| {
+            b.end(txn, rocklet_core::Resolution::Rollback, options, false)
+        })
     }
 
     /// Whether a producer of `group` can answer checks (the wrapper's `setChecker` says so).
     #[napi]
-    pub fn set_producer_online(&mut self, env: Env, group: Unknown<'_>, online: bool) -> napi::Result<()> {
+    pub fn set_producer_online(
+        &mut self,
+        env: Env,
+        group: Unknown<'_>,
+        online: bool,
+    ) -> napi::Result<()> {
         self.guard(&env, |b| {
             let group = str_arg("group", group)?;
             let now = b.clock_now();
@@ -301,7 +360,12 @@ impl JsBroker {
 
     /// Creates a topic with `queues` queues (or grows it to that many).
     #[napi]
-    pub fn create_topic(&mut self, env: Env, name: Unknown<'_>, queues: Unknown<'_>) -> napi::Result<()> {
+    pub fn create_topic(
+        &mut self,
+        env: Env,
+        name: Unknown<'_>,
+        queues: Unknown<'_>,
+    ) -> napi::Result<()> {
         self.guard(&env, |b| {
             let name = str_arg("name", name)?;
             let queues = convert::u32_of("queues", queues)?;
@@ -337,7 +401,11 @@ impl JsBroker {
                 auto_commit: o.bool("autoCommit")?.unwrap_or(true),
             };
             match b.exec(req)? {
-                Reply::Pulled { messages, next_offset, max_offset } => Ok(convert::JsPulled {
+                Reply::Pulled {
+                    messages,
+                    next_offset,
+                    max_offset,
+                } => Ok(convert::JsPulled {
                     messages: messages.into_iter().map(convert::message).collect(),
                     next_offset: next_offset as f64,
                     max_offset: max_offset as f64,
@@ -383,8 +451,14 @@ impl JsBroker {
         self.guard(&env, |b| {
             let group = str_arg("group", group)?;
             let topic = str_arg("topic", topic)?;
-            let o = Opts::new("options", Some(options), &["invisibleMs", "max", "queueId", "tags"])?;
-            let invisible_ms = o.uint("invisibleMs")?.ok_or_else(|| arg("options.invisibleMs is required"))?;
+            let o = Opts::new(
+                "options",
+                Some(options),
+                &["invisibleMs", "max", "queueId", "tags"],
+            )?;
+            let invisible_ms = o
+                .uint("invisibleMs")?
+                .ok_or_else(|| arg("options.invisibleMs is required"))?;
             let req = Request::Receive {
                 group,
                 topic,
@@ -404,7 +478,10 @@ impl JsBroker {
     #[napi]
     pub fn ack(&mut self, env: Env, group: Unknown<'_>, handle: Unknown<'_>) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let req = Request::Ack { group: str_arg("group", group)?, handle: convert::handle("handle", handle)? };
+            let req = Request::Ack {
+                group: str_arg("group", group)?,
+                handle: convert::handle("handle", handle)?,
+            };
             match b.exec(req)? {
                 Reply::Acked => Ok(()),
                 r => Err(unexpected(&r)),
@@ -428,9 +505,10 @@ impl JsBroker {
                 invisible_ms: convert::uint("invisibleMs", invisible_ms)?,
             };
             match b.exec(req)? {
-                Reply::InvisibleChanged { handle, visible_at } => {
-                    Ok(convert::JsInvisibleChanged { handle: handle.to_string(), visible_at: visible_at as f64 })
-                }
+                Reply::InvisibleChanged { handle, visible_at } => Ok(convert::JsInvisibleChanged {
+                    handle: handle.to_string(),
+                    visible_at: visible_at as f64,
+                }),
                 r => Err(unexpected(&r)),
             }
         })
@@ -438,10 +516,17 @@ impl JsBroker {
 
     /// Gives a received message up: to `%DLQ%<group>` at once.
     #[napi]
-    pub fn forward_to_dead_letter(&mut self, env: Env, group: Unknown<'_>, handle: Unknown<'_>) -> napi::Result<()> {
+    pub fn forward_to_dead_letter(
+        &mut self,
+        env: Env,
+        group: Unknown<'_>,
+        handle: Unknown<'_>,
+    ) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let req =
-                Request::ForwardToDeadLetter { group: str_arg("group", group)?, handle: convert::handle("handle", handle)? };
+            let req = Request::ForwardToDeadLetter {
+                group: str_arg("group", group)?,
+                handle: convert::handle("handle", handle)?,
+            };
             match b.exec(req)? {
                 Reply::Forwarded => Ok(()),
                 r => Err(unexpected(&r)),
@@ -485,7 +570,9 @@ impl JsBroker {
     #[napi]
     pub fn close(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let Some(mut core) = b.core.take() else { return Ok(()) };
+            let Some(mut core) = b.core.take() else {
+                return Ok(());
+            };
             b.closed_why = "the broker is closed";
             core.sync()?;
             Ok(())
@@ -528,10 +615,15 @@ impl JsBroker {
     pub fn step_clock(&mut self, env: Env, target: Option<Unknown<'_>>) -> napi::Result<bool> {
         self.guard(&env, |b| {
             b.manual("stepClock needs a broker with clock: 'manual'")?;
-            let target = convert::present(target)?.map(|t| convert::uint("target", t)).transpose()?;
+            let target = convert::present(target)?
+                .map(|t| convert::uint("target", t))
+                .transpose()?;
             if let Some(t) = target {
                 if t < b.manual_now {
-                    return Err(arg(format!("target {t} is before the clock ({})", b.manual_now)));
+                    return Err(arg(format!(
+                        "target {t} is before the clock ({})",
+                        b.manual_now
+                    )));
                 }
             }
             let due = b.core()?.poll_timeout();
@@ -557,7 +649,9 @@ impl JsBroker {
     pub fn fire_due(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
             if b.clock != ClockKind::System {
-                return Err(Fail::WrongClock("fireDue is for a broker with clock: 'system'"));
+                return Err(Fail::WrongClock(
+                    "fireDue is for a broker with clock: 'system'",
+                ));
             }
             let r = b.timers(system_now());
             b.drain();
@@ -570,7 +664,10 @@ impl JsBroker {
     /// Checks the core asked for since the last call, in order.
     #[napi]
     pub fn take_checks(&mut self) -> Vec<convert::JsCheck> {
-        self.checks.drain(..).map(|(c, at)| convert::check(c, at)).collect()
+        self.checks
+            .drain(..)
+            .map(|(c, at)| convert::check(c, at))
+            .collect()
     }
 
     /// Queues that got a visible message since the last call.
@@ -589,35 +686,66 @@ impl JsBroker {
 
     /// Pending transactions in log order (at most `limit`).
     #[napi]
-    pub fn pending_transactions(&mut self, env: Env, limit: Option<Unknown<'_>>) -> napi::Result<Vec<convert::JsPendingTxn>> {
+    pub fn pending_transactions(
+        &mut self,
+        env: Env,
+        limit: Option<Unknown<'_>>,
+    ) -> napi::Result<Vec<convert::JsPendingTxn>> {
         self.guard(&env, |b| {
             let n = to_limit(limit)?;
-            Ok(b.core()?.pending_transactions(n).into_iter().map(convert::pending_txn).collect())
+            Ok(b.core()?
+                .pending_transactions(n)
+                .into_iter()
+                .map(convert::pending_txn)
+                .collect())
         })
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[napi]
-    pub fn pending_delays(&mut self, env: Env, limit: Option<Unknown<'_>>) -> napi::Result<Vec<convert::JsPendingDelay>> {
+    pub fn pending_delays(
+        &mut self,
+        env: Env,
+        limit: Option<Unknown<'_>>,
+    ) -> napi::Result<Vec<convert::JsPendingDelay>> {
         self.guard(&env, |b| {
             let n = to_limit(limit)?;
-            Ok(b.core()?.pending_delays(n).into_iter().map(convert::pending_delay).collect())
+            Ok(b.core()?
+                .pending_delays(n)
+                .into_iter()
+                .map(convert::pending_delay)
+                .collect())
         })
     }
 
     /// Topics consumers can read, with their queues' offsets.
     #[napi]
     pub fn topics(&mut self, env: Env) -> napi::Result<Vec<convert::JsTopicInfo>> {
-        self.guard(&env, |b| Ok(b.core()?.topics().into_iter().map(convert::topic_info).collect()))
+        self.guard(&env, |b| {
+            Ok(b.core()?
+                .topics()
+                .into_iter()
+                .map(convert::topic_info)
+                .collect())
+        })
     }
 
     /// A queue's consume-queue units.
     #[napi]
-    pub fn consume_queue(&mut self, env: Env, topic: Unknown<'_>, queue_id: Unknown<'_>) -> napi::Result<Vec<convert::JsCqUnit>> {
+    pub fn consume_queue(
+        &mut self,
+        env: Env,
+        topic: Unknown<'_>,
+        queue_id: Unknown<'_>,
+    ) -> napi::Result<Vec<convert::JsCqUnit>> {
         self.guard(&env, |b| {
             let topic = str_arg("topic", topic)?;
             let q = convert::u32_of("queueId", queue_id)?;
-            Ok(b.core()?.consume_queue(&topic, q).into_iter().map(convert::cq_unit).collect())
+            Ok(b.core()?
+                .consume_queue(&topic, q)
+                .into_iter()
+                .map(convert::cq_unit)
+                .collect())
         })
     }
 
@@ -639,7 +767,12 @@ impl JsBroker {
 
     /// Messages a group has received and not acked in a topic.
     #[napi]
-    pub fn inflight_count(&mut self, env: Env, group: Unknown<'_>, topic: Unknown<'_>) -> napi::Result<u32> {
+    pub fn inflight_count(
+        &mut self,
+        env: Env,
+        group: Unknown<'_>,
+        topic: Unknown<'_>,
+    ) -> napi::Result<u32> {
         self.guard(&env, |b| {
             let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
             Ok(u32::try_from(b.core()?.inflight_count(&g, &t)).unwrap_or(u32::MAX))
@@ -673,6 +806,8 @@ impl JsBroker {
     /// Test hook: panics inside a guarded call, to show that no panic reaches JS.
     #[napi(js_name = "__panicForTest")]
     pub fn panic_for_test(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |_| -> Res<()> { panic!("deliberate panic for the test suite") })
+        self.guard(&env, |_| -> Res<()> {
+            panic!("deliberate panic for the test suite")
+        })
     }
 }

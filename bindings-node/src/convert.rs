@@ -10,8 +10,9 @@ use napi::bindgen_prelude::*;
 use napi::{JsValue, ValueType};
 use napi_derive::napi;
 use rocklet_core::{
-    CheckRequest, Config, CqUnit, Delay, Message, NewMessage, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
-    Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TraceEvent, TxnId,
+    CheckRequest, Config, CqUnit, Delay, Message, NewMessage, PendingDelayInfo, PendingTxnInfo,
+    ReceiptHandle, Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo,
+    TraceEvent, TxnId,
 };
 
 use crate::error::{arg, Fail, Res};
@@ -53,7 +54,9 @@ fn number(what: &str, v: Unknown<'_>) -> Res<f64> {
 pub(crate) fn uint(what: &str, v: Unknown<'_>) -> Res<u64> {
     let n = number(what, v)?;
     if !(n.is_finite() && n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n)) {
-        return Err(arg(format!("{what} must be a whole number from 0 to 2^53-1, got {n}")));
+        return Err(arg(format!(
+            "{what} must be a whole number from 0 to 2^53-1, got {n}"
+        )));
     }
     Ok(n as u64)
 }
@@ -65,7 +68,10 @@ pub(crate) fn u32_of(what: &str, v: Unknown<'_>) -> Res<u32> {
 
 fn i32_of(what: &str, v: Unknown<'_>) -> Res<i32> {
     let n = number(what, v)?;
-    if !(n.is_finite() && n.fract() == 0.0 && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&n)) {
+    if !(n.is_finite()
+        && n.fract() == 0.0
+        && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&n))
+    {
         return Err(arg(format!("{what} must be a 32-bit integer, got {n}")));
     }
     Ok(n as i32)
@@ -90,7 +96,12 @@ fn array<'e>(what: &str, v: Unknown<'e>) -> Res<Vec<Unknown<'e>>> {
         return Err(arg(format!("{what} must be an array")));
     }
     let a = Array::from_unknown(v)?;
-    (0..a.len()).map(|i| Ok(a.get::<Unknown<'_>>(i)?.ok_or_else(|| arg(format!("{what}[{i}] is missing")))?)).collect()
+    (0..a.len())
+        .map(|i| match a.get::<Unknown<'_>>(i)? {
+            Some(x) => Ok(x),
+            None => Err(arg(format!("{what}[{i}] is missing"))),
+        })
+        .collect()
 }
 
 /// A message body: a `Buffer`, any `Uint8Array`, or a string (sent as UTF-8).
@@ -100,9 +111,13 @@ pub(crate) fn body(what: &str, v: Unknown<'_>) -> Res<Vec<u8>> {
         ValueType::Object if v.is_buffer()? => Ok(BufferSlice::from_unknown(v)?.to_vec()),
         ValueType::Object if v.is_typedarray()? => match Uint8ArraySlice::from_unknown(v) {
             Ok(s) => Ok(s.to_vec()),
-            Err(_) => Err(arg(format!("{what} must be a Buffer, a Uint8Array or a string"))),
+            Err(_) => Err(arg(format!(
+                "{what} must be a Buffer, a Uint8Array or a string"
+            ))),
         },
-        _ => Err(arg(format!("{what} must be a Buffer, a Uint8Array or a string"))),
+        _ => Err(arg(format!(
+            "{what} must be a Buffer, a Uint8Array or a string"
+        ))),
     }
 }
 
@@ -120,13 +135,19 @@ impl<'e> Opts<'e> {
                 let obj = object(what, v)?;
                 for key in Object::keys(&obj)? {
                     if !allowed.contains(&key.as_str()) {
-                        return Err(arg(format!("{what} has an unknown option `{key}` (known: {})", allowed.join(", "))));
+                        return Err(arg(format!(
+                            "{what} has an unknown option `{key}` (known: {})",
+                            allowed.join(", ")
+                        )));
                     }
                 }
                 Some(obj)
             }
         };
-        Ok(Opts { what: what.into(), obj })
+        Ok(Opts {
+            what: what.into(),
+            obj,
+        })
     }
 
     pub(crate) fn get(&self, key: &str) -> Res<Option<Unknown<'e>>> {
@@ -141,22 +162,31 @@ impl<'e> Opts<'e> {
     }
 
     pub(crate) fn string(&self, key: &str) -> Res<Option<String>> {
-        self.get(key)?.map(|v| string(&self.name(key), v)).transpose()
+        self.get(key)?
+            .map(|v| string(&self.name(key), v))
+            .transpose()
     }
     pub(crate) fn uint(&self, key: &str) -> Res<Option<u64>> {
         self.get(key)?.map(|v| uint(&self.name(key), v)).transpose()
     }
     pub(crate) fn u32(&self, key: &str) -> Res<Option<u32>> {
-        self.get(key)?.map(|v| u32_of(&self.name(key), v)).transpose()
+        self.get(key)?
+            .map(|v| u32_of(&self.name(key), v))
+            .transpose()
     }
     pub(crate) fn bool(&self, key: &str) -> Res<Option<bool>> {
-        self.get(key)?.map(|v| boolean(&self.name(key), v)).transpose()
+        self.get(key)?
+            .map(|v| boolean(&self.name(key), v))
+            .transpose()
     }
     fn i32(&self, key: &str) -> Res<Option<i32>> {
-        self.get(key)?.map(|v| i32_of(&self.name(key), v)).transpose()
+        self.get(key)?
+            .map(|v| i32_of(&self.name(key), v))
+            .transpose()
     }
     fn required(&self, key: &str) -> Res<Unknown<'e>> {
-        self.get(key)?.ok_or_else(|| arg(format!("{} is required", self.name(key))))
+        self.get(key)?
+            .ok_or_else(|| arg(format!("{} is required", self.name(key))))
     }
 }
 
@@ -210,9 +240,12 @@ fn json(what: &str, v: Unknown<'_>) -> Res<serde_json::Value> {
                 serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
             }
         }
-        ValueType::Object if v.is_array()? => {
-            Value::Array(array(what, v)?.into_iter().map(|x| json(what, x)).collect::<Res<_>>()?)
-        }
+        ValueType::Object if v.is_array()? => Value::Array(
+            array(what, v)?
+                .into_iter()
+                .map(|x| json(what, x))
+                .collect::<Res<_>>()?,
+        ),
         ValueType::Object => {
             let o = Object::from_unknown(v)?;
             let mut map = serde_json::Map::new();
@@ -230,14 +263,22 @@ fn json(what: &str, v: Unknown<'_>) -> Res<serde_json::Value> {
 /// `{ path?, clock?, now?, ...Config fields in camelCase }`. Core `Config` parses the values
 /// (its serde form, snake_case) and keeps its defaults for the fields not given.
 pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
-    let defaults = serde_json::to_value(Config::default()).map_err(|e| Fail::Internal(e.to_string()))?;
+    let defaults =
+        serde_json::to_value(Config::default()).map_err(|e| Fail::Internal(e.to_string()))?;
     let serde_json::Value::Object(mut fields) = defaults else {
-        return Err(Fail::Internal("Config does not serialize to an object".into()));
+        return Err(Fail::Internal(
+            "Config does not serialize to an object".into(),
+        ));
     };
     let known: Vec<(String, String)> = fields.keys().map(|k| (camel_case(k), k.clone())).collect();
     // The host does long polling (subscribe): it needs availability notices.
     fields.insert("notify_available".into(), serde_json::Value::Bool(true));
-    let mut out = BrokerOptions { config: Config::default(), clock: ClockKind::System, path: None, now: None };
+    let mut out = BrokerOptions {
+        config: Config::default(),
+        clock: ClockKind::System,
+        path: None,
+        now: None,
+    };
     let Some(v) = present(v)? else {
         out.config = serde_json::from_value(serde_json::Value::Object(fields))
             .map_err(|e| Fail::Internal(format!("default config: {e}")))?;
@@ -245,24 +286,35 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
     };
     let obj = object("options", v)?;
     for key in Object::keys(&obj)? {
-        let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else { continue };
+        let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else {
+            continue;
+        };
         match key.as_str() {
             "path" => out.path = Some(PathBuf::from(string("options.path", val)?)),
             "clock" => {
                 out.clock = match string("options.clock", val)?.as_str() {
                     "system" => ClockKind::System,
                     "manual" => ClockKind::Manual,
-                    other => return Err(arg(format!("options.clock must be 'system' or 'manual', got '{other}'"))),
+                    other => {
+                        return Err(arg(format!(
+                            "options.clock must be 'system' or 'manual', got '{other}'"
+                        )))
+                    }
                 }
             }
             "now" => out.now = Some(uint("options.now", val)?),
             "notifyAvailable" => {
-                return Err(arg("options.notifyAvailable is set by the binding (subscribe waits on it)"))
+                return Err(arg(
+                    "options.notifyAvailable is set by the binding (subscribe waits on it)",
+                ))
             }
             _ => {
                 let Some((_, snake)) = known.iter().find(|(camel, _)| *camel == key) else {
-                    let names: Vec<&str> =
-                        known.iter().map(|(c, _)| c.as_str()).filter(|c| *c != "notifyAvailable").collect();
+                    let names: Vec<&str> = known
+                        .iter()
+                        .map(|(c, _)| c.as_str())
+                        .filter(|c| *c != "notifyAvailable")
+                        .collect();
                     return Err(arg(format!(
                         "unknown option `{key}` (known: path, clock, now, {})",
                         names.join(", ")
@@ -273,25 +325,37 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
                 let mut one = fields.clone();
                 one.insert(snake.clone(), value.clone());
                 if let Err(e) = serde_json::from_value::<Config>(serde_json::Value::Object(one)) {
-                    return Err(Fail::Config { option: key.clone(), reason: e.to_string() });
+                    return Err(Fail::Config {
+                        option: key.clone(),
+                        reason: e.to_string(),
+                    });
                 }
                 fields.insert(snake.clone(), value);
             }
         }
     }
     if out.now.is_some() && out.clock != ClockKind::Manual {
-        return Err(arg("options.now sets the start of a manual clock: give clock: 'manual' too"));
+        return Err(arg(
+            "options.now sets the start of a manual clock: give clock: 'manual' too",
+        ));
     }
-    out.config = serde_json::from_value(serde_json::Value::Object(fields))
-        .map_err(|e| Fail::Config { option: "options".into(), reason: e.to_string() })?;
+    out.config =
+        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| Fail::Config {
+            option: "options".into(),
+            reason: e.to_string(),
+        })?;
     Ok(out)
 }
 
 /// The effective configuration, camelCase, for `broker.config()`.
 pub(crate) fn config_out(cfg: &Config) -> Res<serde_json::Value> {
     let v = serde_json::to_value(cfg).map_err(|e| Fail::Internal(e.to_string()))?;
-    let serde_json::Value::Object(m) = v else { return Ok(v) };
-    Ok(serde_json::Value::Object(m.into_iter().map(|(k, v)| (camel_case(&k), v)).collect()))
+    let serde_json::Value::Object(m) = v else {
+        return Ok(v);
+    };
+    Ok(serde_json::Value::Object(
+        m.into_iter().map(|(k, v)| (camel_case(&k), v)).collect(),
+    ))
 }
 
 // ---- messages in ----------------------------------------------------------------------------
@@ -315,14 +379,20 @@ fn keys(what: &str, v: Unknown<'_>) -> Res<Vec<String>> {
     if type_of(&v)? == ValueType::String {
         return Ok(vec![String::from_unknown(v)?]);
     }
-    array(what, v)?.into_iter().enumerate().map(|(i, k)| string(&format!("{what}[{i}]"), k)).collect()
+    array(what, v)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, k)| string(&format!("{what}[{i}]"), k))
+        .collect()
 }
 
 fn properties(what: &str, v: Unknown<'_>) -> Res<Vec<(String, String)>> {
     let o = object(what, v)?;
     let mut out = Vec::new();
     for k in Object::keys(&o)? {
-        let Some(x) = present(o.get::<Unknown<'_>>(&k)?)? else { continue };
+        let Some(x) = present(o.get::<Unknown<'_>>(&k)?)? else {
+            continue;
+        };
         let s = string(&format!("{what}.{k}"), x)?;
         out.push((k, s));
     }
@@ -339,11 +409,18 @@ fn message_fields(m: &mut NewMessage, o: &Opts<'_>) -> Res<()> {
         m.properties = properties(&o.name("properties"), p)?;
     }
     m.queue_id = o.u32("queueId")?;
-    let delays = [o.u32("delayLevel")?.map(Delay::Level), o.uint("deliverAt")?.map(Delay::At), o.uint("delayMs")?.map(Delay::After)];
+    let delays = [
+        o.u32("delayLevel")?.map(Delay::Level),
+        o.uint("deliverAt")?.map(Delay::At),
+        o.uint("delayMs")?.map(Delay::After),
+    ];
     let mut given = delays.into_iter().flatten();
     m.delay = given.next();
     if given.next().is_some() {
-        return Err(arg(format!("{}: give at most one of delayLevel, deliverAt, delayMs", o.what)));
+        return Err(arg(format!(
+            "{}: give at most one of delayLevel, deliverAt, delayMs",
+            o.what
+        )));
     }
     m.message_id = o.string("messageId")?;
     m.message_group = o.string("messageGroup")?;
@@ -353,7 +430,11 @@ fn message_fields(m: &mut NewMessage, o: &Opts<'_>) -> Res<()> {
 }
 
 /// `send(topic, body, opts)`.
-pub(crate) fn new_message(topic: String, body_v: Unknown<'_>, opts: Option<Unknown<'_>>) -> Res<NewMessage> {
+pub(crate) fn new_message(
+    topic: String,
+    body_v: Unknown<'_>,
+    opts: Option<Unknown<'_>>,
+) -> Res<NewMessage> {
     let mut m = NewMessage::new(topic, body("body", body_v)?);
     let o = Opts::new("options", opts, &MESSAGE_OPTIONS)?;
     message_fields(&mut m, &o)?;
@@ -391,7 +472,11 @@ pub(crate) fn message_object(
     };
     let mut m = NewMessage::new(topic, body(&o.name("body"), o.required("body")?)?);
     message_fields(&mut m, &o)?;
-    let imm = if immunity { o.uint("checkImmunityMs")? } else { None };
+    let imm = if immunity {
+        o.uint("checkImmunityMs")?
+    } else {
+        None
+    };
     Ok((m, imm))
 }
 
@@ -408,7 +493,8 @@ pub(crate) fn handle(what: &str, v: Unknown<'_>) -> Res<ReceiptHandle> {
 }
 
 pub(crate) fn tags(o: &Opts<'_>) -> Res<TagFilter> {
-    Ok(o.string("tags")?.map_or(TagFilter::All, |t| TagFilter::parse(&t)))
+    Ok(o.string("tags")?
+        .map_or(TagFilter::All, |t| TagFilter::parse(&t)))
 }
 
 // ---- values out -----------------------------------------------------------------------------
@@ -534,7 +620,10 @@ pub struct JsReceived {
 
 impl std::fmt::Debug for JsReceived {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsReceived").field("handle", &self.handle).field("attempt", &self.attempt).finish_non_exhaustive()
+        f.debug_struct("JsReceived")
+            .field("handle", &self.handle)
+            .field("attempt", &self.attempt)
+            .finish_non_exhaustive()
     }
 }
 
@@ -601,7 +690,13 @@ pub struct JsCheck {
 }
 
 pub(crate) fn check(c: CheckRequest, at: u64) -> JsCheck {
-    JsCheck { group: c.group, txn: c.txn.to_string(), check: c.check, at: num(at), message: message(c.message) }
+    JsCheck {
+        group: c.group,
+        txn: c.txn.to_string(),
+        check: c.check,
+        at: num(at),
+        message: message(c.message),
+    }
 }
 
 #[napi(object)]
@@ -616,7 +711,13 @@ pub struct JsTrace {
 }
 
 pub(crate) fn trace(t: TraceEvent) -> JsTrace {
-    JsTrace { at: num(t.at), kind: t.kind.as_str().into(), offset: num(t.offset), topic: t.topic, detail: t.detail }
+    JsTrace {
+        at: num(t.at),
+        kind: t.kind.as_str().into(),
+        offset: num(t.offset),
+        topic: t.topic,
+        detail: t.detail,
+    }
 }
 
 #[napi(object)]
@@ -659,7 +760,12 @@ pub struct JsPendingDelay {
 }
 
 pub(crate) fn pending_delay(p: PendingDelayInfo) -> JsPendingDelay {
-    JsPendingDelay { offset: num(p.offset), topic: p.topic, queue_id: p.queue_id, due: num(p.due) }
+    JsPendingDelay {
+        offset: num(p.offset),
+        topic: p.topic,
+        queue_id: p.queue_id,
+        due: num(p.due),
+    }
 }
 
 #[napi(object)]
@@ -685,7 +791,11 @@ pub(crate) fn topic_info(t: TopicInfo) -> JsTopicInfo {
         queues: t
             .queues
             .into_iter()
-            .map(|(queue_id, next, visible)| JsQueueInfo { queue_id, next_offset: num(next), visible: num(visible) })
+            .map(|(queue_id, next, visible)| JsQueueInfo {
+                queue_id,
+                next_offset: num(next),
+                visible: num(visible),
+            })
             .collect(),
     }
 }
@@ -699,7 +809,11 @@ pub struct JsCqUnit {
 }
 
 pub(crate) fn cq_unit(u: CqUnit) -> JsCqUnit {
-    JsCqUnit { offset: num(u.offset), size: u.size, tag_hash: u.tag_hash }
+    JsCqUnit {
+        offset: num(u.offset),
+        size: u.size,
+        tag_hash: u.tag_hash,
+    }
 }
 
 /// Core counters, camelCase.
@@ -723,7 +837,10 @@ pub(crate) fn stats(s: Stats) -> HashMap<String, f64> {
         ("syncs", s.syncs),
         ("clientErrors", s.client_errors),
     ];
-    pairs.into_iter().map(|(k, v)| (k.to_string(), num(v))).collect()
+    pairs
+        .into_iter()
+        .map(|(k, v)| (k.to_string(), num(v)))
+        .collect()
 }
 
 #[napi(object)]
@@ -754,7 +871,11 @@ pub(crate) fn recovery(r: &RecoveryReport) -> JsRecoveryReport {
         cuts: r
             .cuts
             .iter()
-            .map(|c| JsCut { offset: num(c.offset), bytes: num(c.bytes), reason: c.reason.clone() })
+            .map(|c| JsCut {
+                offset: num(c.offset),
+                bytes: num(c.bytes),
+                reason: c.reason.clone(),
+            })
             .collect(),
     }
 }

@@ -32,9 +32,15 @@ pub(crate) enum Fail {
     /// A JS value of the wrong type or shape (the binding's own `INVALID_ARGUMENT`).
     Argument(String),
     /// A configuration value that cannot work (`option` is the camelCase name).
-    Config { option: String, reason: String },
+    Config {
+        option: String,
+        reason: String,
+    },
     Storage(io::Error),
-    Corrupted { offset: u64, reason: String },
+    Corrupted {
+        offset: u64,
+        reason: String,
+    },
     /// The broker was closed (or poisoned by a caught panic).
     Closed(&'static str),
     /// A manual-clock call on a system-clock broker, or the reverse.
@@ -53,9 +59,10 @@ impl From<rocklet_core::Error<io::Error>> for Fail {
     fn from(e: rocklet_core::Error<io::Error>) -> Self {
         match e {
             rocklet_core::Error::Storage(e) => Fail::Storage(e),
-            rocklet_core::Error::Config(ConfigError { field, reason }) => {
-                Fail::Config { option: camel_case(field), reason }
-            }
+            rocklet_core::Error::Config(ConfigError { field, reason }) => Fail::Config {
+                option: camel_case(field),
+                reason,
+            },
             rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
             // Encode and any variant added later.
             other => Fail::Internal(other.to_string()),
@@ -105,25 +112,42 @@ impl Fail {
     fn parts(&self) -> (&'static str, String, String) {
         match self {
             Fail::Client(e) => ("ClientError", e.code().into(), e.to_string()),
-            Fail::Argument(m) => ("ClientError", "INVALID_ARGUMENT".into(), format!("invalid argument: {m}")),
-            Fail::Config { option, reason } => {
-                ("ConfigError", "INVALID_CONFIG".into(), format!("invalid option `{option}`: {reason}"))
-            }
-            Fail::Storage(e) => ("StorageError", "STORAGE".into(), format!("storage failed: {e}")),
-            Fail::Corrupted { offset, reason } => {
-                ("CorruptedError", "CORRUPTED".into(), format!("corrupt log at offset {offset}: {reason}"))
-            }
+            Fail::Argument(m) => (
+                "ClientError",
+                "INVALID_ARGUMENT".into(),
+                format!("invalid argument: {m}"),
+            ),
+            Fail::Config { option, reason } => (
+                "ConfigError",
+                "INVALID_CONFIG".into(),
+                format!("invalid option `{option}`: {reason}"),
+            ),
+            Fail::Storage(e) => (
+                "StorageError",
+                "STORAGE".into(),
+                format!("storage failed: {e}"),
+            ),
+            Fail::Corrupted { offset, reason } => (
+                "CorruptedError",
+                "CORRUPTED".into(),
+                format!("corrupt log at offset {offset}: {reason}"),
+            ),
             Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
             Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),
-            Fail::Internal(m) => ("RockletError", "INTERNAL".into(), format!("internal error: {m}")),
+            Fail::Internal(m) => (
+                "RockletError",
+                "INTERNAL".into(),
+                format!("internal error: {m}"),
+            ),
         }
     }
 
     fn build<'e>(&self, env: &'e Env) -> napi::Result<Unknown<'e>> {
         let (class, code, message) = self.parts();
         let classes = classes(env)?;
-        let ctor: Function<'_, FnArgs<(String, String)>, Unknown<'_>> =
-            classes.get(class)?.ok_or_else(|| napi::Error::from_reason("error class missing"))?;
+        let ctor: Function<'_, FnArgs<(String, String)>, Unknown<'_>> = classes
+            .get(class)?
+            .ok_or_else(|| napi::Error::from_reason("error class missing"))?;
         let err = ctor.new_instance(FnArgs::from((message, code)))?;
         let mut obj = Object::from_unknown(err)?;
         match self {
@@ -139,7 +163,10 @@ impl Fail {
     pub(crate) fn into_js(self, env: &Env) -> napi::Error {
         match self.build(env) {
             Ok(v) => napi::Error::from(v),
-            Err(e) => napi::Error::from_reason(format!("{} (and building the error failed: {e})", self.parts().2)),
+            Err(e) => napi::Error::from_reason(format!(
+                "{} (and building the error failed: {e})",
+                self.parts().2
+            )),
         }
     }
 }

@@ -333,3 +333,22 @@ test('no panic reaches JS: it becomes an INTERNAL error and closes the broker', 
   assert.equal(b.closed, true);
   assert.throws(() => b.send('T', 'y'), (e) => e instanceof StateError && e.code === 'BROKER_CLOSED');
 });
+
+test('commitOffset, sendBack and forwardToDeadLetter', async () => {
+  const b = manual({ defaultQueues: 1, delayLevels: [1000, 2000, 3000] });
+  b.send('T', 'a');
+  b.send('T', 'b');
+  b.commitOffset('G', 'T', 0, 1);
+  assert.equal(b.committedOffset('G', 'T', 0), 1);
+  const [m] = b.pull('G', 'T', 0).messages;
+  assert.equal(m.body.toString(), 'b');
+  const back = b.sendBack('G', m.offset, { delayLevel: 1 });
+  assert.equal(back.topic, '%RETRY%G');
+  await b.advance(1000);
+  const [retry] = b.pull('G', '%RETRY%G', 0).messages;
+  assert.equal(retry.body.toString(), 'b');
+  assert.equal(retry.reconsumeTimes, 1);
+  const [r] = b.receive('H', 'T', { invisibleMs: 1000, max: 1 });
+  b.forwardToDeadLetter('H', r.handle);
+  assert.deepEqual(bodies(b.pull('x', '%DLQ%H', 0).messages), ['a']);
+});
