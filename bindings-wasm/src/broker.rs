@@ -1,0 +1,414 @@
+//! `Broker` for JS: a core broker over memory storage, driven by the page's clock.
+//!
+//! Time: the core remembers the latest time it was given ([`Broker::now`]); requests run at
+//! that time, and only [`WasmBroker::advance_to`] and [`WasmBroker::step_to_next_event`]
+//! move it. Outputs (checks for the producer, trace events, availability notices) queue in
+//! the core until [`WasmBroker::drain`]. A check is answered with
+//! `end(txn, answer, {fromCheck: true})`; a host that wants every check answered at its own
+//! time steps with `stepToNextEvent()` while `nextEventAt()` is due and drains in between.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+
+use rocklet_core::{Broker, Config, MemStorage, Reply, Request};
+use wasm_bindgen::prelude::*;
+
+use crate::convert;
+use crate::error;
+
+/// An in-memory broker with a manual clock.
+#[wasm_bindgen(js_name = Broker)]
+#[derive(Debug)]
+pub struct WasmBroker {
+    inner: Broker<MemStorage>,
+}
+
+impl WasmBroker {
+    /// Runs one request at the broker's current time; a client's mistake throws.
+    fn run(&mut self, request: Request) -> Result<Reply, JsValue> {
+        let now = self.inner.now();
+        let reply = self
+            .inner
+            .execute(now, request)
+            .map_err(|e| error::core(&e))?;
+        // execute syncs under sync flush when the request itself wrote; timers it fired first
+        // may have written too.
+        self.settle()?;
+        match reply {
+            Reply::Error(e) => Err(error::client(&e)),
+            reply => Ok(reply),
+        }
+    }
+
+    /// Memory storage is durable as soon as it is written: sync whatever a call appended, so
+    /// under sync flush its replies and messages are released at once (the host's part of
+    /// the durability schedule; a no-op for the log under async flush).
+    fn settle(&mut self) -> Result<(), JsValue> {
+        if self.inner.needs_sync() {
+            self.inner.sync().map_err(|e| error::core(&e))?;
+        }
+        Ok(())
+    }
+
+    fn open(cfg: Config, storage: MemStorage, now: u64) -> Result<Broker<MemStorage>, JsValue> {
+        Broker::open(cfg, storage, now).map_err(|e| error::core(&e))
+    }
+}
+
+/// A reply of another kind than the request's: the core broke its contract.
+fn unexpected(reply: &Reply) -> JsValue {
+    error::js_error("INTERNAL", &alloc::format!("unexpected reply {reply:?}"))
+}
+
+#[wasm_bindgen(js_class = Broker)]
+impl WasmBroker {
+    /// A broker over empty memory storage, its clock at `startMs` (default 0). `config` is a
+    /// JSON string or an object with the core `Config`'s snake_case fields
+    /// (`transaction_timeout_ms`, `transaction_check_interval_ms`, `transaction_check_max`,
+    /// `delay_levels`, `trace`, `flush`, …); absent fields keep RocketMQ's defaults.
+    #[wasm_bindgen(constructor)]
+    pub fn new(config: JsValue, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
+        let cfg = convert::config(config)?;
+        let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
+        Ok(WasmBroker {
+            inner: Self::open(cfg, MemStorage::new(), now)?,
+        })
+    }
+
+    /// Drops the broker and opens a new one over the same (memory) storage, as a restart
+    /// would: state is what recovery rebuilds from the log. Producer groups start offline.
+    /// Returns the recovery report.
+    pub fn reopen(&mut self) -> Result<JsValue, JsValue> {
+        let cfg = self.inner.config().clone();
+        let storage = self.inner.storage().clone();
+        self.inner = Self::open(cfg, storage, self.inner.now())?;
+        convert::recovery_report(self.inner.recovery_report())
+    }
+
+    // ---- clock ---------------------------------------------------------------------------
+
+    /// The broker's time: the latest time it was given.
+    #[wasm_bindgen(getter)]
+    pub fn now(&self) -> f64 {
+        convert::number(self.inner.now())
+    }
+
+    /// When the next check, delayed delivery or redelivery is due (`undefined`: nothing is).
+    #[wasm_bindgen(js_name = nextEventAt)]
+    pub fn next_event_at(&self) -> Option<f64> {
+        self.inner.poll_timeout().map(convert::number)
+    }
+
+    /// Moves the clock to `ms` (never backwards), doing everything due on the way.
+    #[wasm_bindgen(js_name = advanceTo)]
+    pub fn advance_to(&mut self, ms: f64) -> Result<(), JsValue> {
+        let ms = convert::millis("ms", ms)?;
+        self.inner.handle_timeout(ms).map_err(|e| error::core(&e))?;
+        self.settle()
+    }
+
+    /// Moves the clock to the next event (`nextEventAt()`) and does what is due then; returns
+    /// the new time, or `undefined` (clock unchanged) when nothing is scheduled.
+    #[wasm_bindgen(js_name = stepToNextEvent)]
+    pub fn step_to_next_event(&mut self) -> Result<Option<f64>, JsValue> {
+        let Some(at) = self.inner.poll_timeout() else {
+            return Ok(None);
+        };
+        self.inner.handle_timeout(at).map_err(|e| error::core(&e))?;
+        self.settle()?;
+        Ok(Some(convert::number(self.inner.now())))
+    }
+
+    /// Every output queued since the last drain, in order: `{type: "check", group, txn,
+    /// check, message}`, `{type: "trace", at, kind, offset, topic, detail}` (with config
+    /// `trace`), `{type: "available", topic, queueId}` (with `notify_available`).
+    pub fn drain(&mut self) -> Result<JsValue, JsValue> {
+        let mut out = Vec::new();
+        while let Some(o) = self.inner.poll_output() {
+            out.push(o);
+        }
+        convert::outputs(&out)
+    }
+
+    /// Whether a producer of `group` can be checked (it answers checks). Checks of an
+    /// offline group wait without using attempts. Groups start offline.
+    #[wasm_bindgen(js_name = setProducerOnline)]
+    pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), JsValue> {
+        let now = self.inner.now();
+        self.inner.set_producer_online(now, group, online);
+        self.settle()
+    }
+
+    // ---- producer ------------------------------------------------------------------------
+
+    /// Sends one message: `{topic, body, tag?, keys?, properties?, queueId?, delayLevel?,
+    /// deliverAtMs?, delayMs?, …}`. Returns `{msgId, topic, queueId, queueOffset, offset}`.
+    pub fn send(&mut self, message: JsValue) -> Result<JsValue, JsValue> {
+        let m = convert::message(message)?;
+        match self.run(Request::Send {
+            messages: alloc::vec![m],
+        })? {
+            Reply::Sent(rs) if rs.len() == 1 => convert::send_result(&rs[0]),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Sends a batch (one topic, all or nothing). Returns one result per message.
+    #[wasm_bindgen(js_name = sendBatch)]
+    pub fn send_batch(&mut self, messages: JsValue) -> Result<JsValue, JsValue> {
+        let ms = convert::messages(messages)?;
+        match self.run(Request::Send { messages: ms })? {
+            Reply::Sent(rs) => convert::send_results(&rs),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Stores a half message of producer group `group`. Returns the send result with `txn`.
+    pub fn prepare(
+        &mut self,
+        group: String,
+        message: JsValue,
+        check_immunity_ms: Option<f64>,
+    ) -> Result<JsValue, JsValue> {
+        let message = convert::message(message)?;
+        let check_immunity_ms = check_immunity_ms
+            .map(|ms| convert::millis("checkImmunityMs", ms))
+            .transpose()?;
+        match self.run(Request::Prepare {
+            group,
+            message,
+            check_immunity_ms,
+        })? {
+            Reply::Sent(rs) if rs.len() == 1 => convert::send_result(&rs[0]),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// END_TRANSACTION: `resolution` is `commit`, `rollback` or `unknown`; `options` is
+    /// `{fromCheck?, group?}` (`fromCheck: true` answers a check). Returns
+    /// `{txn, resolution, duplicate}`.
+    pub fn end(
+        &mut self,
+        txn: &str,
+        resolution: &str,
+        options: JsValue,
+    ) -> Result<JsValue, JsValue> {
+        let txn = convert::txn_id(txn)?;
+        let resolution = convert::resolution(resolution)?;
+        let opts = convert::end_options(options)?;
+        let request = Request::EndTransaction {
+            txn,
+            resolution,
+            group: opts.group,
+            from_check: opts.from_check.unwrap_or(false),
+        };
+        match self.run(request)? {
+            Reply::Ended {
+                txn,
+                resolution,
+                duplicate,
+            } => convert::ended(txn, resolution, duplicate),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    // ---- consumer ------------------------------------------------------------------------
+
+    /// Pulls `{group, topic, queueId, offset?, max?, tags?, autoCommit?}`; without `offset`
+    /// from the group's committed offset. Returns `{messages, nextOffset, maxOffset}`.
+    pub fn pull(&mut self, args: JsValue) -> Result<JsValue, JsValue> {
+        let a = convert::pull_args(args)?;
+        let request = Request::Pull {
+            filter: convert::tag_filter(a.tags.as_deref()),
+            group: a.group,
+            topic: a.topic,
+            queue_id: a.queue_id,
+            offset: a.offset,
+            max: a.max.unwrap_or(32),
+            auto_commit: a.auto_commit.unwrap_or(false),
+        };
+        match self.run(request)? {
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => convert::pulled(&messages, next_offset, max_offset),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Commits a group's pull offset in a queue.
+    #[wasm_bindgen(js_name = commitOffset)]
+    pub fn commit_offset(
+        &mut self,
+        group: String,
+        topic: String,
+        queue_id: u32,
+        offset: f64,
+    ) -> Result<(), JsValue> {
+        let offset = convert::millis("offset", offset)?;
+        match self.run(Request::CommitOffset {
+            group,
+            topic,
+            queue_id,
+            offset,
+        })? {
+            Reply::OffsetCommitted => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Receives (RocketMQ 5 pop) `{group, topic, invisibleMs, queueId?, max?, tags?}`.
+    /// Returns `[{message, handle, attempt, visibleAt}]`.
+    pub fn receive(&mut self, args: JsValue) -> Result<JsValue, JsValue> {
+        let a = convert::receive_args(args)?;
+        let request = Request::Receive {
+            filter: convert::tag_filter(a.tags.as_deref()),
+            group: a.group,
+            topic: a.topic,
+            queue_id: a.queue_id,
+            max: a.max.unwrap_or(32),
+            invisible_ms: a.invisible_ms,
+        };
+        match self.run(request)? {
+            Reply::Received(rs) => convert::received(&rs),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Acknowledges a received message by its handle.
+    pub fn ack(&mut self, group: String, handle: &str) -> Result<(), JsValue> {
+        let handle = convert::handle(handle)?;
+        match self.run(Request::Ack { group, handle })? {
+            Reply::Acked => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Changes how long a received message stays invisible. Returns `{handle, visibleAt}`;
+    /// the old handle is stale from now on.
+    #[wasm_bindgen(js_name = changeInvisible)]
+    pub fn change_invisible(
+        &mut self,
+        group: String,
+        handle: &str,
+        invisible_ms: f64,
+    ) -> Result<JsValue, JsValue> {
+        let handle = convert::handle(handle)?;
+        let invisible_ms = convert::millis("invisibleMs", invisible_ms)?;
+        match self.run(Request::ChangeInvisible {
+            group,
+            handle,
+            invisible_ms,
+        })? {
+            Reply::InvisibleChanged { handle, visible_at } => {
+                convert::invisible_changed(&handle, visible_at)
+            }
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    /// Moves a received message to `%DLQ%<group>` at once.
+    #[wasm_bindgen(js_name = forwardToDeadLetter)]
+    pub fn forward_to_dead_letter(&mut self, group: String, handle: &str) -> Result<(), JsValue> {
+        let handle = convert::handle(handle)?;
+        match self.run(Request::ForwardToDeadLetter { group, handle })? {
+            Reply::Forwarded => Ok(()),
+            other => Err(unexpected(&other)),
+        }
+    }
+
+    // ---- introspection -------------------------------------------------------------------
+
+    /// The configuration in effect (snake_case, as the constructor takes it).
+    pub fn config(&self) -> Result<JsValue, JsValue> {
+        convert::config_out(self.inner.config())
+    }
+
+    /// Consumer-visible topics: `[{name, queues: [{queueId, nextOffset, visible}]}]`.
+    pub fn topics(&self) -> Result<JsValue, JsValue> {
+        convert::topics(&self.inner.topics())
+    }
+
+    /// Pending transactions in log order: `[{txn, offset, group, topic, queueId, checks,
+    /// nextCheck}]` (`nextCheck` is `null` while the group is offline).
+    #[wasm_bindgen(js_name = pendingTransactions)]
+    pub fn pending_transactions(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
+        convert::pending_transactions(
+            &self
+                .inner
+                .pending_transactions(limit.map_or(usize::MAX, |l| l as usize)),
+        )
+    }
+
+    /// Delayed messages not yet delivered: `[{offset, topic, queueId, due}]`.
+    #[wasm_bindgen(js_name = pendingDelays)]
+    pub fn pending_delays(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
+        convert::pending_delays(
+            &self
+                .inner
+                .pending_delays(limit.map_or(usize::MAX, |l| l as usize)),
+        )
+    }
+
+    /// The consume-queue units of a queue: `[{offset, size, tagHash, bytes}]`, `bytes` being
+    /// the 20 bytes of RocketMQ's ConsumeQueue entry.
+    #[wasm_bindgen(js_name = consumeQueue)]
+    pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
+        convert::consume_queue(&self.inner.consume_queue(topic, queue_id))
+    }
+
+    /// Commit-log records from log offset `from` (at most `max`), each decoded field by field:
+    /// `[{offset, size, topic, transactionType, body, properties: [{key, value, at, len}],
+    /// fields: [{name, at, len, value}], bytes}]`.
+    #[wasm_bindgen(js_name = rawRecords)]
+    pub fn raw_records(&mut self, from: f64, max: u32) -> Result<js_sys::Array, JsValue> {
+        let from = convert::millis("from", from)?;
+        let records = self
+            .inner
+            .raw_records(from, max as usize)
+            .map_err(|e| error::core(&e))?;
+        let out = js_sys::Array::new();
+        for (offset, bytes) in &records {
+            out.push(&convert::decoded_record(*offset, bytes)?);
+        }
+        Ok(out)
+    }
+
+    /// Counters.
+    pub fn stats(&self) -> Result<JsValue, JsValue> {
+        convert::stats(&self.inner.stats())
+    }
+
+    /// A group's committed pull offset in a queue (`undefined` if none).
+    #[wasm_bindgen(js_name = committedOffset)]
+    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<f64> {
+        self.inner
+            .committed_offset(group, topic, queue_id)
+            .map(convert::number)
+    }
+
+    /// Messages `group` received from `topic` and has not acked.
+    #[wasm_bindgen(js_name = inflightCount)]
+    pub fn inflight_count(&self, group: &str, topic: &str) -> u32 {
+        u32::try_from(self.inner.inflight_count(group, topic)).unwrap_or(u32::MAX)
+    }
+
+    /// Pending (unresolved) transactions.
+    #[wasm_bindgen(js_name = pendingTransactionCount)]
+    pub fn pending_transaction_count(&self) -> u32 {
+        u32::try_from(self.inner.pending_transaction_count()).unwrap_or(u32::MAX)
+    }
+
+    /// Delayed messages not yet delivered.
+    #[wasm_bindgen(js_name = pendingDelayCount)]
+    pub fn pending_delay_count(&self) -> u32 {
+        u32::try_from(self.inner.pending_delay_count()).unwrap_or(u32::MAX)
+    }
+
+    /// Bytes in the log (the next append offset).
+    #[wasm_bindgen(getter, js_name = logEnd)]
+    pub fn log_end(&self) -> f64 {
+        convert::number(self.inner.log_end())
+    }
+}

@@ -1,0 +1,51 @@
+//! Every error the binding throws: a JS `Error` named `RockletError` with a stable `code`.
+//!
+//! - a client's mistake ([`ClientError`]) keeps the core's code (`UNKNOWN_TRANSACTION`, …);
+//! - a failure of the broker itself ([`Error`]) gets `STORAGE`, `INVALID_CONFIG`, `CORRUPTED`
+//!   or `ENCODE`;
+//! - a JS value the binding cannot read gets `INVALID_ARGUMENT` (the core's code for that).
+
+use core::fmt::Display;
+
+use rocklet_core::{ClientError, Error};
+use wasm_bindgen::JsValue;
+
+/// `new Error(message)` with `name = "RockletError"` and `code`.
+pub fn js_error(code: &str, message: &str) -> JsValue {
+    let e = js_sys::Error::new(message);
+    e.set_name("RockletError");
+    // Setting a property on a fresh Error object cannot fail.
+    let _ = js_sys::Reflect::set(&e, &JsValue::from_str("code"), &JsValue::from_str(code));
+    e.into()
+}
+
+/// A client's mistake, with the core's stable code.
+pub fn client(e: &ClientError) -> JsValue {
+    js_error(e.code(), &e.to_string())
+}
+
+/// A failure of the broker (not the client's).
+pub fn core<E: Display>(e: &Error<E>) -> JsValue {
+    let code = match e {
+        Error::Storage(_) => "STORAGE",
+        Error::Config(_) => "INVALID_CONFIG",
+        Error::Corrupted { .. } => "CORRUPTED",
+        Error::Encode(_) => "ENCODE",
+        // `Error` is non-exhaustive: a future variant still reaches JS as an error.
+        _ => "INTERNAL",
+    };
+    js_error(code, &e.to_string())
+}
+
+/// A JS argument the binding cannot read.
+pub fn argument(what: &str, why: impl Display) -> JsValue {
+    js_error(
+        "INVALID_ARGUMENT",
+        &alloc::format!("invalid argument: {what}: {why}"),
+    )
+}
+
+/// A configuration the binding cannot read (before the core could validate it).
+pub fn config(why: impl Display) -> JsValue {
+    js_error("INVALID_CONFIG", &alloc::format!("invalid config: {why}"))
+}
