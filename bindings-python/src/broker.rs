@@ -139,7 +139,8 @@ impl Shared {
     }
 
     /// One request to its reply; under sync flush, group-committed with concurrent writers.
-    fn request(&self, req: Request) -> Result<Reply, Fail> {
+    /// Also says whether checks wait for a checker.
+    fn request(&self, req: Request) -> Result<(Reply, bool), Fail> {
         let mut st = self.state.lock();
         let id = self.guarded(&mut st, |core, now| {
             let id = core.next_request_id();
@@ -149,9 +150,10 @@ impl Shared {
         self.collect(&mut st);
         loop {
             if let Some(r) = st.replies.remove(&id) {
-                return Ok(r);
+                return Ok((r, !st.checks.is_empty()));
             }
-            // The reply waits for a sync (sync flush).
+            // The reply waits for a sync (sync flush), unless the broker went away meanwhile.
+            Self::core(&mut st)?;
             if st.syncing {
                 self.event_cv.wait(&mut st);
                 continue;
@@ -162,7 +164,14 @@ impl Shared {
             let res = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
             st.syncing = false;
             self.collect(&mut st);
-            res?;
+            if let Err(e) = res {
+                // Closed meanwhile: close() synced, so the reply may have been released.
+                return st
+                    .replies
+                    .remove(&id)
+                    .map(|r| (r, !st.checks.is_empty()))
+                    .ok_or(e);
+            }
         }
     }
 
@@ -452,10 +461,10 @@ impl PyBroker {
     fn call(&self, py: Python<'_>, req: Request) -> PyResult<Reply> {
         let shared = &self.shared;
         let r = py.detach(|| shared.request(req));
-        if shared.manual {
+        if shared.manual && r.as_ref().map_or(true, |(_, checks)| *checks) {
             answer_checks(shared, py).map_err(fail(py))?;
         }
-        match r.map_err(fail(py))? {
+        match r.map_err(fail(py))?.0 {
             Reply::Error(e) => Err(client_error(py, &e)),
             reply => Ok(reply),
         }
@@ -1354,6 +1363,9 @@ impl PySubscription {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
         loop {
+            if broker.closed(py) {
+                return Ok(None);
+            }
             let gen = broker.generation(py);
             let got = broker.do_receive(
                 py,
@@ -1369,7 +1381,7 @@ impl PySubscription {
                 buf.extend(got);
                 return Ok(buf.pop_front());
             }
-            if deadline.is_some_and(|d| Instant::now() >= d) || broker.closed(py) {
+            if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
             }
             broker.wait_change(py, gen, deadline)?;
