@@ -28,7 +28,11 @@ impl AdminService {
     /// A service over a running core thread.
     #[must_use]
     pub fn new(core: CoreHandle, clock: Arc<dyn Clock>, metrics: Arc<Metrics>) -> Self {
-        AdminService { core, clock, metrics }
+        AdminService {
+            core,
+            clock,
+            metrics,
+        }
     }
 }
 
@@ -38,7 +42,10 @@ fn internal(e: impl std::fmt::Display) -> GrpcStatus {
 
 #[tonic::async_trait]
 impl Admin for AdminService {
-    async fn list_topics(&self, _: GrpcRequest<pb::ListTopicsRequest>) -> Result<Response<pb::ListTopicsResponse>, GrpcStatus> {
+    async fn list_topics(
+        &self,
+        _: GrpcRequest<pb::ListTopicsRequest>,
+    ) -> Result<Response<pb::ListTopicsResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let topics = self.core.inspect(|b| b.topics()).await.map_err(internal)?;
         let topics = topics
@@ -48,14 +55,21 @@ impl Admin for AdminService {
                 queues: t
                     .queues
                     .into_iter()
-                    .map(|(queue_id, next_offset, visible)| pb::QueueInfo { queue_id, next_offset, visible })
+                    .map(|(queue_id, next_offset, visible)| pb::QueueInfo {
+                        queue_id,
+                        next_offset,
+                        visible,
+                    })
                     .collect(),
             })
             .collect();
         Ok(Response::new(pb::ListTopicsResponse { topics }))
     }
 
-    async fn list_pending(&self, request: GrpcRequest<pb::ListPendingRequest>) -> Result<Response<pb::ListPendingResponse>, GrpcStatus> {
+    async fn list_pending(
+        &self,
+        request: GrpcRequest<pb::ListPendingRequest>,
+    ) -> Result<Response<pb::ListPendingResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let limit = match request.into_inner().limit {
             0 => DEFAULT_LIMIT,
@@ -92,13 +106,22 @@ impl Admin for AdminService {
                 message_id,
             })
             .collect();
-        Ok(Response::new(pb::ListPendingResponse { transactions, total }))
+        Ok(Response::new(pb::ListPendingResponse {
+            transactions,
+            total,
+        }))
     }
 
-    async fn resolve(&self, request: GrpcRequest<pb::ResolveRequest>) -> Result<Response<pb::ResolveResponse>, GrpcStatus> {
+    async fn resolve(
+        &self,
+        request: GrpcRequest<pb::ResolveRequest>,
+    ) -> Result<Response<pb::ResolveResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let req = request.into_inner();
-        let txn: TxnId = req.transaction_id.parse().map_err(|e| GrpcStatus::invalid_argument(format!("{e}")))?;
+        let txn: TxnId = req
+            .transaction_id
+            .parse()
+            .map_err(|e| GrpcStatus::invalid_argument(format!("{e}")))?;
         let resolution = match req.resolution.parse::<Resolution>() {
             Ok(r @ (Resolution::Commit | Resolution::Rollback)) => r,
             _ => {
@@ -110,7 +133,12 @@ impl Admin for AdminService {
         };
         let reply = self
             .core
-            .request(Request::EndTransaction { txn, resolution, group: None, from_check: false })
+            .request(Request::EndTransaction {
+                txn,
+                resolution,
+                group: None,
+                from_check: false,
+            })
             .await
             .map_err(internal)?;
         match reply {
@@ -118,7 +146,10 @@ impl Admin for AdminService {
                 info!(%txn, resolution = resolution.as_str(), duplicate, "transaction resolved by an operator");
                 Ok(Response::new(pb::ResolveResponse { duplicate }))
             }
-            Reply::Error(e) => Err(GrpcStatus::failed_precondition(format!("{}: {e}", e.code()))),
+            Reply::Error(e) => Err(GrpcStatus::failed_precondition(format!(
+                "{}: {e}",
+                e.code()
+            ))),
             other => Err(internal(format!("unexpected reply {other:?}"))),
         }
     }
@@ -126,12 +157,17 @@ impl Admin for AdminService {
 
 /// Store time and message id of a half message.
 fn half_details(b: &mut crate::driver::CoreBroker, offset: u64) -> (Option<Millis>, String) {
-    let Ok(records) = b.raw_records(offset, 1) else { return (None, String::new()) };
-    let Some((_, bytes)) = records.into_iter().next() else { return (None, String::new()) };
+    let Ok(records) = b.raw_records(offset, 1) else {
+        return (None, String::new());
+    };
+    let Some((_, bytes)) = records.into_iter().next() else {
+        return (None, String::new());
+    };
     match record::decode_trusted(&bytes) {
-        Ok(record::Decoded::Record(r)) => {
-            (Some(r.header.store_timestamp), r.prop(prop::UNIQ_KEY).unwrap_or_default().to_string())
-        }
+        Ok(record::Decoded::Record(r)) => (
+            Some(r.header.store_timestamp),
+            r.prop(prop::UNIQ_KEY).unwrap_or_default().to_string(),
+        ),
         _ => (None, String::new()),
     }
 }
@@ -144,8 +180,14 @@ pub mod client {
     use crate::pb::admin::admin_client::AdminClient;
 
     async fn connect(addr: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
-        let url = if addr.contains("://") { addr.to_string() } else { format!("http://{addr}") };
-        AdminClient::connect(url.clone()).await.map_err(|e| format!("cannot reach the broker at {url}: {e}"))
+        let url = if addr.contains("://") {
+            addr.to_string()
+        } else {
+            format!("http://{addr}")
+        };
+        AdminClient::connect(url.clone())
+            .await
+            .map_err(|e| format!("cannot reach the broker at {url}: {e}"))
     }
 
     fn status(e: tonic::Status) -> String {
@@ -155,11 +197,22 @@ pub mod client {
     /// `rocklet admin topics`: one line per queue.
     pub async fn topics(addr: &str) -> Result<String, String> {
         let mut c = connect(addr).await?;
-        let r = c.list_topics(pb::ListTopicsRequest {}).await.map_err(status)?.into_inner();
-        let mut out = format!("{:<40} {:>6} {:>14} {:>14}\n", "TOPIC", "QUEUE", "NEXT_OFFSET", "VISIBLE");
+        let r = c
+            .list_topics(pb::ListTopicsRequest {})
+            .await
+            .map_err(status)?
+            .into_inner();
+        let mut out = format!(
+            "{:<40} {:>6} {:>14} {:>14}\n",
+            "TOPIC", "QUEUE", "NEXT_OFFSET", "VISIBLE"
+        );
         for t in r.topics {
             for q in t.queues {
-                let _ = writeln!(out, "{:<40} {:>6} {:>14} {:>14}", t.name, q.queue_id, q.next_offset, q.visible);
+                let _ = writeln!(
+                    out,
+                    "{:<40} {:>6} {:>14} {:>14}",
+                    t.name, q.queue_id, q.next_offset, q.visible
+                );
             }
         }
         Ok(out)
@@ -168,7 +221,11 @@ pub mod client {
     /// `rocklet admin pending`: one line per pending transaction.
     pub async fn pending(addr: &str, limit: u32) -> Result<String, String> {
         let mut c = connect(addr).await?;
-        let r = c.list_pending(pb::ListPendingRequest { limit }).await.map_err(status)?.into_inner();
+        let r = c
+            .list_pending(pb::ListPendingRequest { limit })
+            .await
+            .map_err(status)?
+            .into_inner();
         let mut out = format!(
             "{:<18} {:<28} {:<28} {:>10} {:>7} {:>14}  {}\n",
             "TXN_ID", "GROUP", "TOPIC", "AGE_S", "CHECKS", "NEXT_CHECK_S", "MESSAGE_ID"
@@ -198,7 +255,10 @@ pub mod client {
     pub async fn resolve(addr: &str, txn: &str, resolution: &str) -> Result<String, String> {
         let mut c = connect(addr).await?;
         let r = c
-            .resolve(pb::ResolveRequest { transaction_id: txn.into(), resolution: resolution.into() })
+            .resolve(pb::ResolveRequest {
+                transaction_id: txn.into(),
+                resolution: resolution.into(),
+            })
             .await
             .map_err(status)?
             .into_inner();

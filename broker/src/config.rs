@@ -46,8 +46,12 @@ pub enum TopicMessageType {
 
 impl TopicMessageType {
     /// Every type.
-    pub const ALL: [TopicMessageType; 4] =
-        [TopicMessageType::Normal, TopicMessageType::Fifo, TopicMessageType::Delay, TopicMessageType::Transaction];
+    pub const ALL: [TopicMessageType; 4] = [
+        TopicMessageType::Normal,
+        TopicMessageType::Fifo,
+        TopicMessageType::Delay,
+        TopicMessageType::Transaction,
+    ];
 
     /// The name in the config and in error messages.
     #[must_use]
@@ -88,8 +92,8 @@ pub struct FileConfig {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text =
-            std::fs::read_to_string(path).map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let text = std::fs::read_to_string(path)
+            .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
     }
 
@@ -124,8 +128,12 @@ impl BrokerConfig {
     #[must_use]
     pub fn from_file(f: FileConfig) -> Self {
         BrokerConfig {
-            listen: f.listen.unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
-            data_dir: f.data_dir.unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            listen: f
+                .listen
+                .unwrap_or_else(|| DEFAULT_LISTEN.parse().expect("valid default address")),
+            data_dir: f
+                .data_dir
+                .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             flush_interval_ms: f.flush_interval_ms.unwrap_or(500),
             metrics_listen: f.metrics_listen,
             max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
@@ -146,11 +154,17 @@ impl BrokerConfig {
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {
-                return Err(format!("invalid config `topics`: `{}` is declared twice", t.name));
+                return Err(format!(
+                    "invalid config `topics`: `{}` is declared twice",
+                    t.name
+                ));
             }
             if let Some(types) = &t.message_types {
                 if types.is_empty() {
-                    return Err(format!("invalid config `topics`: `{}` accepts no message type", t.name));
+                    return Err(format!(
+                        "invalid config `topics`: `{}` accepts no message type",
+                        t.name
+                    ));
                 }
             }
         }
@@ -195,7 +209,10 @@ mod tests {
         assert_eq!(c.core.flush, rocklet_core::FlushMode::Sync);
         assert_eq!(c.core.transaction_timeout_ms, 1000);
         assert_eq!(c.core.delay_levels, vec![1000, 2000]);
-        assert_eq!(c.accepted_types("orders"), vec![TopicMessageType::Transaction]);
+        assert_eq!(
+            c.accepted_types("orders"),
+            vec![TopicMessageType::Transaction]
+        );
         assert_eq!(c.accepted_types("other").len(), 4);
         c.validate().unwrap();
     }
@@ -213,8 +230,10 @@ mod tests {
         let mut c = BrokerConfig::default();
         c.core.segment_size = 10;
         assert!(c.validate().unwrap_err().contains("segment_size"));
-        let mut c = BrokerConfig::default();
-        c.flush_interval_ms = 0;
+        let c = BrokerConfig {
+            flush_interval_ms: 0,
+            ..BrokerConfig::default()
+        };
         assert!(c.validate().unwrap_err().contains("flush_interval_ms"));
     }
 }

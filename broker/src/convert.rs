@@ -34,7 +34,10 @@ const SYSTEM_KEYS: [&str; 12] = [
 /// ms since the epoch as a protobuf timestamp.
 #[must_use]
 pub fn timestamp(ms: Millis) -> prost_types::Timestamp {
-    prost_types::Timestamp { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+    prost_types::Timestamp {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
 }
 
 /// A protobuf timestamp as ms since the epoch; `None` before the epoch or out of range.
@@ -43,13 +46,18 @@ pub fn timestamp_ms(t: &prost_types::Timestamp) -> Option<Millis> {
     if t.seconds < 0 || t.nanos < 0 || t.nanos >= 1_000_000_000 {
         return None;
     }
-    (t.seconds as u64).checked_mul(1000)?.checked_add(t.nanos as u64 / 1_000_000)
+    (t.seconds as u64)
+        .checked_mul(1000)?
+        .checked_add(t.nanos as u64 / 1_000_000)
 }
 
 /// ms as a protobuf duration.
 #[must_use]
 pub fn duration(ms: Millis) -> prost_types::Duration {
-    prost_types::Duration { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
 }
 
 /// A protobuf duration in ms; `None` when negative or out of range.
@@ -58,7 +66,9 @@ pub fn duration_ms(d: &prost_types::Duration) -> Option<Millis> {
     if d.seconds < 0 || d.nanos < 0 || d.nanos >= 1_000_000_000 {
         return None;
     }
-    (d.seconds as u64).checked_mul(1000)?.checked_add(d.nanos as u64 / 1_000_000)
+    (d.seconds as u64)
+        .checked_mul(1000)?
+        .checked_add(d.nanos as u64 / 1_000_000)
 }
 
 /// The name of a resource, or a BAD_REQUEST naming the field.
@@ -94,7 +104,9 @@ pub fn message_type(m: &pb::Message) -> TopicMessageType {
 pub fn new_message(m: pb::Message, index: usize) -> Result<(NewMessage, Option<Millis>), Status> {
     let topic = resource_name(m.topic.as_ref(), &format!("messages[{index}].topic"))?;
     let Some(sp) = m.system_properties else {
-        return Err(bad_request(format!("`messages[{index}].system_properties` is missing")));
+        return Err(bad_request(format!(
+            "`messages[{index}].system_properties` is missing"
+        )));
     };
     let mut properties: Vec<(String, String)> = m.user_properties.into_iter().collect();
     properties.sort();
@@ -112,12 +124,18 @@ pub fn new_message(m: pb::Message, index: usize) -> Result<(NewMessage, Option<M
     };
     let immunity = match &sp.orphaned_transaction_recovery_duration {
         Some(d) => Some(duration_ms(d).ok_or_else(|| {
-            bad_request(format!("messages[{index}].orphaned_transaction_recovery_duration is negative"))
+            bad_request(format!(
+                "messages[{index}].orphaned_transaction_recovery_duration is negative"
+            ))
         })?),
         None => None,
     };
-    let queue_id = u32::try_from(sp.queue_id)
-        .map_err(|_| bad_request(format!("messages[{index}].queue_id {} is negative", sp.queue_id)))?;
+    let queue_id = u32::try_from(sp.queue_id).map_err(|_| {
+        bad_request(format!(
+            "messages[{index}].queue_id {} is negative",
+            sp.queue_id
+        ))
+    })?;
     let msg = NewMessage {
         topic,
         body: m.body,
@@ -161,7 +179,10 @@ fn host_string(h: Host) -> String {
 /// MD5 of the body, upper-case hex, as clients verify it.
 #[must_use]
 pub fn md5_hex(body: &[u8]) -> String {
-    Md5::digest(body).iter().map(|b| format!("{b:02X}")).collect()
+    Md5::digest(body)
+        .iter()
+        .map(|b| format!("{b:02X}"))
+        .collect()
 }
 
 /// What a consumer gets for a stored message.
@@ -174,7 +195,9 @@ pub fn message_out(m: &Message) -> pb::Message {
         }
     }
     let group = m.property(prop::SHARDING_KEY).map(String::from);
-    let deliver_at = m.property(prop::TIMER_DELIVER_MS).and_then(|v| v.parse::<Millis>().ok());
+    let deliver_at = m
+        .property(prop::TIMER_DELIVER_MS)
+        .and_then(|v| v.parse::<Millis>().ok());
     let ty = if m.property(prop::TRAN_MSG) == Some("true") {
         pb::MessageType::Transaction
     } else if group.is_some() {
@@ -184,13 +207,19 @@ pub fn message_out(m: &Message) -> pb::Message {
     } else {
         pb::MessageType::Normal
     };
-    let encoding =
-        if m.property(BODY_ENCODING_PROP) == Some("GZIP") { pb::Encoding::Gzip } else { pb::Encoding::Identity };
+    let encoding = if m.property(BODY_ENCODING_PROP) == Some("GZIP") {
+        pb::Encoding::Gzip
+    } else {
+        pb::Encoding::Identity
+    };
     let sp = pb::SystemProperties {
         tag: m.tag.clone(),
         keys: m.keys.clone(),
         message_id: m.msg_id.clone(),
-        body_digest: Some(pb::Digest { r#type: pb::DigestType::Md5 as i32, checksum: md5_hex(&m.body) }),
+        body_digest: Some(pb::Digest {
+            r#type: pb::DigestType::Md5 as i32,
+            checksum: md5_hex(&m.body),
+        }),
         body_encoding: encoding as i32,
         message_type: ty as i32,
         born_timestamp: Some(timestamp(m.born_timestamp)),
@@ -204,7 +233,10 @@ pub fn message_out(m: &Message) -> pb::Message {
         ..Default::default()
     };
     pb::Message {
-        topic: Some(pb::Resource { resource_namespace: String::new(), name: m.topic.clone() }),
+        topic: Some(pb::Resource {
+            resource_namespace: String::new(),
+            name: m.topic.clone(),
+        }),
         user_properties: user,
         system_properties: Some(sp),
         body: m.body.clone(),
@@ -232,9 +264,14 @@ pub fn check_out(c: &CheckRequest) -> pb::TelemetryCommand {
     }
     pb::TelemetryCommand {
         status: Some(crate::error::ok()),
-        command: Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(
-            pb::RecoverOrphanedTransactionCommand { message: Some(m), transaction_id: c.txn.to_string() },
-        )),
+        command: Some(
+            pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(
+                pb::RecoverOrphanedTransactionCommand {
+                    message: Some(m),
+                    transaction_id: c.txn.to_string(),
+                },
+            ),
+        ),
     }
 }
 
@@ -244,10 +281,25 @@ mod tests {
 
     #[test]
     fn times_round_trip() {
-        assert_eq!(timestamp_ms(&timestamp(1_700_000_123_456)), Some(1_700_000_123_456));
+        assert_eq!(
+            timestamp_ms(&timestamp(1_700_000_123_456)),
+            Some(1_700_000_123_456)
+        );
         assert_eq!(duration_ms(&duration(3_500)), Some(3_500));
-        assert_eq!(timestamp_ms(&prost_types::Timestamp { seconds: -1, nanos: 0 }), None);
-        assert_eq!(duration_ms(&prost_types::Duration { seconds: 0, nanos: -5 }), None);
+        assert_eq!(
+            timestamp_ms(&prost_types::Timestamp {
+                seconds: -1,
+                nanos: 0
+            }),
+            None
+        );
+        assert_eq!(
+            duration_ms(&prost_types::Duration {
+                seconds: 0,
+                nanos: -5
+            }),
+            None
+        );
     }
 
     #[test]
@@ -265,7 +317,10 @@ mod tests {
     #[test]
     fn delivery_timestamp_becomes_an_absolute_delay() {
         let m = pb::Message {
-            topic: Some(pb::Resource { resource_namespace: String::new(), name: "t".into() }),
+            topic: Some(pb::Resource {
+                resource_namespace: String::new(),
+                name: "t".into(),
+            }),
             system_properties: Some(pb::SystemProperties {
                 delivery_timestamp: Some(timestamp(5_000)),
                 born_host: "10.1.2.3".into(),

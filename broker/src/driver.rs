@@ -45,9 +45,17 @@ pub fn txn_group(topic: &str) -> String {
 pub enum Command {
     /// A request for the core; `watch` is woken when the topic gets a visible message if the
     /// reply is an empty receive (long polling).
-    Request { request: Request, reply: oneshot::Sender<Result<Reply, String>>, watch: Option<oneshot::Sender<()>> },
+    Request {
+        request: Box<Request>,
+        reply: oneshot::Sender<Result<Reply, String>>,
+        watch: Option<oneshot::Sender<()>>,
+    },
     /// A producer's telemetry stream declared (or re-declared) the topics it publishes to.
-    ProducerUp { conn: u64, topics: Vec<String>, checks: tmpsc::UnboundedSender<CheckRequest> },
+    ProducerUp {
+        conn: u64,
+        topics: Vec<String>,
+        checks: tmpsc::UnboundedSender<CheckRequest>,
+    },
     /// A producer's telemetry stream closed.
     ProducerDown { conn: u64 },
     /// Run a closure with the broker.
@@ -61,11 +69,17 @@ pub enum Command {
 impl std::fmt::Debug for Command {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
-            Command::Request { request, .. } => f.debug_struct("Request").field("request", request).finish(),
-            Command::ProducerUp { conn, topics, .. } => {
-                f.debug_struct("ProducerUp").field("conn", conn).field("topics", topics).finish()
+            Command::Request { request, .. } => {
+                f.debug_struct("Request").field("request", request).finish()
             }
-            Command::ProducerDown { conn } => f.debug_struct("ProducerDown").field("conn", conn).finish(),
+            Command::ProducerUp { conn, topics, .. } => f
+                .debug_struct("ProducerUp")
+                .field("conn", conn)
+                .field("topics", topics)
+                .finish(),
+            Command::ProducerDown { conn } => {
+                f.debug_struct("ProducerDown").field("conn", conn).finish()
+            }
             Command::Inspect(_) => f.write_str("Inspect"),
             Command::Tick => f.write_str("Tick"),
             Command::Shutdown(_) => f.write_str("Shutdown"),
@@ -105,17 +119,33 @@ impl CoreHandle {
     /// Runs a request to its reply (under sync flush, after the fsync that covers it).
     pub async fn request(&self, request: Request) -> Result<Reply, CoreFailure> {
         let (reply, rx) = oneshot::channel();
-        self.send(Command::Request { request, reply, watch: None })?;
-        rx.await.map_err(|_| CoreFailure::Stopped)?.map_err(CoreFailure::Storage)
+        self.send(Command::Request {
+            request: Box::new(request),
+            reply,
+            watch: None,
+        })?;
+        rx.await
+            .map_err(|_| CoreFailure::Stopped)?
+            .map_err(CoreFailure::Storage)
     }
 
     /// Runs a receive; when it finds nothing, the returned receiver fires once the topic
     /// has a newly visible message.
-    pub async fn receive(&self, request: Request) -> Result<(Reply, oneshot::Receiver<()>), CoreFailure> {
+    pub async fn receive(
+        &self,
+        request: Request,
+    ) -> Result<(Reply, oneshot::Receiver<()>), CoreFailure> {
         let (reply, rx) = oneshot::channel();
         let (watch, woken) = oneshot::channel();
-        self.send(Command::Request { request, reply, watch: Some(watch) })?;
-        let reply = rx.await.map_err(|_| CoreFailure::Stopped)?.map_err(CoreFailure::Storage)?;
+        self.send(Command::Request {
+            request: Box::new(request),
+            reply,
+            watch: Some(watch),
+        })?;
+        let reply = rx
+            .await
+            .map_err(|_| CoreFailure::Stopped)?
+            .map_err(CoreFailure::Storage)?;
         Ok((reply, woken))
     }
 
@@ -132,8 +162,17 @@ impl CoreHandle {
     }
 
     /// Declares a producer connection's topics.
-    pub fn producer_up(&self, conn: u64, topics: Vec<String>, checks: tmpsc::UnboundedSender<CheckRequest>) {
-        let _ = self.send(Command::ProducerUp { conn, topics, checks });
+    pub fn producer_up(
+        &self,
+        conn: u64,
+        topics: Vec<String>,
+        checks: tmpsc::UnboundedSender<CheckRequest>,
+    ) {
+        let _ = self.send(Command::ProducerUp {
+            conn,
+            topics,
+            checks,
+        });
     }
 
     /// A producer connection closed.
@@ -199,7 +238,9 @@ pub fn spawn(
         online: HashSet::new(),
         round_robin: 0,
     };
-    let join = std::thread::Builder::new().name("rocklet-core".into()).spawn(move || driver.run(rx))?;
+    let join = std::thread::Builder::new()
+        .name("rocklet-core".into())
+        .spawn(move || driver.run(rx))?;
     Ok((CoreHandle { tx }, join))
 }
 
@@ -271,7 +312,11 @@ impl Driver {
         }
         // Anything still waiting can no longer be answered: dropping the oneshots says so.
         self.pending.clear();
-        info!(log_end = self.broker.log_end(), log_synced = self.broker.log_synced(), "core stopped; log flushed");
+        info!(
+            log_end = self.broker.log_end(),
+            log_synced = self.broker.log_synced(),
+            "core stopped; log flushed"
+        );
         if let Some(s) = shutdown {
             let _ = s.send(());
         }
@@ -286,7 +331,9 @@ impl Driver {
                     self.metrics.fsync_latency.observe(t.elapsed());
                 }
             }
-            Err(e) => error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds"),
+            Err(e) => {
+                error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds")
+            }
         }
     }
 
@@ -294,22 +341,30 @@ impl Driver {
     fn command(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
         let now = self.clock.now_ms();
         match cmd {
-            Command::Request { request, reply, watch } => {
+            Command::Request {
+                request,
+                reply,
+                watch,
+            } => {
                 self.next_id += 1;
                 let id = self.next_id;
-                let watch = match (&request, watch) {
+                let watch = match (&*request, watch) {
                     (Request::Receive { topic, .. }, Some(w)) => Some((topic.clone(), w)),
                     _ => None,
                 };
                 self.pending.insert(id, Pending { reply, watch });
-                if let Err(e) = self.broker.handle(now, id, request) {
+                if let Err(e) = self.broker.handle(now, id, *request) {
                     error!(error = %e, "request failed in storage; not applied");
                     if let Some(p) = self.pending.remove(&id) {
                         let _ = p.reply.send(Err(e.to_string()));
                     }
                 }
             }
-            Command::ProducerUp { conn, topics, checks } => {
+            Command::ProducerUp {
+                conn,
+                topics,
+                checks,
+            } => {
                 debug!(conn, ?topics, "producer online");
                 self.producers.insert(conn, Producer { topics, checks });
                 self.update_online(now);
@@ -329,8 +384,11 @@ impl Driver {
 
     /// Tells the core which transaction groups have a live producer.
     fn update_online(&mut self, now: Millis) {
-        let groups: HashSet<String> =
-            self.producers.values().flat_map(|p| p.topics.iter().map(|t| txn_group(t))).collect();
+        let groups: HashSet<String> = self
+            .producers
+            .values()
+            .flat_map(|p| p.topics.iter().map(|t| txn_group(t)))
+            .collect();
         for g in groups.difference(&self.online) {
             self.broker.set_producer_online(now, g, true);
         }
@@ -338,14 +396,18 @@ impl Driver {
             self.broker.set_producer_online(now, g, false);
         }
         self.online = groups;
-        self.metrics.producers_online.store(self.producers.len() as u64, Ordering::Relaxed);
+        self.metrics
+            .producers_online
+            .store(self.producers.len() as u64, Ordering::Relaxed);
     }
 
     fn drain(&mut self) {
         while let Some(out) = self.broker.poll_output() {
             match out {
                 Output::Reply { id, reply } => {
-                    let Some(p) = self.pending.remove(&id) else { continue };
+                    let Some(p) = self.pending.remove(&id) else {
+                        continue;
+                    };
                     if let (Reply::Received(msgs), Some((topic, w))) = (&reply, p.watch) {
                         if msgs.is_empty() {
                             let list = self.waiters.entry(topic).or_default();
@@ -363,7 +425,9 @@ impl Driver {
                         }
                     }
                 }
-                Output::Trace(t) => debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace"),
+                Output::Trace(t) => {
+                    debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace")
+                }
             }
         }
     }
@@ -371,8 +435,12 @@ impl Driver {
     /// Sends a transaction check to one live producer that declared the topic.
     fn route_check(&mut self, check: CheckRequest) {
         let topic = check.message.topic.clone();
-        let mut conns: Vec<u64> =
-            self.producers.iter().filter(|(_, p)| p.topics.iter().any(|t| *t == topic)).map(|(c, _)| *c).collect();
+        let mut conns: Vec<u64> = self
+            .producers
+            .iter()
+            .filter(|(_, p)| p.topics.contains(&topic))
+            .map(|(c, _)| *c)
+            .collect();
         conns.sort_unstable();
         let n = conns.len();
         let mut check = Some(check);
@@ -395,7 +463,9 @@ impl Driver {
             let now = self.clock.now_ms();
             self.update_online(now);
         }
-        self.metrics.checks_unroutable.fetch_add(1, Ordering::Relaxed);
+        self.metrics
+            .checks_unroutable
+            .fetch_add(1, Ordering::Relaxed);
         if let Some(c) = check {
             warn!(txn = %c.txn, topic = %topic, check = c.check, "no producer of the topic is connected; the check is repeated after the check interval");
         }

@@ -10,13 +10,19 @@ use crate::pb::v2::{Code, Status};
 /// OK.
 #[must_use]
 pub fn ok() -> Status {
-    Status { code: Code::Ok as i32, message: "OK".into() }
+    Status {
+        code: Code::Ok as i32,
+        message: "OK".into(),
+    }
 }
 
 /// A status with a code and message.
 #[must_use]
 pub fn status(code: Code, message: impl Into<String>) -> Status {
-    Status { code: code as i32, message: message.into() }
+    Status {
+        code: code as i32,
+        message: message.into(),
+    }
 }
 
 /// A malformed request (a required field missing or out of range).
@@ -43,7 +49,9 @@ pub fn code_of(e: &ClientError) -> Code {
         | ClientError::MalformedTransactionId(_)
         | ClientError::TransactionAlreadyResolved { .. }
         | ClientError::WrongProducerGroup { .. } => Code::InvalidTransactionId,
-        ClientError::InvalidReceiptHandle(_) | ClientError::StaleReceiptHandle(_) => Code::InvalidReceiptHandle,
+        ClientError::InvalidReceiptHandle(_) | ClientError::StaleReceiptHandle(_) => {
+            Code::InvalidReceiptHandle
+        }
         ClientError::InvalidQueue { .. }
         | ClientError::EmptyBatch
         | ClientError::MixedBatch(_)
@@ -69,7 +77,10 @@ pub fn core_failure(e: &CoreFailure) -> Status {
 /// The status for a reply the RPC did not expect (a broker bug, reported rather than panicking).
 #[must_use]
 pub fn unexpected(reply: &rocklet_core::Reply) -> Status {
-    status(Code::InternalServerError, format!("INTERNAL: unexpected reply from the core: {reply:?}"))
+    status(
+        Code::InternalServerError,
+        format!("INTERNAL: unexpected reply from the core: {reply:?}"),
+    )
 }
 
 #[cfg(test)]
@@ -80,8 +91,16 @@ mod tests {
     fn messages_name_the_problem() {
         let s = client_error(&ClientError::MessageTooLarge { size: 5, max: 4 });
         assert_eq!(s.code, Code::MessageBodyTooLarge as i32);
-        assert!(s.message.starts_with("MESSAGE_TOO_LARGE: "), "{}", s.message);
-        assert!(s.message.contains("exceeds the maximum of 4"), "{}", s.message);
+        assert!(
+            s.message.starts_with("MESSAGE_TOO_LARGE: "),
+            "{}",
+            s.message
+        );
+        assert!(
+            s.message.contains("exceeds the maximum of 4"),
+            "{}",
+            s.message
+        );
         let s = client_error(&ClientError::UnknownTransaction(rocklet_core::TxnId(7)));
         assert_eq!(s.code, Code::InvalidTransactionId as i32);
         assert!(s.message.contains("0000000000000007"), "{}", s.message);

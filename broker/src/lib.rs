@@ -22,7 +22,12 @@ pub mod server;
 pub mod service;
 
 /// Generated protocol types and services.
-#[allow(missing_docs, missing_debug_implementations, clippy::all, clippy::pedantic)]
+#[allow(
+    missing_docs,
+    missing_debug_implementations,
+    clippy::all,
+    clippy::pedantic
+)]
 pub mod pb {
     /// RocketMQ 5 (`apache.rocketmq.v2`).
     pub mod v2 {

@@ -132,7 +132,10 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
 fn init_logs(json: bool) {
     let filter = EnvFilter::try_from_default_env().unwrap_or_else(|_| EnvFilter::new("info"));
     let ansi = std::io::IsTerminal::is_terminal(&std::io::stderr());
-    let b = tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).with_ansi(ansi);
+    let b = tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(ansi);
     if json {
         b.json().init();
     } else {
@@ -142,7 +145,10 @@ fn init_logs(json: bool) {
 
 fn main() -> ExitCode {
     let cli = Cli::parse();
-    let rt = match tokio::runtime::Builder::new_multi_thread().enable_all().build() {
+    let rt = match tokio::runtime::Builder::new_multi_thread()
+        .enable_all()
+        .build()
+    {
         Ok(rt) => rt,
         Err(e) => {
             eprintln!("error: cannot start the runtime: {e}");
@@ -161,7 +167,9 @@ fn main() -> ExitCode {
             let out = match command {
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
-                AdminCmd::Resolve { txn, resolution } => admin::client::resolve(&broker, &txn, &resolution).await?,
+                AdminCmd::Resolve { txn, resolution } => {
+                    admin::client::resolve(&broker, &txn, &resolution).await?
+                }
             };
             print!("{out}");
             Ok(())

@@ -13,7 +13,9 @@ use tokio::net::TcpListener;
 use crate::driver::CoreHandle;
 
 /// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 14] = [0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0];
+const BUCKETS: [f64; 14] = [
+    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
+];
 
 /// A latency histogram.
 #[derive(Debug, Default)]
@@ -33,7 +35,8 @@ impl Histogram {
             }
         }
         self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns.fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
+        self.sum_ns
+            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
     }
 
     /// Observations so far.
@@ -44,11 +47,19 @@ impl Histogram {
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(out, "{name}_bucket{{le=\"{b}\"}} {}", self.buckets[i].load(Ordering::Relaxed));
+            let _ = writeln!(
+                out,
+                "{name}_bucket{{le=\"{b}\"}} {}",
+                self.buckets[i].load(Ordering::Relaxed)
+            );
         }
         let count = self.count();
         let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
-        let _ = writeln!(out, "{name}_sum {}", self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9);
+        let _ = writeln!(
+            out,
+            "{name}_sum {}",
+            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+        );
         let _ = writeln!(out, "{name}_count {count}");
     }
 }
@@ -95,7 +106,10 @@ impl Metrics {
 }
 
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
-    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}");
+    let _ = writeln!(
+        out,
+        "# HELP {name} {help}\n# TYPE {name} counter\n{name} {v}"
+    );
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
@@ -106,14 +120,27 @@ fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
 pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     let snap = core
         .inspect(|b| {
-            (b.stats(), b.pending_transaction_count() as u64, b.pending_delay_count() as u64, b.log_end(), b.log_synced())
+            (
+                b.stats(),
+                b.pending_transaction_count() as u64,
+                b.pending_delay_count() as u64,
+                b.log_end(),
+                b.log_synced(),
+            )
         })
         .await
         .ok();
     let mut out = String::with_capacity(8192);
-    let _ = writeln!(out, "# HELP rocklet_requests_total gRPC requests by RPC\n# TYPE rocklet_requests_total counter");
+    let _ = writeln!(
+        out,
+        "# HELP rocklet_requests_total gRPC requests by RPC\n# TYPE rocklet_requests_total counter"
+    );
     for (i, rpc) in RPCS.iter().enumerate() {
-        let _ = writeln!(out, "rocklet_requests_total{{rpc=\"{rpc}\"}} {}", m.requests[i].load(Ordering::Relaxed));
+        let _ = writeln!(
+            out,
+            "rocklet_requests_total{{rpc=\"{rpc}\"}} {}",
+            m.requests[i].load(Ordering::Relaxed)
+        );
     }
     counter(
         &mut out,
@@ -122,48 +149,187 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         m.request_errors.load(Ordering::Relaxed),
     );
     if let Some((s, halves, delays, end, synced)) = snap {
-        counter(&mut out, "rocklet_messages_stored_total", "Messages stored in user topics (sends, commits, deliveries)", s.messages_stored);
-        counter(&mut out, "rocklet_transactions_prepared_total", "Half messages stored", s.halves_stored);
-        counter(&mut out, "rocklet_transactions_committed_total", "Transactions committed", s.committed);
-        counter(&mut out, "rocklet_transactions_rolled_back_total", "Transactions rolled back", s.rolled_back);
-        counter(&mut out, "rocklet_transactions_unknown_total", "END_TRANSACTION answers of UNKNOWN", s.unknown_answers);
-        counter(&mut out, "rocklet_transaction_checks_sent_total", "Transaction checks issued by the core", s.checks_sent);
-        counter(&mut out, "rocklet_transaction_checks_answered_total", "Transaction checks answered", s.checks_answered);
-        counter(&mut out, "rocklet_transaction_check_max_total", "Transactions whose checks ran out", s.check_max_reached);
-        counter(&mut out, "rocklet_transactions_expired_total", "Half messages expired unchecked", s.halves_expired);
-        counter(&mut out, "rocklet_delayed_stored_total", "Delayed messages stored", s.delayed_stored);
-        counter(&mut out, "rocklet_delayed_delivered_total", "Delayed messages delivered", s.delayed_delivered);
-        counter(&mut out, "rocklet_received_total", "Messages handed out by ReceiveMessage", s.received);
-        counter(&mut out, "rocklet_acked_total", "Messages acknowledged", s.acked);
-        counter(&mut out, "rocklet_redelivered_total", "Messages delivered again after their invisible time", s.redelivered);
-        counter(&mut out, "rocklet_dead_lettered_total", "Messages moved to a dead-letter queue", s.dead_lettered);
-        counter(&mut out, "rocklet_fsyncs_total", "fsyncs of the log", s.syncs);
-        counter(&mut out, "rocklet_client_errors_total", "Requests refused by the core as the client's mistake", s.client_errors);
-        gauge(&mut out, "rocklet_half_backlog", "Pending (unresolved) transactions", halves);
-        gauge(&mut out, "rocklet_delay_backlog", "Delayed messages not yet delivered", delays);
-        gauge(&mut out, "rocklet_log_end_bytes", "Bytes appended to the log", end);
-        gauge(&mut out, "rocklet_log_synced_bytes", "Bytes of the log known durable", synced);
+        counter(
+            &mut out,
+            "rocklet_messages_stored_total",
+            "Messages stored in user topics (sends, commits, deliveries)",
+            s.messages_stored,
+        );
+        counter(
+            &mut out,
+            "rocklet_transactions_prepared_total",
+            "Half messages stored",
+            s.halves_stored,
+        );
+        counter(
+            &mut out,
+            "rocklet_transactions_committed_total",
+            "Transactions committed",
+            s.committed,
+        );
+        counter(
+            &mut out,
+            "rocklet_transactions_rolled_back_total",
+            "Transactions rolled back",
+            s.rolled_back,
+        );
+        counter(
+            &mut out,
+            "rocklet_transactions_unknown_total",
+            "END_TRANSACTION answers of UNKNOWN",
+            s.unknown_answers,
+        );
+        counter(
+            &mut out,
+            "rocklet_transaction_checks_sent_total",
+            "Transaction checks issued by the core",
+            s.checks_sent,
+        );
+        counter(
+            &mut out,
+            "rocklet_transaction_checks_answered_total",
+            "Transaction checks answered",
+            s.checks_answered,
+        );
+        counter(
+            &mut out,
+            "rocklet_transaction_check_max_total",
+            "Transactions whose checks ran out",
+            s.check_max_reached,
+        );
+        counter(
+            &mut out,
+            "rocklet_transactions_expired_total",
+            "Half messages expired unchecked",
+            s.halves_expired,
+        );
+        counter(
+            &mut out,
+            "rocklet_delayed_stored_total",
+            "Delayed messages stored",
+            s.delayed_stored,
+        );
+        counter(
+            &mut out,
+            "rocklet_delayed_delivered_total",
+            "Delayed messages delivered",
+            s.delayed_delivered,
+        );
+        counter(
+            &mut out,
+            "rocklet_received_total",
+            "Messages handed out by ReceiveMessage",
+            s.received,
+        );
+        counter(
+            &mut out,
+            "rocklet_acked_total",
+            "Messages acknowledged",
+            s.acked,
+        );
+        counter(
+            &mut out,
+            "rocklet_redelivered_total",
+            "Messages delivered again after their invisible time",
+            s.redelivered,
+        );
+        counter(
+            &mut out,
+            "rocklet_dead_lettered_total",
+            "Messages moved to a dead-letter queue",
+            s.dead_lettered,
+        );
+        counter(
+            &mut out,
+            "rocklet_fsyncs_total",
+            "fsyncs of the log",
+            s.syncs,
+        );
+        counter(
+            &mut out,
+            "rocklet_client_errors_total",
+            "Requests refused by the core as the client's mistake",
+            s.client_errors,
+        );
+        gauge(
+            &mut out,
+            "rocklet_half_backlog",
+            "Pending (unresolved) transactions",
+            halves,
+        );
+        gauge(
+            &mut out,
+            "rocklet_delay_backlog",
+            "Delayed messages not yet delivered",
+            delays,
+        );
+        gauge(
+            &mut out,
+            "rocklet_log_end_bytes",
+            "Bytes appended to the log",
+            end,
+        );
+        gauge(
+            &mut out,
+            "rocklet_log_synced_bytes",
+            "Bytes of the log known durable",
+            synced,
+        );
     }
-    counter(&mut out, "rocklet_checks_pushed_total", "Transaction checks pushed to a producer's telemetry stream", m.checks_pushed.load(Ordering::Relaxed));
+    counter(
+        &mut out,
+        "rocklet_checks_pushed_total",
+        "Transaction checks pushed to a producer's telemetry stream",
+        m.checks_pushed.load(Ordering::Relaxed),
+    );
     counter(
         &mut out,
         "rocklet_checks_unroutable_total",
         "Transaction checks with no connected producer of the topic",
         m.checks_unroutable.load(Ordering::Relaxed),
     );
-    gauge(&mut out, "rocklet_long_polls_waiting", "ReceiveMessage calls waiting for a message", m.long_polls_waiting.load(Ordering::Relaxed));
-    gauge(&mut out, "rocklet_telemetry_streams", "Open telemetry streams", m.telemetry_streams.load(Ordering::Relaxed));
-    gauge(&mut out, "rocklet_producers_online", "Producer telemetry streams declaring topics", m.producers_online.load(Ordering::Relaxed));
-    m.end_transaction_latency.render(&mut out, "rocklet_end_transaction_seconds", "END_TRANSACTION latency, request to reply");
-    m.send_latency.render(&mut out, "rocklet_send_seconds", "SendMessage latency, request to reply");
-    m.fsync_latency.render(&mut out, "rocklet_fsync_seconds", "Latency of one fsync of the log");
+    gauge(
+        &mut out,
+        "rocklet_long_polls_waiting",
+        "ReceiveMessage calls waiting for a message",
+        m.long_polls_waiting.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_telemetry_streams",
+        "Open telemetry streams",
+        m.telemetry_streams.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_producers_online",
+        "Producer telemetry streams declaring topics",
+        m.producers_online.load(Ordering::Relaxed),
+    );
+    m.end_transaction_latency.render(
+        &mut out,
+        "rocklet_end_transaction_seconds",
+        "END_TRANSACTION latency, request to reply",
+    );
+    m.send_latency.render(
+        &mut out,
+        "rocklet_send_seconds",
+        "SendMessage latency, request to reply",
+    );
+    m.fsync_latency.render(
+        &mut out,
+        "rocklet_fsync_seconds",
+        "Latency of one fsync of the log",
+    );
     out
 }
 
 /// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 until the task is dropped.
 pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics>) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else { continue };
+        let Ok((mut sock, _)) = listener.accept().await else {
+            continue;
+        };
         let (core, metrics) = (core.clone(), metrics.clone());
         tokio::spawn(async move {
             let mut buf = vec![0u8; 4096];
@@ -184,7 +350,10 @@ pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics
             let (status, body) = if head.starts_with("GET ") {
                 ("200 OK", render(&core, &metrics).await)
             } else {
-                ("405 Method Not Allowed", "only GET /metrics is served\n".to_string())
+                (
+                    "405 Method Not Allowed",
+                    "only GET /metrics is served\n".to_string(),
+                )
             };
             let resp = format!(
                 "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",

@@ -46,7 +46,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let dir = cfg.data_dir.clone();
     let storage = FileStorage::open(&dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => {
-            format!("{e}: another rocklet broker is running on {}; stop it or pick another --data-dir", dir.display())
+            format!(
+                "{e}: another rocklet broker is running on {}; stop it or pick another --data-dir",
+                dir.display()
+            )
         }
         _ => format!("cannot open data directory {}: {e}", dir.display()),
     })?;
@@ -70,26 +73,37 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     }
     for t in &cfg.topics {
         let queues = t.queues.unwrap_or(cfg.core.default_queues);
-        broker.create_topic(&t.name, queues).map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
+        broker
+            .create_topic(&t.name, queues)
+            .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
     }
 
-    let listener =
-        TcpListener::bind(cfg.listen).await.map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
     cfg.listen = addr;
     let metrics_listener = match cfg.metrics_listen {
-        Some(a) => Some(metrics::bind(a).await.map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?),
+        Some(a) => Some(
+            metrics::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?,
+        ),
         None => None,
     };
 
     let m = Arc::new(Metrics::default());
-    let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone(), cfg.flush_interval_ms)
-        .map_err(|e| format!("cannot start the core thread: {e}"))?;
+    let (core, core_thread) =
+        driver::spawn(broker, clock.clone(), m.clone(), cfg.flush_interval_ms)
+            .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
-    let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize).saturating_mul(2) + (1 << 20);
-    let messaging = MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
-        .max_decoding_message_size(max_decode)
-        .max_encoding_message_size(max_decode);
+    let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize)
+        .saturating_mul(2)
+        + (1 << 20);
+    let messaging =
+        MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
+            .max_decoding_message_size(max_decode)
+            .max_encoding_message_size(max_decode);
     let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     let server = tokio::spawn(
@@ -103,7 +117,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
-            (a, Some(tokio::spawn(metrics::serve(l, core.clone(), m.clone()))))
+            (
+                a,
+                Some(tokio::spawn(metrics::serve(l, core.clone(), m.clone()))),
+            )
         }
         None => (None, None),
     };

@@ -10,7 +10,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use rocklet_core::{ClientError, Millis, ReceiptHandle, Reply, Request, Resolution, TagFilter, TxnId};
+use rocklet_core::{
+    ClientError, Millis, ReceiptHandle, Reply, Request, Resolution, TagFilter, TxnId,
+};
 use tokio::sync::mpsc;
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -48,7 +50,12 @@ impl Messaging {
     /// A service over a running core thread.
     #[must_use]
     pub fn new(core: CoreHandle, cfg: Arc<BrokerConfig>, metrics: Arc<Metrics>) -> Self {
-        Messaging { core, cfg, metrics, next_conn: Arc::new(AtomicU64::new(1)) }
+        Messaging {
+            core,
+            cfg,
+            metrics,
+            next_conn: Arc::new(AtomicU64::new(1)),
+        }
     }
 
     fn counted(&self, rpc: &str, s: &Status) {
@@ -65,7 +72,12 @@ impl Messaging {
         let t = topic.to_string();
         let existing = self
             .core
-            .inspect(move |b| b.topics().into_iter().find(|i| i.name == t).map(|i| i.queues.len() as u32))
+            .inspect(move |b| {
+                b.topics()
+                    .into_iter()
+                    .find(|i| i.name == t)
+                    .map(|i| i.queues.len() as u32)
+            })
             .await
             .map_err(|e| core_failure(&e))?;
         if let Some(n) = existing {
@@ -85,14 +97,30 @@ impl Messaging {
         let endpoints = match endpoints {
             Some(e) if !e.addresses.is_empty() => e.clone(),
             _ => pb::Endpoints {
-                scheme: if self.cfg.listen.is_ipv4() { pb::AddressScheme::IPv4 } else { pb::AddressScheme::IPv6 } as i32,
-                addresses: vec![pb::Address { host: self.cfg.listen.ip().to_string(), port: i32::from(self.cfg.listen.port()) }],
+                scheme: if self.cfg.listen.is_ipv4() {
+                    pb::AddressScheme::IPv4
+                } else {
+                    pb::AddressScheme::IPv6
+                } as i32,
+                addresses: vec![pb::Address {
+                    host: self.cfg.listen.ip().to_string(),
+                    port: i32::from(self.cfg.listen.port()),
+                }],
             },
         };
-        pb::Broker { name: "rocklet".into(), id: 0, endpoints: Some(endpoints) }
+        pb::Broker {
+            name: "rocklet".into(),
+            id: 0,
+            endpoints: Some(endpoints),
+        }
     }
 
-    fn message_queues(&self, topic: &str, n: u32, endpoints: Option<&pb::Endpoints>) -> Vec<pb::MessageQueue> {
+    fn message_queues(
+        &self,
+        topic: &str,
+        n: u32,
+        endpoints: Option<&pb::Endpoints>,
+    ) -> Vec<pb::MessageQueue> {
         let types: Vec<i32> = self
             .cfg
             .accepted_types(topic)
@@ -106,7 +134,10 @@ impl Messaging {
             .collect();
         (0..n)
             .map(|id| pb::MessageQueue {
-                topic: Some(pb::Resource { resource_namespace: String::new(), name: topic.into() }),
+                topic: Some(pb::Resource {
+                    resource_namespace: String::new(),
+                    name: topic.into(),
+                }),
                 id: id as i32,
                 permission: pb::Permission::ReadWrite as i32,
                 broker: Some(self.broker_of(endpoints)),
@@ -125,7 +156,11 @@ impl Messaging {
         let mut any_txn = false;
         for (i, m) in req.messages.into_iter().enumerate() {
             let ty = convert::message_type(&m);
-            let id = m.system_properties.as_ref().map(|s| s.message_id.clone()).unwrap_or_default();
+            let id = m
+                .system_properties
+                .as_ref()
+                .map(|s| s.message_id.clone())
+                .unwrap_or_default();
             let (msg, immunity) = match convert::new_message(m, i) {
                 Ok(x) => x,
                 Err(s) => return (s, Vec::new()),
@@ -152,12 +187,23 @@ impl Messaging {
         }
         let request = if any_txn {
             if n > 1 {
-                return (bad_request("a transactional message cannot be sent in a batch (send one per call)"), Vec::new());
+                return (
+                    bad_request(
+                        "a transactional message cannot be sent in a batch (send one per call)",
+                    ),
+                    Vec::new(),
+                );
             }
             let (message, immunity, _) = converted.pop().expect("one message");
-            Request::Prepare { group: txn_group(&message.topic), message, check_immunity_ms: immunity }
+            Request::Prepare {
+                group: txn_group(&message.topic),
+                message,
+                check_immunity_ms: immunity,
+            }
         } else {
-            Request::Send { messages: converted.into_iter().map(|(m, _, _)| m).collect() }
+            Request::Send {
+                messages: converted.into_iter().map(|(m, _, _)| m).collect(),
+            }
         };
         match self.core.request(request).await {
             Ok(Reply::Sent(results)) => {
@@ -190,7 +236,12 @@ impl Messaging {
             pb::TransactionResolution::Unspecified => Resolution::Unknown,
         };
         let from_check = req.source() == pb::TransactionSource::SourceServerCheck;
-        let request = Request::EndTransaction { txn, resolution, group: None, from_check };
+        let request = Request::EndTransaction {
+            txn,
+            resolution,
+            group: None,
+            from_check,
+        };
         match self.core.request(request).await {
             Ok(Reply::Ended { .. }) => {
                 debug!(%txn, resolution = resolution.as_str(), from_check, "transaction ended");
@@ -202,37 +253,62 @@ impl Messaging {
         }
     }
 
-    async fn receive(&self, req: pb::ReceiveMessageRequest, grpc_timeout: Option<Millis>) -> Vec<pb::ReceiveMessageResponse> {
-        let one = |s: Status| vec![pb::ReceiveMessageResponse { content: Some(pb::receive_message_response::Content::Status(s)) }];
+    async fn receive(
+        &self,
+        req: pb::ReceiveMessageRequest,
+        grpc_timeout: Option<Millis>,
+    ) -> Vec<pb::ReceiveMessageResponse> {
+        let one = |s: Status| {
+            vec![pb::ReceiveMessageResponse {
+                content: Some(pb::receive_message_response::Content::Status(s)),
+            }]
+        };
         let group = match resource_name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => return one(s),
         };
-        let topic = match resource_name(req.message_queue.as_ref().and_then(|q| q.topic.as_ref()), "message_queue.topic") {
+        let topic = match resource_name(
+            req.message_queue.as_ref().and_then(|q| q.topic.as_ref()),
+            "message_queue.topic",
+        ) {
             Ok(t) => t,
             Err(s) => return one(s),
         };
         let filter = match req.filter_expression.as_ref() {
             None => TagFilter::All,
-            Some(f) if f.r#type() == pb::FilterType::Sql => {
-                return one(status(Code::IllegalFilterExpression, "ILLEGAL_FILTER_EXPRESSION: SQL92 filters are not supported; use a tag expression"))
-            }
+            Some(f) if f.r#type() == pb::FilterType::Sql => return one(status(
+                Code::IllegalFilterExpression,
+                "ILLEGAL_FILTER_EXPRESSION: SQL92 filters are not supported; use a tag expression",
+            )),
             Some(f) => TagFilter::parse(&f.expression),
         };
         let invisible_ms = match (&req.invisible_duration, req.auto_renew) {
             (Some(d), _) => match duration_ms(d) {
                 Some(ms) if ms > 0 => ms,
-                _ => return one(status(Code::IllegalInvisibleTime, format!("ILLEGAL_INVISIBLE_TIME: invisible_duration {d:?} must be above 0"))),
+                _ => {
+                    return one(status(
+                        Code::IllegalInvisibleTime,
+                        format!("ILLEGAL_INVISIBLE_TIME: invisible_duration {d:?} must be above 0"),
+                    ))
+                }
             },
             (None, true) => DEFAULT_INVISIBLE_MS,
             (None, false) => {
-                return one(status(Code::IllegalInvisibleTime, "ILLEGAL_INVISIBLE_TIME: a simple consumer's receive needs invisible_duration"))
+                return one(status(
+                    Code::IllegalInvisibleTime,
+                    "ILLEGAL_INVISIBLE_TIME: a simple consumer's receive needs invisible_duration",
+                ))
             }
         };
         let long_poll = match &req.long_polling_timeout {
             Some(d) => match duration_ms(d) {
                 Some(ms) => ms,
-                None => return one(status(Code::IllegalPollingTime, format!("ILLEGAL_POLLING_TIME: long_polling_timeout {d:?} is negative"))),
+                None => {
+                    return one(status(
+                        Code::IllegalPollingTime,
+                        format!("ILLEGAL_POLLING_TIME: long_polling_timeout {d:?} is negative"),
+                    ))
+                }
             },
             None => DEFAULT_LONG_POLL_MS,
         }
@@ -259,10 +335,14 @@ impl Messaging {
             match reply {
                 Reply::Received(msgs) if !msgs.is_empty() => {
                     let mut out = Vec::with_capacity(msgs.len() + 2);
-                    out.push(pb::ReceiveMessageResponse { content: Some(pb::receive_message_response::Content::Status(ok())) });
+                    out.push(pb::ReceiveMessageResponse {
+                        content: Some(pb::receive_message_response::Content::Status(ok())),
+                    });
                     for r in &msgs {
                         let m = convert::received_out(r, invisible_ms);
-                        out.push(pb::ReceiveMessageResponse { content: Some(pb::receive_message_response::Content::Message(m)) });
+                        out.push(pb::ReceiveMessageResponse {
+                            content: Some(pb::receive_message_response::Content::Message(m)),
+                        });
                     }
                     out.push(delivery_now());
                     return out;
@@ -277,7 +357,10 @@ impl Messaging {
             let timed_out = tokio::time::timeout_at(deadline, woken).await.is_err();
             drop(waiting);
             if timed_out || tokio::time::Instant::now() >= deadline {
-                let mut out = one(status(Code::MessageNotFound, "MESSAGE_NOT_FOUND: no new message before the long-polling timeout"));
+                let mut out = one(status(
+                    Code::MessageNotFound,
+                    "MESSAGE_NOT_FOUND: no new message before the long-polling timeout",
+                ));
                 out.push(delivery_now());
                 return out;
             }
@@ -287,10 +370,18 @@ impl Messaging {
     async fn ack(&self, req: pb::AckMessageRequest) -> pb::AckMessageResponse {
         let group = match resource_name(req.group.as_ref(), "group") {
             Ok(g) => g,
-            Err(s) => return pb::AckMessageResponse { status: Some(s), entries: Vec::new() },
+            Err(s) => {
+                return pb::AckMessageResponse {
+                    status: Some(s),
+                    entries: Vec::new(),
+                }
+            }
         };
         if req.entries.is_empty() {
-            return pb::AckMessageResponse { status: Some(bad_request("AckMessage holds no entry")), entries: Vec::new() };
+            return pb::AckMessageResponse {
+                status: Some(bad_request("AckMessage holds no entry")),
+                entries: Vec::new(),
+            };
         }
         // Send every ack first, then collect: one group commit covers them all.
         let mut waits = Vec::with_capacity(req.entries.len());
@@ -300,7 +391,9 @@ impl Messaging {
                 Ok(handle) => {
                     let core = self.core.clone();
                     let group = group.clone();
-                    Ok(tokio::spawn(async move { core.request(Request::Ack { group, handle }).await }))
+                    Ok(tokio::spawn(async move {
+                        core.request(Request::Ack { group, handle }).await
+                    }))
                 }
                 Err(err) => Err(client_error(&err)),
             });
@@ -317,14 +410,27 @@ impl Messaging {
                     Err(_) => status(Code::InternalServerError, "INTERNAL: ack task failed"),
                 },
             };
-            entries.push(pb::AckMessageResultEntry { message_id: e.message_id, receipt_handle: e.receipt_handle, status: Some(s) });
+            entries.push(pb::AckMessageResultEntry {
+                message_id: e.message_id,
+                receipt_handle: e.receipt_handle,
+                status: Some(s),
+            });
         }
         let status = summary(entries.iter().filter_map(|e| e.status.as_ref()));
-        pb::AckMessageResponse { status: Some(status), entries }
+        pb::AckMessageResponse {
+            status: Some(status),
+            entries,
+        }
     }
 
-    async fn change_invisible(&self, req: pb::ChangeInvisibleDurationRequest) -> pb::ChangeInvisibleDurationResponse {
-        let fail = |s: Status| pb::ChangeInvisibleDurationResponse { status: Some(s), receipt_handle: String::new() };
+    async fn change_invisible(
+        &self,
+        req: pb::ChangeInvisibleDurationRequest,
+    ) -> pb::ChangeInvisibleDurationResponse {
+        let fail = |s: Status| pb::ChangeInvisibleDurationResponse {
+            status: Some(s),
+            receipt_handle: String::new(),
+        };
         let group = match resource_name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => return fail(s),
@@ -334,12 +440,24 @@ impl Messaging {
             Err(e) => return fail(client_error(&e)),
         };
         let Some(invisible_ms) = req.invisible_duration.as_ref().and_then(duration_ms) else {
-            return fail(status(Code::IllegalInvisibleTime, "ILLEGAL_INVISIBLE_TIME: invisible_duration is missing or negative"));
+            return fail(status(
+                Code::IllegalInvisibleTime,
+                "ILLEGAL_INVISIBLE_TIME: invisible_duration is missing or negative",
+            ));
         };
-        match self.core.request(Request::ChangeInvisible { group, handle, invisible_ms }).await {
-            Ok(Reply::InvisibleChanged { handle, .. }) => {
-                pb::ChangeInvisibleDurationResponse { status: Some(ok()), receipt_handle: handle.to_string() }
-            }
+        match self
+            .core
+            .request(Request::ChangeInvisible {
+                group,
+                handle,
+                invisible_ms,
+            })
+            .await
+        {
+            Ok(Reply::InvisibleChanged { handle, .. }) => pb::ChangeInvisibleDurationResponse {
+                status: Some(ok()),
+                receipt_handle: handle.to_string(),
+            },
             Ok(Reply::Error(e)) => fail(client_error(&e)),
             Ok(other) => fail(unexpected(&other)),
             Err(e) => fail(core_failure(&e)),
@@ -355,7 +473,11 @@ impl Messaging {
             Ok(h) => h,
             Err(e) => return client_error(&e),
         };
-        match self.core.request(Request::ForwardToDeadLetter { group, handle }).await {
+        match self
+            .core
+            .request(Request::ForwardToDeadLetter { group, handle })
+            .await
+        {
             Ok(Reply::Forwarded) => ok(),
             Ok(Reply::Error(e)) => client_error(&e),
             Ok(other) => unexpected(&other),
@@ -368,11 +490,13 @@ impl Messaging {
         let max_attempts = i32::try_from(self.cfg.core.max_delivery_attempts).unwrap_or(i32::MAX);
         s.backoff_policy = Some(pb::RetryPolicy {
             max_attempts,
-            strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(pb::ExponentialBackoff {
-                initial: Some(duration(1_000)),
-                max: Some(duration(60_000)),
-                multiplier: 2.0,
-            })),
+            strategy: Some(pb::retry_policy::Strategy::ExponentialBackoff(
+                pb::ExponentialBackoff {
+                    initial: Some(duration(1_000)),
+                    max: Some(duration(60_000)),
+                    multiplier: 2.0,
+                },
+            )),
         });
         if s.request_timeout.is_none() {
             s.request_timeout = Some(duration(3_000));
@@ -387,7 +511,11 @@ impl Messaging {
                 if sub.receive_batch_size.is_none_or(|n| n <= 0) {
                     sub.receive_batch_size = Some(32);
                 }
-                let lp = sub.long_polling_timeout.as_ref().and_then(duration_ms).unwrap_or(DEFAULT_LONG_POLL_MS);
+                let lp = sub
+                    .long_polling_timeout
+                    .as_ref()
+                    .and_then(duration_ms)
+                    .unwrap_or(DEFAULT_LONG_POLL_MS);
                 sub.long_polling_timeout = Some(duration(lp.min(self.cfg.max_long_polling_ms)));
             }
             None => {}
@@ -414,12 +542,18 @@ impl Drop for Waiting<'_> {
 
 fn delivery_now() -> pb::ReceiveMessageResponse {
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
-    pb::ReceiveMessageResponse { content: Some(pb::receive_message_response::Content::DeliveryTimestamp(timestamp(now))) }
+    pb::ReceiveMessageResponse {
+        content: Some(pb::receive_message_response::Content::DeliveryTimestamp(
+            timestamp(now),
+        )),
+    }
 }
 
 /// OK when every entry is; the one status when all share it; else MULTIPLE_RESULTS.
 fn summary<'a>(mut statuses: impl Iterator<Item = &'a Status>) -> Status {
-    let Some(first) = statuses.next() else { return ok() };
+    let Some(first) = statuses.next() else {
+        return ok();
+    };
     let mut all_same = true;
     for s in statuses {
         if s.code != first.code {
@@ -429,7 +563,10 @@ fn summary<'a>(mut statuses: impl Iterator<Item = &'a Status>) -> Status {
     if all_same {
         first.clone()
     } else {
-        status(Code::MultipleResults, "MULTIPLE_RESULTS: entries have different results; see each entry")
+        status(
+            Code::MultipleResults,
+            "MULTIPLE_RESULTS: entries have different results; see each entry",
+        )
     }
 }
 
@@ -453,47 +590,74 @@ fn grpc_timeout_ms<T>(req: &GrpcRequest<T>) -> Option<Millis> {
 }
 
 fn client_id<T>(req: &GrpcRequest<T>) -> String {
-    req.metadata().get("x-mq-client-id").and_then(|v| v.to_str().ok()).unwrap_or("").to_string()
+    req.metadata()
+        .get("x-mq-client-id")
+        .and_then(|v| v.to_str().ok())
+        .unwrap_or("")
+        .to_string()
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, GrpcStatus>> + Send + 'static>>;
 
 #[tonic::async_trait]
 impl MessagingService for Messaging {
-    async fn query_route(&self, request: GrpcRequest<pb::QueryRouteRequest>) -> Result<Response<pb::QueryRouteResponse>, GrpcStatus> {
+    async fn query_route(
+        &self,
+        request: GrpcRequest<pb::QueryRouteRequest>,
+    ) -> Result<Response<pb::QueryRouteResponse>, GrpcStatus> {
         let req = request.into_inner();
         let resp = match resource_name(req.topic.as_ref(), "topic") {
-            Err(s) => pb::QueryRouteResponse { status: Some(s), message_queues: Vec::new() },
+            Err(s) => pb::QueryRouteResponse {
+                status: Some(s),
+                message_queues: Vec::new(),
+            },
             Ok(topic) => match self.queues_of(&topic).await {
                 Ok(n) => pb::QueryRouteResponse {
                     status: Some(ok()),
                     message_queues: self.message_queues(&topic, n, req.endpoints.as_ref()),
                 },
-                Err(s) => pb::QueryRouteResponse { status: Some(s), message_queues: Vec::new() },
+                Err(s) => pb::QueryRouteResponse {
+                    status: Some(s),
+                    message_queues: Vec::new(),
+                },
             },
         };
         self.counted("QueryRoute", resp.status.as_ref().expect("set"));
         Ok(Response::new(resp))
     }
 
-    async fn heartbeat(&self, _request: GrpcRequest<pb::HeartbeatRequest>) -> Result<Response<pb::HeartbeatResponse>, GrpcStatus> {
+    async fn heartbeat(
+        &self,
+        _request: GrpcRequest<pb::HeartbeatRequest>,
+    ) -> Result<Response<pb::HeartbeatResponse>, GrpcStatus> {
         let s = ok();
         self.counted("Heartbeat", &s);
         Ok(Response::new(pb::HeartbeatResponse { status: Some(s) }))
     }
 
-    async fn send_message(&self, request: GrpcRequest<pb::SendMessageRequest>) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
+    async fn send_message(
+        &self,
+        request: GrpcRequest<pb::SendMessageRequest>,
+    ) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
         let t = Instant::now();
         let req = request.into_inner();
         let n = req.messages.len();
         let (status, mut entries) = self.send(req).await;
         if entries.is_empty() {
             // One entry per message, each with the failure, as clients read entries.
-            entries = (0..n.max(1)).map(|_| pb::SendResultEntry { status: Some(status.clone()), ..Default::default() }).collect();
+            entries = (0..n.max(1))
+                .map(|_| pb::SendResultEntry {
+                    status: Some(status.clone()),
+                    ..Default::default()
+                })
+                .collect();
         }
         self.metrics.send_latency.observe(t.elapsed());
         self.counted("SendMessage", &status);
-        Ok(Response::new(pb::SendMessageResponse { status: Some(status), entries }))
+        Ok(Response::new(pb::SendMessageResponse {
+            status: Some(status),
+            entries,
+        }))
     }
 
     async fn query_assignment(
@@ -502,17 +666,25 @@ impl MessagingService for Messaging {
     ) -> Result<Response<pb::QueryAssignmentResponse>, GrpcStatus> {
         let req = request.into_inner();
         let resp = match resource_name(req.topic.as_ref(), "topic") {
-            Err(s) => pb::QueryAssignmentResponse { status: Some(s), assignments: Vec::new() },
+            Err(s) => pb::QueryAssignmentResponse {
+                status: Some(s),
+                assignments: Vec::new(),
+            },
             Ok(topic) => match self.queues_of(&topic).await {
                 Ok(n) => pb::QueryAssignmentResponse {
                     status: Some(ok()),
                     assignments: self
                         .message_queues(&topic, n, req.endpoints.as_ref())
                         .into_iter()
-                        .map(|q| pb::Assignment { message_queue: Some(q) })
+                        .map(|q| pb::Assignment {
+                            message_queue: Some(q),
+                        })
                         .collect(),
                 },
-                Err(s) => pb::QueryAssignmentResponse { status: Some(s), assignments: Vec::new() },
+                Err(s) => pb::QueryAssignmentResponse {
+                    status: Some(s),
+                    assignments: Vec::new(),
+                },
             },
         };
         self.counted("QueryAssignment", resp.status.as_ref().expect("set"));
@@ -537,10 +709,15 @@ impl MessagingService for Messaging {
                 self.counted("", &s);
             }
         }
-        Ok(Response::new(Box::pin(tokio_stream::iter(out.into_iter().map(Ok)))))
+        Ok(Response::new(Box::pin(tokio_stream::iter(
+            out.into_iter().map(Ok),
+        ))))
     }
 
-    async fn ack_message(&self, request: GrpcRequest<pb::AckMessageRequest>) -> Result<Response<pb::AckMessageResponse>, GrpcStatus> {
+    async fn ack_message(
+        &self,
+        request: GrpcRequest<pb::AckMessageRequest>,
+    ) -> Result<Response<pb::AckMessageResponse>, GrpcStatus> {
         let resp = self.ack(request.into_inner()).await;
         self.counted("AckMessage", resp.status.as_ref().expect("set"));
         Ok(Response::new(resp))
@@ -552,7 +729,9 @@ impl MessagingService for Messaging {
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, GrpcStatus> {
         let s = self.forward_to_dlq(request.into_inner()).await;
         self.counted("ForwardMessageToDeadLetterQueue", &s);
-        Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse { status: Some(s) }))
+        Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
+            status: Some(s),
+        }))
     }
 
     async fn end_transaction(
@@ -563,7 +742,9 @@ impl MessagingService for Messaging {
         let s = Messaging::end_transaction(self, request.into_inner()).await;
         self.metrics.end_transaction_latency.observe(t.elapsed());
         self.counted("EndTransaction", &s);
-        Ok(Response::new(pb::EndTransactionResponse { status: Some(s) }))
+        Ok(Response::new(pb::EndTransactionResponse {
+            status: Some(s),
+        }))
     }
 
     type TelemetryStream = BoxStream<pb::TelemetryCommand>;
@@ -578,7 +759,9 @@ impl MessagingService for Messaging {
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel::<Result<pb::TelemetryCommand, GrpcStatus>>();
         let this = self.clone();
-        this.metrics.telemetry_streams.fetch_add(1, Ordering::Relaxed);
+        this.metrics
+            .telemetry_streams
+            .fetch_add(1, Ordering::Relaxed);
         tokio::spawn(async move {
             let (check_tx, mut check_rx) = mpsc::unbounded_channel();
             let mut producer = false;
@@ -632,7 +815,9 @@ impl MessagingService for Messaging {
                 info!(client = %client, conn, "producer disconnected");
                 this.core.producer_down(conn);
             }
-            this.metrics.telemetry_streams.fetch_sub(1, Ordering::Relaxed);
+            this.metrics
+                .telemetry_streams
+                .fetch_sub(1, Ordering::Relaxed);
         });
         let out: Self::TelemetryStream = Box::pin(UnboundedReceiverStream::new(rx));
         Ok(Response::new(out))
@@ -645,7 +830,9 @@ impl MessagingService for Messaging {
         debug!(client = %client_id(&request), "client terminated");
         let s = ok();
         self.counted("NotifyClientTermination", &s);
-        Ok(Response::new(pb::NotifyClientTerminationResponse { status: Some(s) }))
+        Ok(Response::new(pb::NotifyClientTerminationResponse {
+            status: Some(s),
+        }))
     }
 
     async fn change_invisible_duration(
@@ -653,7 +840,10 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, GrpcStatus> {
         let resp = self.change_invisible(request.into_inner()).await;
-        self.counted("ChangeInvisibleDuration", resp.status.as_ref().expect("set"));
+        self.counted(
+            "ChangeInvisibleDuration",
+            resp.status.as_ref().expect("set"),
+        );
         Ok(Response::new(resp))
     }
 }

@@ -46,7 +46,10 @@ impl Proc {
         std::thread::spawn(move || {
             for line in BufReader::new(stderr).lines().map_while(Result::ok) {
                 if let Some(i) = line.find("addr=") {
-                    let a: String = line[i + 5..].chars().take_while(|c| !c.is_whitespace()).collect();
+                    let a: String = line[i + 5..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
                     let _ = tx.send(a);
                 }
                 let mut g = l.lock().unwrap();
@@ -55,7 +58,11 @@ impl Proc {
             }
         });
         match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => Ok(Proc { child, log, addr: a.parse().unwrap() }),
+            Ok(a) => Ok(Proc {
+                child,
+                log,
+                addr: a.parse().unwrap(),
+            }),
             Err(_) => {
                 let _ = child.wait();
                 std::thread::sleep(Duration::from_millis(100));
@@ -75,7 +82,10 @@ impl Proc {
 
     /// SIGTERM; returns the exit status and the log.
     fn term(mut self) -> (std::process::ExitStatus, String) {
-        let ok = Command::new("kill").args(["-TERM", &self.child.id().to_string()]).status().unwrap();
+        let ok = Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
         assert!(ok.success());
         let status = self.child.wait().unwrap();
         std::thread::sleep(Duration::from_millis(100));
@@ -124,7 +134,11 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
             let mut ids = Vec::new();
             for j in 0..40 {
                 let id = format!("K{i}-{j}");
-                send_ok(&mut c, msg("Durable", &vec![b'x'; 3000], pb::MessageType::Normal, &id)).await;
+                send_ok(
+                    &mut c,
+                    msg("Durable", &vec![b'x'; 3000], pb::MessageType::Normal, &id),
+                )
+                .await;
                 ids.push(id);
             }
             ids
@@ -135,7 +149,11 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
         sent.extend(t.await.unwrap());
     }
     let mut c = connect(addr).await;
-    let half = send_ok(&mut c, msg("Halves", b"half", pb::MessageType::Transaction, "H1")).await;
+    let half = send_ok(
+        &mut c,
+        msg("Halves", b"half", pb::MessageType::Transaction, "H1"),
+    )
+    .await;
     p.kill9();
     // A torn write at the tail, as a power cut mid-append leaves it.
     let mut segs: Vec<_> = std::fs::read_dir(&data)
@@ -146,7 +164,12 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
     segs.sort();
     assert!(segs.len() > 1, "the test spans several segments");
     use std::io::Write as _;
-    std::fs::OpenOptions::new().append(true).open(segs.last().unwrap()).unwrap().write_all(&[0, 0, 1, 0, 0xda, 0xa3, 7, 7]).unwrap();
+    std::fs::OpenOptions::new()
+        .append(true)
+        .open(segs.last().unwrap())
+        .unwrap()
+        .write_all(&[0, 0, 1, 0, 0xda, 0xa3, 7, 7])
+        .unwrap();
 
     let p = Proc::start(&data, &["--config", cfg]);
     assert!(p.log().contains("log recovered"), "{}", p.log());
@@ -155,18 +178,41 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
     let got = drain(&mut c, "Durable", "G").await;
     let unique: HashSet<_> = got.iter().cloned().collect();
     assert_eq!(unique.len(), got.len(), "a message came twice");
-    assert_eq!(unique, sent, "every acknowledged message is back after kill -9");
+    assert_eq!(
+        unique, sent,
+        "every acknowledged message is back after kill -9"
+    );
 
     // The half is pending and parked (no producer yet) and shows in `rocklet admin pending`.
-    let out = Command::new(BIN).args(["admin", "--broker", &p.addr.to_string(), "pending"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["admin", "--broker", &p.addr.to_string(), "pending"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
-    assert!(text.contains(&half.transaction_id) && text.contains("Halves"), "{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains(&half.transaction_id) && text.contains("Halves"),
+        "{text}"
+    );
     // A producer of the topic connects: the half sent before the kill is checked.
     let mut producer = Telemetry::producer(&mut c, &["Halves"]).await;
-    let check = producer.next_check(Duration::from_secs(5)).await.expect("checked after restart");
+    let check = producer
+        .next_check(Duration::from_secs(5))
+        .await
+        .expect("checked after restart");
     assert_eq!(check.transaction_id, half.transaction_id);
-    let s = end_txn(&mut c, "Halves", &half.transaction_id, pb::TransactionResolution::Commit, pb::TransactionSource::SourceServerCheck).await;
+    let s = end_txn(
+        &mut c,
+        "Halves",
+        &half.transaction_id,
+        pb::TransactionResolution::Commit,
+        pb::TransactionSource::SourceServerCheck,
+    )
+    .await;
     assert_eq!(s.code, OK, "{}", s.message);
     assert_eq!(drain(&mut c, "Halves", "G").await, vec!["H1".to_string()]);
     drop(producer);
@@ -178,7 +224,10 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
 async fn sigterm_flushes_and_exits_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let p = Proc::start(&data, &["--flush", "async", "--flush-interval-ms", "600000"]);
+    let p = Proc::start(
+        &data,
+        &["--flush", "async", "--flush-interval-ms", "600000"],
+    );
     let mut c = connect(p.addr).await;
     send_ok(&mut c, msg("Term", b"t", pb::MessageType::Normal, "T1")).await;
     drop(c);
@@ -197,25 +246,48 @@ async fn a_second_broker_on_the_same_directory_exits_with_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
     let p = Proc::start(&data, &[]);
-    let out = Command::new(BIN).args(["broker", "--listen", "127.0.0.1:0", "--data-dir"]).arg(&data).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("in use by another process") && err.contains("--data-dir"), "{err}");
+    assert!(
+        err.contains("in use by another process") && err.contains("--data-dir"),
+        "{err}"
+    );
     let (status, _) = p.term();
     assert!(status.success());
 }
 
 #[test]
 fn help_documents_every_flag() {
-    let out = Command::new(BIN).args(["broker", "--help"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["broker", "--help"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
-    for flag in ["--data-dir", "--listen", "--flush", "--config", "--no-auto-create", "--metrics-listen", "--flush-interval-ms", "rocklet-data", "8081"] {
+    for flag in [
+        "--data-dir",
+        "--listen",
+        "--flush",
+        "--config",
+        "--no-auto-create",
+        "--metrics-listen",
+        "--flush-interval-ms",
+        "rocklet-data",
+        "8081",
+    ] {
         assert!(text.contains(flag), "`{flag}` missing from:\n{text}");
     }
     let out = Command::new(BIN).arg("--help").output().unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(text.contains("broker") && text.contains("admin"), "{text}");
-    let out = Command::new(BIN).args(["admin", "--help"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["admin", "--help"])
+        .output()
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout);
     for cmd in ["topics", "pending", "resolve"] {
         assert!(text.contains(cmd), "`{cmd}` missing from:\n{text}");
@@ -226,19 +298,30 @@ fn help_documents_every_flag() {
 fn a_bad_config_file_names_the_field() {
     let tmp = tempfile::tempdir().unwrap();
     let cfg = write_config(tmp.path(), "[core]\ntransaction_timout_ms = 5\n");
-    let out = Command::new(BIN).args(["broker", "--config"]).arg(&cfg).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["broker", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("transaction_timout_ms"), "{err}");
     let cfg = write_config(tmp.path(), "[core]\nsegment_size = 100\n");
-    let out = Command::new(BIN).args(["broker", "--config"]).arg(&cfg).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["broker", "--config"])
+        .arg(&cfg)
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("segment_size"));
 }
 
 #[test]
 fn admin_reports_an_unreachable_broker() {
-    let out = Command::new(BIN).args(["admin", "--broker", "127.0.0.1:1", "topics"]).output().unwrap();
+    let out = Command::new(BIN)
+        .args(["admin", "--broker", "127.0.0.1:1", "topics"])
+        .output()
+        .unwrap();
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the broker"));
 }

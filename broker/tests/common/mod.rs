@@ -19,13 +19,15 @@ pub type Client = MessagingServiceClient<Channel>;
 
 /// A broker with a fast transaction timeout and check interval.
 pub fn test_config(dir: &std::path::Path) -> BrokerConfig {
-    let mut cfg = BrokerConfig::default();
-    cfg.listen = "127.0.0.1:0".parse().unwrap();
-    cfg.data_dir = dir.to_path_buf();
+    let mut cfg = BrokerConfig {
+        listen: "127.0.0.1:0".parse().unwrap(),
+        data_dir: dir.to_path_buf(),
+        flush_interval_ms: 50,
+        ..BrokerConfig::default()
+    };
     cfg.core.segment_size = 1 << 24;
     cfg.core.transaction_timeout_ms = 300;
     cfg.core.transaction_check_interval_ms = 500;
-    cfg.flush_interval_ms = 50;
     cfg
 }
 
@@ -50,7 +52,11 @@ impl TestBroker {
         f(&mut cfg);
         let broker = server::start(cfg, clock).await.unwrap();
         let client = connect(broker.addr).await;
-        TestBroker { broker: Some(broker), dir, client }
+        TestBroker {
+            broker: Some(broker),
+            dir,
+            client,
+        }
     }
 
     pub fn addr(&self) -> std::net::SocketAddr {
@@ -66,15 +72,23 @@ impl TestBroker {
 }
 
 pub async fn connect(addr: std::net::SocketAddr) -> Client {
-    MessagingServiceClient::connect(format!("http://{addr}")).await.unwrap()
+    MessagingServiceClient::connect(format!("http://{addr}"))
+        .await
+        .unwrap()
 }
 
 pub fn res(name: &str) -> Option<pb::Resource> {
-    Some(pb::Resource { resource_namespace: String::new(), name: name.into() })
+    Some(pb::Resource {
+        resource_namespace: String::new(),
+        name: name.into(),
+    })
 }
 
 pub fn dur(ms: u64) -> prost_types::Duration {
-    prost_types::Duration { seconds: (ms / 1000) as i64, nanos: ((ms % 1000) * 1_000_000) as i32 }
+    prost_types::Duration {
+        seconds: (ms / 1000) as i64,
+        nanos: ((ms % 1000) * 1_000_000) as i32,
+    }
 }
 
 pub fn msg(topic: &str, body: &[u8], ty: pb::MessageType, id: &str) -> pb::Message {
@@ -95,7 +109,10 @@ pub fn msg(topic: &str, body: &[u8], ty: pb::MessageType, id: &str) -> pb::Messa
 pub const OK: i32 = pb::Code::Ok as i32;
 
 pub async fn send(c: &mut Client, messages: Vec<pb::Message>) -> pb::SendMessageResponse {
-    c.send_message(pb::SendMessageRequest { messages }).await.unwrap().into_inner()
+    c.send_message(pb::SendMessageRequest { messages })
+        .await
+        .unwrap()
+        .into_inner()
 }
 
 /// Sends one message and asserts it was stored; returns its entry.
@@ -111,11 +128,24 @@ pub struct Received {
     pub messages: Vec<pb::Message>,
 }
 
-pub async fn receive(c: &mut Client, topic: &str, group: &str, max: i32, invisible_ms: u64, poll_ms: u64) -> Received {
+pub async fn receive(
+    c: &mut Client,
+    topic: &str,
+    group: &str,
+    max: i32,
+    invisible_ms: u64,
+    poll_ms: u64,
+) -> Received {
     let req = pb::ReceiveMessageRequest {
         group: res(group),
-        message_queue: Some(pb::MessageQueue { topic: res(topic), ..Default::default() }),
-        filter_expression: Some(pb::FilterExpression { r#type: pb::FilterType::Tag as i32, expression: "*".into() }),
+        message_queue: Some(pb::MessageQueue {
+            topic: res(topic),
+            ..Default::default()
+        }),
+        filter_expression: Some(pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
         batch_size: max,
         invisible_duration: Some(dur(invisible_ms)),
         auto_renew: false,
@@ -123,7 +153,10 @@ pub async fn receive(c: &mut Client, topic: &str, group: &str, max: i32, invisib
         attempt_id: None,
     };
     let mut stream = c.receive_message(req).await.unwrap().into_inner();
-    let mut out = Received { status: pb::Status::default(), messages: Vec::new() };
+    let mut out = Received {
+        status: pb::Status::default(),
+        messages: Vec::new(),
+    };
     while let Some(r) = stream.next().await {
         match r.unwrap().content.unwrap() {
             pb::receive_message_response::Content::Status(s) => out.status = s,
@@ -135,11 +168,20 @@ pub async fn receive(c: &mut Client, topic: &str, group: &str, max: i32, invisib
 }
 
 pub fn handle(m: &pb::Message) -> String {
-    m.system_properties.as_ref().unwrap().receipt_handle.clone().unwrap()
+    m.system_properties
+        .as_ref()
+        .unwrap()
+        .receipt_handle
+        .clone()
+        .unwrap()
 }
 
 pub fn attempt(m: &pb::Message) -> i32 {
-    m.system_properties.as_ref().unwrap().delivery_attempt.unwrap()
+    m.system_properties
+        .as_ref()
+        .unwrap()
+        .delivery_attempt
+        .unwrap()
 }
 
 pub async fn ack(c: &mut Client, topic: &str, group: &str, m: &pb::Message) -> pb::Status {
@@ -151,7 +193,10 @@ pub async fn ack_handle(c: &mut Client, topic: &str, group: &str, h: &str) -> pb
         .ack_message(pb::AckMessageRequest {
             group: res(group),
             topic: res(topic),
-            entries: vec![pb::AckMessageEntry { message_id: String::new(), receipt_handle: h.into() }],
+            entries: vec![pb::AckMessageEntry {
+                message_id: String::new(),
+                receipt_handle: h.into(),
+            }],
         })
         .await
         .unwrap()
@@ -199,24 +244,43 @@ impl Telemetry {
             })),
             ..Default::default()
         };
-        tx.send(pb::TelemetryCommand { status: None, command: Some(pb::telemetry_command::Command::Settings(settings)) })
-            .await
-            .unwrap();
+        tx.send(pb::TelemetryCommand {
+            status: None,
+            command: Some(pb::telemetry_command::Command::Settings(settings)),
+        })
+        .await
+        .unwrap();
         let mut req = tonic::Request::new(ReceiverStream::new(rx));
-        req.metadata_mut().insert("x-mq-client-id", "test-producer".parse().unwrap());
+        req.metadata_mut()
+            .insert("x-mq-client-id", "test-producer".parse().unwrap());
         let mut inbound = c.telemetry(req).await.unwrap().into_inner();
         // The settings reply.
-        let first = tokio::time::timeout(Duration::from_secs(5), inbound.next()).await.unwrap().unwrap().unwrap();
-        assert!(matches!(first.command, Some(pb::telemetry_command::Command::Settings(_))));
+        let first = tokio::time::timeout(Duration::from_secs(5), inbound.next())
+            .await
+            .unwrap()
+            .unwrap()
+            .unwrap();
+        assert!(matches!(
+            first.command,
+            Some(pb::telemetry_command::Command::Settings(_))
+        ));
         Telemetry { tx, inbound }
     }
 
     /// The next transaction check within `within`.
-    pub async fn next_check(&mut self, within: Duration) -> Option<pb::RecoverOrphanedTransactionCommand> {
+    pub async fn next_check(
+        &mut self,
+        within: Duration,
+    ) -> Option<pb::RecoverOrphanedTransactionCommand> {
         let deadline = tokio::time::Instant::now() + within;
         loop {
-            let next = tokio::time::timeout_at(deadline, self.inbound.next()).await.ok()??.ok()?;
-            if let Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(c)) = next.command {
+            let next = tokio::time::timeout_at(deadline, self.inbound.next())
+                .await
+                .ok()??
+                .ok()?;
+            if let Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(c)) =
+                next.command
+            {
                 return Some(c);
             }
         }
