@@ -330,6 +330,8 @@ pub struct Broker<S: Storage> {
     notify: Vec<u32>,
     buf: Vec<u8>,
     recovering: bool,
+    /// Under async flush: when the appended bytes must be synced.
+    flush_due: Option<Millis>,
     report: RecoveryReport,
     stats: Stats,
     next_id: u64,
@@ -414,6 +416,7 @@ impl<S: Storage> Broker<S> {
             notify: Vec::new(),
             buf: Vec::new(),
             recovering: true,
+            flush_due: None,
             report: RecoveryReport::default(),
             stats: Stats::default(),
             next_id: 1 << 63,
@@ -598,6 +601,31 @@ impl<S: Storage> Broker<S> {
             .unwrap_or_default()
     }
 
+    /// Visible messages of a queue from `from` on (at most `max`), for tools and test
+    /// assertions: reads without a consumer group and changes nothing.
+    pub fn browse(
+        &mut self,
+        topic_name: &str,
+        queue_id: u32,
+        from: u64,
+        max: usize,
+    ) -> Res<Vec<Message>, S> {
+        let Some(q) = self.queue_index(topic_name, queue_id) else {
+            return Ok(Vec::new());
+        };
+        let visible = self.queues[q as usize].visible as u64;
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < visible && out.len() < max {
+            let unit = self.queues[q as usize].units[at as usize];
+            if let Some(m) = self.read_message(q, at, unit)? {
+                out.push(m);
+            }
+            at += 1;
+        }
+        Ok(out)
+    }
+
     /// Raw records from `offset` on (at most `max`), each as (offset, bytes): for tools that
     /// show the log. Blanks are skipped.
     pub fn raw_records(&mut self, mut offset: u64, max: usize) -> Res<Vec<(u64, Vec<u8>)>, S> {
@@ -680,6 +708,7 @@ impl<S: Storage> Broker<S> {
     /// Makes everything appended durable; releases held replies and makes their messages
     /// visible.
     pub fn sync(&mut self) -> Res<(), S> {
+        self.flush_due = None;
         if self.log.synced() < self.log.end() {
             self.log.sync().map_err(Error::Storage)?;
             self.stats.syncs += 1;
@@ -703,6 +732,19 @@ impl<S: Storage> Broker<S> {
     pub fn handle_timeout(&mut self, now: Millis) -> Res<(), S> {
         self.now = self.now.max(now);
         let now = self.now;
+        let before = self.log.end();
+        self.fire_timers(now)?;
+        match self.cfg.flush {
+            // What timers wrote (deliveries, checks, dead letters) is synced here: no host
+            // request waits on it to make it durable and visible.
+            FlushMode::Sync if self.log.end() > before => self.sync()?,
+            FlushMode::Async if self.flush_due.is_some_and(|d| d <= now) => self.sync()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn fire_timers(&mut self, now: Millis) -> Res<(), S> {
         loop {
             let t = self.txns.next_deadline().unwrap_or(Millis::MAX);
             let d = self.delays.next_deadline().unwrap_or(Millis::MAX);
@@ -743,7 +785,7 @@ impl<S: Storage> Broker<S> {
         let t = self.txns.next_deadline().filter(|&d| d != PARKED);
         let d = self.delays.next_deadline();
         let p = self.pop_timers.peek().map(|Reverse(x)| x.0);
-        [t, d, p].into_iter().flatten().min()
+        [t, d, p, self.flush_due].into_iter().flatten().min()
     }
 
     /// The next output.
@@ -1696,6 +1738,9 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = self.log.append(at, &buf) {
             self.buf = buf;
             return Err(Error::Storage(e));
+        }
+        if self.cfg.flush == FlushMode::Async && self.flush_due.is_none() {
+            self.flush_due = Some(self.now.saturating_add(self.cfg.flush_interval_ms));
         }
         let mut pos = 0;
         for (i, &(off, _)) in placed.iter().enumerate() {

@@ -54,6 +54,12 @@ pub struct Config {
     pub max_delivery_attempts: u32,
     /// Largest invisible duration a receive may ask for (12 h, as RocketMQ's pop).
     pub max_invisible_ms: Millis,
+    /// Invisible duration for hosts whose API lets a consumer leave it out (30 s).
+    pub default_invisible_ms: Millis,
+    /// Under async flush, how long appended bytes may wait for an fsync
+    /// (RocketMQ's flushIntervalCommitLog: 500 ms). The broker schedules it itself:
+    /// [`Broker::poll_timeout`](crate::Broker::poll_timeout) includes it.
+    pub flush_interval_ms: Millis,
     /// Emit [`Output::Available`](crate::Output::Available) when a queue gets a visible message
     /// (hosts with long polling set this).
     pub notify_available: bool,
@@ -86,6 +92,8 @@ impl Default for Config {
             delay_levels: DEFAULT_DELAY_LEVELS.to_vec(),
             max_delivery_attempts: 16,
             max_invisible_ms: 12 * 3_600_000,
+            default_invisible_ms: 30_000,
+            flush_interval_ms: 500,
             notify_available: false,
             trace: false,
             store_host: StoreHost {
@@ -161,6 +169,15 @@ impl Config {
         }
         if self.delay_levels.windows(2).any(|w| w[0] > w[1]) {
             return err("delay_levels", "levels must not decrease".into());
+        }
+        if self.default_invisible_ms == 0 || self.default_invisible_ms > self.max_invisible_ms {
+            return err(
+                "default_invisible_ms",
+                format!(
+                    "{} is not within 1..=max_invisible_ms",
+                    self.default_invisible_ms
+                ),
+            );
         }
         if self.max_delivery_attempts == 0 {
             return err("max_delivery_attempts", "must be at least 1".into());

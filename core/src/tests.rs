@@ -500,3 +500,64 @@ fn storage_failure_keeps_due_work() {
     assert_eq!(sim.checks.len(), 1);
     assert_eq!(bodies(&mut sim, "T"), vec!["x"]);
 }
+
+#[test]
+fn async_flush_is_scheduled_by_the_core() {
+    let mut b = Broker::open(cfg(), CrashStorage::new(), 0).unwrap();
+    assert_eq!(b.poll_timeout(), None);
+    b.execute(
+        10,
+        Request::Send {
+            messages: vec![NewMessage::new("T", "a")],
+        },
+    )
+    .unwrap();
+    assert_eq!(
+        b.poll_timeout(),
+        Some(510),
+        "flush_interval_ms after the first unsynced write"
+    );
+    b.execute(
+        20,
+        Request::Send {
+            messages: vec![NewMessage::new("T", "b")],
+        },
+    )
+    .unwrap();
+    assert_eq!(b.poll_timeout(), Some(510));
+    assert_eq!(b.storage().syncs, 0);
+    b.handle_timeout(510).unwrap();
+    assert_eq!(b.storage().syncs, 1);
+    assert_eq!(b.poll_timeout(), None);
+    assert_eq!(
+        b.browse("T", 0, 0, 10).unwrap().len()
+            + b.browse("T", 1, 0, 10).unwrap().len()
+            + b.browse("T", 2, 0, 10).unwrap().len()
+            + b.browse("T", 3, 0, 10).unwrap().len(),
+        2
+    );
+}
+
+#[test]
+fn sync_flush_syncs_what_timers_write() {
+    let mut b = Broker::open(
+        Config {
+            flush: FlushMode::Sync,
+            ..cfg()
+        },
+        CrashStorage::new(),
+        0,
+    )
+    .unwrap();
+    let m = NewMessage::new("T", "later").with_delay(Delay::At(1_000));
+    b.execute(0, Request::Send { messages: vec![m] }).unwrap();
+    let syncs = b.storage().syncs;
+    b.handle_timeout(1_000).unwrap();
+    assert_eq!(b.storage().syncs, syncs + 1);
+    let visible: u64 = b
+        .topics()
+        .iter()
+        .flat_map(|t| t.queues.iter().map(|q| q.2))
+        .sum();
+    assert_eq!(visible, 1, "the delivered message is durable and visible");
+}
