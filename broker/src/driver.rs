@@ -53,9 +53,13 @@ pub enum Command {
     /// A producer's telemetry stream declared (or re-declared) the topics it publishes to.
     ProducerUp {
         conn: u64,
+        client: String,
         topics: Vec<String>,
         checks: tmpsc::UnboundedSender<CheckRequest>,
     },
+    /// A client sends a transactional message to `topic`: its telemetry streams can answer
+    /// checks for the topic even if their settings did not list it.
+    ProducerSends { client: String, topic: String },
     /// A producer's telemetry stream closed.
     ProducerDown { conn: u64 },
     /// Run a closure with the broker.
@@ -76,6 +80,11 @@ impl std::fmt::Debug for Command {
                 .debug_struct("ProducerUp")
                 .field("conn", conn)
                 .field("topics", topics)
+                .finish(),
+            Command::ProducerSends { client, topic } => f
+                .debug_struct("ProducerSends")
+                .field("client", client)
+                .field("topic", topic)
                 .finish(),
             Command::ProducerDown { conn } => {
                 f.debug_struct("ProducerDown").field("conn", conn).finish()
@@ -165,14 +174,21 @@ impl CoreHandle {
     pub fn producer_up(
         &self,
         conn: u64,
+        client: String,
         topics: Vec<String>,
         checks: tmpsc::UnboundedSender<CheckRequest>,
     ) {
         let _ = self.send(Command::ProducerUp {
             conn,
+            client,
             topics,
             checks,
         });
+    }
+
+    /// A client is about to send a transactional message to `topic`.
+    pub fn producer_sends(&self, client: String, topic: String) {
+        let _ = self.send(Command::ProducerSends { client, topic });
     }
 
     /// A producer connection closed.
@@ -195,6 +211,7 @@ impl CoreHandle {
 }
 
 struct Producer {
+    client: String,
     topics: Vec<String>,
     checks: tmpsc::UnboundedSender<CheckRequest>,
 }
@@ -362,12 +379,32 @@ impl Driver {
             }
             Command::ProducerUp {
                 conn,
+                client,
                 topics,
                 checks,
             } => {
                 debug!(conn, ?topics, "producer online");
-                self.producers.insert(conn, Producer { topics, checks });
+                self.producers.insert(
+                    conn,
+                    Producer {
+                        client,
+                        topics,
+                        checks,
+                    },
+                );
                 self.update_online(now);
+            }
+            Command::ProducerSends { client, topic } => {
+                let mut changed = false;
+                for p in self.producers.values_mut() {
+                    if p.client == client && !p.topics.contains(&topic) {
+                        p.topics.push(topic.clone());
+                        changed = true;
+                    }
+                }
+                if changed {
+                    self.update_online(now);
+                }
             }
             Command::ProducerDown { conn } => {
                 if self.producers.remove(&conn).is_some() {

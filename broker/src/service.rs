@@ -146,7 +146,11 @@ impl Messaging {
             .collect()
     }
 
-    async fn send(&self, req: pb::SendMessageRequest) -> (Status, Vec<pb::SendResultEntry>) {
+    async fn send(
+        &self,
+        req: pb::SendMessageRequest,
+        client: String,
+    ) -> (Status, Vec<pb::SendResultEntry>) {
         let n = req.messages.len();
         if n == 0 {
             return (bad_request("SendMessage holds no message"), Vec::new());
@@ -195,6 +199,10 @@ impl Messaging {
                 );
             }
             let (message, immunity, _) = converted.pop().expect("one message");
+            if !client.is_empty() {
+                // This client's telemetry stream can answer checks of the topic.
+                self.core.producer_sends(client, message.topic.clone());
+            }
             Request::Prepare {
                 group: txn_group(&message.topic),
                 message,
@@ -640,9 +648,10 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
         let t = Instant::now();
+        let client = client_id(&request);
         let req = request.into_inner();
         let n = req.messages.len();
-        let (status, mut entries) = self.send(req).await;
+        let (status, mut entries) = self.send(req, client).await;
         if entries.is_empty() {
             // One entry per message, each with the failure, as clients read entries.
             entries = (0..n.max(1))
@@ -788,7 +797,8 @@ impl MessagingService for Messaging {
                                 });
                                 if let Some(topics) = topics {
                                     info!(client = %client, conn, ?topics, "producer connected");
-                                    this.core.producer_up(conn, topics, check_tx.clone());
+                                    this.core
+                                        .producer_up(conn, client.clone(), topics, check_tx.clone());
                                     producer = true;
                                 } else {
                                     debug!(client = %client, conn, "consumer connected");

@@ -924,3 +924,23 @@ async fn telemetry_answers_settings_twice_and_stays_open() {
     assert!(more.is_err(), "stream ended or sent more: {more:?}");
     b.stop().await;
 }
+
+#[tokio::test]
+async fn a_producer_that_did_not_declare_the_topic_is_checked_after_sending_to_it() {
+    let mut b = TestBroker::start().await;
+    let mut producer = Telemetry::producer_as(&mut b.client, "late-declarer", &[]).await;
+    let mut req = tonic::Request::new(pb::SendMessageRequest {
+        messages: vec![msg("LateTopic", b"l", pb::MessageType::Transaction, "L1")],
+    });
+    req.metadata_mut()
+        .insert("x-mq-client-id", "late-declarer".parse().unwrap());
+    let r = b.client.send_message(req).await.unwrap().into_inner();
+    assert_eq!(r.status.unwrap().code, OK);
+    let txn = r.entries[0].transaction_id.clone();
+    let check = producer
+        .next_check(Duration::from_secs(5))
+        .await
+        .expect("checked");
+    assert_eq!(check.transaction_id, txn);
+    b.stop().await;
+}

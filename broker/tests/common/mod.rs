@@ -235,6 +235,10 @@ pub struct Telemetry {
 
 impl Telemetry {
     pub async fn producer(c: &mut Client, topics: &[&str]) -> Telemetry {
+        Self::producer_as(c, "test-producer", topics).await
+    }
+
+    pub async fn producer_as(c: &mut Client, client: &str, topics: &[&str]) -> Telemetry {
         let (tx, rx) = mpsc::channel(16);
         let settings = pb::Settings {
             client_type: Some(pb::ClientType::Producer as i32),
@@ -252,7 +256,7 @@ impl Telemetry {
         .unwrap();
         let mut req = tonic::Request::new(ReceiverStream::new(rx));
         req.metadata_mut()
-            .insert("x-mq-client-id", "test-producer".parse().unwrap());
+            .insert("x-mq-client-id", client.parse().unwrap());
         let mut inbound = c.telemetry(req).await.unwrap().into_inner();
         // The settings reply.
         let first = tokio::time::timeout(Duration::from_secs(5), inbound.next())
