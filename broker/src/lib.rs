@@ -10,8 +10,10 @@
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`server`]: opening the data directory and running everything until a signal.
+//! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
 
 pub mod admin;
+pub mod bench;
 pub mod clock;
 pub mod config;
 pub mod convert;

@@ -27,6 +27,25 @@ struct Cli {
 enum Cmd {
     /// Run the broker (stops cleanly on SIGINT/SIGTERM after flushing the log).
     Broker(BrokerArgs),
+    /// Measure end-to-end sends (or transactions) over gRPC against an in-process broker on a
+    /// scratch data directory.
+    Bench {
+        /// Flush mode of the measured broker.
+        #[arg(long, value_enum, default_value = "sync")]
+        flush: Flush,
+        /// Concurrent clients.
+        #[arg(long, default_value_t = 16)]
+        clients: usize,
+        /// Messages in all.
+        #[arg(long, default_value_t = 20_000)]
+        messages: usize,
+        /// Body size in bytes.
+        #[arg(long, default_value_t = 1024)]
+        size: usize,
+        /// Send each message as a transaction and commit it.
+        #[arg(long)]
+        transactional: bool,
+    },
     /// Talk to a running broker.
     Admin {
         /// The broker's gRPC address.
@@ -162,6 +181,26 @@ fn main() -> ExitCode {
                 Ok(cfg) => rt.block_on(server::run_until_signal(cfg, Arc::new(SystemClock))),
                 Err(e) => Err(e),
             }
+        }
+        Cmd::Bench {
+            flush,
+            clients,
+            messages,
+            size,
+            transactional,
+        } => {
+            let args = rocklet_broker::bench::BenchArgs {
+                flush: match flush {
+                    Flush::Sync => FlushMode::Sync,
+                    Flush::Async => FlushMode::Async,
+                },
+                clients,
+                messages,
+                size,
+                transactional,
+            };
+            rt.block_on(rocklet_broker::bench::run(args))
+                .map(|report| print!("{report}"))
         }
         Cmd::Admin { broker, command } => rt.block_on(async {
             let out = match command {

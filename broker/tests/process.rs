@@ -325,3 +325,28 @@ fn admin_reports_an_unreachable_broker() {
     assert!(!out.status.success());
     assert!(String::from_utf8_lossy(&out.stderr).contains("cannot reach the broker"));
 }
+
+#[test]
+fn bench_reports_throughput_and_fsyncs() {
+    let out = Command::new(BIN)
+        .args([
+            "bench",
+            "--clients",
+            "4",
+            "--messages",
+            "40",
+            "--size",
+            "100",
+            "--transactional",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.starts_with("40 transactions"), "{text}");
+    assert!(text.contains("fsyncs") && text.contains("p99"), "{text}");
+}
