@@ -72,8 +72,16 @@ pub fn fix_record(buf: &mut [u8], phys: Option<u64>) {
         buf[28..36].copy_from_slice(&p.to_be_bytes());
     }
     let sys = be32(buf, 36);
-    let hb = if sys & record::sys_flag::BORNHOST_V6 != 0 { 20 } else { 8 };
-    let hs = if sys & record::sys_flag::STOREHOST_V6 != 0 { 20 } else { 8 };
+    let hb = if sys & record::sys_flag::BORNHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let hs = if sys & record::sys_flag::STOREHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
     let fixed = record::FIXED_LEN_V4 - 16 + hb + hs;
     if len < fixed + CRC_RESERVED {
         return;
@@ -168,7 +176,10 @@ pub fn props_decode(data: &[u8]) {
     }
     let consumed_all = again.len() == data.len();
     if valid {
-        assert!(consumed_all, "valid properties, iteration stopped early: {pairs:?}");
+        assert!(
+            consumed_all,
+            "valid properties, iteration stopped early: {pairs:?}"
+        );
         assert_eq!(again, data, "valid properties do not serialize back");
     }
     let well_formed = pairs
@@ -270,8 +281,13 @@ pub fn batch_decode(data: &[u8]) {
     let mut mem = MemStorage::new();
     mem.set_segment(0, seg);
     let mut b = Broker::open(test_config(), mem, 10_000).expect("memory storage cannot fail");
-    let kept = b.raw_records(0, usize::MAX).expect("memory storage cannot fail");
-    assert!(kept.len() <= recs.len(), "more records recovered than written");
+    let kept = b
+        .raw_records(0, usize::MAX)
+        .expect("memory storage cannot fail");
+    assert!(
+        kept.len() <= recs.len(),
+        "more records recovered than written"
+    );
     for (j, (off, bytes)) in kept.iter().enumerate() {
         let (s, e, _) = recs[j];
         assert_eq!(*off, s, "recovered record {j} is not at its place");
@@ -291,7 +307,10 @@ pub fn batch_decode(data: &[u8]) {
         );
         if let Some(l) = last {
             if recs[l].1 <= damaged_at {
-                assert!(whole, "intact group {first}..={l} before the damage was cut");
+                assert!(
+                    whole,
+                    "intact group {first}..={l} before the damage was cut"
+                );
             }
         }
     }
@@ -316,7 +335,11 @@ pub fn log_recovery(data: &[u8]) {
     let bases: Vec<u64> = core::iter::once(0).chain(second_base).collect();
     for (si, &base) in bases.iter().enumerate() {
         let mut seg: Vec<u8> = Vec::new();
-        let chunks = if si + 1 == bases.len() { 64 } else { 1 + r.u8() % 8 };
+        let chunks = if si + 1 == bases.len() {
+            64
+        } else {
+            1 + r.u8() % 8
+        };
         for _ in 0..chunks {
             if r.is_empty() {
                 break;
@@ -351,7 +374,10 @@ fn after_open_send_and_reopen(mut b: Broker<MemStorage>) {
             },
         )
         .expect("memory storage cannot fail");
-    assert!(matches!(reply, Reply::Sent(_)), "send after recovery: {reply:?}");
+    assert!(
+        matches!(reply, Reply::Sent(_)),
+        "send after recovery: {reply:?}"
+    );
     while b.poll_output().is_some() {}
     b.sync().expect("memory storage cannot fail");
     let topics = b.topics();
@@ -367,6 +393,10 @@ fn after_open_send_and_reopen(mut b: Broker<MemStorage>) {
     );
     assert_eq!(b2.log_end(), end, "log end moved on reopen");
     assert_eq!(b2.topics(), topics, "topics differ after reopen");
-    assert_eq!(b2.pending_transaction_count(), txns, "pending transactions differ");
+    assert_eq!(
+        b2.pending_transaction_count(),
+        txns,
+        "pending transactions differ"
+    );
     assert_eq!(b2.pending_delay_count(), delays, "pending delays differ");
 }

@@ -65,22 +65,50 @@ pub enum Forge {
 
 #[derive(Arbitrary, Debug, Clone, Copy)]
 pub enum Op {
-    Send { topic: bool, delay: Option<DelayOp> },
-    Batch { topic: bool, n: u8 },
-    Prepare { topic: bool, immunity_s: Option<u8> },
-    End { pick: TxnPick, res: Res },
+    Send {
+        topic: bool,
+        delay: Option<DelayOp>,
+    },
+    Batch {
+        topic: bool,
+        n: u8,
+    },
+    Prepare {
+        topic: bool,
+        immunity_s: Option<u8>,
+    },
+    End {
+        pick: TxnPick,
+        res: Res,
+    },
     /// The producer group comes online answering this, or goes offline.
     Checker(Option<Res>),
-    Receive { max: u8, invisible_ms: u16 },
-    Ack { pick: u8, forge: Option<Forge> },
-    ChangeInvisible { pick: u8, ms: u16 },
-    Pull { group: bool, topic: bool, queue: bool, max: u8 },
+    Receive {
+        max: u8,
+        invisible_ms: u16,
+    },
+    Ack {
+        pick: u8,
+        forge: Option<Forge>,
+    },
+    ChangeInvisible {
+        pick: u8,
+        ms: u16,
+    },
+    Pull {
+        group: bool,
+        topic: bool,
+        queue: bool,
+        max: u8,
+    },
     Advance(u16),
     AdvanceLong(u8),
     /// Power loss: reopen over the durable image.
     Crash,
     /// The next send runs with appends (or syncs) failing.
-    FaultySend { syncs: bool },
+    FaultySend {
+        syncs: bool,
+    },
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -191,7 +219,10 @@ impl Harness {
                 c.txn,
                 self.txns[i].state
             );
-            assert_eq!(c.message.body, self.txns[i].body, "check carries another body");
+            assert_eq!(
+                c.message.body, self.txns[i].body,
+                "check carries another body"
+            );
             let req = Request::EndTransaction {
                 txn: c.txn,
                 resolution: answer.into(),
@@ -212,26 +243,42 @@ impl Harness {
     fn ended(&mut self, i: usize, res: Res, reply: &Reply) {
         let t = &mut self.txns[i];
         match (t.state, reply) {
-            (TxnState::Pending | TxnState::Unsure, Reply::Ended { duplicate: false, .. }) => {
-                match res {
-                    Res::Commit => t.state = TxnState::Committed,
-                    Res::Rollback => t.state = TxnState::RolledBack,
-                    Res::Unknown => {}
-                }
-            }
+            (
+                TxnState::Pending | TxnState::Unsure,
+                Reply::Ended {
+                    duplicate: false, ..
+                },
+            ) => match res {
+                Res::Commit => t.state = TxnState::Committed,
+                Res::Rollback => t.state = TxnState::RolledBack,
+                Res::Unknown => {}
+            },
             (TxnState::Pending, Reply::Error(ClientError::TransactionAlreadyResolved { .. })) => {
                 // Moved to the check-max topic without the model seeing it.
                 t.state = TxnState::Unsure;
             }
-            (TxnState::Committed, Reply::Ended { duplicate: true, .. })
-                if !matches!(res, Res::Rollback) => {}
-            (TxnState::RolledBack, Reply::Ended { duplicate: true, .. })
-                if !matches!(res, Res::Commit) => {}
+            (
+                TxnState::Committed,
+                Reply::Ended {
+                    duplicate: true, ..
+                },
+            ) if !matches!(res, Res::Rollback) => {}
+            (
+                TxnState::RolledBack,
+                Reply::Ended {
+                    duplicate: true, ..
+                },
+            ) if !matches!(res, Res::Commit) => {}
             (
                 TxnState::Committed | TxnState::RolledBack | TxnState::Unsure,
                 Reply::Error(ClientError::TransactionAlreadyResolved { .. }),
             ) => {}
-            (TxnState::Unsure, Reply::Ended { duplicate: true, .. }) => {}
+            (
+                TxnState::Unsure,
+                Reply::Ended {
+                    duplicate: true, ..
+                },
+            ) => {}
             (s, r) => panic!("END {res:?} of a {s:?} transaction {} answered {r:?}", t.id),
         }
     }
@@ -279,9 +326,10 @@ impl Harness {
                 };
                 (Some(Delay::Level(l)), due)
             }
-            Some(DelayOp::After(ms)) => {
-                (Some(Delay::After(u64::from(ms))), Some(self.now + u64::from(ms)))
-            }
+            Some(DelayOp::After(ms)) => (
+                Some(Delay::After(u64::from(ms))),
+                Some(self.now + u64::from(ms)),
+            ),
             Some(DelayOp::At(d)) => {
                 let at = self.now.saturating_add_signed(i64::from(d));
                 (Some(Delay::At(at)), Some(at.max(self.now)))
@@ -370,9 +418,10 @@ impl Harness {
                         let i = usize::from(i) % self.txns.len();
                         (self.txns[i].id, Some(i))
                     }
-                    TxnPick::NotAHalf(i) if !self.normal_offsets.is_empty() => {
-                        (TxnId(self.normal_offsets[usize::from(i) % self.normal_offsets.len()]), None)
-                    }
+                    TxnPick::NotAHalf(i) if !self.normal_offsets.is_empty() => (
+                        TxnId(self.normal_offsets[usize::from(i) % self.normal_offsets.len()]),
+                        None,
+                    ),
                     TxnPick::Bogus(id) => match self.txns.iter().position(|t| t.id.0 == id) {
                         Some(i) => (TxnId(id), Some(i)),
                         None => (TxnId(id), None),
