@@ -60,6 +60,11 @@ impl Messaging {
 
     fn counted(&self, rpc: &str, s: &Status) {
         self.metrics.request(rpc);
+        self.refused(rpc, s);
+    }
+
+    /// Counts and logs a non-OK answer.
+    fn refused(&self, rpc: &str, s: &Status) {
         if s.code != Code::Ok as i32 {
             self.metrics.request_errors.fetch_add(1, Ordering::Relaxed);
             debug!(rpc, code = s.code, message = %s.message, "request refused");
@@ -706,16 +711,15 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, GrpcStatus> {
+        self.metrics.request("ReceiveMessage");
         let timeout = grpc_timeout_ms(&request);
         let out = self.receive(request.into_inner(), timeout).await;
-        let first = out.first().and_then(|r| match &r.content {
-            Some(pb::receive_message_response::Content::Status(s)) => Some(s.clone()),
-            _ => None,
-        });
-        if let Some(s) = first {
-            self.metrics.request("ReceiveMessage");
-            if s.code != Code::Ok as i32 && s.code != Code::MessageNotFound as i32 {
-                self.counted("", &s);
+        if let Some(pb::receive_message_response::Content::Status(s)) =
+            out.first().and_then(|r| r.content.as_ref())
+        {
+            // An empty long poll is not a refusal.
+            if s.code != Code::MessageNotFound as i32 {
+                self.refused("ReceiveMessage", s);
             }
         }
         Ok(Response::new(Box::pin(tokio_stream::iter(

@@ -944,3 +944,103 @@ async fn a_producer_that_did_not_declare_the_topic_is_checked_after_sending_to_i
     assert_eq!(check.transaction_id, txn);
     b.stop().await;
 }
+
+/// Sends raw bytes as a request body: what a broken client or a fuzzer sends.
+#[derive(Debug, Clone, Copy)]
+struct RawCodec;
+
+impl tonic::codec::Codec for RawCodec {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = RawCodec;
+    type Decoder = RawCodec;
+    fn encoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+    fn decoder(&mut self) -> RawCodec {
+        RawCodec
+    }
+}
+
+impl tonic::codec::Encoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        dst: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(dst, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for RawCodec {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        src: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let n = bytes::Buf::remaining(src);
+        Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+    }
+}
+
+#[tokio::test]
+async fn undecodable_requests_get_a_grpc_status_and_the_broker_keeps_serving() {
+    let mut b = TestBroker::start().await;
+    let channel = tonic::transport::Channel::from_shared(format!("http://{}", b.addr()))
+        .unwrap()
+        .connect()
+        .await
+        .unwrap();
+    let mut raw = tonic::client::Grpc::new(channel);
+    for (path, body) in [
+        (
+            "/apache.rocketmq.v2.MessagingService/SendMessage",
+            vec![0xff, 0xff, 0xff],
+        ),
+        (
+            "/apache.rocketmq.v2.MessagingService/EndTransaction",
+            vec![0x0a, 0x10, 0x01],
+        ),
+        (
+            "/apache.rocketmq.v2.MessagingService/AckMessage",
+            vec![0x1a, 0x05, 0x0a, 0x7f],
+        ),
+    ] {
+        raw.ready().await.unwrap();
+        let e = raw
+            .unary::<Vec<u8>, Vec<u8>, _>(
+                tonic::Request::new(body),
+                path.parse().unwrap(),
+                RawCodec,
+            )
+            .await
+            .unwrap_err();
+        assert!(
+            e.message().to_lowercase().contains("decode"),
+            "{path}: {e:?}"
+        );
+    }
+    // An RPC the broker does not serve.
+    raw.ready().await.unwrap();
+    let e = raw
+        .unary::<Vec<u8>, Vec<u8>, _>(
+            tonic::Request::new(Vec::new()),
+            "/apache.rocketmq.v2.MessagingService/PullMessage"
+                .parse()
+                .unwrap(),
+            RawCodec,
+        )
+        .await
+        .unwrap_err();
+    assert_eq!(e.code(), tonic::Code::Unimplemented);
+    send_ok(
+        &mut b.client,
+        msg("StillUp", b"ok", pb::MessageType::Normal, "S1"),
+    )
+    .await;
+    b.stop().await;
+}
