@@ -3,12 +3,12 @@
 //! ```toml
 //! listen = "127.0.0.1:8081"          # RocketMQ 5 gRPC (and the admin service)
 //! data_dir = "./rocklet-data"
-//! flush_interval_ms = 500            # async flush: fsync at this interval
 //! metrics_listen = "127.0.0.1:9100"  # Prometheus text at /metrics (off when absent)
 //! max_long_polling_ms = 30000        # longest a ReceiveMessage waits for a message
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
+//! flush_interval_ms = 500            # async flush: fsync at this interval
 //! segment_size = 1073741824
 //! transaction_timeout_ms = 6000
 //! transaction_check_interval_ms = 30000
@@ -82,7 +82,6 @@ pub struct TopicDecl {
 pub struct FileConfig {
     pub listen: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
-    pub flush_interval_ms: Option<Millis>,
     pub metrics_listen: Option<SocketAddr>,
     pub max_long_polling_ms: Option<Millis>,
     pub core: CoreConfig,
@@ -108,8 +107,6 @@ impl FileConfig {
 pub struct BrokerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
-    /// Interval between fsyncs under async flush.
-    pub flush_interval_ms: Millis,
     pub metrics_listen: Option<SocketAddr>,
     /// Longest a ReceiveMessage long poll waits.
     pub max_long_polling_ms: Millis,
@@ -134,7 +131,6 @@ impl BrokerConfig {
             data_dir: f
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
-            flush_interval_ms: f.flush_interval_ms.unwrap_or(500),
             metrics_listen: f.metrics_listen,
             max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
             core: f.core,
@@ -145,7 +141,7 @@ impl BrokerConfig {
     /// Checks what cannot work, with a message naming the field.
     pub fn validate(&self) -> Result<(), String> {
         self.core.validate().map_err(|e| e.to_string())?;
-        if self.flush_interval_ms == 0 {
+        if self.core.flush_interval_ms == 0 {
             return Err("invalid config `flush_interval_ms`: must be above 0".into());
         }
         if self.max_long_polling_ms == 0 {
@@ -191,9 +187,9 @@ mod tests {
         let f = FileConfig::parse(
             r#"
             listen = "127.0.0.1:9999"
-            flush_interval_ms = 100
             [core]
             flush = "sync"
+            flush_interval_ms = 100
             transaction_timeout_ms = 1000
             delay_levels = [1000, 2000]
             [[topics]]
@@ -205,7 +201,7 @@ mod tests {
         .unwrap();
         let c = BrokerConfig::from_file(f);
         assert_eq!(c.listen.port(), 9999);
-        assert_eq!(c.flush_interval_ms, 100);
+        assert_eq!(c.core.flush_interval_ms, 100);
         assert_eq!(c.core.flush, rocklet_core::FlushMode::Sync);
         assert_eq!(c.core.transaction_timeout_ms, 1000);
         assert_eq!(c.core.delay_levels, vec![1000, 2000]);
@@ -230,10 +226,8 @@ mod tests {
         let mut c = BrokerConfig::default();
         c.core.segment_size = 10;
         assert!(c.validate().unwrap_err().contains("segment_size"));
-        let c = BrokerConfig {
-            flush_interval_ms: 0,
-            ..BrokerConfig::default()
-        };
+        let mut c = BrokerConfig::default();
+        c.core.flush_interval_ms = 0;
         assert!(c.validate().unwrap_err().contains("flush_interval_ms"));
     }
 }

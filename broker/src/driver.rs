@@ -7,7 +7,8 @@
 //!
 //! - sync flush: one `sync()` per drained group (group commit). The fsync releases every
 //!   reply it covers; commands arriving during it queue up and form the next group.
-//! - async flush: `sync()` every flush interval.
+//! - async flush: the core schedules its interval fsync itself (`Config::flush_interval_ms`,
+//!   part of `poll_timeout()`), done in `handle_timeout()`.
 //!
 //! Then it drains `poll_output()`: replies to their oneshot, transaction checks to a live
 //! producer of the topic, availability notices to waiting long polls. The tokio runtime
@@ -226,7 +227,6 @@ struct Driver {
     broker: CoreBroker,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
-    flush_interval: Millis,
     next_id: u64,
     pending: HashMap<u64, Pending>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
@@ -240,14 +240,12 @@ pub fn spawn(
     broker: CoreBroker,
     clock: Arc<dyn Clock>,
     metrics: Arc<Metrics>,
-    flush_interval: Millis,
 ) -> std::io::Result<(CoreHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
     let driver = Driver {
         broker,
         clock,
         metrics,
-        flush_interval,
         next_id: 0,
         pending: HashMap::new(),
         waiters: HashMap::new(),
@@ -269,16 +267,13 @@ const MAX_WAIT_MS: Millis = 1_000;
 impl Driver {
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         let sync_mode = self.broker.config().flush == FlushMode::Sync;
-        let mut next_flush = self.clock.now_ms() + self.flush_interval;
         let mut shutdown: Option<oneshot::Sender<()>> = None;
         loop {
             let now = self.clock.now_ms();
             let mut wake = now + MAX_WAIT_MS;
+            // Timers and, under async flush, the next scheduled fsync.
             if let Some(t) = self.broker.poll_timeout() {
                 wake = wake.min(t);
-            }
-            if !sync_mode {
-                wake = wake.min(next_flush);
             }
             let first = if wake <= now {
                 rx.try_recv().map_err(|e| match e {
@@ -313,14 +308,19 @@ impl Driver {
                 Err(RecvTimeoutError::Disconnected) => stop = true,
             }
             let now = self.clock.now_ms();
+            // Due timers; under async flush this is also where the core's interval fsync
+            // happens (its deadline is part of poll_timeout()).
+            let syncs = self.broker.stats().syncs;
+            let t = Instant::now();
             if let Err(e) = self.broker.handle_timeout(now) {
                 error!(error = %e, "timers failed");
             }
-            if sync_mode || stop || now >= next_flush {
+            if self.broker.stats().syncs > syncs {
+                self.metrics.fsync_latency.observe(t.elapsed());
+            }
+            // Group commit: one fsync for every request drained above.
+            if sync_mode || stop {
                 self.sync();
-                if now >= next_flush {
-                    next_flush = now + self.flush_interval;
-                }
             }
             self.drain();
             if stop {

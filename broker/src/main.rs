@@ -80,10 +80,11 @@ struct BrokerArgs {
     /// Interval between fsyncs under async flush, in ms (default 500).
     #[arg(long, value_name = "MS")]
     flush_interval_ms: Option<u64>,
-    /// TOML config file: listen, data_dir, flush_interval_ms, metrics_listen,
+    /// TOML config file: listen, data_dir, metrics_listen,
     /// max_long_polling_ms, a [core] table with every core setting (segment_size, flush,
     /// max_message_size, transaction_timeout_ms, transaction_check_interval_ms,
-    /// transaction_check_max, delay_levels, default_queues, auto_create_topics, …) and
+    /// transaction_check_max, delay_levels, default_queues, auto_create_topics,
+    /// flush_interval_ms, …) and
     /// [[topics]] declarations (name, queues, message_types). Flags override the file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
@@ -136,7 +137,7 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         None => {}
     }
     if let Some(ms) = a.flush_interval_ms {
-        cfg.flush_interval_ms = ms;
+        cfg.core.flush_interval_ms = ms;
     }
     if a.no_auto_create {
         cfg.core.auto_create_topics = false;

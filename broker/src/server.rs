@@ -93,9 +93,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
 
     let m = Arc::new(Metrics::default());
-    let (core, core_thread) =
-        driver::spawn(broker, clock.clone(), m.clone(), cfg.flush_interval_ms)
-            .map_err(|e| format!("cannot start the core thread: {e}"))?;
+    let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
+        .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
     let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize)
         .saturating_mul(2)

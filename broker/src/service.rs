@@ -28,8 +28,6 @@ use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_server::MessagingService;
 use crate::pb::v2::{Code, Status};
 
-/// Invisible duration of a push consumer's receive that names none.
-const DEFAULT_INVISIBLE_MS: Millis = 60_000;
 /// Long polling of a receive that names none.
 const DEFAULT_LONG_POLL_MS: Millis = 20_000;
 /// How long before the client's deadline a long poll answers.
@@ -305,7 +303,7 @@ impl Messaging {
                     ))
                 }
             },
-            (None, true) => DEFAULT_INVISIBLE_MS,
+            (None, true) => self.cfg.core.default_invisible_ms,
             (None, false) => {
                 return one(status(
                     Code::IllegalInvisibleTime,

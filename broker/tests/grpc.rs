@@ -1044,3 +1044,26 @@ async fn undecodable_requests_get_a_grpc_status_and_the_broker_keeps_serving() {
     .await;
     b.stop().await;
 }
+
+#[tokio::test]
+async fn async_flush_syncs_within_the_interval() {
+    let mut b = TestBroker::start_with(|c| c.core.flush_interval_ms = 100).await;
+    send_ok(
+        &mut b.client,
+        msg("AsyncTopic", b"a", pb::MessageType::Normal, "A1"),
+    )
+    .await;
+    let core = b.broker.as_ref().unwrap().core.clone();
+    tokio::time::sleep(Duration::from_millis(600)).await;
+    let (end, synced, syncs) = core
+        .inspect(|b| (b.log_end(), b.log_synced(), b.stats().syncs))
+        .await
+        .unwrap();
+    assert!(end > 0);
+    assert_eq!(
+        synced, end,
+        "fsynced by the interval, with no request asking"
+    );
+    assert!(syncs >= 1);
+    b.stop().await;
+}

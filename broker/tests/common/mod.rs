@@ -22,10 +22,10 @@ pub fn test_config(dir: &std::path::Path) -> BrokerConfig {
     let mut cfg = BrokerConfig {
         listen: "127.0.0.1:0".parse().unwrap(),
         data_dir: dir.to_path_buf(),
-        flush_interval_ms: 50,
         ..BrokerConfig::default()
     };
     cfg.core.segment_size = 1 << 24;
+    cfg.core.flush_interval_ms = 50;
     cfg.core.transaction_timeout_ms = 300;
     cfg.core.transaction_check_interval_ms = 500;
     cfg
