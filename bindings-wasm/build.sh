@@ -30,12 +30,18 @@ WASM="$ROOT/target/wasm/wasm32-unknown-unknown/release/rocklet_wasm.wasm"
 rm -rf "$PLAY/pkg" "$NODE_OUT"
 "$TOOLS/bin/wasm-bindgen" --target web --out-dir "$PLAY/pkg" "$WASM"
 "$TOOLS/bin/wasm-bindgen" --target nodejs --out-dir "$NODE_OUT" "$WASM"
+# Both targets get the same module; optimize it once (cached by the input's hash).
+web="$PLAY/pkg/rocklet_wasm_bg.wasm"; node="$NODE_OUT/rocklet_wasm_bg.wasm"
+cmp -s "$web" "$node" || { echo "web and nodejs glue expect different modules" >&2; exit 1; }
 case "$WASM_OPT" in
-  npm) for f in "$PLAY/pkg/rocklet_wasm_bg.wasm" "$NODE_OUT/rocklet_wasm_bg.wasm"; do
+  npm) cached="$ROOT/target/wasm/opt-$(sha256sum "$web" | cut -c1-16).wasm"
+       if [ ! -f "$cached" ]; then
+         rm -f "$ROOT"/target/wasm/opt-*.wasm
          "$TOOLS/node_modules/.bin/wasm-opt" -Oz --enable-bulk-memory --enable-nontrapping-float-to-int \
            --enable-sign-ext --enable-mutable-globals --enable-reference-types --enable-multivalue \
-           "$f" -o "$f"
-       done ;;
+           "$web" -o "$cached"
+       fi
+       cp "$cached" "$web"; cp "$cached" "$node" ;;
   none) ;;
   *) echo "WASM_OPT must be npm or none" >&2; exit 2 ;;
 esac
