@@ -398,7 +398,11 @@ impl Recovery {
                     // A damaged older segment: close it with a blank so the intact segments
                     // after it stay where they are.
                     let mut blank = Vec::new();
-                    let rest = (self.segs[self.si + 1] - base - cut_at).max(BLANK_LEN as u64);
+                    // Segments from a damaged directory may overlap (a cut past the next
+                    // base): the blank then takes its minimum size, never a wrapped one.
+                    let rest = self.segs[self.si + 1]
+                        .saturating_sub(base.saturating_add(cut_at))
+                        .clamp(BLANK_LEN as u64, u64::from(u32::MAX));
                     record::encode_blank(&mut blank, rest as u32);
                     log.storage.append(base, &blank)?;
                 }
