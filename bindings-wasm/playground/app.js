@@ -329,7 +329,13 @@ function render() {
   }).join('') || '<div class="empty">nothing to check</div>';
 
   // delay queues
-  const delayed = recs.filter((r) => r.topic === T.schedule || r.topic === T.timer);
+  // pending first, soonest first; then the delivered ones, latest first
+  const delayed = recs.filter((r) => r.topic === T.schedule || r.topic === T.timer).sort((x, y) => {
+    const px = pendingDl.get(x.offset), py = pendingDl.get(y.offset);
+    if (px && py) return px.due - py.due || x.offset - y.offset;
+    if (px || py) return px ? -1 : 1;
+    return y.offset - x.offset;
+  });
   $('delays').innerHTML = delayed.map((r) => {
     const p = pendingDl.get(r.offset);
     const due = Number(prop(r, 'TIMER_OUT_MS'));
@@ -371,7 +377,7 @@ function render() {
 
   // commit log
   const kindOf = (r) => (r.topic === T.half ? 'half' : r.topic === T.op ? (prop(r, 'TAGS') === 'c' ? 'check' : r.transactionType === 'commit' ? 'commit' : 'rollback') : r.topic === T.schedule || r.topic === T.timer || r.topic === T.delayOp ? 'delay' : r.topic.startsWith('rmq_sys') ? 'state' : 'stored');
-  const whatOf = (r) => (r.topic === T.half ? `half “${r.body}”` : r.topic === T.op ? `op "${prop(r, 'TAGS')}"` : r.topic.startsWith('rmq_sys') ? 'state' : `“${r.body}”`);
+  const whatOf = (r) => (r.topic === T.half ? `half “${r.body}”` : r.topic === T.op ? `op "${prop(r, 'TAGS')}"` : r.topic === T.delayOp ? `delivered @${field(r, 'PREPARED_TRANSACTION_OFFSET')}` : r.topic === T.timer || r.topic === T.schedule ? `delayed “${r.body}”` : r.topic.startsWith('rmq_sys') ? 'consumer state' : `“${r.body}”`);
   $('records').innerHTML = recs.map((r) => `<div class="rec ${page.selected === r.offset ? 'sel' : ''}" data-rec="${r.offset}"><span class="off">${r.offset}</span><span class="k ${kindOf(r)}"></span><span class="t" title="${esc(r.topic)}">${esc(r.topic)}</span><span class="what">${esc(whatOf(r))}</span><span class="s">${r.size} B</span></div>`).join('') || '<div class="empty">empty log</div>';
   const sel = recs.find((r) => r.offset === page.selected) ?? [...recs].reverse().find((r) => !r.topic.startsWith('rmq_sys')) ?? recs[recs.length - 1];
   $('record').innerHTML = sel ? recordView(sel) : '';
