@@ -1,16 +1,24 @@
 #!/usr/bin/env bash
 # Fuzz smoke run: every target of tests/fuzz for a short time (FUZZ_SECONDS, default 20),
-# first replaying its regression inputs (tests/vectors/regressions/<target>/). Fails on any
-# crash, leak or timeout. Installs what it needs, idempotently: the nightly toolchain
-# (rustup) and cargo-fuzz (into .tools).
+# starting from its committed seeds (tests/fuzz/seeds/<target>/) and regression inputs
+# (tests/vectors/regressions/<target>/, each replayed first). Fails on any crash, timeout
+# or out-of-memory. Installs what it needs, idempotently: the nightly toolchain (rustup).
 #
-# Longer run of one target:  FUZZ_SECONDS=300 tests/ci/fuzz.sh state_machine
-# Reproduce a crash:         cd tests/fuzz && cargo +nightly fuzz run <target> <file>
-# A minimized crash becomes a regression: copy it to tests/vectors/regressions/<target>/.
+# It builds the targets the way `cargo fuzz build -O --debug-assertions -s none` does (the
+# same sanitizer-coverage flags, libfuzzer-sys linking libFuzzer), without installing
+# cargo-fuzz, which costs minutes on a fresh machine. No ASan: the core has no unsafe code
+# (workspace lint `unsafe_code = "deny"`), and it halves the executions per second.
+#
+#   FUZZ_SECONDS=300 tests/ci/fuzz.sh state_machine     longer run of one target
+#   cargo install --root .tools cargo-fuzz; cd tests/fuzz; cargo +nightly fuzz run <target>
+#                                                        the usual cargo-fuzz workflow
+# A crash's input is left in tests/fuzz/artifacts/<target>/; once minimized
+# (`<binary> -minimize_crash=1 -runs=10000 <input>`) it becomes a regression:
+# tests/vectors/regressions/<target>/<name> (decoder/recovery ones are also replayed by
+# `cargo test -p rocklet-conformance --test regressions`).
 set -euo pipefail
 
 root="$(cd "$(dirname "$0")/../.." && pwd)"
-cd "$root"
 seconds="${FUZZ_SECONDS:-20}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
@@ -19,30 +27,38 @@ fi
 
 rustup toolchain list | grep -q '^nightly' \
   || rustup toolchain install nightly --profile minimal
-export PATH="$root/.tools/bin:$PATH"
-if ! cargo fuzz --version >/dev/null 2>&1; then
-  cargo +nightly install --locked --root "$root/.tools" cargo-fuzz
-fi
 
-cd tests/fuzz
-# One build for every target (release, debug assertions and overflow checks on).
-cargo +nightly fuzz build -O --debug-assertions
+cd "$root/tests/fuzz"
+triple="$(rustc +nightly -vV | sed -n 's/^host: //p')"
+export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
+-Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
+-Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-sanitizer-coverage-stack-depth \
+-Cllvm-args=-simplifycfg-branch-fold-threshold=0 --cfg fuzzing -Cdebug-assertions \
+-Ccodegen-units=1"
+cargo +nightly build --locked --release --target "$triple" --bins
+bin="$root/tests/fuzz/target/$triple/release"
+
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
+failed=()
 for t in "${targets[@]}"; do
-  regressions="$root/tests/vectors/regressions/$t"
-  mkdir -p "$work/$t"
-  dirs=("$work/$t")
-  [ -d "$regressions" ] && dirs+=("$regressions")
+  mkdir -p "$work/$t" "artifacts/$t"
+  dirs=("$work/$t")  # new corpus entries go to this scratch directory only
+  for d in "$root/tests/fuzz/seeds/$t" "$root/tests/vectors/regressions/$t"; do
+    [ -d "$d" ] && dirs+=("$d")
+  done
   echo "== fuzz $t for ${seconds}s"
-  # New corpus entries go to the first (scratch) directory; the regressions are only read.
-  if ! cargo +nightly fuzz run -O --debug-assertions "$t" "${dirs[@]}" -- \
-    -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 -print_final_stats=1 \
-    >"$work/$t.log" 2>&1; then
-    tail -n 80 "$work/$t.log" >&2
+  if ! "$bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+    -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dirs[@]}" >"$work/$t.log" 2>&1; then
+    tail -n 60 "$work/$t.log" >&2
     echo "fuzz target $t failed; the input is in tests/fuzz/artifacts/$t/" >&2
-    exit 1
+    failed+=("$t")
+    continue
   fi
-  grep -E '^(INFO: seed corpus|stat::number_of_executed_units|stat::peak_rss_mb|Done )' "$work/$t.log" || true
+  grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "$work/$t.log" || true
 done
+if [ ${#failed[@]} -gt 0 ]; then
+  echo "fuzz smoke: FAILED: ${failed[*]}" >&2
+  exit 1
+fi
 echo "fuzz smoke: all targets clean"
