@@ -970,7 +970,7 @@ impl tonic::codec::Encoder for RawCodec {
         item: Vec<u8>,
         dst: &mut tonic::codec::EncodeBuf<'_>,
     ) -> Result<(), tonic::Status> {
-        bytes::BufMut::put_slice(dst, &item);
+        prost::bytes::BufMut::put_slice(dst, &item);
         Ok(())
     }
 }
@@ -982,8 +982,8 @@ impl tonic::codec::Decoder for RawCodec {
         &mut self,
         src: &mut tonic::codec::DecodeBuf<'_>,
     ) -> Result<Option<Vec<u8>>, tonic::Status> {
-        let n = bytes::Buf::remaining(src);
-        Ok(Some(bytes::Buf::copy_to_bytes(src, n).to_vec()))
+        let n = prost::bytes::Buf::remaining(src);
+        Ok(Some(prost::bytes::Buf::copy_to_bytes(src, n).to_vec()))
     }
 }
 
