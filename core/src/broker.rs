@@ -533,6 +533,12 @@ impl<S: Storage> Broker<S> {
         out
     }
 
+    /// Queues of a topic, `None` when it does not exist.
+    #[must_use]
+    pub fn topic_queue_count(&self, name: &str) -> Option<u32> {
+        self.topic_ids.get(name).map(|&t| self.topics[t as usize].queues.len() as u32)
+    }
+
     /// Pending transactions in log order, at most `limit`.
     #[must_use]
     pub fn pending_transactions(&self, limit: usize) -> Vec<PendingTxnInfo> {
