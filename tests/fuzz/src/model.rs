@@ -146,6 +146,8 @@ struct Harness {
     normal_offsets: Vec<u64>,
     pulled: [BTreeSet<Vec<u8>>; 2],
     acked: BTreeSet<Vec<u8>>,
+    /// Received bodies: when they become visible again unless acked (since the last crash).
+    invisible_until: BTreeMap<Vec<u8>, u64>,
     handles: Vec<(ReceiptHandle, Vec<u8>)>,
     next: u64,
     faulty: bool,
@@ -177,6 +179,7 @@ impl Harness {
             normal_offsets: Vec::new(),
             pulled: [BTreeSet::new(), BTreeSet::new()],
             acked: BTreeSet::new(),
+            invisible_until: BTreeMap::new(),
             handles: Vec::new(),
             next: 0,
             faulty: false,
@@ -305,6 +308,8 @@ impl Harness {
     }
 
     fn reopen(&mut self) {
+        // Invisibility is a lease; a restart may hand a message out again sooner.
+        self.invisible_until.clear();
         let image = self.b.storage().crash();
         self.b = Broker::open(self.cfg.clone(), CrashStorage::from_mem(image), self.now)
             .unwrap_or_else(|e| panic!("reopen failed: {e}"));
@@ -462,6 +467,15 @@ impl Harness {
                             self.consumed(&rec.message, "receive");
                             let body = rec.message.body;
                             assert!(!self.acked.contains(&body), "acked {body:?} received again");
+                            if let Some(&until) = self.invisible_until.get(&body) {
+                                assert!(
+                                    self.now >= until,
+                                    "{body:?} received again at {} while invisible until {until}",
+                                    self.now
+                                );
+                            }
+                            assert!(rec.visible_at > self.now, "received yet visible");
+                            self.invisible_until.insert(body.clone(), rec.visible_at);
                             self.handles.push((rec.handle, body));
                         }
                     }
@@ -513,6 +527,8 @@ impl Harness {
                     Some(Reply::InvisibleChanged { handle, visible_at }) => {
                         assert!(visible_at >= self.now);
                         self.handles[i].0 = handle;
+                        let body = self.handles[i].1.clone();
+                        self.invisible_until.insert(body, visible_at);
                     }
                     Some(Reply::Error(
                         ClientError::InvalidReceiptHandle(_) | ClientError::StaleReceiptHandle(_),
