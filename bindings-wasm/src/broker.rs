@@ -16,6 +16,46 @@ use wasm_bindgen::prelude::*;
 use crate::convert;
 use crate::error;
 
+// The shapes `convert` produces and takes, for the generated .d.ts.
+#[wasm_bindgen(typescript_custom_section)]
+const TS_TYPES: &str = r#"
+/** A message to send. `body`: a string (sent as UTF-8) or bytes. At most one of the delays. */
+export interface NewMessage {
+  topic: string; body: string | Uint8Array; tag?: string; keys?: string[];
+  properties?: Record<string, string>; queueId?: number; messageId?: string; messageGroup?: string;
+  delayLevel?: number; deliverAtMs?: number; delayMs?: number; bornTimestamp?: number; flag?: number;
+}
+export interface SendResult { msgId: string; topic: string; queueId: number; queueOffset: number; offset: number; txn: string | null; }
+export interface Ended { txn: string; resolution: "commit" | "rollback" | "unknown"; duplicate: boolean; }
+export interface Message {
+  topic: string; queueId: number; queueOffset: number; offset: number; msgId: string; tag: string | null;
+  keys: string[]; properties: Record<string, string>; body: string; bodyBytes: Uint8Array;
+  bornTimestamp: number; storeTimestamp: number; reconsumeTimes: number; flag: number; sysFlag: number;
+  bornHost: string; storeHost: string;
+}
+export interface Pulled { messages: Message[]; nextOffset: number; maxOffset: number; }
+export interface Received { message: Message; handle: string; attempt: number; visibleAt: number; }
+export interface PullArgs { group: string; topic: string; queueId: number; offset?: number; max?: number; tags?: string; autoCommit?: boolean; }
+export interface ReceiveArgs { group: string; topic: string; invisibleMs: number; queueId?: number; max?: number; tags?: string; }
+export interface EndOptions { fromCheck?: boolean; group?: string; }
+export type Output =
+  | { type: "check"; group: string; txn: string; check: number; message: Message }
+  | { type: "trace"; at: number; kind: string; offset: number; topic: string; detail: string }
+  | { type: "available"; topic: string; queueId: number }
+  | { type: "reply"; id: number; reply: { type: string; [k: string]: unknown } };
+export interface TopicInfo { name: string; queues: { queueId: number; nextOffset: number; visible: number }[]; }
+export interface PendingTransaction { txn: string; offset: number; group: string; topic: string; queueId: number; checks: number; nextCheck: number | null; }
+export interface PendingDelay { offset: number; topic: string; queueId: number; due: number; }
+export interface CqUnit { offset: number; size: number; tagHash: number; bytes: Uint8Array; }
+export interface RecordField { name: string; at: number; len: number; value: number | string; }
+export interface DecodedRecord {
+  offset: number; size: number; topic: string; transactionType: "not" | "prepared" | "commit" | "rollback";
+  body: string; properties: { key: string; value: string; at: number; len: number }[];
+  fields: RecordField[]; bytes: Uint8Array;
+}
+export interface RecoveryReport { segments: number; records: number; bytesScanned: number; bytesTruncated: number; cuts: { offset: number; bytes: number; reason: string }[]; }
+"#;
+
 /// An in-memory broker with a manual clock.
 #[wasm_bindgen(js_name = Broker)]
 #[derive(Debug)]
@@ -67,8 +107,8 @@ impl WasmBroker {
     /// (`transaction_timeout_ms`, `transaction_check_interval_ms`, `transaction_check_max`,
     /// `delay_levels`, `trace`, `flush`, …); absent fields keep RocketMQ's defaults.
     #[wasm_bindgen(constructor)]
-    pub fn new(config: JsValue, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
-        let cfg = convert::config(config)?;
+    pub fn new(config: Option<JsValue>, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
+        let cfg = convert::config(config.unwrap_or(JsValue::UNDEFINED))?;
         let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
         Ok(WasmBroker {
             inner: Self::open(cfg, MemStorage::new(), now)?,
@@ -78,6 +118,7 @@ impl WasmBroker {
     /// Drops the broker and opens a new one over the same (memory) storage, as a restart
     /// would: state is what recovery rebuilds from the log. Producer groups start offline.
     /// Returns the recovery report.
+    #[wasm_bindgen(unchecked_return_type = "RecoveryReport")]
     pub fn reopen(&mut self) -> Result<JsValue, JsValue> {
         let cfg = self.inner.config().clone();
         let storage = self.inner.storage().clone();
@@ -122,6 +163,7 @@ impl WasmBroker {
     /// Every output queued since the last drain, in order: `{type: "check", group, txn,
     /// check, message}`, `{type: "trace", at, kind, offset, topic, detail}` (with config
     /// `trace`), `{type: "available", topic, queueId}` (with `notify_available`).
+    #[wasm_bindgen(unchecked_return_type = "Output[]")]
     pub fn drain(&mut self) -> Result<JsValue, JsValue> {
         let mut out = Vec::new();
         while let Some(o) = self.inner.poll_output() {
@@ -143,7 +185,11 @@ impl WasmBroker {
 
     /// Sends one message: `{topic, body, tag?, keys?, properties?, queueId?, delayLevel?,
     /// deliverAtMs?, delayMs?, …}`. Returns `{msgId, topic, queueId, queueOffset, offset}`.
-    pub fn send(&mut self, message: JsValue) -> Result<JsValue, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "SendResult")]
+    pub fn send(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "NewMessage")] message: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let m = convert::message(message)?;
         match self.run(Request::Send {
             messages: alloc::vec![m],
@@ -154,8 +200,11 @@ impl WasmBroker {
     }
 
     /// Sends a batch (one topic, all or nothing). Returns one result per message.
-    #[wasm_bindgen(js_name = sendBatch)]
-    pub fn send_batch(&mut self, messages: JsValue) -> Result<JsValue, JsValue> {
+    #[wasm_bindgen(js_name = sendBatch, unchecked_return_type = "SendResult[]")]
+    pub fn send_batch(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "NewMessage[]")] messages: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let ms = convert::messages(messages)?;
         match self.run(Request::Send { messages: ms })? {
             Reply::Sent(rs) => convert::send_results(&rs),
@@ -164,10 +213,11 @@ impl WasmBroker {
     }
 
     /// Stores a half message of producer group `group`. Returns the send result with `txn`.
+    #[wasm_bindgen(unchecked_return_type = "SendResult")]
     pub fn prepare(
         &mut self,
         group: String,
-        message: JsValue,
+        #[wasm_bindgen(unchecked_param_type = "NewMessage")] message: JsValue,
         check_immunity_ms: Option<f64>,
     ) -> Result<JsValue, JsValue> {
         let message = convert::message(message)?;
@@ -184,18 +234,20 @@ impl WasmBroker {
         }
     }
 
-    /// END_TRANSACTION: `resolution` is `commit`, `rollback` or `unknown`; `options` is
-    /// `{fromCheck?, group?}` (`fromCheck: true` answers a check). Returns
+    /// END_TRANSACTION: `resolution` is `commit`, `rollback` or `unknown`; `options` is an
+    /// `EndOptions`, `{fromCheck?, group?}` (`fromCheck: true` answers a check). Returns
     /// `{txn, resolution, duplicate}`.
+    #[wasm_bindgen(unchecked_return_type = "Ended")]
     pub fn end(
         &mut self,
         txn: &str,
+        #[wasm_bindgen(unchecked_param_type = "\"commit\" | \"rollback\" | \"unknown\"")]
         resolution: &str,
-        options: JsValue,
+        options: Option<JsValue>,
     ) -> Result<JsValue, JsValue> {
         let txn = convert::txn_id(txn)?;
         let resolution = convert::resolution(resolution)?;
-        let opts = convert::end_options(options)?;
+        let opts = convert::end_options(options.unwrap_or(JsValue::UNDEFINED))?;
         let request = Request::EndTransaction {
             txn,
             resolution,
@@ -216,7 +268,11 @@ impl WasmBroker {
 
     /// Pulls `{group, topic, queueId, offset?, max?, tags?, autoCommit?}`; without `offset`
     /// from the group's committed offset. Returns `{messages, nextOffset, maxOffset}`.
-    pub fn pull(&mut self, args: JsValue) -> Result<JsValue, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "Pulled")]
+    pub fn pull(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "PullArgs")] args: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let a = convert::pull_args(args)?;
         let request = Request::Pull {
             filter: convert::tag_filter(a.tags.as_deref()),
@@ -260,7 +316,11 @@ impl WasmBroker {
 
     /// Receives (RocketMQ 5 pop) `{group, topic, invisibleMs, queueId?, max?, tags?}`.
     /// Returns `[{message, handle, attempt, visibleAt}]`.
-    pub fn receive(&mut self, args: JsValue) -> Result<JsValue, JsValue> {
+    #[wasm_bindgen(unchecked_return_type = "Received[]")]
+    pub fn receive(
+        &mut self,
+        #[wasm_bindgen(unchecked_param_type = "ReceiveArgs")] args: JsValue,
+    ) -> Result<JsValue, JsValue> {
         let a = convert::receive_args(args)?;
         let request = Request::Receive {
             filter: convert::tag_filter(a.tags.as_deref()),
@@ -287,7 +347,7 @@ impl WasmBroker {
 
     /// Changes how long a received message stays invisible. Returns `{handle, visibleAt}`;
     /// the old handle is stale from now on.
-    #[wasm_bindgen(js_name = changeInvisible)]
+    #[wasm_bindgen(js_name = changeInvisible, unchecked_return_type = "{ handle: string; visibleAt: number }")]
     pub fn change_invisible(
         &mut self,
         group: String,
@@ -321,18 +381,20 @@ impl WasmBroker {
     // ---- introspection -------------------------------------------------------------------
 
     /// The configuration in effect (snake_case, as the constructor takes it).
+    #[wasm_bindgen(unchecked_return_type = "Record<string, unknown>")]
     pub fn config(&self) -> Result<JsValue, JsValue> {
         convert::config_out(self.inner.config())
     }
 
     /// Consumer-visible topics: `[{name, queues: [{queueId, nextOffset, visible}]}]`.
+    #[wasm_bindgen(unchecked_return_type = "TopicInfo[]")]
     pub fn topics(&self) -> Result<JsValue, JsValue> {
         convert::topics(&self.inner.topics())
     }
 
     /// Pending transactions in log order: `[{txn, offset, group, topic, queueId, checks,
     /// nextCheck}]` (`nextCheck` is `null` while the group is offline).
-    #[wasm_bindgen(js_name = pendingTransactions)]
+    #[wasm_bindgen(js_name = pendingTransactions, unchecked_return_type = "PendingTransaction[]")]
     pub fn pending_transactions(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
         convert::pending_transactions(
             &self
@@ -342,7 +404,7 @@ impl WasmBroker {
     }
 
     /// Delayed messages not yet delivered: `[{offset, topic, queueId, due}]`.
-    #[wasm_bindgen(js_name = pendingDelays)]
+    #[wasm_bindgen(js_name = pendingDelays, unchecked_return_type = "PendingDelay[]")]
     pub fn pending_delays(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
         convert::pending_delays(
             &self
@@ -353,7 +415,7 @@ impl WasmBroker {
 
     /// The consume-queue units of a queue: `[{offset, size, tagHash, bytes}]`, `bytes` being
     /// the 20 bytes of RocketMQ's ConsumeQueue entry.
-    #[wasm_bindgen(js_name = consumeQueue)]
+    #[wasm_bindgen(js_name = consumeQueue, unchecked_return_type = "CqUnit[]")]
     pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
         convert::consume_queue(&self.inner.consume_queue(topic, queue_id))
     }
@@ -361,7 +423,7 @@ impl WasmBroker {
     /// Commit-log records from log offset `from` (at most `max`), each decoded field by field:
     /// `[{offset, size, topic, transactionType, body, properties: [{key, value, at, len}],
     /// fields: [{name, at, len, value}], bytes}]`.
-    #[wasm_bindgen(js_name = rawRecords)]
+    #[wasm_bindgen(js_name = rawRecords, unchecked_return_type = "DecodedRecord[]")]
     pub fn raw_records(&mut self, from: f64, max: u32) -> Result<js_sys::Array, JsValue> {
         let from = convert::millis("from", from)?;
         let records = self
@@ -376,6 +438,7 @@ impl WasmBroker {
     }
 
     /// Counters.
+    #[wasm_bindgen(unchecked_return_type = "Record<string, number>")]
     pub fn stats(&self) -> Result<JsValue, JsValue> {
         convert::stats(&self.inner.stats())
     }

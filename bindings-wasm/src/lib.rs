@@ -29,13 +29,13 @@ use wasm_bindgen::prelude::*;
 
 /// Decodes one commit-log record (RocketMQ layout) field by field, with each field's byte
 /// offset; throws `CORRUPTED` if the bytes are not a valid record.
-#[wasm_bindgen(js_name = decodeRecord)]
+#[wasm_bindgen(js_name = decodeRecord, unchecked_return_type = "DecodedRecord")]
 pub fn decode_record(bytes: &[u8]) -> Result<JsValue, JsValue> {
     convert::decoded_record(0, bytes)
 }
 
 /// RocketMQ's reserved topic names as the core spells them, for pages that label lanes.
-#[wasm_bindgen(js_name = systemTopics)]
+#[wasm_bindgen(js_name = systemTopics, unchecked_return_type = "Record<string, string>")]
 pub fn system_topics() -> Result<JsValue, JsValue> {
     convert::system_topics()
 }
