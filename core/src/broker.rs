@@ -536,7 +536,9 @@ impl<S: Storage> Broker<S> {
     /// Queues of a topic, `None` when it does not exist.
     #[must_use]
     pub fn topic_queue_count(&self, name: &str) -> Option<u32> {
-        self.topic_ids.get(name).map(|&t| self.topics[t as usize].queues.len() as u32)
+        self.topic_ids
+            .get(name)
+            .map(|&t| self.topics[t as usize].queues.len() as u32)
     }
 
     /// Pending transactions in log order, at most `limit`.
@@ -780,6 +782,7 @@ impl<S: Storage> Broker<S> {
                     self.pop_timers.push(Reverse(timer));
                     return Err(e);
                 }
+                self.prune_pop_timers();
             }
         }
         Ok(())
@@ -1996,6 +1999,7 @@ impl<S: Storage> Broker<S> {
                     );
                 }
                 let _ = now;
+                self.prune_pop_timers();
             }
             StateOp::Ack {
                 group,
@@ -2023,7 +2027,23 @@ impl<S: Storage> Broker<S> {
                         self.trace_txn(TraceKind::Acked, unit_off, q, String::from(group));
                     }
                 }
+                self.prune_pop_timers();
             }
+        }
+    }
+
+    /// Drops pop timers whose delivery was acked or superseded, so `poll_timeout` is real.
+    fn prune_pop_timers(&mut self) {
+        while let Some(&Reverse((_, g, q, qoff, gen))) = self.pop_timers.peek() {
+            let live = self
+                .pops
+                .get(&(g, q))
+                .and_then(|p| p.inflight.get(&qoff))
+                .is_some_and(|i| i.generation == gen);
+            if live {
+                break;
+            }
+            self.pop_timers.pop();
         }
     }
 

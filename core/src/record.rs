@@ -253,7 +253,12 @@ pub enum Corruption {
     MissingCrc,
     BadProperties,
     BadTopic,
-    PhysOffsetMismatch { stored: u64, actual: u64 },
+    PhysOffsetMismatch {
+        stored: u64,
+        actual: u64,
+    },
+    /// A host port above 65535.
+    BadPort(u32),
 }
 
 impl fmt::Display for Corruption {
@@ -267,6 +272,7 @@ impl fmt::Display for Corruption {
             Corruption::MissingCrc => f.write_str("record CRC property missing"),
             Corruption::BadProperties => f.write_str("malformed properties"),
             Corruption::BadTopic => f.write_str("topic is not valid UTF-8"),
+            Corruption::BadPort(p) => write!(f, "host port {p} is above 65535"),
             Corruption::PhysOffsetMismatch { stored, actual } => {
                 write!(
                     f,
@@ -389,19 +395,21 @@ fn be64(b: &[u8], at: usize) -> u64 {
     u64::from_be_bytes(x)
 }
 
-fn host(b: &[u8], at: usize, v6: bool) -> (Host, usize) {
+fn host(b: &[u8], at: usize, v6: bool) -> Result<(Host, usize), Corruption> {
+    let (ip_len, port_at) = if v6 { (16, at + 16) } else { (4, at + 4) };
+    let port = be32(b, port_at);
+    let port = u16::try_from(port).map_err(|_| Corruption::BadPort(port))?;
     if v6 {
         let mut ip = [0; 16];
-        ip.copy_from_slice(&b[at..at + 16]);
-        (Host::V6(ip, be32(b, at + 16) as u16), at + 20)
+        ip.copy_from_slice(&b[at..at + ip_len]);
+        Ok((Host::V6(ip, port), at + 20))
     } else {
         let mut ip = [0; 4];
-        ip.copy_from_slice(&b[at..at + 4]);
-        let port = be32(b, at + 4) as u16;
+        ip.copy_from_slice(&b[at..at + ip_len]);
         if ip == [0; 4] && port == 0 {
-            (Host::Unspecified, at + 8)
+            Ok((Host::Unspecified, at + 8))
         } else {
-            (Host::V4(ip, port), at + 8)
+            Ok((Host::V4(ip, port), at + 8))
         }
     }
 }
@@ -459,9 +467,9 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
     if total_us < fixed + CRC_RESERVED {
         return Err(Corruption::BadTotalSize(total));
     }
-    let (born_host, at) = host(b, 48, sys & sys_flag::BORNHOST_V6 != 0);
+    let (born_host, at) = host(b, 48, sys & sys_flag::BORNHOST_V6 != 0)?;
     let store_timestamp = be64(b, at);
-    let (store_host, at) = host(b, at + 8, sys & sys_flag::STOREHOST_V6 != 0);
+    let (store_host, at) = host(b, at + 8, sys & sys_flag::STOREHOST_V6 != 0)?;
     let reconsume_times = be32(b, at);
     let prepared_offset = be64(b, at + 4);
     let body_len = be32(b, at + 12) as usize;

@@ -65,6 +65,7 @@ impl<R: Row> PendingTable<R> {
         let row = self.rows[i];
         if row.deadline() != before {
             self.timers.push(Reverse((row.deadline(), offset)));
+            self.prune();
         }
         Some(row)
     }
@@ -83,10 +84,22 @@ impl<R: Row> PendingTable<R> {
             self.rows.retain(|r| !r.is_dead());
             self.dead = 0;
         }
+        self.prune();
         Some(row)
     }
 
-    /// The earliest deadline, possibly of a stale timer (waking for it is harmless).
+    /// Drops stale timers from the top of the heap, so [`PendingTable::next_deadline`] is
+    /// always a real deadline. Each timer is dropped once: amortized O(log n).
+    fn prune(&mut self) {
+        while let Some(&Reverse((deadline, offset))) = self.timers.peek() {
+            if self.get(offset).is_some_and(|r| r.deadline() == deadline) {
+                break;
+            }
+            self.timers.pop();
+        }
+    }
+
+    /// The earliest deadline of a live row.
     pub(crate) fn next_deadline(&self) -> Option<Millis> {
         self.timers.peek().map(|Reverse((d, _))| *d)
     }
@@ -100,7 +113,9 @@ impl<R: Row> PendingTable<R> {
             self.timers.pop();
             if let Some(row) = self.get(offset) {
                 if row.deadline() == deadline {
-                    return Some(*row);
+                    let row = *row;
+                    self.prune();
+                    return Some(row);
                 }
             }
         }
@@ -171,7 +186,9 @@ mod tests {
         assert_eq!(seen.len(), 98);
         assert!(seen.windows(2).all(|w| w[0] > w[1]));
         assert_eq!(t.len(), 1);
+        assert_eq!(t.next_deadline(), Some(5000), "stale timers never show");
         assert_eq!(t.pop_due(5000).map(|r| r.off), Some(990));
+        assert_eq!(t.next_deadline(), None);
     }
 
     #[test]

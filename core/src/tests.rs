@@ -561,3 +561,49 @@ fn sync_flush_syncs_what_timers_write() {
         .sum();
     assert_eq!(visible, 1, "the delivered message is durable and visible");
 }
+
+#[test]
+fn poll_timeout_shows_only_real_deadlines() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    sim.set_checker("G", |_| Resolution::Unknown);
+    let t = prepare(&mut sim, "G", "T", "x");
+    sim.broker.sync().unwrap(); // the async flush deadline is a real one; clear it
+    assert_eq!(sim.broker.poll_timeout(), Some(6_000));
+    end(&mut sim, t, Resolution::Commit);
+    sim.broker.sync().unwrap();
+    assert_eq!(
+        sim.broker.poll_timeout(),
+        None,
+        "a resolved transaction leaves no wake-up"
+    );
+    send(&mut sim, "T", "y");
+    let req = Request::Receive {
+        group: "C".into(),
+        topic: "T".into(),
+        queue_id: None,
+        max: 10,
+        invisible_ms: 1000,
+        filter: TagFilter::All,
+    };
+    let Reply::Received(r) = sim.request(req).unwrap() else {
+        panic!()
+    };
+    sim.broker.sync().unwrap();
+    assert_eq!(sim.broker.poll_timeout(), Some(1_000));
+    for x in r {
+        assert_eq!(
+            sim.request(Request::Ack {
+                group: "C".into(),
+                handle: x.handle
+            })
+            .unwrap(),
+            Reply::Acked
+        );
+    }
+    sim.broker.sync().unwrap();
+    assert_eq!(
+        sim.broker.poll_timeout(),
+        None,
+        "acked deliveries leave no wake-up"
+    );
+}
