@@ -105,9 +105,11 @@ pub enum Op {
     AdvanceLong(u8),
     /// Power loss: reopen over the durable image.
     Crash,
-    /// The next send runs with appends (or syncs) failing.
+    /// A send runs with appends (or syncs) failing; then the host restarts from what is
+    /// durable, or (space is back) carries on with the same broker.
     FaultySend {
         syncs: bool,
+        restart: bool,
     },
 }
 
@@ -576,7 +578,7 @@ impl Harness {
                 self.reopen();
                 self.fire();
             }
-            Op::FaultySend { syncs } => {
+            Op::FaultySend { syncs, restart } => {
                 let body = self.body();
                 let due = self.now;
                 {
@@ -602,8 +604,9 @@ impl Harness {
                         self.maybe.insert(body, due);
                     }
                 }
-                // A host whose storage failed restarts from what is durable.
-                self.reopen();
+                if restart {
+                    self.reopen();
+                }
                 self.fire();
             }
         }
