@@ -79,3 +79,62 @@ fn checks_accept_good_inputs_and_catch_bad_ones() {
     rec[1 + 53] = 0; // port field upper bytes zero
     checks::record_decode(&rec);
 }
+
+/// Found by the `state_machine` target (tests/vectors/regressions/state_machine/
+/// delay-due-during-failed-sync): under sync flush, a delayed message whose delivery is
+/// written by the timers of a request whose sync then fails stays invisible, though storage
+/// is healthy again, until some later request writes: `execute` and `handle_timeout` sync
+/// only when the call itself appended.
+#[test]
+fn a_delivery_written_during_a_failed_sync_becomes_visible_once_storage_recovers() {
+    use rocklet_core::testing::CrashStorage;
+    use rocklet_core::{Broker, Config, Delay, FlushMode, NewMessage, Reply, Request, TagFilter};
+
+    let cfg = Config {
+        flush: FlushMode::Sync,
+        default_queues: 1,
+        ..Config::default()
+    };
+    let mut b = Broker::open(cfg, CrashStorage::new(), 0).unwrap();
+    let delayed = NewMessage::new("T", b"due now".to_vec()).with_delay(Delay::After(0));
+    let r = b
+        .execute(
+            0,
+            Request::Send {
+                messages: vec![delayed],
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+    // The next request fires the delivery, then its sync fails.
+    b.storage_mut().fail_syncs = true;
+    let other = NewMessage::new("T", b"fails".to_vec());
+    assert!(b
+        .execute(
+            0,
+            Request::Send {
+                messages: vec![other]
+            }
+        )
+        .is_err());
+    b.storage_mut().fail_syncs = false;
+    // Storage works again; a host reads and lets time pass.
+    b.handle_timeout(1_000).unwrap();
+    let pull = Request::Pull {
+        group: "G".into(),
+        topic: "T".into(),
+        queue_id: 0,
+        offset: Some(0),
+        max: 16,
+        filter: TagFilter::All,
+        auto_commit: false,
+    };
+    let Reply::Pulled { messages, .. } = b.execute(1_000, pull).unwrap() else {
+        panic!("pull failed");
+    };
+    assert!(
+        messages.iter().any(|m| m.body == b"due now"),
+        "the acknowledged delayed message is not visible: {:?}",
+        messages.iter().map(|m| &m.body).collect::<Vec<_>>()
+    );
+}
