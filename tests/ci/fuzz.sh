@@ -35,7 +35,8 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 -Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-sanitizer-coverage-stack-depth \
 -Cllvm-args=-simplifycfg-branch-fold-threshold=0 --cfg fuzzing -Cdebug-assertions \
 -Ccodegen-units=1"
-cargo +nightly build --locked --release --target "$triple" --bins
+# Not --locked: tests/fuzz/Cargo.lock must not go stale each time the core gains a dependency.
+cargo +nightly build --release --target "$triple" --bins
 bin="$root/tests/fuzz/target/$triple/release"
 
 work="$(mktemp -d)"
