@@ -27,25 +27,11 @@ struct Cli {
 enum Cmd {
     /// Run the broker (stops cleanly on SIGINT/SIGTERM after flushing the log).
     Broker(BrokerArgs),
-    /// Measure end-to-end sends (or transactions) over gRPC against an in-process broker on a
-    /// scratch data directory.
-    Bench {
-        /// Flush mode of the measured broker.
-        #[arg(long, value_enum, default_value = "sync")]
-        flush: Flush,
-        /// Concurrent clients.
-        #[arg(long, default_value_t = 16)]
-        clients: usize,
-        /// Messages in all.
-        #[arg(long, default_value_t = 20_000)]
-        messages: usize,
-        /// Body size in bytes.
-        #[arg(long, default_value_t = 1024)]
-        size: usize,
-        /// Send each message as a transaction and commit it.
-        #[arg(long)]
-        transactional: bool,
-    },
+    /// Benchmark sends, transactions, delays or consumption, with a correctness check
+    /// (exit 1 if a committed message was lost or duplicated, a rolled-back one delivered or
+    /// a delayed one early). Against `--endpoint` (any RocketMQ 5 gRPC endpoint), an
+    /// in-process broker over gRPC loopback (default), or `--embedded` (the core in-process).
+    Bench(Box<BenchCli>),
     /// Talk to a running broker.
     Admin {
         /// The broker's gRPC address.
@@ -54,6 +40,137 @@ enum Cmd {
         #[command(subcommand)]
         command: AdminCmd,
     },
+}
+
+#[derive(Debug, clap::Args)]
+struct BenchCli {
+    /// What to measure (`recover`: embedded file storage only, time to reopen a filled log).
+    #[arg(value_enum)]
+    mode: Option<BenchMode>,
+    /// A running RocketMQ 5 gRPC endpoint (HOST:PORT); without it and without --embedded, a
+    /// broker is started in-process on a scratch directory.
+    #[arg(long, value_name = "HOST:PORT", conflicts_with = "embedded")]
+    endpoint: Option<String>,
+    /// Drive the core in this process instead of going through gRPC.
+    #[arg(long)]
+    embedded: bool,
+    /// Embedded storage.
+    #[arg(long, value_enum, default_value = "memory")]
+    storage: BenchStorage,
+    /// Where embedded file storage (and `recover`) writes a scratch log (removed after).
+    #[arg(long, value_name = "DIR", default_value = "target/bench-data")]
+    dir: PathBuf,
+    /// Flush mode of the embedded or in-process broker.
+    #[arg(long, value_enum, default_value = "sync")]
+    flush: Flush,
+    /// Concurrent clients (gRPC: a connection each; embedded: requests per group commit).
+    #[arg(long, visible_alias = "threads", default_value_t = 16)]
+    clients: usize,
+    /// Concurrent consumers.
+    #[arg(long, default_value_t = 2)]
+    consumers: usize,
+    /// Messages (transactions) in all, unless --duration.
+    #[arg(long, visible_alias = "messages", default_value_t = 20_000)]
+    count: u64,
+    /// Run for this many seconds instead of a count.
+    #[arg(long, value_name = "SECS")]
+    duration: Option<f64>,
+    /// Body size in bytes (at least 16: the bench's header).
+    #[arg(long, default_value_t = 1024)]
+    size: usize,
+    /// Transaction outcomes commit:rollback:unknown in parts; unknown ones are decided by the
+    /// check (even sequence numbers commit).
+    #[arg(long, default_value = "1:0:0")]
+    mix: String,
+    /// Pending transactions prepared before the measured part (their checks answer rollback).
+    #[arg(long, default_value_t = 0)]
+    backlog: u64,
+    /// Hold the backlog's first check this long (ms; check immunity) so it stays pending
+    /// through the run; default: checked after the transaction timeout, during the run.
+    #[arg(long, value_name = "MS")]
+    backlog_check_after_ms: Option<u64>,
+    /// Transaction timeout before the first check (ms): set on the embedded or in-process
+    /// broker; with --endpoint, the remote broker's value (for punctuality figures).
+    #[arg(long, value_name = "MS", default_value_t = 6_000)]
+    check_after_ms: u64,
+    /// Delay mode: delays spread from 1 ms up to this (plus levels 1 and 2 embedded).
+    #[arg(long, value_name = "MS", default_value_t = 5_000)]
+    delay_max_ms: u64,
+    /// How long to wait after producing for consumption and checks to finish.
+    #[arg(long, value_name = "SECS", default_value_t = 30.0)]
+    drain_timeout: f64,
+    /// Topic (default per mode: RockletBenchTxn, RockletBenchDelay, RockletBenchNormal).
+    #[arg(long)]
+    topic: Option<String>,
+    /// Consumer group.
+    #[arg(long, default_value = "RockletBenchConsumer")]
+    group: String,
+    /// No live line each second.
+    #[arg(long)]
+    quiet: bool,
+    /// Same as the `txn` mode (kept for older scripts).
+    #[arg(long, hide = true)]
+    transactional: bool,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BenchMode {
+    Txn,
+    Send,
+    Delay,
+    Consume,
+    Recover,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum BenchStorage {
+    Memory,
+    File,
+}
+
+fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
+    use rocklet_broker::bench::{BenchArgs, Mix, Mode, Target};
+    let mode = match (c.mode, c.transactional) {
+        (Some(BenchMode::Txn), _) | (None, true) => Mode::Txn,
+        (Some(BenchMode::Send) | None, _) => Mode::Send,
+        (Some(BenchMode::Delay), _) => Mode::Delay,
+        (Some(BenchMode::Consume), _) => Mode::Consume,
+        (Some(BenchMode::Recover), _) => Mode::Recover,
+    };
+    let target = if c.embedded || mode == Mode::Recover {
+        Target::Embedded(match (c.storage, mode) {
+            (BenchStorage::File, _) | (_, Mode::Recover) => Some(c.dir),
+            (BenchStorage::Memory, _) => None,
+        })
+    } else if let Some(e) = c.endpoint {
+        Target::Endpoint(e)
+    } else {
+        Target::InProcess
+    };
+    let secs = |s: f64, flag: &str| {
+        std::time::Duration::try_from_secs_f64(s)
+            .map_err(|_| format!("{flag} {s}: expected a non-negative number of seconds"))
+    };
+    let mut a = BenchArgs::new(mode, target);
+    a.flush = match c.flush {
+        Flush::Sync => FlushMode::Sync,
+        Flush::Async => FlushMode::Async,
+    };
+    a.clients = c.clients;
+    a.consumers = c.consumers;
+    a.count = c.count;
+    a.duration = c.duration.map(|d| secs(d, "--duration")).transpose()?;
+    a.size = c.size;
+    a.mix = Mix::parse(&c.mix)?;
+    a.backlog = c.backlog;
+    a.backlog_check_after_ms = c.backlog_check_after_ms;
+    a.check_after_ms = c.check_after_ms;
+    a.delay_max_ms = c.delay_max_ms;
+    a.drain_timeout = secs(c.drain_timeout, "--drain-timeout")?;
+    a.topic = c.topic;
+    a.group = c.group;
+    a.live = !c.quiet;
+    Ok(a)
 }
 
 #[derive(Debug, Clone, Copy, ValueEnum)]
@@ -183,26 +300,20 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Cmd::Bench {
-            flush,
-            clients,
-            messages,
-            size,
-            transactional,
-        } => {
-            let args = rocklet_broker::bench::BenchArgs {
-                flush: match flush {
-                    Flush::Sync => FlushMode::Sync,
-                    Flush::Async => FlushMode::Async,
-                },
-                clients,
-                messages,
-                size,
-                transactional,
-            };
-            rt.block_on(rocklet_broker::bench::run(args))
-                .map(|report| print!("{report}"))
-        }
+        Cmd::Bench(c) => match bench_args(*c) {
+            Ok(args) => match rt.block_on(rocklet_broker::bench::run(args)) {
+                Ok(report) => {
+                    print!("{}", report.text);
+                    if report.ok {
+                        Ok(())
+                    } else {
+                        Err("the run failed its correctness check or had errors (see above)".into())
+                    }
+                }
+                Err(e) => Err(e),
+            },
+            Err(e) => Err(e),
+        },
         Cmd::Admin { broker, command } => rt.block_on(async {
             let out = match command {
                 AdminCmd::Topics => admin::client::topics(&broker).await?,

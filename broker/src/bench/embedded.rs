@@ -1,0 +1,683 @@
+//! `rocklet bench --embedded`: the core driven in this thread, the way the broker's driver
+//! does it (every client's request handled, one `sync` for the round, outputs drained).
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rocklet_core::{
+    AnyStorage, Broker, Config, Delay, FlushMode, NewMessage, Output, ReceiptHandle, Reply,
+    Request, Resolution, TagFilter, TxnId,
+};
+
+use super::ledger::{Fate, Ledger};
+use super::{
+    body, check_answer, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes,
+    Recorder, Target,
+};
+
+const GROUP: &str = "RockletBenchProducers";
+const CHECK_ID: u64 = 1 << 62;
+const RECV_ID: u64 = 1 << 61;
+const ACK_ID: u64 = 1 << 60;
+const BACKLOG_ID: u64 = 1 << 59;
+const LOAD_ID: u64 = 1 << 58;
+/// Messages per receive.
+const RECV_MAX: u32 = 32;
+/// Invisible time of received messages: longer than any run, so no redelivery.
+const INVISIBLE_MS: u64 = 600_000;
+
+type Core = Broker<AnyStorage>;
+
+/// Milliseconds on the core's clock (epoch based, monotonic within the run).
+#[derive(Debug)]
+struct Clock {
+    start: Instant,
+    base: u64,
+}
+
+impl Clock {
+    fn new() -> Self {
+        Clock {
+            start: Instant::now(),
+            base: epoch_ms(),
+        }
+    }
+    fn now(&self) -> u64 {
+        self.base + self.start.elapsed().as_millis() as u64
+    }
+}
+
+#[derive(Debug, Clone, Copy)]
+enum Phase {
+    Idle,
+    Sending {
+        seq: u64,
+        t0: Instant,
+    },
+    Preparing {
+        seq: u64,
+        t0: Instant,
+    },
+    ToEnd {
+        seq: u64,
+        txn: TxnId,
+        t0: Instant,
+    },
+    Ending {
+        seq: u64,
+        t0: Instant,
+        t_end: Instant,
+    },
+}
+
+/// A scratch directory under the one given, removed at the end.
+#[derive(Debug)]
+struct Scratch(PathBuf);
+
+impl Scratch {
+    fn new(parent: &Path) -> Result<Self, String> {
+        let d = parent.join(format!("rocklet-bench-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+        Ok(Scratch(d))
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn config(args: &BenchArgs) -> Config {
+    Config {
+        flush: args.flush,
+        segment_size: 1 << 30,
+        transaction_timeout_ms: args.check_after_ms,
+        ..Config::default()
+    }
+}
+
+fn open(cfg: Config, dir: Option<&Path>, now: u64) -> Result<Core, String> {
+    let storage = AnyStorage::open(dir).map_err(|e| format!("cannot open the storage: {e}"))?;
+    Broker::open(cfg, storage, now).map_err(|e| format!("cannot open the core: {e}"))
+}
+
+struct Run<'a> {
+    args: &'a BenchArgs,
+    b: Core,
+    clock: Clock,
+    topic: String,
+    run_id: u32,
+    ledger: Ledger,
+    rec: Recorder,
+    /// Core time each half was prepared at, and its check deadline.
+    deadline: Vec<u64>,
+    backlog: u64,
+    receiving: bool,
+    to_ack: Vec<ReceiptHandle>,
+    /// Consumption counts as the measured operation (consume mode).
+    consume_is_op: bool,
+    recv_t0: Instant,
+}
+
+/// Runs the embedded bench.
+pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
+    let Target::Embedded(dir) = &args.target else {
+        return Err("not an embedded target".into());
+    };
+    let scratch = match dir {
+        Some(d) => Some(Scratch::new(d)?),
+        None => None,
+    };
+    let path = scratch.as_ref().map(|s| s.0.clone());
+    if args.mode == Mode::Recover {
+        return recover(args, path.as_deref().ok_or("recover needs file storage")?);
+    }
+    let clock = Clock::new();
+    let mut b = open(config(args), path.as_deref(), clock.now())?;
+    b.set_producer_online(clock.now(), GROUP, true);
+    let mut r = Run {
+        args,
+        b,
+        clock,
+        topic: args.topic(),
+        run_id: (epoch_ms() as u32) ^ std::process::id().rotate_left(16),
+        ledger: Ledger::default(),
+        rec: Recorder::default(),
+        deadline: Vec::new(),
+        backlog: args.backlog,
+        receiving: false,
+        to_ack: Vec::new(),
+        consume_is_op: args.mode == Mode::Consume,
+        recv_t0: Instant::now(),
+    };
+    let mut notes = Vec::new();
+    let mut fields = Vec::new();
+    if args.backlog > 0 {
+        let t = Instant::now();
+        r.prepare_backlog()?;
+        let s = t.elapsed().as_secs_f64();
+        notes.push(format!(
+            "backlog: {} pending transactions prepared in {s:.2} s ({} pending in the core, {} bytes of pending tables)",
+            args.backlog,
+            r.b.pending_transaction_count(),
+            r.b.pending_table_bytes()
+        ));
+        fields.push(("backlog".into(), args.backlog.to_string()));
+    }
+    if args.mode == Mode::Consume {
+        r.load(args.count)?;
+    }
+    let syncs0 = r.b.stats().syncs;
+    let t0 = Instant::now();
+    r.measure()?;
+    let elapsed = t0.elapsed();
+    r.drain()?;
+    let stats = r.b.stats();
+    let log_bytes = r.b.log_end();
+    drop(r.b);
+    drop(scratch);
+    Ok(Outcomes {
+        consumed: r.ledger.consumed_total(),
+        verdict: r.ledger.verdict(),
+        rec: r.rec,
+        elapsed,
+        fsyncs: path.map(|_| stats.syncs - syncs0),
+        log_bytes: Some(log_bytes),
+        notes,
+        fields,
+    })
+}
+
+impl Run<'_> {
+    fn err(&mut self, what: &str, e: impl std::fmt::Display) {
+        self.rec.error(format!("{what}: {e}"));
+    }
+
+    fn message(&self, seq: u64) -> NewMessage {
+        NewMessage::new(self.topic.clone(), body(self.run_id, seq, self.args.size))
+    }
+
+    fn sync_if_needed(&mut self) -> Result<(), String> {
+        if self.args.flush == FlushMode::Sync {
+            self.b.sync().map_err(|e| format!("sync failed: {e}"))?;
+        }
+        Ok(())
+    }
+
+    fn prepare_backlog(&mut self) -> Result<(), String> {
+        let immunity = self.args.backlog_check_after_ms;
+        let after = self
+            .args
+            .check_after_ms
+            .max(immunity.map_or(0, |ms| ms.div_ceil(1000) * 1000));
+        for seq in 0..self.backlog {
+            let now = self.clock.now();
+            let req = Request::Prepare {
+                group: GROUP.into(),
+                message: self.message(seq),
+                check_immunity_ms: immunity,
+            };
+            self.b
+                .handle(now, BACKLOG_ID, req)
+                .map_err(|e| format!("prepare failed: {e}"))?;
+            self.ledger.set(seq, Fate::Backlog);
+            self.deadline.push(now + after);
+            if seq % 1024 == 1023 {
+                self.sync_if_needed()?;
+                self.drain_outputs()?;
+            }
+        }
+        self.sync_if_needed()?;
+        self.drain_outputs()
+    }
+
+    /// Consume mode: the messages to consume, stored before the clock starts.
+    fn load(&mut self, n: u64) -> Result<(), String> {
+        let mut seq = 0;
+        while seq < n {
+            let k = (n - seq).min(64);
+            let messages = (seq..seq + k).map(|s| self.message(s)).collect();
+            let now = self.clock.now();
+            self.b
+                .handle(now, LOAD_ID, Request::Send { messages })
+                .map_err(|e| format!("load failed: {e}"))?;
+            for s in seq..seq + k {
+                self.ledger.set(s, Fate::Once);
+            }
+            seq += k;
+            self.sync_if_needed()?;
+            self.drain_outputs()?;
+        }
+        self.b.sync().map_err(|e| format!("sync failed: {e}"))?;
+        self.drain_outputs()
+    }
+
+    fn issue(&mut self, c: usize, seq: u64, now: u64) -> Result<Phase, String> {
+        let t0 = Instant::now();
+        let args = self.args;
+        let (req, phase) = match args.mode {
+            Mode::Txn => {
+                self.deadline.resize(seq as usize + 1, 0);
+                self.deadline[seq as usize] = now + args.check_after_ms;
+                (
+                    Request::Prepare {
+                        group: GROUP.into(),
+                        message: self.message(seq),
+                        check_immunity_ms: None,
+                    },
+                    Phase::Preparing { seq, t0 },
+                )
+            }
+            Mode::Delay => {
+                let levels = &self.b.config().delay_levels;
+                let max = args.delay_max_ms.max(1);
+                let pick = spread(seq);
+                let (delay, ms) = match pick % 4 {
+                    0 if levels.first().is_some_and(|&l| l <= max) => (Delay::Level(1), levels[0]),
+                    1 if levels.get(1).is_some_and(|&l| l <= max) => (Delay::Level(2), levels[1]),
+                    _ => {
+                        let ms = 1 + (pick >> 8) % max;
+                        (Delay::At(now + ms), ms)
+                    }
+                };
+                self.ledger.set_deliver_at(seq, now + ms);
+                (
+                    Request::Send {
+                        messages: vec![self.message(seq).with_delay(delay)],
+                    },
+                    Phase::Sending { seq, t0 },
+                )
+            }
+            _ => (
+                Request::Send {
+                    messages: vec![self.message(seq)],
+                },
+                Phase::Sending { seq, t0 },
+            ),
+        };
+        self.b
+            .handle(now, c as u64, req)
+            .map_err(|e| format!("request failed: {e}"))?;
+        Ok(phase)
+    }
+
+    /// The measured part: clients keep requests in flight until the count or time is done.
+    fn measure(&mut self) -> Result<(), String> {
+        let args = self.args;
+        let mut phases = vec![Phase::Idle; args.clients];
+        let mut next = self.backlog;
+        let end_seq = self.backlog + args.count;
+        let stop_at = args.duration.map(|d| Instant::now() + d);
+        let mut live = Live::new(args.live);
+        let producing_mode = args.mode != Mode::Consume;
+        loop {
+            let now = self.clock.now();
+            if self.b.poll_timeout().is_some_and(|t| t <= now) {
+                self.b
+                    .handle_timeout(now)
+                    .map_err(|e| format!("timers failed: {e}"))?;
+            }
+            let more = producing_mode
+                && match stop_at {
+                    Some(t) => Instant::now() < t,
+                    None => next < end_seq,
+                };
+            let mut busy = false;
+            for (c, p) in phases.iter_mut().enumerate() {
+                match *p {
+                    Phase::Idle if more && (stop_at.is_some() || next < end_seq) => {
+                        *p = self.issue(c, next, now)?;
+                        next += 1;
+                        busy = true;
+                    }
+                    Phase::ToEnd { seq, txn, t0 } => {
+                        let (resolution, fate) = match args.mix.outcome(seq) {
+                            Outcome::Commit => (Resolution::Commit, Fate::Committed),
+                            Outcome::Rollback => (Resolution::Rollback, Fate::RolledBack),
+                            Outcome::Unknown => {
+                                self.ledger.set(seq, Fate::AwaitingCheck);
+                                let _ = self.rec.op.record(us(t0.elapsed()));
+                                self.rec.done += 1;
+                                *p = Phase::Idle;
+                                continue;
+                            }
+                        };
+                        let req = Request::EndTransaction {
+                            txn,
+                            resolution,
+                            group: None,
+                            from_check: false,
+                        };
+                        self.b
+                            .handle(now, c as u64, req)
+                            .map_err(|e| format!("end failed: {e}"))?;
+                        // Consumers may see it before the reply: the fate is known now.
+                        self.ledger.set(seq, fate);
+                        *p = Phase::Ending {
+                            seq,
+                            t0,
+                            t_end: Instant::now(),
+                        };
+                        busy = true;
+                    }
+                    _ => {}
+                }
+            }
+            self.consume_step(now)?;
+            self.sync_if_needed()?;
+            self.drain_replies(&mut phases)?;
+            if live.due() {
+                let waiting = self.ledger.awaiting_checks();
+                live.print(
+                    self.args.mode.noun(),
+                    &self.rec,
+                    self.ledger.consumed_total(),
+                    waiting,
+                );
+            }
+            let idle = phases.iter().all(|p| matches!(p, Phase::Idle));
+            if !more && idle {
+                if args.mode == Mode::Consume {
+                    let (left, _) = self.ledger.outstanding();
+                    if left == 0 || self.rec.errors > 0 {
+                        break;
+                    }
+                } else {
+                    break;
+                }
+            }
+            if !busy && !self.receiving && args.mode == Mode::Consume {
+                std::thread::sleep(Duration::from_micros(200));
+            }
+        }
+        live.finish();
+        Ok(())
+    }
+
+    /// After the producers: consume what is left, wait for checks, then one more empty
+    /// receive so a duplicate would show.
+    fn drain(&mut self) -> Result<(), String> {
+        let until = Instant::now() + self.args.drain_timeout;
+        let mut last_count = Instant::now();
+        let mut phases: Vec<Phase> = Vec::new();
+        let mut live = Live::new(self.args.live);
+        loop {
+            let now = self.clock.now();
+            if self.b.poll_timeout().is_some_and(|t| t <= now) {
+                self.b
+                    .handle_timeout(now)
+                    .map_err(|e| format!("timers failed: {e}"))?;
+            }
+            self.consume_step(now)?;
+            self.sync_if_needed()?;
+            self.drain_replies(&mut phases)?;
+            if live.due() {
+                let waiting = self.ledger.awaiting_checks();
+                live.print("drain", &self.rec, self.ledger.consumed_total(), waiting);
+            }
+            if last_count.elapsed() > Duration::from_millis(50) {
+                last_count = Instant::now();
+                let (left, checks) = self.ledger.outstanding();
+                let backlog_waiting = self.backlog > 0
+                    && self.args.backlog_check_after_ms.is_none()
+                    && self.b.pending_transaction_count() > 0;
+                if left == 0 && checks == 0 && !backlog_waiting && self.to_ack.is_empty() {
+                    break;
+                }
+                if Instant::now() >= until {
+                    self.rec.error(format!(
+                        "drain timed out after {:?}: {left} messages not consumed, {checks} checks not answered",
+                        self.args.drain_timeout
+                    ));
+                    break;
+                }
+            }
+            if !self.receiving {
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        live.finish();
+        // Anything still coming is a duplicate or a rolled-back message.
+        for _ in 0..3 {
+            let now = self.clock.now();
+            self.consume_step(now)?;
+            self.sync_if_needed()?;
+            self.drain_replies(&mut phases)?;
+        }
+        Ok(())
+    }
+
+    fn consume_step(&mut self, now: u64) -> Result<(), String> {
+        for handle in std::mem::take(&mut self.to_ack) {
+            let req = Request::Ack {
+                group: self.args.group.clone(),
+                handle,
+            };
+            self.b
+                .handle(now, ACK_ID, req)
+                .map_err(|e| format!("ack failed: {e}"))?;
+        }
+        if !self.receiving {
+            let req = Request::Receive {
+                group: self.args.group.clone(),
+                topic: self.topic.clone(),
+                queue_id: None,
+                max: RECV_MAX,
+                invisible_ms: INVISIBLE_MS,
+                filter: TagFilter::All,
+            };
+            self.recv_t0 = Instant::now();
+            self.b
+                .handle(now, RECV_ID, req)
+                .map_err(|e| format!("receive failed: {e}"))?;
+            self.receiving = true;
+        }
+        Ok(())
+    }
+
+    fn drain_outputs(&mut self) -> Result<(), String> {
+        let mut none = Vec::new();
+        self.drain_replies(&mut none)
+    }
+
+    fn drain_replies(&mut self, phases: &mut [Phase]) -> Result<(), String> {
+        while let Some(o) = self.b.poll_output() {
+            let now = self.clock.now();
+            match o {
+                Output::Reply { id, reply } => self.on_reply(id, reply, phases, now),
+                Output::Check(c) => {
+                    let Some((run, seq)) = parse_body(&c.message.body) else {
+                        self.ledger.foreign();
+                        continue;
+                    };
+                    if run != self.run_id {
+                        self.ledger.foreign();
+                        continue;
+                    }
+                    if c.check == 1 {
+                        if let Some(&d) = self.deadline.get(seq as usize) {
+                            let _ = self.rec.check_late.record(now.saturating_sub(d));
+                        }
+                    }
+                    let commit = seq >= self.backlog && check_answer(seq);
+                    self.ledger.set(
+                        seq,
+                        if commit {
+                            Fate::Committed
+                        } else {
+                            Fate::RolledBack
+                        },
+                    );
+                    let req = Request::EndTransaction {
+                        txn: c.txn,
+                        resolution: if commit {
+                            Resolution::Commit
+                        } else {
+                            Resolution::Rollback
+                        },
+                        group: Some(c.group),
+                        from_check: true,
+                    };
+                    self.b
+                        .handle(now, CHECK_ID, req)
+                        .map_err(|e| format!("check answer failed: {e}"))?;
+                }
+                Output::Available { .. } | Output::Trace(_) => {}
+            }
+        }
+        Ok(())
+    }
+
+    fn on_reply(&mut self, id: u64, reply: Reply, phases: &mut [Phase], now: u64) {
+        if let Reply::Error(e) = &reply {
+            let what = match id {
+                RECV_ID => "receive",
+                ACK_ID => "ack",
+                CHECK_ID => "check answer",
+                BACKLOG_ID => "backlog prepare",
+                LOAD_ID => "load",
+                _ => "request",
+            };
+            self.err(what, e);
+        }
+        match id {
+            RECV_ID => {
+                self.receiving = false;
+                if let Reply::Received(msgs) = reply {
+                    if self.consume_is_op && !msgs.is_empty() {
+                        let _ = self.rec.op.record(us(self.recv_t0.elapsed()));
+                    }
+                    for m in msgs {
+                        match parse_body(&m.message.body) {
+                            Some((run, seq)) if run == self.run_id => {
+                                if let Some(late) = self.ledger.consumed(seq, now, 0) {
+                                    let _ = self.rec.delay_late.record(late);
+                                }
+                                if self.consume_is_op {
+                                    self.rec.done += 1;
+                                }
+                            }
+                            _ => self.ledger.foreign(),
+                        }
+                        self.to_ack.push(m.handle);
+                    }
+                }
+            }
+            ACK_ID | CHECK_ID | BACKLOG_ID | LOAD_ID => {}
+            c => {
+                let Some(p) = phases.get_mut(c as usize) else {
+                    return;
+                };
+                match (*p, reply) {
+                    (Phase::Sending { seq, t0 }, Reply::Sent(_)) => {
+                        self.ledger.set(seq, Fate::Once);
+                        let _ = self.rec.op.record(us(t0.elapsed()));
+                        self.rec.done += 1;
+                        *p = Phase::Idle;
+                    }
+                    (Phase::Preparing { seq, t0 }, Reply::Sent(r)) => {
+                        match r.first().and_then(|s| s.txn) {
+                            Some(txn) => *p = Phase::ToEnd { seq, txn, t0 },
+                            None => {
+                                self.err("prepare", "no transaction id in the reply");
+                                *p = Phase::Idle;
+                            }
+                        }
+                    }
+                    (Phase::Ending { seq, t0, t_end }, Reply::Ended { resolution, .. }) => {
+                        self.ledger.set(
+                            seq,
+                            if resolution == Resolution::Commit {
+                                Fate::Committed
+                            } else {
+                                Fate::RolledBack
+                            },
+                        );
+                        let _ = self.rec.end.record(us(t_end.elapsed()));
+                        let _ = self.rec.op.record(us(t0.elapsed()));
+                        self.rec.done += 1;
+                        *p = Phase::Idle;
+                    }
+                    (Phase::Sending { seq, .. } | Phase::Preparing { seq, .. }, _) => {
+                        self.ledger.set(seq, Fate::Ambiguous);
+                        *p = Phase::Idle;
+                    }
+                    (Phase::Ending { seq, .. }, _) => {
+                        self.ledger.set(seq, Fate::Ambiguous);
+                        *p = Phase::Idle;
+                    }
+                    (_, other) => {
+                        self.err("client", format!("unexpected reply {other:?}"));
+                    }
+                }
+            }
+        }
+    }
+}
+
+/// Fills a file log with `count` messages (batches of 64), leaves it like a killed process
+/// would (no close), then times reopening it.
+fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> {
+    let clock = Clock::new();
+    let cfg = Config {
+        flush: FlushMode::Async,
+        ..config(args)
+    };
+    let mut b = open(cfg.clone(), Some(dir), clock.now())?;
+    let run_id = 1;
+    let topic = args.topic();
+    let mut seq = 0;
+    let t_fill = Instant::now();
+    while seq < args.count {
+        let k = (args.count - seq).min(64);
+        let messages = (seq..seq + k)
+            .map(|s| NewMessage::new(topic.clone(), body(run_id, s, args.size)))
+            .collect();
+        match b.execute(clock.now(), Request::Send { messages }) {
+            Ok(Reply::Sent(_)) => {}
+            Ok(other) => return Err(format!("fill refused: {other:?}")),
+            Err(e) => return Err(format!("fill failed: {e}")),
+        }
+        seq += k;
+    }
+    b.sync().map_err(|e| format!("sync failed: {e}"))?;
+    let fill = t_fill.elapsed();
+    let bytes = b.log_end();
+    // The core has no close or checkpoint: dropping it leaves what kill -9 leaves after the
+    // last sync (the files as written, in the page cache), and releases the LOCK.
+    drop(b);
+    let t = Instant::now();
+    let b = open(cfg, Some(dir), clock.now())?;
+    let elapsed = t.elapsed();
+    let report = format!("{:?}", b.recovery_report());
+    let gib = bytes as f64 / f64::from(1u32 << 30);
+    let rate = gib / elapsed.as_secs_f64().max(1e-9);
+    let mut rec = Recorder::default();
+    let _ = rec.op.record(us(elapsed));
+    rec.done = args.count;
+    Ok(Outcomes {
+        rec,
+        elapsed,
+        consumed: 0,
+        fsyncs: None,
+        log_bytes: Some(bytes),
+        verdict: super::Verdict::default(),
+        notes: vec![
+            format!(
+                "recovery: reopened a {:.1} MiB log ({} messages, written in {:.2} s) in {:.3} s: {rate:.2} GiB/s scanned",
+                bytes as f64 / f64::from(1 << 20),
+                args.count,
+                fill.as_secs_f64(),
+                elapsed.as_secs_f64()
+            ),
+            format!("recovery report: {report}"),
+        ],
+        fields: vec![
+            ("log_bytes".into(), bytes.to_string()),
+            ("recover_s".into(), format!("{:.4}", elapsed.as_secs_f64())),
+            ("gib_per_s".into(), format!("{rate:.3}")),
+        ],
+    })
+}

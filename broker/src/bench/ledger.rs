@@ -1,0 +1,297 @@
+//! What every sequence number should have become, and what the consumers saw.
+
+use std::fmt::Write as _;
+
+/// Expected fate of one message.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Fate {
+    /// Not sent (or its send not answered yet).
+    #[default]
+    Unset,
+    /// A normal or delayed message: consumed exactly once.
+    Once,
+    /// A half message whose end is in flight.
+    Prepared,
+    /// Committed (by the producer or a check's answer): consumed exactly once.
+    Committed,
+    /// Rolled back: never consumed.
+    RolledBack,
+    /// The producer answered nothing: waiting for the check.
+    AwaitingCheck,
+    /// A backlog half left pending: never consumed unless a check commits it.
+    Backlog,
+    /// Its request failed: stored or not, so zero or one consumption is fine.
+    Ambiguous,
+}
+
+#[derive(Debug, Clone, Copy, Default)]
+struct Entry {
+    fate: Fate,
+    consumed: u16,
+    early: bool,
+    /// Delayed messages: not consumable before this (epoch or bench ms).
+    deliver_at: u64,
+}
+
+/// Per-sequence ledger for one run.
+#[derive(Debug, Default)]
+pub struct Ledger {
+    entries: Vec<Entry>,
+    foreign: u64,
+    consumed: u64,
+}
+
+/// The correctness check's findings.
+#[derive(Debug, Default, Clone)]
+pub struct Verdict {
+    pub expected: u64,
+    pub exactly_once: u64,
+    pub missing: u64,
+    pub duplicated: u64,
+    pub rolled_back: u64,
+    pub rolled_back_consumed: u64,
+    pub early: u64,
+    pub never_checked: u64,
+    pub backlog_pending: u64,
+    pub ambiguous: u64,
+    pub foreign: u64,
+    pub delayed: u64,
+}
+
+impl Verdict {
+    /// No loss, no duplicate, no rolled-back or early delivery, every check answered.
+    #[must_use]
+    pub fn ok(&self) -> bool {
+        self.missing == 0
+            && self.duplicated == 0
+            && self.rolled_back_consumed == 0
+            && self.early == 0
+            && self.never_checked == 0
+    }
+
+    /// One line.
+    #[must_use]
+    pub fn summary(&self) -> String {
+        let mut s = String::new();
+        let _ = write!(
+            s,
+            "{} — {} of {} committed/plain messages consumed exactly once, {} missing, {} duplicated; {} rolled back, {} of them consumed",
+            if self.ok() { "OK" } else { "FAILED" },
+            self.exactly_once,
+            self.expected,
+            self.missing,
+            self.duplicated,
+            self.rolled_back,
+            self.rolled_back_consumed
+        );
+        if self.delayed > 0 || self.early > 0 {
+            let _ = write!(
+                s,
+                "; {} delayed, {} consumed early",
+                self.delayed, self.early
+            );
+        }
+        if self.never_checked > 0 {
+            let _ = write!(
+                s,
+                "; {} unknown transactions never checked",
+                self.never_checked
+            );
+        }
+        if self.backlog_pending > 0 {
+            let _ = write!(s, "; {} backlog halves still pending", self.backlog_pending);
+        }
+        if self.ambiguous > 0 {
+            let _ = write!(
+                s,
+                "; {} failed requests (0 or 1 delivery accepted)",
+                self.ambiguous
+            );
+        }
+        if self.foreign > 0 {
+            let _ = write!(s, "; {} messages of other runs ignored", self.foreign);
+        }
+        s
+    }
+}
+
+impl Ledger {
+    fn at(&mut self, seq: u64) -> &mut Entry {
+        let i = seq as usize;
+        if i >= self.entries.len() {
+            self.entries.resize(i + 1, Entry::default());
+        }
+        &mut self.entries[i]
+    }
+
+    /// Sets what should become of `seq`.
+    pub fn set(&mut self, seq: u64, fate: Fate) {
+        self.at(seq).fate = fate;
+    }
+
+    /// The current expectation.
+    #[must_use]
+    pub fn fate(&self, seq: u64) -> Fate {
+        self.entries
+            .get(seq as usize)
+            .map_or(Fate::Unset, |e| e.fate)
+    }
+
+    /// A delayed message may not be consumed before `at`.
+    pub fn set_deliver_at(&mut self, seq: u64, at: u64) {
+        self.at(seq).deliver_at = at;
+    }
+
+    /// A message of another run (or not a bench message) was consumed.
+    pub fn foreign(&mut self) {
+        self.foreign += 1;
+    }
+
+    /// Records a consumption at `now` (same clock as `deliver_at`, `tolerance_ms` slack for
+    /// clock granularity). Returns the delivery lateness of a delayed message.
+    pub fn consumed(&mut self, seq: u64, now: u64, tolerance_ms: u64) -> Option<u64> {
+        self.consumed += 1;
+        let e = self.at(seq);
+        e.consumed = e.consumed.saturating_add(1);
+        if e.deliver_at == 0 {
+            return None;
+        }
+        if now + tolerance_ms < e.deliver_at {
+            e.early = true;
+        }
+        Some(now.saturating_sub(e.deliver_at))
+    }
+
+    /// Consumptions so far.
+    #[must_use]
+    pub fn consumed_total(&self) -> u64 {
+        self.consumed
+    }
+
+    /// Messages that should still arrive: expected once and not yet consumed, plus unknowns
+    /// waiting for their check.
+    #[must_use]
+    pub fn outstanding(&self) -> (u64, u64) {
+        let mut consume = 0;
+        let mut checks = 0;
+        for e in &self.entries {
+            match e.fate {
+                Fate::Once | Fate::Committed | Fate::Prepared if e.consumed == 0 => consume += 1,
+                Fate::AwaitingCheck => checks += 1,
+                _ => {}
+            }
+        }
+        (consume, checks)
+    }
+
+    /// Messages whose expected fate is `fate`.
+    #[must_use]
+    pub fn count(&self, fate: Fate) -> u64 {
+        self.entries.iter().filter(|e| e.fate == fate).count() as u64
+    }
+
+    /// Counts unknowns waiting for their check (cheap enough once a second).
+    #[must_use]
+    pub fn awaiting_checks(&self) -> u64 {
+        self.entries
+            .iter()
+            .filter(|e| e.fate == Fate::AwaitingCheck)
+            .count() as u64
+    }
+
+    /// The correctness check.
+    #[must_use]
+    pub fn verdict(&self) -> Verdict {
+        let mut v = Verdict {
+            foreign: self.foreign,
+            ..Verdict::default()
+        };
+        for e in &self.entries {
+            if e.deliver_at != 0 {
+                v.delayed += 1;
+            }
+            if e.early {
+                v.early += 1;
+            }
+            match e.fate {
+                Fate::Once | Fate::Committed => {
+                    v.expected += 1;
+                    match e.consumed {
+                        0 => v.missing += 1,
+                        1 => v.exactly_once += 1,
+                        _ => v.duplicated += 1,
+                    }
+                }
+                Fate::RolledBack => {
+                    v.rolled_back += 1;
+                    if e.consumed > 0 {
+                        v.rolled_back_consumed += 1;
+                    }
+                }
+                Fate::Backlog => {
+                    v.backlog_pending += 1;
+                    if e.consumed > 0 {
+                        v.rolled_back_consumed += 1;
+                    }
+                }
+                Fate::AwaitingCheck => {
+                    v.never_checked += 1;
+                    if e.consumed > 1 {
+                        v.duplicated += 1;
+                    }
+                }
+                Fate::Prepared => {
+                    // An end that never answered (counted as an error by the producer).
+                    v.ambiguous += 1;
+                }
+                Fate::Ambiguous => {
+                    v.ambiguous += 1;
+                    if e.consumed > 1 {
+                        v.duplicated += 1;
+                    }
+                }
+                Fate::Unset => {
+                    if e.consumed > 0 {
+                        // Consumed but never sent by this run: a phantom.
+                        v.duplicated += 1;
+                    }
+                }
+            }
+        }
+        v
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn loss_duplicate_rollback_and_early_fail_the_check() {
+        let mut l = Ledger::default();
+        l.set(0, Fate::Committed);
+        l.set(1, Fate::Once);
+        l.set(2, Fate::RolledBack);
+        l.consumed(0, 0, 0);
+        l.consumed(1, 0, 0);
+        assert!(l.verdict().ok(), "{}", l.verdict().summary());
+        l.set(3, Fate::Once);
+        assert_eq!(l.verdict().missing, 1);
+        l.consumed(3, 0, 0);
+        l.consumed(3, 0, 0);
+        assert_eq!(l.verdict().duplicated, 1);
+        let mut l = Ledger::default();
+        l.set(0, Fate::RolledBack);
+        l.consumed(0, 0, 0);
+        assert!(!l.verdict().ok());
+        let mut l = Ledger::default();
+        l.set(0, Fate::Once);
+        l.set_deliver_at(0, 1000);
+        assert_eq!(l.consumed(0, 990, 5), Some(0));
+        assert!(!l.verdict().ok());
+        assert_eq!(l.verdict().early, 1);
+        let mut l = Ledger::default();
+        l.set(0, Fate::AwaitingCheck);
+        assert!(!l.verdict().ok());
+    }
+}

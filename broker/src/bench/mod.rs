@@ -1,0 +1,573 @@
+//! `rocklet bench`: throughput, latency and a correctness check for sends, transactions,
+//! delayed messages and consumption.
+//!
+//! Three targets: a running broker at `--endpoint` (any RocketMQ 5 gRPC endpoint: the bench is
+//! a plain RocketMQ 5 client), a broker started in-process on a scratch directory and reached
+//! over gRPC loopback (no `--endpoint`), or `--embedded`: the core driven directly in this
+//! process (memory or file storage, group commit like the broker's driver).
+//!
+//! Every message carries a 16-byte header (`RKLB`, run id, sequence number) so the consumer
+//! side can tell exactly which message it got. At the end the ledger must show every
+//! committed (or plain) message consumed exactly once, no rolled-back message consumed and no
+//! delayed message consumed before its time; otherwise the run is reported as FAILED.
+
+mod embedded;
+mod grpc;
+mod ledger;
+
+use std::fmt::Write as _;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use hdrhistogram::Histogram;
+use rocklet_core::FlushMode;
+
+pub use ledger::{Ledger, Verdict};
+
+/// What to measure.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Transactions: prepare, then commit / rollback / nothing (answered on check).
+    Txn,
+    /// Normal messages, one per request.
+    Send,
+    /// Delayed messages spread over delay levels and arbitrary times.
+    Delay,
+    /// Consumption (receive + ack) of messages loaded before the clock starts.
+    Consume,
+    /// Embedded only: fill a file log, then time reopening it (recovery scan).
+    Recover,
+}
+
+impl Mode {
+    /// The word used in reports.
+    #[must_use]
+    pub fn noun(self) -> &'static str {
+        match self {
+            Mode::Txn => "transactions",
+            Mode::Send => "sends",
+            Mode::Delay => "delayed sends",
+            Mode::Consume => "consumed messages",
+            Mode::Recover => "recovered messages",
+        }
+    }
+    fn name(self) -> &'static str {
+        match self {
+            Mode::Txn => "txn",
+            Mode::Send => "send",
+            Mode::Delay => "delay",
+            Mode::Consume => "consume",
+            Mode::Recover => "recover",
+        }
+    }
+}
+
+/// Where the bench sends.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Target {
+    /// The core in this process; `Some(dir)`: file storage there, `None`: memory.
+    Embedded(Option<PathBuf>),
+    /// A broker started in-process on a scratch directory, over gRPC loopback.
+    InProcess,
+    /// A running RocketMQ 5 endpoint (`host:port`).
+    Endpoint(String),
+}
+
+/// Transaction outcomes in parts (e.g. 8:1:1).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Mix {
+    pub commit: u32,
+    pub rollback: u32,
+    /// The producer answers nothing; the check's answer decides (even sequence: commit).
+    pub unknown: u32,
+}
+
+impl Mix {
+    /// Parses `commit:rollback:unknown`, e.g. `8:1:1`.
+    ///
+    /// # Errors
+    /// Names the problem when the text is not three non-negative integers with a positive sum.
+    pub fn parse(s: &str) -> Result<Mix, String> {
+        let parts: Vec<&str> = s.split(':').collect();
+        let bad = || format!("--mix `{s}`: expected commit:rollback:unknown parts, e.g. 8:1:1");
+        if parts.len() != 3 {
+            return Err(bad());
+        }
+        let n: Vec<u32> = parts
+            .iter()
+            .map(|p| p.trim().parse::<u32>().map_err(|_| bad()))
+            .collect::<Result<_, _>>()?;
+        if n.iter().map(|&x| u64::from(x)).sum::<u64>() == 0 {
+            return Err(format!("--mix `{s}`: the parts add up to 0"));
+        }
+        Ok(Mix {
+            commit: n[0],
+            rollback: n[1],
+            unknown: n[2],
+        })
+    }
+
+    /// The producer's decision for a sequence number (deterministic, evenly spread).
+    #[must_use]
+    pub fn outcome(&self, seq: u64) -> Outcome {
+        let total = u64::from(self.commit) + u64::from(self.rollback) + u64::from(self.unknown);
+        let r = spread(seq) % total;
+        if r < u64::from(self.commit) {
+            Outcome::Commit
+        } else if r < u64::from(self.commit) + u64::from(self.rollback) {
+            Outcome::Rollback
+        } else {
+            Outcome::Unknown
+        }
+    }
+}
+
+/// What the producer does after a prepare.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Outcome {
+    Commit,
+    Rollback,
+    Unknown,
+}
+
+/// The checker's answer for a transaction left unknown: commit even sequences.
+#[must_use]
+pub fn check_answer(seq: u64) -> bool {
+    seq.is_multiple_of(2)
+}
+
+/// A cheap, well-spread hash of a sequence number (splitmix64).
+#[must_use]
+pub fn spread(seq: u64) -> u64 {
+    let mut z = seq.wrapping_add(0x9E37_79B9_7F4A_7C15);
+    z = (z ^ (z >> 30)).wrapping_mul(0xBF58_476D_1CE4_E5B9);
+    z = (z ^ (z >> 27)).wrapping_mul(0x94D0_49BB_1331_11EB);
+    z ^ (z >> 31)
+}
+
+/// Everything `rocklet bench` takes.
+#[derive(Debug, Clone)]
+pub struct BenchArgs {
+    pub mode: Mode,
+    pub target: Target,
+    /// Concurrent clients (gRPC: one connection and task each; embedded: requests in flight
+    /// per group commit).
+    pub clients: usize,
+    /// Consumers (gRPC tasks; embedded: one receive in flight).
+    pub consumers: usize,
+    /// Messages (or transactions) in all, unless `duration` is given.
+    pub count: u64,
+    /// Run for this long instead of a count.
+    pub duration: Option<Duration>,
+    /// Body size in bytes (at least the 16-byte header).
+    pub size: usize,
+    /// Flush mode of the embedded or in-process broker.
+    pub flush: FlushMode,
+    pub mix: Mix,
+    /// Transactions left pending before the measured part (checks answered with rollback).
+    pub backlog: u64,
+    /// When the backlog's checks may start, after its prepare (ms); `None`: with the
+    /// broker's transaction timeout (so their checks fire during the run).
+    pub backlog_check_after_ms: Option<u64>,
+    /// The broker's transaction timeout (embedded and in-process: set to this; endpoint: what
+    /// the remote broker uses, for check punctuality and how long to wait for checks).
+    pub check_after_ms: u64,
+    /// Delay mode: delays spread up to this (ms).
+    pub delay_max_ms: u64,
+    /// How long to wait, after the producers stop, for consumption and checks to finish.
+    pub drain_timeout: Duration,
+    /// Topic (default per mode); consumer group.
+    pub topic: Option<String>,
+    pub group: String,
+    /// Print the live line each second (to stderr).
+    pub live: bool,
+}
+
+impl BenchArgs {
+    /// Defaults for a mode and target (what the CLI starts from).
+    #[must_use]
+    pub fn new(mode: Mode, target: Target) -> Self {
+        BenchArgs {
+            mode,
+            target,
+            clients: 16,
+            consumers: 2,
+            count: 20_000,
+            duration: None,
+            size: 1024,
+            flush: FlushMode::Sync,
+            mix: Mix {
+                commit: 1,
+                rollback: 0,
+                unknown: 0,
+            },
+            backlog: 0,
+            backlog_check_after_ms: None,
+            check_after_ms: 6_000,
+            delay_max_ms: 5_000,
+            drain_timeout: Duration::from_secs(30),
+            topic: None,
+            group: "RockletBenchConsumer".into(),
+            live: true,
+        }
+    }
+
+    fn topic(&self) -> String {
+        self.topic.clone().unwrap_or_else(|| {
+            match self.mode {
+                Mode::Txn => "RockletBenchTxn",
+                Mode::Delay => "RockletBenchDelay",
+                _ => "RockletBenchNormal",
+            }
+            .into()
+        })
+    }
+
+    fn validate(&self) -> Result<(), String> {
+        if self.size < HEADER {
+            return Err(format!(
+                "--size {}: bodies carry a {HEADER}-byte header, so at least {HEADER}",
+                self.size
+            ));
+        }
+        if self.clients == 0 {
+            return Err("--clients must be at least 1".into());
+        }
+        if self.consumers == 0 {
+            return Err("--consumers must be at least 1".into());
+        }
+        if self.duration.is_none() && self.count == 0 {
+            return Err("--count must be at least 1 (or give --duration)".into());
+        }
+        if self.mode == Mode::Recover && !matches!(self.target, Target::Embedded(Some(_))) {
+            return Err(
+                "recover runs embedded with file storage: --embedded --storage file".into(),
+            );
+        }
+        if self.mode == Mode::Consume && self.duration.is_some() {
+            return Err("consume measures a loaded count: give --count, not --duration".into());
+        }
+        Ok(())
+    }
+}
+
+/// Bytes of the header every bench body starts with.
+pub const HEADER: usize = 16;
+
+/// A body of `size` bytes carrying `run` and `seq`.
+#[must_use]
+pub fn body(run: u32, seq: u64, size: usize) -> Vec<u8> {
+    let mut b = vec![b'r'; size.max(HEADER)];
+    b[..4].copy_from_slice(b"RKLB");
+    b[4..8].copy_from_slice(&run.to_le_bytes());
+    b[8..16].copy_from_slice(&seq.to_le_bytes());
+    b
+}
+
+/// The run and sequence number of a bench body; `None` for anything else.
+#[must_use]
+pub fn parse_body(b: &[u8]) -> Option<(u32, u64)> {
+    if b.len() < HEADER || &b[..4] != b"RKLB" {
+        return None;
+    }
+    let run = u32::from_le_bytes(b[4..8].try_into().ok()?);
+    let seq = u64::from_le_bytes(b[8..16].try_into().ok()?);
+    Some((run, seq))
+}
+
+/// Wall-clock ms since the epoch (the broker's clock on this machine).
+#[must_use]
+pub fn epoch_ms() -> u64 {
+    std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .map_or(0, |d| d.as_millis() as u64)
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new(3).expect("3 significant figures is valid")
+}
+
+/// Latency and lateness recorders (µs for latencies, ms for lateness).
+#[derive(Debug)]
+pub struct Recorder {
+    /// One operation end to end (send; prepare + end; receive batch for consume).
+    pub op: Histogram<u64>,
+    /// END_TRANSACTION alone.
+    pub end: Histogram<u64>,
+    /// First checks: ms past their deadline.
+    pub check_late: Histogram<u64>,
+    /// Delayed messages: ms past their delivery time when consumed.
+    pub delay_late: Histogram<u64>,
+    pub errors: u64,
+    pub first_error: Option<String>,
+    /// Operations done (messages for consume).
+    pub done: u64,
+}
+
+impl Default for Recorder {
+    fn default() -> Self {
+        Recorder {
+            op: hist(),
+            end: hist(),
+            check_late: hist(),
+            delay_late: hist(),
+            errors: 0,
+            first_error: None,
+            done: 0,
+        }
+    }
+}
+
+impl Recorder {
+    fn error(&mut self, e: impl Into<String>) {
+        self.errors += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e.into());
+        }
+    }
+}
+
+fn us(d: Duration) -> u64 {
+    d.as_micros().min(u128::from(u64::MAX)) as u64
+}
+
+/// The live line, printed once a second.
+#[derive(Debug)]
+struct Live {
+    on: bool,
+    start: Instant,
+    next: Instant,
+    last_done: u64,
+    tty: bool,
+}
+
+impl Live {
+    fn new(on: bool) -> Self {
+        let now = Instant::now();
+        Live {
+            on,
+            start: now,
+            next: now + Duration::from_secs(1),
+            last_done: 0,
+            tty: std::io::IsTerminal::is_terminal(&std::io::stderr()),
+        }
+    }
+    fn due(&self) -> bool {
+        self.on && Instant::now() >= self.next
+    }
+    fn print(&mut self, noun: &str, r: &Recorder, consumed: u64, pending_checks: u64) {
+        let now = Instant::now();
+        let secs = now.duration_since(self.start).as_secs();
+        let rate = r.done - self.last_done;
+        self.last_done = r.done;
+        self.next += Duration::from_secs(1);
+        if self.next < now {
+            self.next = now + Duration::from_secs(1);
+        }
+        let line = format!(
+            "[{secs:>4}s] {noun}: {rate:>8}/s  total {:>9}  p50 {:.3} ms  p99 {:.3} ms  consumed {consumed}  checks waiting {pending_checks}  errors {}",
+            r.done,
+            r.op.value_at_quantile(0.5) as f64 / 1e3,
+            r.op.value_at_quantile(0.99) as f64 / 1e3,
+            r.errors
+        );
+        if self.tty {
+            eprint!("\r{line}\x1b[K");
+        } else {
+            eprintln!("{line}");
+        }
+    }
+    fn finish(&self) {
+        if self.on && self.tty {
+            eprintln!();
+        }
+    }
+}
+
+/// What a finished run measured, before formatting.
+#[derive(Debug, Default)]
+pub struct Outcomes {
+    pub rec: Recorder,
+    pub elapsed: Duration,
+    pub consumed: u64,
+    pub fsyncs: Option<u64>,
+    pub log_bytes: Option<u64>,
+    pub verdict: Verdict,
+    /// Extra lines (recovery, backlog preparation).
+    pub notes: Vec<String>,
+    /// Extra result fields (`key=value`).
+    pub fields: Vec<(String, String)>,
+}
+
+/// The report, and whether the run passed (no errors, correctness check passed).
+#[derive(Debug)]
+pub struct Report {
+    pub text: String,
+    pub ok: bool,
+}
+
+fn ms(h: &Histogram<u64>, q: f64) -> f64 {
+    h.value_at_quantile(q) as f64 / 1e3
+}
+
+fn describe(args: &BenchArgs) -> String {
+    match &args.target {
+        Target::Embedded(None) => "embedded, memory storage".into(),
+        Target::Embedded(Some(_)) => format!("embedded, file storage, {:?} flush", args.flush),
+        Target::InProcess => format!(
+            "gRPC loopback to an in-process broker, {:?} flush",
+            args.flush
+        ),
+        Target::Endpoint(e) => format!("gRPC to {e}"),
+    }
+}
+
+fn report(args: &BenchArgs, o: &Outcomes) -> Report {
+    let r = &o.rec;
+    let secs = o.elapsed.as_secs_f64().max(1e-9);
+    let rate = r.done as f64 / secs;
+    let mut t = String::new();
+    let what = match args.mode {
+        Mode::Txn => {
+            let m = args.mix;
+            format!(
+                "transactions (prepare + end, mix commit:rollback:unknown {}:{}:{})",
+                m.commit, m.rollback, m.unknown
+            )
+        }
+        Mode::Consume => "consumed messages (receive + ack)".into(),
+        m => m.noun().into(),
+    };
+    let _ = writeln!(
+        t,
+        "{} {what} of {} B, {} clients, {}: {rate:.0}/s in {secs:.2} s, latency p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms, max {:.3} ms; errors {}",
+        r.done,
+        args.size,
+        args.clients,
+        describe(args),
+        ms(&r.op, 0.5),
+        ms(&r.op, 0.99),
+        ms(&r.op, 0.999),
+        r.op.max() as f64 / 1e3,
+        r.errors,
+    );
+    if let Some(e) = &r.first_error {
+        let _ = writeln!(t, "first error: {e}");
+    }
+    if !r.end.is_empty() {
+        let _ = writeln!(
+            t,
+            "END_TRANSACTION latency p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms, max {:.3} ms ({} calls)",
+            ms(&r.end, 0.5),
+            ms(&r.end, 0.99),
+            ms(&r.end, 0.999),
+            r.end.max() as f64 / 1e3,
+            r.end.len()
+        );
+    }
+    if !r.check_late.is_empty() {
+        let h = &r.check_late;
+        let _ = writeln!(
+            t,
+            "check punctuality: {} first checks, late p50 {} ms, p99 {} ms, max {} ms past their deadline",
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        );
+    }
+    if !r.delay_late.is_empty() {
+        let h = &r.delay_late;
+        let _ = writeln!(
+            t,
+            "delay lateness: {} delayed messages consumed p50 {} ms, p99 {} ms, max {} ms after their delivery time",
+            h.len(),
+            h.value_at_quantile(0.5),
+            h.value_at_quantile(0.99),
+            h.max()
+        );
+    }
+    if let Some(f) = o.fsyncs {
+        let _ = writeln!(
+            t,
+            "{f} fsyncs ({:.3} per {}){}",
+            f as f64 / r.done.max(1) as f64,
+            match args.mode {
+                Mode::Txn => "transaction",
+                Mode::Consume => "message",
+                _ => "send",
+            },
+            o.log_bytes.map_or(String::new(), |b| format!(
+                ", {:.1} MiB logged",
+                b as f64 / f64::from(1 << 20)
+            ))
+        );
+    }
+    for n in &o.notes {
+        let _ = writeln!(t, "{n}");
+    }
+    let v = &o.verdict;
+    let _ = writeln!(t, "correctness: {}", v.summary());
+    let ok = v.ok() && r.errors == 0;
+    let mut fields = vec![
+        ("mode".to_string(), args.mode.name().to_string()),
+        ("ok".into(), u8::from(ok).to_string()),
+        ("ops".into(), r.done.to_string()),
+        ("secs".into(), format!("{secs:.3}")),
+        ("per_s".into(), format!("{rate:.0}")),
+        ("p50_ms".into(), format!("{:.3}", ms(&r.op, 0.5))),
+        ("p99_ms".into(), format!("{:.3}", ms(&r.op, 0.99))),
+        ("p999_ms".into(), format!("{:.3}", ms(&r.op, 0.999))),
+        ("max_ms".into(), format!("{:.3}", r.op.max() as f64 / 1e3)),
+        ("errors".into(), r.errors.to_string()),
+        ("consumed".into(), o.consumed.to_string()),
+    ];
+    if !r.end.is_empty() {
+        fields.push(("end_p50_ms".into(), format!("{:.4}", ms(&r.end, 0.5))));
+        fields.push(("end_p99_ms".into(), format!("{:.4}", ms(&r.end, 0.99))));
+        fields.push(("end_mean_us".into(), format!("{:.2}", r.end.mean())));
+    }
+    if !r.check_late.is_empty() {
+        fields.push(("checks".into(), r.check_late.len().to_string()));
+        fields.push((
+            "check_late_p99_ms".into(),
+            r.check_late.value_at_quantile(0.99).to_string(),
+        ));
+    }
+    if !r.delay_late.is_empty() {
+        fields.push((
+            "delay_late_p50_ms".into(),
+            r.delay_late.value_at_quantile(0.5).to_string(),
+        ));
+        fields.push((
+            "delay_late_p99_ms".into(),
+            r.delay_late.value_at_quantile(0.99).to_string(),
+        ));
+    }
+    if let Some(f) = o.fsyncs {
+        fields.push(("fsyncs".into(), f.to_string()));
+    }
+    fields.extend(o.fields.iter().cloned());
+    let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
+    let _ = writeln!(t, "result: {}", line.join(" "));
+    Report { text: t, ok }
+}
+
+/// Runs the benchmark described by `args`.
+///
+/// # Errors
+/// Bad arguments, a broker that cannot be started or reached, or a storage failure. A run
+/// that finished but lost data is not an error here: its [`Report`] has `ok: false`.
+pub async fn run(args: BenchArgs) -> Result<Report, String> {
+    args.validate()?;
+    let o = match &args.target {
+        Target::Embedded(_) => {
+            let a = args.clone();
+            tokio::task::spawn_blocking(move || embedded::run(&a))
+                .await
+                .map_err(|e| format!("bench thread failed: {e}"))??
+        }
+        Target::InProcess | Target::Endpoint(_) => grpc::run(&args).await?,
+    };
+    Ok(report(&args, &o))
+}
