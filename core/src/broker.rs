@@ -332,6 +332,8 @@ pub struct Broker<S: Storage> {
     recovering: bool,
     /// Under async flush: when the appended bytes must be synced.
     flush_due: Option<Millis>,
+    /// Under sync flush: timers wrote and the sync after them failed.
+    timer_sync_owed: bool,
     report: RecoveryReport,
     stats: Stats,
     next_id: u64,
@@ -417,6 +419,7 @@ impl<S: Storage> Broker<S> {
             buf: Vec::new(),
             recovering: true,
             flush_due: None,
+            timer_sync_owed: false,
             report: RecoveryReport::default(),
             stats: Stats::default(),
             next_id: 1 << 63,
@@ -716,11 +719,12 @@ impl<S: Storage> Broker<S> {
     /// Makes everything appended durable; releases held replies and makes their messages
     /// visible.
     pub fn sync(&mut self) -> Res<(), S> {
-        self.flush_due = None;
         if self.log.synced() < self.log.end() {
             self.log.sync().map_err(Error::Storage)?;
             self.stats.syncs += 1;
         }
+        self.flush_due = None;
+        self.timer_sync_owed = false;
         for q in core::mem::take(&mut self.unsynced) {
             let queue = &mut self.queues[q as usize];
             queue.unsynced = false;
@@ -744,8 +748,12 @@ impl<S: Storage> Broker<S> {
         self.fire_timers(now)?;
         match self.cfg.flush {
             // What timers wrote (deliveries, checks, dead letters) is synced here: no host
-            // request waits on it to make it durable and visible.
-            FlushMode::Sync if self.log.end() > before => self.sync()?,
+            // request waits on it to make it durable and visible. A sync that failed is owed
+            // until one succeeds.
+            FlushMode::Sync if self.log.end() > before || self.timer_sync_owed => {
+                self.timer_sync_owed = true;
+                self.sync()?;
+            }
             FlushMode::Async if self.flush_due.is_some_and(|d| d <= now) => self.sync()?,
             _ => {}
         }
