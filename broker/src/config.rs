@@ -5,6 +5,8 @@
 //! data_dir = "./rocklet-data"
 //! metrics_listen = "127.0.0.1:9100"  # Prometheus text at /metrics (off when absent)
 //! max_long_polling_ms = 30000        # longest a ReceiveMessage waits for a message
+//! remoting_listen = "127.0.0.1:10911" # RocketMQ 4 remoting (`off` to disable)
+//! namesrv_listen = "127.0.0.1:9876"   # its name-server role (`off` to disable)
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -33,6 +35,48 @@ use serde::Deserialize;
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8081";
 /// Default data directory.
 pub const DEFAULT_DATA_DIR: &str = "./rocklet-data";
+/// Default RocketMQ 4 remoting address of the `rocklet broker` command.
+pub const DEFAULT_REMOTING_LISTEN: &str = "127.0.0.1:10911";
+/// Default name-server address of the `rocklet broker` command.
+pub const DEFAULT_NAMESRV_LISTEN: &str = "127.0.0.1:9876";
+
+/// An optional listener: `HOST:PORT` or `off`.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Listen {
+    Off,
+    At(SocketAddr),
+}
+
+impl std::str::FromStr for Listen {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        if s.eq_ignore_ascii_case("off") {
+            return Ok(Listen::Off);
+        }
+        s.parse()
+            .map(Listen::At)
+            .map_err(|_| format!("`{s}` is neither HOST:PORT nor `off`"))
+    }
+}
+
+impl<'de> Deserialize<'de> for Listen {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        let s = String::deserialize(d)?;
+        s.parse().map_err(serde::de::Error::custom)
+    }
+}
+
+/// Where an optional listener goes: `None` (not configured) is `default`, except that with
+/// the gRPC port 0 (tests: any free port) it is a free port on the gRPC address too.
+#[must_use]
+pub fn resolve_listen(l: Option<Listen>, default: &str, grpc: SocketAddr) -> Option<SocketAddr> {
+    match l {
+        Some(Listen::Off) => None,
+        Some(Listen::At(a)) => Some(a),
+        None if grpc.port() == 0 => Some(SocketAddr::new(grpc.ip(), 0)),
+        None => default.parse().ok(),
+    }
+}
 
 /// Message types a topic can accept, as RocketMQ 5 names them.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash, Deserialize)]
@@ -84,6 +128,8 @@ pub struct FileConfig {
     pub data_dir: Option<PathBuf>,
     pub metrics_listen: Option<SocketAddr>,
     pub max_long_polling_ms: Option<Millis>,
+    pub remoting_listen: Option<Listen>,
+    pub namesrv_listen: Option<Listen>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -110,6 +156,11 @@ pub struct BrokerConfig {
     pub metrics_listen: Option<SocketAddr>,
     /// Longest a ReceiveMessage long poll waits.
     pub max_long_polling_ms: Millis,
+    /// RocketMQ 4 remoting listener (off when `None`, the library default; the `rocklet`
+    /// command defaults to [`DEFAULT_REMOTING_LISTEN`]).
+    pub remoting_listen: Option<SocketAddr>,
+    /// Name-server listener (off when `None`; the command defaults to [`DEFAULT_NAMESRV_LISTEN`]).
+    pub namesrv_listen: Option<SocketAddr>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -133,6 +184,14 @@ impl BrokerConfig {
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
             metrics_listen: f.metrics_listen,
             max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
+            remoting_listen: match f.remoting_listen {
+                Some(Listen::At(a)) => Some(a),
+                _ => None,
+            },
+            namesrv_listen: match f.namesrv_listen {
+                Some(Listen::At(a)) => Some(a),
+                _ => None,
+            },
             core: f.core,
             topics: f.topics,
         }
@@ -211,6 +270,30 @@ mod tests {
         );
         assert_eq!(c.accepted_types("other").len(), 4);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn remoting_listeners_default_off_in_the_library_and_resolve_for_the_command() {
+        let f = FileConfig::parse("remoting_listen = \"off\"\nnamesrv_listen = \"127.0.0.1:9999\"")
+            .unwrap();
+        assert_eq!(f.remoting_listen, Some(Listen::Off));
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.remoting_listen, None);
+        assert_eq!(c.namesrv_listen, Some("127.0.0.1:9999".parse().unwrap()));
+        assert_eq!(BrokerConfig::default().remoting_listen, None);
+        let grpc: SocketAddr = "127.0.0.1:8081".parse().unwrap();
+        assert_eq!(
+            resolve_listen(None, DEFAULT_REMOTING_LISTEN, grpc),
+            Some("127.0.0.1:10911".parse().unwrap())
+        );
+        let any: SocketAddr = "127.0.0.1:0".parse().unwrap();
+        assert_eq!(resolve_listen(None, DEFAULT_NAMESRV_LISTEN, any), Some(any));
+        assert_eq!(
+            resolve_listen(Some(Listen::Off), DEFAULT_NAMESRV_LISTEN, grpc),
+            None
+        );
+        let e = FileConfig::parse("remoting_listen = \"nowhere\"").unwrap_err();
+        assert!(e.contains("nowhere"), "{e}");
     }
 
     #[test]

@@ -61,7 +61,14 @@ pub enum Command {
     /// A client sends a transactional message to `topic`: its telemetry streams can answer
     /// checks for the topic even if their settings did not list it.
     ProducerSends { client: String, topic: String },
-    /// A producer's telemetry stream closed.
+    /// A RocketMQ 4 (remoting) connection's heartbeat named the producer groups it serves:
+    /// it answers checks of transactions prepared with those groups.
+    GroupProducerUp {
+        conn: u64,
+        groups: Vec<String>,
+        checks: tmpsc::UnboundedSender<CheckRequest>,
+    },
+    /// A producer's telemetry stream (or remoting connection) closed.
     ProducerDown { conn: u64 },
     /// Run a closure with the broker.
     Inspect(InspectFn),
@@ -86,6 +93,11 @@ impl std::fmt::Debug for Command {
                 .debug_struct("ProducerSends")
                 .field("client", client)
                 .field("topic", topic)
+                .finish(),
+            Command::GroupProducerUp { conn, groups, .. } => f
+                .debug_struct("GroupProducerUp")
+                .field("conn", conn)
+                .field("groups", groups)
                 .finish(),
             Command::ProducerDown { conn } => {
                 f.debug_struct("ProducerDown").field("conn", conn).finish()
@@ -139,8 +151,8 @@ impl CoreHandle {
             .map_err(CoreFailure::Storage)
     }
 
-    /// Runs a receive; when it finds nothing, the returned receiver fires once the topic
-    /// has a newly visible message.
+    /// Runs a receive (or a pull); when it finds nothing, the returned receiver fires once
+    /// the topic has a newly visible message.
     pub async fn receive(
         &self,
         request: Request,
@@ -187,6 +199,20 @@ impl CoreHandle {
         });
     }
 
+    /// Declares the producer groups a remoting connection serves (replacing earlier ones).
+    pub fn group_producer_up(
+        &self,
+        conn: u64,
+        groups: Vec<String>,
+        checks: tmpsc::UnboundedSender<CheckRequest>,
+    ) {
+        let _ = self.send(Command::GroupProducerUp {
+            conn,
+            groups,
+            checks,
+        });
+    }
+
     /// A client is about to send a transactional message to `topic`.
     pub fn producer_sends(&self, client: String, topic: String) {
         let _ = self.send(Command::ProducerSends { client, topic });
@@ -214,6 +240,8 @@ impl CoreHandle {
 struct Producer {
     client: String,
     topics: Vec<String>,
+    /// Producer groups (RocketMQ 4 connections; gRPC producers have none).
+    groups: Vec<String>,
     checks: tmpsc::UnboundedSender<CheckRequest>,
 }
 
@@ -366,7 +394,9 @@ impl Driver {
                 self.next_id += 1;
                 let id = self.next_id;
                 let watch = match (&*request, watch) {
-                    (Request::Receive { topic, .. }, Some(w)) => Some((topic.clone(), w)),
+                    (Request::Receive { topic, .. } | Request::Pull { topic, .. }, Some(w)) => {
+                        Some((topic.clone(), w))
+                    }
                     _ => None,
                 };
                 self.pending.insert(id, Pending { reply, watch });
@@ -389,6 +419,24 @@ impl Driver {
                     Producer {
                         client,
                         topics,
+                        groups: Vec::new(),
+                        checks,
+                    },
+                );
+                self.update_online(now);
+            }
+            Command::GroupProducerUp {
+                conn,
+                groups,
+                checks,
+            } => {
+                debug!(conn, ?groups, "remoting producer online");
+                self.producers.insert(
+                    conn,
+                    Producer {
+                        client: String::new(),
+                        topics: Vec::new(),
+                        groups,
                         checks,
                     },
                 );
@@ -424,7 +472,12 @@ impl Driver {
         let groups: HashSet<String> = self
             .producers
             .values()
-            .flat_map(|p| p.topics.iter().map(|t| txn_group(t)))
+            .flat_map(|p| {
+                p.topics
+                    .iter()
+                    .map(|t| txn_group(t))
+                    .chain(p.groups.iter().cloned())
+            })
             .collect();
         for g in groups.difference(&self.online) {
             self.broker.set_producer_online(now, g, true);
@@ -445,12 +498,15 @@ impl Driver {
                     let Some(p) = self.pending.remove(&id) else {
                         continue;
                     };
-                    if let (Reply::Received(msgs), Some((topic, w))) = (&reply, p.watch) {
-                        if msgs.is_empty() {
-                            let list = self.waiters.entry(topic).or_default();
-                            list.retain(|w| !w.is_closed());
-                            list.push(w);
-                        }
+                    let empty = match &reply {
+                        Reply::Received(msgs) => msgs.is_empty(),
+                        Reply::Pulled { messages, .. } => messages.is_empty(),
+                        _ => false,
+                    };
+                    if let (true, Some((topic, w))) = (empty, p.watch) {
+                        let list = self.waiters.entry(topic).or_default();
+                        list.retain(|w| !w.is_closed());
+                        list.push(w);
                     }
                     let _ = p.reply.send(Ok(reply));
                 }
@@ -469,13 +525,17 @@ impl Driver {
         }
     }
 
-    /// Sends a transaction check to one live producer that declared the topic.
+    /// Sends a transaction check to one live producer that can answer it: a gRPC producer
+    /// that declared the topic (group `%TXN%<topic>`), or a remoting connection of the group.
     fn route_check(&mut self, check: CheckRequest) {
         let topic = check.message.topic.clone();
+        let by_topic = check.group == txn_group(&topic);
         let mut conns: Vec<u64> = self
             .producers
             .iter()
-            .filter(|(_, p)| p.topics.contains(&topic))
+            .filter(|(_, p)| {
+                (by_topic && p.topics.contains(&topic)) || p.groups.contains(&check.group)
+            })
             .map(|(c, _)| *c)
             .collect();
         conns.sort_unstable();

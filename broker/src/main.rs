@@ -7,7 +7,10 @@ use std::sync::Arc;
 
 use clap::{Parser, Subcommand, ValueEnum};
 use rocklet_broker::clock::SystemClock;
-use rocklet_broker::config::{BrokerConfig, FileConfig, DEFAULT_LISTEN};
+use rocklet_broker::config::{
+    resolve_listen, BrokerConfig, FileConfig, Listen, DEFAULT_LISTEN, DEFAULT_NAMESRV_LISTEN,
+    DEFAULT_REMOTING_LISTEN,
+};
 use rocklet_broker::{admin, server};
 use rocklet_core::FlushMode;
 use tracing_subscriber::EnvFilter;
@@ -190,6 +193,14 @@ struct BrokerArgs {
     /// Address for RocketMQ 5 gRPC and the admin service. Default: 127.0.0.1:8081, or `listen` in the config file.
     #[arg(long, value_name = "HOST:PORT")]
     listen: Option<SocketAddr>,
+    /// RocketMQ 4 remoting address (v4 clients), or `off`. Default: 127.0.0.1:10911 (a free
+    /// port when --listen has port 0), or `remoting_listen` in the config file.
+    #[arg(long, value_name = "HOST:PORT|off")]
+    remoting_listen: Option<Listen>,
+    /// Name-server address for v4 clients (routes point at the remoting address), or `off`.
+    /// Default: 127.0.0.1:9876 (a free port when --listen has port 0), or `namesrv_listen`.
+    #[arg(long, value_name = "HOST:PORT|off")]
+    namesrv_listen: Option<Listen>,
     /// When writes become durable: `sync` (after an fsync, before the reply) or `async` (the default;
     /// fsync every flush interval). Overrides `core.flush` in the config file.
     #[arg(long, value_enum, value_name = "MODE")]
@@ -241,6 +252,7 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         Some(p) => FileConfig::load(p)?,
         None => FileConfig::default(),
     };
+    let (file_remoting, file_namesrv) = (file.remoting_listen, file.namesrv_listen);
     let mut cfg = BrokerConfig::from_file(file);
     if let Some(d) = &a.data_dir {
         cfg.data_dir = d.clone();
@@ -248,6 +260,10 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     if let Some(l) = a.listen {
         cfg.listen = l;
     }
+    let remoting = a.remoting_listen.or(file_remoting);
+    cfg.remoting_listen = resolve_listen(remoting, DEFAULT_REMOTING_LISTEN, cfg.listen);
+    let namesrv = a.namesrv_listen.or(file_namesrv);
+    cfg.namesrv_listen = resolve_listen(namesrv, DEFAULT_NAMESRV_LISTEN, cfg.listen);
     match a.flush {
         Some(Flush::Sync) => cfg.core.flush = FlushMode::Sync,
         Some(Flush::Async) => cfg.core.flush = FlushMode::Async,

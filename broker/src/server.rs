@@ -18,6 +18,8 @@ use crate::driver::{self, CoreHandle};
 use crate::metrics::{self, Metrics};
 use crate::pb::admin::admin_server::AdminServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
+use crate::remoting::handlers::Ctx as RemotingCtx;
+use crate::remoting::server::RemotingServer;
 use crate::service::Messaging;
 
 /// A broker that is serving.
@@ -31,6 +33,11 @@ pub struct RunningBroker {
     pub core: CoreHandle,
     /// The broker's own metrics.
     pub metrics: Arc<Metrics>,
+    /// Where RocketMQ 4 remoting is served (`None`: off).
+    pub remoting_addr: Option<SocketAddr>,
+    /// Where the name-server role is served (`None`: off).
+    pub namesrv_addr: Option<SocketAddr>,
+    remoting: Option<RemotingServer>,
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
@@ -124,11 +131,31 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         None => (None, None),
     };
     info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
+    let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
+        let ctx = RemotingCtx::new(core.clone(), cfg.clone());
+        let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
+        match r {
+            Ok(r) => {
+                info!(remoting = ?r.addr, namesrv = ?r.namesrv_addr, "serving RocketMQ 4 remoting");
+                Some(r)
+            }
+            Err(e) => {
+                let _ = stop_tx.send(());
+                core.shutdown().await;
+                return Err(e);
+            }
+        }
+    } else {
+        None
+    };
     Ok(RunningBroker {
         addr,
         metrics_addr,
         core,
         metrics: m,
+        remoting_addr: remoting.as_ref().and_then(|r| r.addr),
+        namesrv_addr: remoting.as_ref().and_then(|r| r.namesrv_addr),
+        remoting,
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
@@ -142,6 +169,9 @@ impl RunningBroker {
     pub async fn stop(mut self) {
         if let Some(t) = self.metrics_task.take() {
             t.abort();
+        }
+        if let Some(mut r) = self.remoting.take() {
+            r.stop();
         }
         if let Some(s) = self.stop_server.take() {
             let _ = s.send(());

@@ -1,0 +1,1141 @@
+//! RocketMQ 4 requests mapped onto the same core requests the gRPC service uses. Nothing
+//! here decides anything about messages: headers are converted, the core answers through
+//! the driver's command channel, and the answer is converted back.
+
+use std::collections::{BTreeMap, HashMap};
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use rocklet_core::broker::prop;
+use rocklet_core::record::{self, sys_flag, Host};
+use rocklet_core::{
+    CheckRequest, ClientError, Message, NewMessage, Reply, Request, Resolution, TagFilter, TxnId,
+};
+use tokio::sync::mpsc;
+use tracing::debug;
+
+use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
+use crate::config::BrokerConfig;
+use crate::driver::{CoreFailure, CoreHandle};
+
+/// Request codes (RocketMQ's `RequestCode`).
+pub mod code {
+    pub const SEND_MESSAGE: i32 = 10;
+    pub const PULL_MESSAGE: i32 = 11;
+    pub const QUERY_CONSUMER_OFFSET: i32 = 14;
+    pub const UPDATE_CONSUMER_OFFSET: i32 = 15;
+    pub const GET_MAX_OFFSET: i32 = 30;
+    pub const GET_MIN_OFFSET: i32 = 31;
+    pub const HEART_BEAT: i32 = 34;
+    pub const UNREGISTER_CLIENT: i32 = 35;
+    pub const CONSUMER_SEND_MSG_BACK: i32 = 36;
+    pub const END_TRANSACTION: i32 = 37;
+    pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
+    pub const CHECK_TRANSACTION_STATE: i32 = 39;
+    pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
+    pub const SEND_MESSAGE_V2: i32 = 310;
+    pub const SEND_BATCH_MESSAGE: i32 = 320;
+}
+
+/// Response codes (RocketMQ's `ResponseCode`).
+pub mod status {
+    pub const SUCCESS: i32 = 0;
+    pub const SYSTEM_ERROR: i32 = 1;
+    pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
+    pub const MESSAGE_ILLEGAL: i32 = 13;
+    pub const SERVICE_NOT_AVAILABLE: i32 = 14;
+    pub const TOPIC_NOT_EXIST: i32 = 17;
+    pub const PULL_NOT_FOUND: i32 = 19;
+    pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
+    pub const QUERY_NOT_FOUND: i32 = 22;
+    pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
+}
+
+/// The broker name in routes.
+const BROKER_NAME: &str = "rocklet";
+/// Producer group the Java client uses for its own internal producer: not a real group.
+const CLIENT_INNER_PRODUCER: &str = "CLIENT_INNER_PRODUCER";
+/// Pull request flags (`PullSysFlag`).
+const PULL_COMMIT_OFFSET: i32 = 0x1;
+const PULL_SUSPEND: i32 = 0x2;
+/// Most messages one pull returns.
+const MAX_PULL: u32 = 1024;
+/// Largest batch body entry count we decode (the core bounds the bytes).
+const MAX_BATCH: usize = 10_000;
+
+/// What every connection shares.
+#[derive(Debug)]
+pub struct Ctx {
+    pub core: CoreHandle,
+    pub cfg: Arc<BrokerConfig>,
+    /// The broker listener's address, as routes name it (`None`: remoting is off; the
+    /// name server then has no broker to route to).
+    pub broker_addr: Option<SocketAddr>,
+    /// Consumer group → client id → connection, from heartbeats.
+    consumers: Mutex<HashMap<String, BTreeMap<String, u64>>>,
+}
+
+impl Ctx {
+    /// A context over the core.
+    #[must_use]
+    pub fn new(core: CoreHandle, cfg: Arc<BrokerConfig>) -> Self {
+        Ctx {
+            core,
+            cfg,
+            broker_addr: None,
+            consumers: Mutex::new(HashMap::new()),
+        }
+    }
+}
+
+/// One remoting connection.
+#[derive(Debug)]
+pub struct Conn {
+    pub id: u64,
+    pub peer: SocketAddr,
+    local: SocketAddr,
+    tx: mpsc::UnboundedSender<Vec<u8>>,
+    serialize: Mutex<SerializeType>,
+    next_opaque: AtomicI32,
+    /// Producer groups this connection answers checks for.
+    groups: Mutex<Vec<String>>,
+}
+
+impl Conn {
+    /// A connection whose frames go to `tx`.
+    #[must_use]
+    pub fn new(
+        id: u64,
+        peer: SocketAddr,
+        local: SocketAddr,
+        tx: mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Self {
+        Conn {
+            id,
+            peer,
+            local,
+            tx,
+            serialize: Mutex::new(SerializeType::Json),
+            next_opaque: AtomicI32::new(1),
+            groups: Mutex::new(Vec::new()),
+        }
+    }
+
+    /// Queues a command for the peer.
+    pub fn send(&self, c: &RemotingCommand) {
+        let _ = self.tx.send(c.encode());
+    }
+}
+
+/// Starts the task that turns the core's transaction checks for this connection into
+/// CHECK_TRANSACTION_STATE requests; the sender is what the driver routes checks to.
+pub fn spawn_check_forwarder(conn: Arc<Conn>) -> mpsc::UnboundedSender<CheckRequest> {
+    let (tx, mut rx) = mpsc::unbounded_channel::<CheckRequest>();
+    tokio::spawn(async move {
+        while let Some(c) = rx.recv().await {
+            let mut cmd = check_command(&c, conn.peer_store_host());
+            cmd.opaque = conn.next_opaque.fetch_add(1, Ordering::Relaxed);
+            cmd.serialize = *lock(&conn.serialize);
+            conn.send(&cmd);
+        }
+    });
+    tx
+}
+
+impl Conn {
+    /// The store host in offset message ids: our end of this connection.
+    fn peer_store_host(&self) -> Host {
+        host_of(self.local)
+    }
+}
+
+fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
+}
+
+/// The connection closed: it no longer answers checks nor consumes.
+pub fn closed(ctx: &Ctx, conn: &Conn) {
+    if !lock(&conn.groups).is_empty() {
+        ctx.core.producer_down(conn.id);
+    }
+    let mut consumers = lock(&ctx.consumers);
+    for clients in consumers.values_mut() {
+        clients.retain(|_, c| *c != conn.id);
+    }
+    consumers.retain(|_, c| !c.is_empty());
+}
+
+/// The CHECK_TRANSACTION_STATE request for a check: the header names the half message, the
+/// body is the message itself with its producer group (PGROUP), as clients look it up.
+#[must_use]
+pub fn check_command(c: &CheckRequest, store_host: Host) -> RemotingCommand {
+    let m = &c.message;
+    let offset_id = offset_msg_id(store_host, c.txn.0);
+    let mut ext = BTreeMap::new();
+    ext.insert("topic".into(), m.topic.clone());
+    ext.insert("tranStateTableOffset".into(), m.queue_offset.to_string());
+    ext.insert("commitLogOffset".into(), c.txn.0.to_string());
+    ext.insert("msgId".into(), m.msg_id.clone());
+    ext.insert("transactionId".into(), m.msg_id.clone());
+    ext.insert("offsetMsgId".into(), offset_id);
+    let extra = [(prop::PGROUP, c.group.as_str()), (prop::TRAN_MSG, "true")];
+    let body = encode_message(m, c.txn.0, sys_flag::TRANSACTION_PREPARED_TYPE, &extra);
+    let mut cmd = RemotingCommand::request(code::CHECK_TRANSACTION_STATE, ext, body);
+    cmd.flag = FLAG_ONEWAY;
+    cmd
+}
+
+/// RocketMQ's offset message id: store host (4 + 4 or 16 + 4 bytes) and log offset, hex.
+#[must_use]
+pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
+    let mut b = Vec::with_capacity(28);
+    match store_host {
+        Host::V4(ip, port) => {
+            b.extend_from_slice(&ip);
+            b.extend_from_slice(&u32::from(port).to_be_bytes());
+        }
+        Host::V6(ip, port) => {
+            b.extend_from_slice(&ip);
+            b.extend_from_slice(&u32::from(port).to_be_bytes());
+        }
+        Host::Unspecified => b.extend_from_slice(&[0; 8]),
+    }
+    b.extend_from_slice(&offset.to_be_bytes());
+    b.iter().map(|x| format!("{x:02X}")).collect()
+}
+
+/// A stored message as RocketMQ 4 consumers decode it (the CommitLog record layout), under
+/// its real topic and queue; `extra` properties are added (TAGS, KEYS and UNIQ_KEY always).
+#[must_use]
+pub fn encode_message(m: &Message, phys_offset: u64, sys: u32, extra: &[(&str, &str)]) -> Vec<u8> {
+    let mut props = Vec::new();
+    if let Some(t) = &m.tag {
+        record::push_prop(&mut props, prop::TAGS, t);
+    }
+    if !m.keys.is_empty() {
+        record::push_prop(&mut props, prop::KEYS, &m.keys.join(" "));
+    }
+    if m.property(prop::UNIQ_KEY).is_none() {
+        record::push_prop(&mut props, prop::UNIQ_KEY, &m.msg_id);
+    }
+    for (k, v) in &m.properties {
+        if !extra.iter().any(|(e, _)| e == k) {
+            record::push_prop(&mut props, k, v);
+        }
+    }
+    for (k, v) in extra {
+        record::push_prop(&mut props, k, v);
+    }
+    let header = record::Header {
+        queue_id: m.queue_id,
+        flag: m.flag,
+        queue_offset: m.queue_offset,
+        phys_offset,
+        sys_flag: sys,
+        born_timestamp: m.born_timestamp,
+        born_host: m.born_host,
+        store_timestamp: m.store_timestamp,
+        store_host: m.store_host,
+        reconsume_times: m.reconsume_times,
+        prepared_offset: 0,
+    };
+    let mut out = Vec::new();
+    if record::encode(&mut out, &header, &m.body, &m.topic, &props).is_err() {
+        // Only a topic above 255 bytes or properties above 32 KiB get here, and the core
+        // stored this message with both within bounds: encode without the extras.
+        out.clear();
+        let _ = record::encode(&mut out, &header, &m.body, &m.topic, &[]);
+    }
+    out
+}
+
+fn ok(req: &RemotingCommand) -> RemotingCommand {
+    RemotingCommand::response_to(req, status::SUCCESS, None)
+}
+
+fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) -> RemotingCommand {
+    RemotingCommand::response_to(req, code, Some(remark.into()))
+}
+
+fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
+    let code = match e {
+        ClientError::UnknownTopic(_) => status::TOPIC_NOT_EXIST,
+        ClientError::InvalidGroup(_) => status::SUBSCRIPTION_GROUP_NOT_EXIST,
+        ClientError::UnknownTransaction(_)
+        | ClientError::TransactionAlreadyResolved { .. }
+        | ClientError::WrongProducerGroup { .. }
+        | ClientError::MalformedTransactionId(_)
+        | ClientError::InvalidReceiptHandle(_)
+        | ClientError::StaleReceiptHandle(_) => status::SYSTEM_ERROR,
+        _ => status::MESSAGE_ILLEGAL,
+    };
+    fail(req, code, format!("{}: {e}", e.code()))
+}
+
+fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
+    fail(req, status::SERVICE_NOT_AVAILABLE, e.to_string())
+}
+
+fn unexpected(req: &RemotingCommand, r: &Reply) -> RemotingCommand {
+    fail(
+        req,
+        status::SYSTEM_ERROR,
+        format!("unexpected core reply {r:?}"),
+    )
+}
+
+/// A header field (with its SEND_MESSAGE_V2 short name, if any).
+fn field<'a>(req: &'a RemotingCommand, name: &str) -> Option<&'a str> {
+    req.ext.get(name).map(String::as_str)
+}
+
+fn required<'a>(req: &'a RemotingCommand, name: &str) -> Result<&'a str, RemotingCommand> {
+    match field(req, name) {
+        Some(v) if !v.is_empty() => Ok(v),
+        _ => Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("the request header lacks `{name}`"),
+        )),
+    }
+}
+
+fn number<T: std::str::FromStr>(req: &RemotingCommand, name: &str) -> Result<T, RemotingCommand> {
+    let v = required(req, name)?;
+    v.trim().parse().map_err(|_| {
+        fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("header field `{name}` = `{v}` is not a valid number"),
+        )
+    })
+}
+
+fn number_or<T: std::str::FromStr>(
+    req: &RemotingCommand,
+    name: &str,
+    default: T,
+) -> Result<T, RemotingCommand> {
+    match field(req, name) {
+        None | Some("") => Ok(default),
+        Some(_) => number(req, name),
+    }
+}
+
+/// Handles one request; `None` when nothing is to be answered.
+pub async fn handle(
+    ctx: &Ctx,
+    conn: &Conn,
+    checks: &mpsc::UnboundedSender<CheckRequest>,
+    req: RemotingCommand,
+) -> Option<RemotingCommand> {
+    *lock(&conn.serialize) = req.serialize;
+    tracing::trace!(conn = conn.id, code = req.code, ext = ?req.ext, body = req.body.len(), "remoting request");
+    let r = match req.code {
+        code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
+        code::HEART_BEAT => heartbeat(ctx, conn, checks, &req),
+        code::UNREGISTER_CLIENT => unregister(ctx, conn, checks, &req),
+        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
+            send(ctx, conn, checks, &req).await
+        }
+        code::END_TRANSACTION => end_transaction(ctx, &req).await,
+        code::PULL_MESSAGE => pull(ctx, &req).await,
+        code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
+        code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
+        code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
+        code::GET_MIN_OFFSET => min_offset(&req),
+        code::GET_CONSUMER_LIST_BY_GROUP => consumer_list(ctx, &req),
+        code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
+        other => Err(fail(
+            &req,
+            status::REQUEST_CODE_NOT_SUPPORTED,
+            format!("request code {other} is not supported by rocklet"),
+        )),
+    };
+    let resp = r.unwrap_or_else(|e| e);
+    if resp.code != status::SUCCESS {
+        debug!(code = req.code, status = resp.code, remark = ?resp.remark, "remoting request refused");
+    }
+    Some(resp)
+}
+
+type Answer = Result<RemotingCommand, RemotingCommand>;
+
+async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {
+    let t = topic.to_string();
+    let existing = ctx.core.inspect(move |b| b.topic_queue_count(&t)).await?;
+    if let Some(n) = existing {
+        return Ok(Some(n.max(1)));
+    }
+    if let Some(d) = ctx.cfg.topics.iter().find(|d| d.name == topic) {
+        return Ok(Some(d.queues.unwrap_or(ctx.cfg.core.default_queues)));
+    }
+    if topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%") {
+        return Ok(Some(1));
+    }
+    if ctx.cfg.core.auto_create_topics && rocklet_core::topic::validate_name(topic).is_ok() {
+        return Ok(Some(ctx.cfg.core.default_queues));
+    }
+    Ok(None)
+}
+
+/// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic.
+async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?;
+    let Some(addr) = ctx.broker_addr else {
+        return Err(fail(
+            req,
+            status::TOPIC_NOT_EXIST,
+            "the remoting broker listener is off: no route",
+        ));
+    };
+    let n = match queues_of(ctx, topic).await {
+        Ok(Some(n)) => n,
+        Ok(None) => {
+            return Err(fail(
+                req,
+                status::TOPIC_NOT_EXIST,
+                format!("No topic route info in name server for the topic: {topic}"),
+            ))
+        }
+        Err(e) => return Err(core_failure(req, &e)),
+    };
+    let body = serde_json::json!({
+        "orderTopicConf": null,
+        "queueDatas": [{
+            "brokerName": BROKER_NAME,
+            "readQueueNums": n,
+            "writeQueueNums": n,
+            "perm": 6,
+            "topicSysFlag": 0,
+            "topicSynFlag": 0,
+        }],
+        "brokerDatas": [{
+            "cluster": BROKER_NAME,
+            "brokerName": BROKER_NAME,
+            "brokerAddrs": { "0": addr.to_string() },
+            "enableActingMaster": false,
+        }],
+        "filterServerTable": {},
+    });
+    let mut r = ok(req);
+    r.body = serde_json::to_vec(&body).unwrap_or_default();
+    Ok(r)
+}
+
+fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {
+    serde_json::from_slice(&req.body).map_err(|e| {
+        fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("the body is not valid JSON: {e}"),
+        )
+    })
+}
+
+fn set_groups(
+    ctx: &Ctx,
+    conn: &Conn,
+    checks: &mpsc::UnboundedSender<CheckRequest>,
+    update: impl FnOnce(&mut Vec<String>) -> bool,
+) {
+    let mut g = lock(&conn.groups);
+    let had = !g.is_empty();
+    if !update(&mut g) {
+        return;
+    }
+    if g.is_empty() {
+        if had {
+            ctx.core.producer_down(conn.id);
+        }
+    } else {
+        ctx.core
+            .group_producer_up(conn.id, g.clone(), checks.clone());
+    }
+}
+
+/// HEART_BEAT: producer groups answer checks through this connection; consumer groups list
+/// this client.
+fn heartbeat(
+    ctx: &Ctx,
+    conn: &Conn,
+    checks: &mpsc::UnboundedSender<CheckRequest>,
+    req: &RemotingCommand,
+) -> Answer {
+    let v = json_body(req)?;
+    let client = v
+        .get("clientID")
+        .and_then(|c| c.as_str())
+        .unwrap_or_default()
+        .to_string();
+    let names = |key: &str| -> Vec<String> {
+        v.get(key)
+            .and_then(|s| s.as_array())
+            .map(|a| {
+                a.iter()
+                    .filter_map(|p| p.get("groupName").and_then(|g| g.as_str()))
+                    .filter(|g| !g.is_empty() && *g != CLIENT_INNER_PRODUCER)
+                    .map(String::from)
+                    .collect()
+            })
+            .unwrap_or_default()
+    };
+    let producers = names("producerDataSet");
+    let consumers = names("consumerDataSet");
+    if !producers.is_empty() {
+        set_groups(ctx, conn, checks, |g| {
+            let mut changed = false;
+            for p in producers {
+                if !g.contains(&p) {
+                    g.push(p);
+                    changed = true;
+                }
+            }
+            changed
+        });
+    }
+    if !client.is_empty() {
+        let mut all = lock(&ctx.consumers);
+        for c in consumers {
+            all.entry(c).or_default().insert(client.clone(), conn.id);
+        }
+    }
+    Ok(ok(req))
+}
+
+/// UNREGISTER_CLIENT: the client leaves its producer and consumer groups.
+fn unregister(
+    ctx: &Ctx,
+    conn: &Conn,
+    checks: &mpsc::UnboundedSender<CheckRequest>,
+    req: &RemotingCommand,
+) -> Answer {
+    if let Some(p) = field(req, "producerGroup").filter(|p| !p.is_empty()) {
+        set_groups(ctx, conn, checks, |g| {
+            let before = g.len();
+            g.retain(|x| x != p);
+            g.len() != before
+        });
+    }
+    if let (Some(c), Some(client)) = (field(req, "consumerGroup"), field(req, "clientID")) {
+        let mut all = lock(&ctx.consumers);
+        if let Some(m) = all.get_mut(c) {
+            m.remove(client);
+            if m.is_empty() {
+                all.remove(c);
+            }
+        }
+    }
+    Ok(ok(req))
+}
+
+/// GET_CONSUMER_LIST_BY_GROUP: the clients whose heartbeats named the group.
+fn consumer_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?;
+    let ids: Vec<String> = lock(&ctx.consumers)
+        .get(group)
+        .map(|m| m.keys().cloned().collect())
+        .unwrap_or_default();
+    if ids.is_empty() {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("no consumer of group {group} is connected"),
+        ));
+    }
+    let mut r = ok(req);
+    r.body = serde_json::to_vec(&serde_json::json!({ "consumerIdList": ids })).unwrap_or_default();
+    Ok(r)
+}
+
+/// SEND_MESSAGE_V2's short header names.
+const V2_NAMES: [(&str, &str); 14] = [
+    ("a", "producerGroup"),
+    ("b", "topic"),
+    ("c", "defaultTopic"),
+    ("d", "defaultTopicQueueNums"),
+    ("e", "queueId"),
+    ("f", "sysFlag"),
+    ("g", "bornTimestamp"),
+    ("h", "flag"),
+    ("i", "properties"),
+    ("j", "reconsumeTimes"),
+    ("k", "unitMode"),
+    ("l", "maxReconsumeTimes"),
+    ("m", "batch"),
+    ("n", "brokerName"),
+];
+
+/// Parses `key\x01value\x02…`.
+#[must_use]
+pub fn parse_properties(s: &str) -> Vec<(String, String)> {
+    s.split('\u{2}')
+        .filter(|p| !p.is_empty())
+        .filter_map(|p| {
+            p.split_once('\u{1}')
+                .map(|(k, v)| (k.to_string(), v.to_string()))
+        })
+        .collect()
+}
+
+/// What a v4 producer sent, as the core takes it.
+struct Incoming {
+    message: NewMessage,
+    /// Producer group of a transactional (half) message.
+    txn_group: Option<String>,
+    immunity_ms: Option<u64>,
+}
+
+fn host_of(a: SocketAddr) -> Host {
+    match a {
+        SocketAddr::V4(v4) => Host::V4(v4.ip().octets(), v4.port()),
+        SocketAddr::V6(v6) => Host::V6(v6.ip().octets(), v6.port()),
+    }
+}
+
+/// What the send header says about every message of the request.
+#[derive(Clone, Copy)]
+struct SendHead<'a> {
+    topic: &'a str,
+    queue_id: Option<u32>,
+    born: Option<u64>,
+    peer: SocketAddr,
+    group: Option<&'a str>,
+}
+
+fn incoming(h: SendHead<'_>, body: Vec<u8>, flag: i32, props: Vec<(String, String)>) -> Incoming {
+    let header_group = h.group;
+    let mut m = NewMessage {
+        topic: h.topic.to_string(),
+        body,
+        queue_id: h.queue_id,
+        flag,
+        born_timestamp: h.born,
+        born_host: Some(host_of(h.peer)),
+        ..Default::default()
+    };
+    let mut txn = false;
+    let mut group = None;
+    let mut immunity_ms = None;
+    for (k, v) in props {
+        match k.as_str() {
+            prop::TAGS => m.tag = Some(v).filter(|t| !t.is_empty()),
+            prop::KEYS => {
+                m.keys = v
+                    .split(' ')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            prop::UNIQ_KEY => m.message_id = Some(v).filter(|i| !i.is_empty()),
+            prop::TRAN_MSG => txn = v == "true",
+            prop::PGROUP => group = Some(v),
+            prop::WAIT => {}
+            prop::CHECK_IMMUNITY_TIME_IN_SECONDS => {
+                immunity_ms = v.trim().parse::<u64>().ok().map(|s| s.saturating_mul(1000));
+            }
+            prop::SHARDING_KEY => m.message_group = Some(v).filter(|g| !g.is_empty()),
+            _ => m.properties.push((k, v)),
+        }
+    }
+    let txn_group = txn.then(|| {
+        group
+            .or_else(|| header_group.map(String::from))
+            .unwrap_or_default()
+    });
+    Incoming {
+        message: m,
+        txn_group,
+        immunity_ms,
+    }
+}
+
+/// The messages of a SEND_BATCH_MESSAGE body (`MessageDecoder.encodeMessages`): per
+/// message TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY length 4 + body, PROPERTIES
+/// length 2 + properties.
+pub fn decode_batch(mut b: &[u8]) -> Result<Vec<(i32, Vec<u8>, String)>, String> {
+    let mut out = Vec::new();
+    while !b.is_empty() {
+        if out.len() >= MAX_BATCH {
+            return Err(format!("a batch holds at most {MAX_BATCH} messages"));
+        }
+        if b.len() < 20 {
+            return Err(format!(
+                "batch message {} is truncated ({} bytes left)",
+                out.len(),
+                b.len()
+            ));
+        }
+        let total = u32::from_be_bytes([b[0], b[1], b[2], b[3]]) as usize;
+        if total < 22 || total > b.len() {
+            return Err(format!(
+                "batch message {} declares {total} bytes, {} are left",
+                out.len(),
+                b.len()
+            ));
+        }
+        let m = &b[..total];
+        let flag = i32::from_be_bytes([m[12], m[13], m[14], m[15]]);
+        let body_len = u32::from_be_bytes([m[16], m[17], m[18], m[19]]) as usize;
+        if body_len > total - 22 {
+            return Err(format!(
+                "batch message {}: body of {body_len} bytes overruns the message",
+                out.len()
+            ));
+        }
+        let body = m[20..20 + body_len].to_vec();
+        let p = 20 + body_len;
+        let props_len = u16::from_be_bytes([m[p], m[p + 1]]) as usize;
+        if p + 2 + props_len != total {
+            return Err(format!(
+                "batch message {}: properties of {props_len} bytes do not end the message",
+                out.len()
+            ));
+        }
+        let props = String::from_utf8(m[p + 2..total].to_vec())
+            .map_err(|_| format!("batch message {}: properties are not UTF-8", out.len()))?;
+        out.push((flag, body, props));
+        b = &b[total..];
+    }
+    if out.is_empty() {
+        return Err("the batch holds no message".into());
+    }
+    Ok(out)
+}
+
+async fn send(
+    ctx: &Ctx,
+    conn: &Conn,
+    checks: &mpsc::UnboundedSender<CheckRequest>,
+    req: &RemotingCommand,
+) -> Answer {
+    // Normalize V2's short names (SEND_MESSAGE_V2, and SEND_BATCH_MESSAGE from Java).
+    let mut h = RemotingCommand {
+        ext: req.ext.clone(),
+        opaque: req.opaque,
+        version: req.version,
+        serialize: req.serialize,
+        ..Default::default()
+    };
+    if req.code != code::SEND_MESSAGE {
+        for (short, long) in V2_NAMES {
+            if let Some(v) = req.ext.get(short) {
+                h.ext.insert(long.to_string(), v.clone());
+            }
+        }
+    }
+    // The C++ client marks a batch sent as SEND_MESSAGE with batch = 1.
+    let batch =
+        req.code == code::SEND_BATCH_MESSAGE || matches!(field(&h, "batch"), Some("true" | "1"));
+    let h = &h;
+    let topic = required(h, "topic")?.to_string();
+    let queue_id: i32 = number_or(h, "queueId", -1)?;
+    let queue_id = u32::try_from(queue_id).ok();
+    let sys: i32 = number_or(h, "sysFlag", 0)?;
+    if sys as u32 & sys_flag::COMPRESSED != 0 {
+        return Err(fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            "compressed message bodies are not supported: raise the producer's compression threshold",
+        ));
+    }
+    let born: Option<u64> = number_or(h, "bornTimestamp", 0u64).ok().filter(|b| *b > 0);
+    let header_group = field(h, "producerGroup");
+    let props = field(h, "properties").unwrap_or_default();
+    let head = SendHead {
+        topic: &topic,
+        queue_id,
+        born,
+        peer: conn.peer,
+        group: header_group,
+    };
+    let request = if batch {
+        let entries = decode_batch(&req.body).map_err(|e| fail(req, status::MESSAGE_ILLEGAL, e))?;
+        let mut messages = Vec::with_capacity(entries.len());
+        for (flag, body, p) in entries {
+            let mut all = parse_properties(props);
+            all.extend(parse_properties(&p));
+            let i = incoming(head, body, flag, all);
+            if i.txn_group.is_some() {
+                return Err(fail(
+                    req,
+                    status::MESSAGE_ILLEGAL,
+                    "a transactional message cannot be sent in a batch",
+                ));
+            }
+            messages.push(i.message);
+        }
+        Request::Send { messages }
+    } else {
+        let flag: i32 = number_or(h, "flag", 0)?;
+        let i = incoming(head, req.body.clone(), flag, parse_properties(props));
+        match i.txn_group {
+            Some(group) if !group.is_empty() => {
+                // This connection can answer checks of its group from now on.
+                let g = group.clone();
+                set_groups(ctx, conn, checks, |gs| {
+                    if gs.contains(&g) {
+                        false
+                    } else {
+                        gs.push(g);
+                        true
+                    }
+                });
+                Request::Prepare {
+                    group,
+                    message: i.message,
+                    check_immunity_ms: i.immunity_ms,
+                }
+            }
+            Some(_) => {
+                return Err(fail(
+                    req,
+                    status::MESSAGE_ILLEGAL,
+                    "a transactional message needs a producer group (PGROUP or producerGroup)",
+                ))
+            }
+            None => Request::Send {
+                messages: vec![i.message],
+            },
+        }
+    };
+    match ctx.core.request(request).await {
+        Ok(Reply::Sent(results)) if !results.is_empty() => {
+            let store = conn.peer_store_host();
+            let ids: Vec<String> = results
+                .iter()
+                .map(|r| offset_msg_id(store, r.offset))
+                .collect();
+            let first = &results[0];
+            let mut r = ok(req);
+            r.ext.insert("msgId".into(), ids.join(","));
+            r.ext.insert("queueId".into(), first.queue_id.to_string());
+            r.ext
+                .insert("queueOffset".into(), first.queue_offset.to_string());
+            if let Some(t) = first.txn {
+                r.ext.insert("transactionId".into(), t.to_string());
+            }
+            r.ext.insert("MSG_REGION".into(), "DefaultRegion".into());
+            r.ext.insert("TRACE_ON".into(), "false".into());
+            Ok(r)
+        }
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+/// END_TRANSACTION: commitLogOffset is the transaction (the half message's log offset).
+async fn end_transaction(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let offset: u64 = number(req, "commitLogOffset")?;
+    let kind: u32 = number(req, "commitOrRollback")?;
+    let resolution = match kind {
+        sys_flag::TRANSACTION_COMMIT_TYPE => Resolution::Commit,
+        sys_flag::TRANSACTION_ROLLBACK_TYPE => Resolution::Rollback,
+        sys_flag::TRANSACTION_NOT_TYPE => Resolution::Unknown,
+        other => {
+            return Err(fail(
+                req,
+                status::SYSTEM_ERROR,
+                format!("commitOrRollback {other} is not 0 (unknown), 8 (commit) or 12 (rollback)"),
+            ))
+        }
+    };
+    let from_check = field(req, "fromTransactionCheck") == Some("true");
+    let group = field(req, "producerGroup")
+        .filter(|g| !g.is_empty())
+        .map(String::from);
+    let request = Request::EndTransaction {
+        txn: TxnId(offset),
+        resolution,
+        group,
+        from_check,
+    };
+    match ctx.core.request(request).await {
+        Ok(Reply::Ended { .. }) => Ok(ok(req)),
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+/// PULL_MESSAGE, with long polling when the request allows suspending.
+async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let offset: u64 = number(req, "queueOffset")?;
+    let max: u32 = number_or(req, "maxMsgNums", 32u32)?.clamp(1, MAX_PULL);
+    let flags: i32 = number_or(req, "sysFlag", 0)?;
+    let commit: i64 = number_or(req, "commitOffset", -1i64)?;
+    let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
+    let filter = TagFilter::parse(field(req, "subscription").unwrap_or("*"));
+    if flags & PULL_COMMIT_OFFSET != 0 {
+        if let Ok(c) = u64::try_from(commit) {
+            let r = ctx
+                .core
+                .request(Request::CommitOffset {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    queue_id,
+                    offset: c,
+                })
+                .await;
+            if let Err(e) = r {
+                return Err(core_failure(req, &e));
+            }
+        }
+    }
+    let wait = if flags & PULL_SUSPEND != 0 {
+        suspend_ms.min(ctx.cfg.max_long_polling_ms)
+    } else {
+        0
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
+    let answer = |code: i32, next: u64, max_offset: u64, body: Vec<u8>| {
+        let mut r = RemotingCommand::response_to(req, code, None);
+        r.ext.insert("suggestWhichBrokerId".into(), "0".into());
+        r.ext.insert("nextBeginOffset".into(), next.to_string());
+        r.ext.insert("minOffset".into(), "0".into());
+        r.ext.insert("maxOffset".into(), max_offset.to_string());
+        r.body = body;
+        r
+    };
+    loop {
+        let request = Request::Pull {
+            group: group.clone(),
+            topic: topic.clone(),
+            queue_id,
+            offset: Some(offset),
+            max,
+            filter: filter.clone(),
+            auto_commit: false,
+        };
+        let (reply, woken) = match ctx.core.receive(request).await {
+            Ok(x) => x,
+            Err(e) => return Err(core_failure(req, &e)),
+        };
+        match reply {
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => {
+                if !messages.is_empty() {
+                    let mut body = Vec::new();
+                    for m in &messages {
+                        let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
+                        body.extend(encode_message(m, m.offset, sys, &[]));
+                    }
+                    return Ok(answer(status::SUCCESS, next_offset, max_offset, body));
+                }
+                if offset > max_offset {
+                    return Ok(answer(
+                        status::PULL_NOT_FOUND,
+                        max_offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                if next_offset != offset {
+                    // Everything in between was filtered out.
+                    return Ok(answer(
+                        status::PULL_RETRY_IMMEDIATELY,
+                        next_offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(answer(
+                        status::PULL_NOT_FOUND,
+                        offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                tokio::select! {
+                    _ = woken => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                }
+            }
+            Reply::Error(ClientError::UnknownTopic(_)) => {
+                // Nothing was ever sent to it (a retry topic, typically): nothing to pull.
+                tokio::time::sleep_until(deadline).await;
+                return Ok(answer(status::PULL_NOT_FOUND, offset, 0, Vec::new()));
+            }
+            Reply::Error(e) => return Err(client_error(req, &e)),
+            other => return Err(unexpected(req, &other)),
+        }
+    }
+}
+
+async fn query_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let committed = ctx
+        .core
+        .inspect(move |b| b.committed_offset(&group, &topic, queue_id))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    // Nothing committed: the queue's start (every queue starts at 0 here), as RocketMQ
+    // answers while the first messages are still in the log.
+    let mut r = ok(req);
+    r.ext
+        .insert("offset".into(), committed.unwrap_or(0).to_string());
+    Ok(r)
+}
+
+async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let offset: u64 = number(req, "commitOffset")?;
+    match ctx
+        .core
+        .request(Request::CommitOffset {
+            group,
+            topic,
+            queue_id,
+            offset,
+        })
+        .await
+    {
+        Ok(Reply::OffsetCommitted) => Ok(ok(req)),
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+async fn max_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let next = ctx
+        .core
+        .inspect(move |b| {
+            b.topics()
+                .into_iter()
+                .find(|t| t.name == topic)
+                .and_then(|t| t.queues.iter().find(|q| q.0 == queue_id).map(|q| q.1))
+        })
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let mut r = ok(req);
+    r.ext.insert("offset".into(), next.unwrap_or(0).to_string());
+    Ok(r)
+}
+
+fn min_offset(req: &RemotingCommand) -> Answer {
+    required(req, "topic")?;
+    let mut r = ok(req);
+    r.ext.insert("offset".into(), "0".into());
+    Ok(r)
+}
+
+/// CONSUMER_SEND_MSG_BACK: the message at `offset` goes to the group's retry topic (or DLQ).
+async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let offset: u64 = number(req, "offset")?;
+    let group = required(req, "group")?.to_string();
+    let level: i32 = number_or(req, "delayLevel", 0)?;
+    let delay_level = u32::try_from(level).ok().filter(|l| *l > 0);
+    match ctx
+        .core
+        .request(Request::SendBack {
+            group,
+            offset,
+            delay_level,
+        })
+        .await
+    {
+        Ok(Reply::Sent(_)) | Ok(Reply::Forwarded) => Ok(ok(req)),
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn entry(body: &[u8], props: &str) -> Vec<u8> {
+        let total = 20 + body.len() + 2 + props.len();
+        let mut v = (total as u32).to_be_bytes().to_vec();
+        v.extend_from_slice(&[0; 8]);
+        v.extend_from_slice(&5i32.to_be_bytes());
+        v.extend_from_slice(&(body.len() as u32).to_be_bytes());
+        v.extend_from_slice(body);
+        v.extend_from_slice(&(props.len() as u16).to_be_bytes());
+        v.extend_from_slice(props.as_bytes());
+        v
+    }
+
+    #[test]
+    fn batches_decode_and_malformed_ones_are_named() {
+        let mut b = entry(b"one", "UNIQ_KEY\u{1}A\u{2}");
+        b.extend(entry(b"", ""));
+        let got = decode_batch(&b).unwrap();
+        assert_eq!(got.len(), 2);
+        assert_eq!(
+            got[0],
+            (5, b"one".to_vec(), "UNIQ_KEY\u{1}A\u{2}".to_string())
+        );
+        assert_eq!(got[1].1, b"");
+        assert!(decode_batch(&[]).unwrap_err().contains("no message"));
+        assert!(decode_batch(&b[..b.len() - 1]).is_err());
+        assert!(decode_batch(&b[..10]).unwrap_err().contains("truncated"));
+        // a body length past the entry
+        let mut bad = entry(b"abc", "");
+        bad[16..20].copy_from_slice(&1000u32.to_be_bytes());
+        assert!(decode_batch(&bad).unwrap_err().contains("overruns"));
+        // a total size past the bytes, and one too small to hold the fixed fields
+        let mut bad = entry(b"abc", "");
+        bad[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
+        assert!(decode_batch(&bad).unwrap_err().contains("declares"));
+        let mut bad = entry(b"abc", "");
+        bad[0..4].copy_from_slice(&3u32.to_be_bytes());
+        assert!(decode_batch(&bad).is_err());
+    }
+
+    #[test]
+    fn properties_parse_and_map_onto_the_core_message() {
+        let p = parse_properties("TAGS\u{1}t\u{2}KEYS\u{1}a b\u{2}UNIQ_KEY\u{1}U\u{2}TRAN_MSG\u{1}true\u{2}PGROUP\u{1}G\u{2}WAIT\u{1}true\u{2}DELAY\u{1}2\u{2}x\u{1}y\u{2}junk\u{2}");
+        let peer: SocketAddr = "127.0.0.1:5000".parse().unwrap();
+        let head = SendHead {
+            topic: "T",
+            queue_id: Some(1),
+            born: None,
+            peer,
+            group: Some("H"),
+        };
+        let i = incoming(head, b"b".to_vec(), 0, p);
+        assert_eq!(i.txn_group.as_deref(), Some("G"));
+        assert_eq!(i.message.tag.as_deref(), Some("t"));
+        assert_eq!(i.message.keys, ["a", "b"]);
+        assert_eq!(i.message.message_id.as_deref(), Some("U"));
+        assert_eq!(
+            i.message.properties,
+            [
+                ("DELAY".to_string(), "2".to_string()),
+                ("x".into(), "y".into())
+            ]
+        );
+        assert_eq!(i.message.born_host, Some(Host::V4([127, 0, 0, 1], 5000)));
+        // The header's group when PGROUP is absent; not transactional without TRAN_MSG.
+        let p = parse_properties("TRAN_MSG\u{1}true\u{2}");
+        let i = incoming(head, vec![1], 0, p);
+        assert_eq!(i.txn_group.as_deref(), Some("H"));
+        let i = incoming(head, vec![1], 0, Vec::new());
+        assert_eq!(i.txn_group, None);
+    }
+
+    #[test]
+    fn offset_message_ids_carry_host_and_offset() {
+        let id = offset_msg_id(Host::V4([127, 0, 0, 1], 10911), 0x1234);
+        assert_eq!(id, "7F00000100002A9F0000000000001234");
+    }
+}

@@ -1,0 +1,16 @@
+//! RocketMQ 4 remoting: the TCP protocol of the v4 clients (Java `DefaultMQProducer`,
+//! `TransactionMQProducer`, push and pull consumers; the C++, Python 0.x, Go 2.x and Rust
+//! remoting clients), served beside gRPC over the same core.
+//!
+//! - [`codec`]: frames and the JSON / RocketMQ binary headers, with strict size limits.
+//! - [`server`]: the broker listener (default 127.0.0.1:10911) and the name-server role
+//!   (default 127.0.0.1:9876, answering routes that point at the broker listener).
+//! - [`handlers`]: requests mapped onto the core's requests through the driver.
+//!
+//! Transactions: a half message carries its producer group (PGROUP); the core checks that
+//! group, and the driver routes the check to a remoting connection whose heartbeat (or
+//! transactional send) named the group, as CHECK_TRANSACTION_STATE.
+
+pub mod codec;
+pub mod handlers;
+pub mod server;

@@ -1,0 +1,172 @@
+//! The TCP side of RocketMQ 4 remoting: the broker listener and the name-server listener,
+//! one task per connection reading frames, one writer task per connection, one task per
+//! request (so a long-polling pull does not hold up the connection).
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::{mpsc, Semaphore};
+use tokio::task::JoinHandle;
+use tracing::{debug, info};
+
+use super::codec::{self, RemotingCommand};
+use super::handlers::{self, Conn, Ctx};
+
+/// Requests of one connection handled at the same time; more wait (the reader stops reading).
+const MAX_IN_FLIGHT: usize = 256;
+/// Remoting connection ids live above gRPC's (which count up from 1).
+const CONN_BASE: u64 = 1 << 62;
+
+/// The running remoting listeners.
+#[derive(Debug)]
+pub struct RemotingServer {
+    /// Where the broker role listens (the real port when the config said 0).
+    pub addr: Option<SocketAddr>,
+    /// Where the name-server role listens.
+    pub namesrv_addr: Option<SocketAddr>,
+    tasks: Vec<JoinHandle<()>>,
+}
+
+impl RemotingServer {
+    /// Binds both listeners (either may be off) and starts accepting.
+    pub async fn start(
+        remoting: Option<SocketAddr>,
+        namesrv: Option<SocketAddr>,
+        mut ctx: Ctx,
+    ) -> Result<Self, String> {
+        let broker_l = match remoting {
+            Some(a) => Some(
+                TcpListener::bind(a)
+                    .await
+                    .map_err(|e| format!("cannot listen for remoting on {a}: {e}"))?,
+            ),
+            None => None,
+        };
+        let namesrv_l = match namesrv {
+            Some(a) => Some(
+                TcpListener::bind(a)
+                    .await
+                    .map_err(|e| format!("cannot listen as name server on {a}: {e}"))?,
+            ),
+            None => None,
+        };
+        let addr = broker_l.as_ref().and_then(|l| l.local_addr().ok());
+        let namesrv_addr = namesrv_l.as_ref().and_then(|l| l.local_addr().ok());
+        ctx.broker_addr = addr;
+        let ctx = Arc::new(ctx);
+        let next = Arc::new(AtomicU64::new(CONN_BASE));
+        let mut tasks = Vec::new();
+        for l in [broker_l, namesrv_l].into_iter().flatten() {
+            tasks.push(tokio::spawn(accept(l, ctx.clone(), next.clone())));
+        }
+        Ok(RemotingServer {
+            addr,
+            namesrv_addr,
+            tasks,
+        })
+    }
+
+    /// Stops accepting and closes every connection.
+    pub fn stop(&mut self) {
+        for t in self.tasks.drain(..) {
+            t.abort();
+        }
+    }
+}
+
+impl Drop for RemotingServer {
+    fn drop(&mut self) {
+        self.stop();
+    }
+}
+
+async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
+    // Connections are tasks of their own; aborting this one must close them too.
+    let mut conns = tokio::task::JoinSet::new();
+    loop {
+        tokio::select! {
+            r = l.accept() => match r {
+                Ok((s, peer)) => {
+                    let id = next.fetch_add(1, Ordering::Relaxed);
+                    conns.spawn(serve(s, peer, id, ctx.clone()));
+                }
+                Err(e) => {
+                    debug!(error = %e, "remoting accept failed");
+                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                }
+            },
+            Some(_) = conns.join_next(), if !conns.is_empty() => {}
+        }
+    }
+}
+
+async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
+    let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().unwrap_or(peer);
+    let (mut rd, mut wr) = stream.into_split();
+    let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let writer = tokio::spawn(async move {
+        while let Some(frame) = rx.recv().await {
+            if wr.write_all(&frame).await.is_err() {
+                break;
+            }
+        }
+    });
+    let conn = Arc::new(Conn::new(id, peer, local, tx));
+    let checks = handlers::spawn_check_forwarder(conn.clone());
+    let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
+    let mut tasks = tokio::task::JoinSet::new();
+    debug!(conn = id, %peer, "remoting connection");
+    loop {
+        let mut prefix = [0u8; 4];
+        if rd.read_exact(&mut prefix).await.is_err() {
+            break;
+        }
+        let n = match codec::frame_length(prefix) {
+            Ok(n) => n,
+            Err(e) => {
+                info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
+                break;
+            }
+        };
+        // Grows only as bytes arrive: a declared length costs nothing until it is sent.
+        let mut frame = Vec::with_capacity(n.min(64 * 1024));
+        match (&mut rd).take(n as u64).read_to_end(&mut frame).await {
+            Ok(got) if got == n => {}
+            _ => break,
+        }
+        let cmd = match codec::decode_frame(&frame) {
+            Ok(c) => c,
+            Err(e) => {
+                info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
+                break;
+            }
+        };
+        drop(frame);
+        if cmd.is_response() {
+            // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway): nothing waits.
+            continue;
+        }
+        let Ok(permit) = slots.clone().acquire_owned().await else {
+            break;
+        };
+        let (ctx, conn, checks) = (ctx.clone(), conn.clone(), checks.clone());
+        tasks.spawn(async move {
+            let oneway = cmd.is_oneway();
+            let resp: Option<RemotingCommand> = handlers::handle(&ctx, &conn, &checks, cmd).await;
+            if let (Some(r), false) = (resp, oneway) {
+                conn.send(&r);
+            }
+            drop(permit);
+        });
+        while tasks.try_join_next().is_some() {}
+    }
+    debug!(conn = id, "remoting connection closed");
+    tasks.abort_all();
+    handlers::closed(&ctx, &conn);
+    drop(checks);
+    writer.abort();
+}

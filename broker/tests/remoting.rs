@@ -1,0 +1,485 @@
+//! RocketMQ 4 remoting, in process, with a minimal v4 client written on the broker's own
+//! codec: routes from the name-server role, sends (single, batch, JSON and binary headers),
+//! transactions with END_TRANSACTION and CHECK_TRANSACTION_STATE, pulls with long polling,
+//! offsets, and malformed frames.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::{Duration, Instant};
+
+use common::TestBroker;
+use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
+use rocklet_core::record::{self, Decoded};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct V4 {
+    s: TcpStream,
+    opaque: i32,
+    ser: SerializeType,
+}
+
+impl V4 {
+    async fn connect(addr: SocketAddr, ser: SerializeType) -> Self {
+        V4 {
+            s: TcpStream::connect(addr).await.unwrap(),
+            opaque: 0,
+            ser,
+        }
+    }
+
+    async fn read(&mut self) -> Option<RemotingCommand> {
+        let mut len = [0u8; 4];
+        self.s.read_exact(&mut len).await.ok()?;
+        let n = codec::frame_length(len).unwrap();
+        let mut buf = vec![0; n];
+        self.s.read_exact(&mut buf).await.ok()?;
+        Some(codec::decode_frame(&buf).unwrap())
+    }
+
+    async fn write(&mut self, c: &RemotingCommand) {
+        self.s.write_all(&c.encode()).await.unwrap();
+    }
+
+    async fn call(&mut self, code: i32, ext: &[(&str, &str)], body: Vec<u8>) -> RemotingCommand {
+        self.opaque += 1;
+        let mut c = RemotingCommand::request(code, fields(ext), body);
+        c.opaque = self.opaque;
+        c.serialize = self.ser;
+        self.write(&c).await;
+        loop {
+            let r = tokio::time::timeout(Duration::from_secs(30), self.read())
+                .await
+                .expect("answer in time")
+                .expect("connection open");
+            if r.is_response() && r.opaque == self.opaque {
+                return r;
+            }
+        }
+    }
+}
+
+fn fields(ext: &[(&str, &str)]) -> BTreeMap<String, String> {
+    ext.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn props(p: &[(&str, &str)]) -> String {
+    p.iter().map(|(k, v)| format!("{k}\u{1}{v}\u{2}")).collect()
+}
+
+async fn start() -> (TestBroker, SocketAddr, SocketAddr) {
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.max_long_polling_ms = 20_000;
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, namesrv) = (r.remoting_addr.unwrap(), r.namesrv_addr.unwrap());
+    (b, remoting, namesrv)
+}
+
+/// Topic, body, properties and queue offset of a record.
+type Rec = (String, Vec<u8>, BTreeMap<String, String>, u64);
+
+/// Every record in a pull (or check) body.
+fn records(mut body: &[u8]) -> Vec<Rec> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Ok(Decoded::Record(r)) = record::decode(body, 1 << 24) else {
+            panic!("undecodable record in a pull body");
+        };
+        let p = r
+            .props()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        out.push((
+            r.topic.to_string(),
+            r.body.to_vec(),
+            p,
+            r.header.queue_offset,
+        ));
+        body = &body[r.total_size as usize..];
+    }
+    out
+}
+
+async fn send(c: &mut V4, topic: &str, body: &str, p: &[(&str, &str)]) -> RemotingCommand {
+    let p = props(p);
+    let r = c
+        .call(
+            310,
+            &[("a", "PG"), ("b", topic), ("e", "0"), ("f", "0"), ("i", &p)],
+            body.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "send refused: {:?}", r.remark);
+    r
+}
+
+async fn pull(c: &mut V4, topic: &str, offset: u64, suspend_ms: u64) -> RemotingCommand {
+    let off = offset.to_string();
+    let suspend = suspend_ms.to_string();
+    c.call(
+        11,
+        &[
+            ("consumerGroup", "CG"),
+            ("topic", topic),
+            ("queueId", "0"),
+            ("queueOffset", &off),
+            ("maxMsgNums", "32"),
+            ("sysFlag", if suspend_ms > 0 { "2" } else { "0" }),
+            ("commitOffset", "0"),
+            ("suspendTimeoutMillis", &suspend),
+            ("subscription", "*"),
+        ],
+        Vec::new(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn route_send_and_pull_with_json_and_binary_headers() {
+    let (b, remoting, namesrv) = start().await;
+    for (ser, topic) in [
+        (SerializeType::Json, "V4Json"),
+        (SerializeType::RocketMq, "V4Binary"),
+    ] {
+        let mut ns = V4::connect(namesrv, ser).await;
+        let r = ns.call(105, &[("topic", topic)], Vec::new()).await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+        let route: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(
+            route["brokerDatas"][0]["brokerAddrs"]["0"],
+            remoting.to_string()
+        );
+        assert_eq!(route["queueDatas"][0]["perm"], 6);
+
+        let mut c = V4::connect(remoting, ser).await;
+        let r = send(
+            &mut c,
+            topic,
+            "hello",
+            &[
+                ("TAGS", "TagA"),
+                ("KEYS", "k1 k2"),
+                ("UNIQ_KEY", "ID1"),
+                ("color", "blue"),
+            ],
+        )
+        .await;
+        assert_eq!(r.ext["queueId"], "0");
+        assert_eq!(r.ext["queueOffset"], "0");
+        assert_eq!(r.ext["msgId"].len(), 32, "offset message id");
+
+        let r = pull(&mut c, topic, 0, 0).await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+        assert_eq!(r.ext["nextBeginOffset"], "1");
+        let recs = records(&r.body);
+        assert_eq!(recs.len(), 1);
+        let (t, body, p, qo) = &recs[0];
+        assert_eq!(
+            (t.as_str(), body.as_slice(), *qo),
+            (topic, &b"hello"[..], 0)
+        );
+        assert_eq!(p["TAGS"], "TagA");
+        assert_eq!(p["KEYS"], "k1 k2");
+        assert_eq!(p["UNIQ_KEY"], "ID1");
+        assert_eq!(p["color"], "blue");
+        assert!(!p.contains_key("WAIT"));
+
+        // Nothing more: NO_NEW_MSG at once without suspend.
+        let r = pull(&mut c, topic, 1, 0).await;
+        assert_eq!(r.code, 19);
+        assert_eq!(r.ext["nextBeginOffset"], "1");
+    }
+    // An unknown topic with auto-creation off has no route.
+    drop(b);
+}
+
+#[tokio::test]
+async fn batch_offsets_and_consumer_list() {
+    let (_b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let mut body = Vec::new();
+    for i in 0..3 {
+        let m = format!("m{i}");
+        let p = props(&[("UNIQ_KEY", &format!("U{i}")), ("TAGS", "T")]);
+        let total = 4 + 4 + 4 + 4 + 4 + m.len() + 2 + p.len();
+        body.extend_from_slice(&(total as u32).to_be_bytes());
+        body.extend_from_slice(&[0; 8]);
+        body.extend_from_slice(&0i32.to_be_bytes());
+        body.extend_from_slice(&(m.len() as u32).to_be_bytes());
+        body.extend_from_slice(m.as_bytes());
+        body.extend_from_slice(&(p.len() as u16).to_be_bytes());
+        body.extend_from_slice(p.as_bytes());
+    }
+    let r = c
+        .call(
+            320,
+            &[("a", "PG"), ("b", "V4Batch"), ("e", "0"), ("m", "true")],
+            body.clone(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["msgId"].split(',').count(), 3);
+    // A truncated batch is refused with a reason, and nothing is stored.
+    let r = c
+        .call(
+            320,
+            &[("a", "PG"), ("b", "V4Batch"), ("e", "0")],
+            body[..body.len() - 1].to_vec(),
+        )
+        .await;
+    assert_eq!(r.code, 13, "{:?}", r.remark);
+    let r = pull(&mut c, "V4Batch", 0, 0).await;
+    let recs = records(&r.body);
+    let bodies: Vec<&[u8]> = recs.iter().map(|r| r.1.as_slice()).collect();
+    assert_eq!(bodies, [&b"m0"[..], b"m1", b"m2"]);
+
+    // Offsets: nothing committed reads 0; an update reads back; max offset is 3.
+    let q = [
+        ("consumerGroup", "CG"),
+        ("topic", "V4Batch"),
+        ("queueId", "0"),
+    ];
+    let r = c.call(14, &q, Vec::new()).await;
+    assert_eq!((r.code, r.ext["offset"].as_str()), (0, "0"));
+    let mut u = q.to_vec();
+    u.push(("commitOffset", "2"));
+    assert_eq!(c.call(15, &u, Vec::new()).await.code, 0);
+    let r = c.call(14, &q, Vec::new()).await;
+    assert_eq!(r.ext["offset"], "2");
+    let r = c
+        .call(30, &[("topic", "V4Batch"), ("queueId", "0")], Vec::new())
+        .await;
+    assert_eq!(r.ext["offset"], "3");
+
+    // Consumers known from heartbeats.
+    let hb = serde_json::json!({"clientID": "c1", "consumerDataSet": [{"groupName": "CG"}], "producerDataSet": []});
+    assert_eq!(
+        c.call(34, &[], serde_json::to_vec(&hb).unwrap()).await.code,
+        0
+    );
+    let r = c.call(38, &[("consumerGroup", "CG")], Vec::new()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["consumerIdList"], serde_json::json!(["c1"]));
+}
+
+#[tokio::test]
+async fn transactions_commit_rollback_and_check() {
+    let (_b, remoting, _) = start().await;
+    let mut p = V4::connect(remoting, SerializeType::Json).await;
+    let hb = serde_json::json!({"clientID": "p1", "producerDataSet": [{"groupName": "TxPG"}, {"groupName": "CLIENT_INNER_PRODUCER"}]});
+    assert_eq!(
+        p.call(34, &[], serde_json::to_vec(&hb).unwrap()).await.code,
+        0
+    );
+    let half = |body: &'static str| {
+        (
+            body,
+            [("TRAN_MSG", "true"), ("PGROUP", "TxPG"), ("UNIQ_KEY", body)],
+        )
+    };
+    let mut offsets = Vec::new();
+    for b in ["commit", "rollback", "unknown"] {
+        let (body, pr) = half(b);
+        let r = send(&mut p, "V4Txn", body, &pr).await;
+        let id = r.ext["msgId"].clone();
+        // The offset message id ends with the log offset the client reports back.
+        let off = u64::from_str_radix(&id[16..], 16).unwrap();
+        offsets.push((off, r.ext["queueOffset"].clone()));
+    }
+    // Nothing visible yet.
+    let mut c = V4::connect(remoting, SerializeType::RocketMq).await;
+    assert_eq!(pull(&mut c, "V4Txn", 0, 0).await.code, 19);
+    for ((off, qo), kind) in offsets.iter().zip(["8", "12", "0"]) {
+        let off = off.to_string();
+        let r = p
+            .call(
+                37,
+                &[
+                    ("producerGroup", "TxPG"),
+                    ("tranStateTableOffset", qo),
+                    ("commitLogOffset", &off),
+                    ("commitOrRollback", kind),
+                    ("fromTransactionCheck", "false"),
+                ],
+                Vec::new(),
+            )
+            .await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+    }
+    let r = pull(&mut c, "V4Txn", 0, 0).await;
+    let recs = records(&r.body);
+    assert_eq!(recs.len(), 1);
+    assert_eq!(recs[0].0, "V4Txn", "committed under its real topic");
+    assert_eq!(recs[0].1, b"commit");
+
+    // The unknown one is checked over the producer's connection (300 ms timeout here).
+    let deadline = Instant::now() + Duration::from_secs(15);
+    let check = loop {
+        assert!(Instant::now() < deadline, "no CHECK_TRANSACTION_STATE");
+        let m = tokio::time::timeout(Duration::from_secs(15), p.read())
+            .await
+            .unwrap()
+            .unwrap();
+        if m.code == 39 && !m.is_response() {
+            break m;
+        }
+    };
+    assert!(check.is_oneway());
+    assert_eq!(check.ext["commitLogOffset"], offsets[2].0.to_string());
+    let recs = records(&check.body);
+    assert_eq!(recs[0].1, b"unknown");
+    assert_eq!(recs[0].2["PGROUP"], "TxPG");
+    assert_eq!(recs[0].2["UNIQ_KEY"], "unknown");
+    let mut answer = RemotingCommand::request(
+        37,
+        fields(&[
+            ("producerGroup", "TxPG"),
+            ("tranStateTableOffset", &check.ext["tranStateTableOffset"]),
+            ("commitLogOffset", &check.ext["commitLogOffset"]),
+            ("commitOrRollback", "8"),
+            ("fromTransactionCheck", "true"),
+        ]),
+        Vec::new(),
+    );
+    answer.flag = codec::FLAG_ONEWAY;
+    p.write(&answer).await;
+    let r = pull(&mut c, "V4Txn", 1, 10_000).await;
+    let recs = records(&r.body);
+    assert_eq!(recs.len(), 1, "{r:?}");
+    assert_eq!(recs[0].1, b"unknown");
+    // The rollback never shows.
+    assert_eq!(pull(&mut c, "V4Txn", 2, 0).await.code, 19);
+}
+
+#[tokio::test]
+async fn pull_long_polls_until_a_message_arrives() {
+    let (_b, remoting, _) = start().await;
+    let mut a = V4::connect(remoting, SerializeType::Json).await;
+    let mut w = V4::connect(remoting, SerializeType::Json).await;
+    send(&mut a, "V4Poll", "first", &[]).await;
+    let t = Instant::now();
+    let waiter = tokio::spawn(async move { pull(&mut w, "V4Poll", 1, 15_000).await });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    send(&mut a, "V4Poll", "second", &[]).await;
+    let r = waiter.await.unwrap();
+    assert_eq!(r.code, 0);
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "woken, not timed out"
+    );
+    assert_eq!(records(&r.body)[0].1, b"second");
+    // With nothing arriving, it answers NO_NEW_MSG when the suspension ends.
+    let t = Instant::now();
+    let r = pull(&mut a, "V4Poll", 2, 500).await;
+    assert_eq!(r.code, 19);
+    assert!(t.elapsed() >= Duration::from_millis(450));
+}
+
+async fn closed(addr: SocketAddr, bytes: &[u8]) {
+    let mut s = TcpStream::connect(addr).await.unwrap();
+    s.write_all(bytes).await.unwrap();
+    let mut buf = [0u8; 64];
+    let n = tokio::time::timeout(Duration::from_secs(5), s.read(&mut buf))
+        .await
+        .expect("the broker closes the connection")
+        .unwrap_or(0);
+    assert_eq!(n, 0, "closed without an answer");
+}
+
+#[tokio::test]
+async fn malformed_frames_close_the_connection_and_the_broker_keeps_serving() {
+    let (_b, remoting, namesrv) = start().await;
+    // Length below the header-length field, huge, and the maximum u32.
+    closed(remoting, &3u32.to_be_bytes()).await;
+    closed(remoting, &((codec::MAX_FRAME + 1) as u32).to_be_bytes()).await;
+    closed(namesrv, &u32::MAX.to_be_bytes()).await;
+    // Header length beyond the frame.
+    let mut f = 6u32.to_be_bytes().to_vec();
+    f.extend_from_slice(&1000u32.to_be_bytes());
+    f.extend_from_slice(b"{}");
+    closed(remoting, &f).await;
+    // Truncated binary header; undecodable JSON; unknown serialization type.
+    for (ty, h) in [(1u32, &b"\x00\x0a\x00"[..]), (0, b"{\"code\":"), (7, b"{}")] {
+        let mut f = ((4 + h.len()) as u32).to_be_bytes().to_vec();
+        f.extend_from_slice(&((ty << 24) | h.len() as u32).to_be_bytes());
+        f.extend_from_slice(h);
+        closed(remoting, &f).await;
+    }
+    // A declared 16 MiB frame that never comes: the connection just waits, then closes
+    // when the client goes (nothing is allocated up front).
+    {
+        let mut s = TcpStream::connect(remoting).await.unwrap();
+        s.write_all(&(codec::MAX_FRAME as u32).to_be_bytes())
+            .await
+            .unwrap();
+        s.write_all(&[0; 16]).await.unwrap();
+    }
+    // Unknown request codes get an answer naming them.
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let r = c.call(9999, &[], Vec::new()).await;
+    assert_eq!(r.code, 3);
+    assert!(r.remark.unwrap().contains("9999"));
+    // Missing and malformed header fields are answered, not fatal.
+    let r = c.call(11, &[("topic", "T")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("consumerGroup"));
+    let r = c
+        .call(
+            37,
+            &[("commitLogOffset", "x"), ("commitOrRollback", "8")],
+            Vec::new(),
+        )
+        .await;
+    assert!(r.remark.unwrap().contains("commitLogOffset"));
+    let r = c.call(34, &[], b"not json".to_vec()).await;
+    assert_eq!(r.code, 1);
+    // Still serving.
+    send(&mut c, "V4StillUp", "ok", &[]).await;
+}
+
+#[tokio::test]
+async fn consumer_send_back_goes_to_the_retry_topic() {
+    let (_b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    send(&mut c, "V4Back", "again", &[("UNIQ_KEY", "B1")]).await;
+    let r = pull(&mut c, "V4Back", 0, 0).await;
+    let id = {
+        // The log offset of the pulled record is its PHYSICALOFFSET.
+        let Ok(Decoded::Record(rec)) = record::decode(&r.body, 1 << 24) else {
+            panic!("no record")
+        };
+        rec.header.phys_offset.to_string()
+    };
+    let r = c
+        .call(
+            36,
+            &[
+                ("offset", &id),
+                ("group", "CG"),
+                ("delayLevel", "1"),
+                ("originMsgId", "B1"),
+                ("originTopic", "V4Back"),
+                ("maxReconsumeTimes", "16"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // Level 1 is 1 s: the retry topic gets it then (long poll).
+    let r = pull(&mut c, "%RETRY%CG", 0, 10_000).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let recs = records(&r.body);
+    assert_eq!(recs[0].1, b"again");
+    assert_eq!(
+        recs[0].2.get("RETRY_TOPIC").map(String::as_str),
+        Some("V4Back")
+    );
+}

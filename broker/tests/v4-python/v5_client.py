@@ -1,0 +1,55 @@
+"""The RocketMQ 5 Python client (`rocketmq-python-client`, another venv: its module is also
+named `rocketmq`), driven by the v4 tests for cross-protocol checks. Prints JSON.
+
+    v5_client.py send ADDR TOPIC TAG BODY...
+    v5_client.py receive ADDR TOPIC GROUP COUNT
+"""
+import json
+import sys
+import time
+
+from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+
+def main():
+    cmd, addr, topic = sys.argv[1], sys.argv[2], sys.argv[3]
+    cfg = ClientConfiguration(addr, Credentials())
+    if cmd == "send":
+        tag, bodies = sys.argv[4], sys.argv[5:]
+        p = Producer(cfg, (topic,))
+        p.startup()
+        try:
+            ids = []
+            for b in bodies:
+                m = Message()
+                m.topic = topic
+                m.tag = tag
+                m.keys = "k-" + b
+                m.body = b.encode()
+                ids.append(str(p.send(m).message_id))
+            print(json.dumps(ids))
+        finally:
+            p.shutdown()
+    elif cmd == "receive":
+        group, count = sys.argv[4], int(sys.argv[5])
+        c = SimpleConsumer(cfg, group, {topic: FilterExpression("*")}, await_duration=5)
+        c.startup()
+        try:
+            got = []
+            deadline = time.time() + 30
+            while len(got) < count and time.time() < deadline:
+                for m in c.receive(16, 30):
+                    got.append({"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys)})
+                    c.ack(m)
+            # Anything extra would show up now.
+            for m in c.receive(16, 30):
+                got.append({"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys)})
+            print(json.dumps(got))
+        finally:
+            c.shutdown()
+    else:
+        sys.exit("unknown command " + cmd)
+
+
+if __name__ == "__main__":
+    main()
