@@ -173,8 +173,8 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     let t0 = Instant::now();
     r.measure()?;
     let elapsed = t0.elapsed();
+    let syncs1 = r.b.stats().syncs;
     r.drain()?;
-    let stats = r.b.stats();
     let log_bytes = r.b.log_end();
     drop(r.b);
     drop(scratch);
@@ -183,7 +183,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         verdict: r.ledger.verdict(),
         rec: r.rec,
         elapsed,
-        fsyncs: path.map(|_| stats.syncs - syncs0),
+        fsyncs: path.map(|_| syncs1 - syncs0),
         log_bytes: Some(log_bytes),
         notes,
         fields,

@@ -438,7 +438,14 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
         Mode::Consume => "consumed messages (receive + ack)".into(),
         m => m.noun().into(),
     };
-    let _ = writeln!(
+    if args.mode == Mode::Recover {
+        let _ = writeln!(
+            t,
+            "{} messages of {} B recovered: embedded file storage reopened in {secs:.3} s; errors {}",
+            r.done, args.size, r.errors
+        );
+    } else {
+        let _ = writeln!(
         t,
         "{} {what} of {} B, {} clients, {}: {rate:.0}/s in {secs:.2} s, latency p50 {:.3} ms, p99 {:.3} ms, p999 {:.3} ms, max {:.3} ms; errors {}",
         r.done,
@@ -451,6 +458,7 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
         r.op.max() as f64 / 1e3,
         r.errors,
     );
+    }
     if let Some(e) = &r.first_error {
         let _ = writeln!(t, "first error: {e}");
     }

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# Benchmark smoke (seconds, debug builds): every `rocklet bench` mode embedded (memory and
+# file, sync and async flush), against a broker process it starts (gRPC), the recovery mode,
+# and the peers (SQLite outbox, fsync ceiling), so the tooling cannot rot. Each run checks
+# correctness (every committed message consumed exactly once, no rolled-back message consumed,
+# no delayed message early) and exits non-zero otherwise. The full measurement is
+# tests/bench/run.sh.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
+export CARGO_TERM_COLOR=never
+cargo build -p rocklet-broker --locked --bin rocklet
+CARGO_TARGET_DIR="$PWD/target" cargo build --locked --manifest-path tests/bench/Cargo.toml
+B=target/debug/rocklet
+work=$(mktemp -d "${TMPDIR:-/tmp}/rocklet-bench-ci.XXXXXX")
+broker_pid=
+cleanup() {
+  [ -n "$broker_pid" ] && kill "$broker_pid" 2>/dev/null && wait "$broker_pid" 2>/dev/null
+  rm -rf "$work"
+}
+trap cleanup EXIT
+common=(--count 300 --clients 4 --consumers 2 --size 256 --mix 6:2:2 --check-after-ms 300
+        --delay-max-ms 800 --drain-timeout 20 --quiet)
+run() { echo "+ rocklet bench $*"; "$B" bench "$@"; }
+
+for mode in send txn delay consume; do
+  run "$mode" --embedded "${common[@]}"
+done
+run txn --embedded --storage file --dir "$work" --flush sync "${common[@]}"
+run txn --embedded --storage file --dir "$work" --flush async "${common[@]}"
+run txn --embedded --backlog 2000 --backlog-check-after-ms 60000 "${common[@]}"
+run txn --embedded --backlog 500 "${common[@]}"
+run recover --dir "$work" --count 2000 --quiet
+
+# A broker process over gRPC loopback (a free port; the address is read from its log).
+cat > "$work/broker.toml" <<TOML
+[core]
+transaction_timeout_ms = 300
+TOML
+"$B" broker --data-dir "$work/data" --listen 127.0.0.1:0 --config "$work/broker.toml" \
+  >"$work/broker.log" 2>&1 &
+broker_pid=$!
+addr=
+for _ in $(seq 1 200); do
+  addr=$(grep -o 'addr=127\.0\.0\.1:[0-9]*' "$work/broker.log" | head -1 | cut -d= -f2 || true)
+  [ -n "$addr" ] && break
+  sleep 0.05
+done
+[ -n "$addr" ] || { echo "broker did not start:"; cat "$work/broker.log"; exit 1; }
+for mode in send txn delay consume; do
+  run "$mode" --endpoint "$addr" "${common[@]}"
+done
+kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
+
+P=target/debug
+echo "+ outbox-sqlite (NORMAL, FULL)"
+"$P/outbox-sqlite" --dir "$work" --count 300 --size 256 --threads 4 --sync normal
+"$P/outbox-sqlite" --dir "$work" --count 30 --size 256 --threads 4 --sync full
+echo "+ fsync-ceiling"
+"$P/fsync-ceiling" --dir "$work" --seconds 0.3
+echo "bench smoke: OK"
