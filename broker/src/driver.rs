@@ -11,7 +11,9 @@
 //!   part of `poll_timeout()`), done in `handle_timeout()`.
 //!
 //! Then it drains `poll_output()`: replies to their oneshot, transaction checks to a live
-//! producer of the topic, availability notices to waiting long polls. The tokio runtime
+//! producer that can answer them (a gRPC producer of the topic for `%TXN%<topic>`, a
+//! remoting connection of the producer group otherwise), availability notices to waiting
+//! long polls (receives and pulls). The tokio runtime
 //! never waits on an fsync.
 
 use std::collections::{HashMap, HashSet};
