@@ -1246,6 +1246,15 @@ impl<S: Storage> Broker<S> {
             Ok(_) => {}
             Err(e) => return Ok(Err(e)),
         }
+        // A topic that does not exist yet takes any queue id above: bound it, or the state
+        // record would create that many queues (u32::MAX overflows).
+        if queue_id >= MAX_QUEUES {
+            return Ok(Err(ClientError::InvalidQueue {
+                topic: topic_name.into(),
+                queue_id,
+                queues: MAX_QUEUES,
+            }));
+        }
         self.write_state(&StateOp::Offset {
             group,
             topic: topic_name,
@@ -1947,6 +1956,13 @@ impl<S: Storage> Broker<S> {
     }
 
     fn apply_state(&mut self, off: u64, now: Millis, op: StateOp<'_>) {
+        let (StateOp::Offset { queue_id, .. }
+        | StateOp::Ck { queue_id, .. }
+        | StateOp::Ack { queue_id, .. }) = &op;
+        if *queue_id >= MAX_QUEUES {
+            // Never written by this broker: a state record with a valid CRC but no place here.
+            return;
+        }
         match op {
             StateOp::Offset {
                 group,

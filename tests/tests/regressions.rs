@@ -138,3 +138,47 @@ fn a_delivery_written_during_a_failed_sync_becomes_visible_once_storage_recovers
         messages.iter().map(|m| &m.body).collect::<Vec<_>>()
     );
 }
+
+/// Found by the `log_recovery` target (tests/vectors/regressions/log_recovery/
+/// state-record-queue-id-out-of-range): a consumer-state record names its queue id, and
+/// applying it created every queue up to that id (millions from one record; `u32::MAX`
+/// overflowed). A client reached the same path: CommitOffset on a topic that does not exist
+/// yet accepts any queue id.
+#[test]
+fn commit_offset_with_an_out_of_range_queue_is_refused_not_a_panic() {
+    use rocklet_core::{Broker, ClientError, Config, MemStorage, Reply, Request};
+
+    let mut b = Broker::open(Config::default(), MemStorage::new(), 0).unwrap();
+    for queue_id in [u32::MAX, 3_000_000, 1024] {
+        let r = b
+            .execute(
+                0,
+                Request::CommitOffset {
+                    group: "G".into(),
+                    topic: "NotYetATopic".into(),
+                    queue_id,
+                    offset: 7,
+                },
+            )
+            .unwrap();
+        assert!(
+            matches!(r, Reply::Error(ClientError::InvalidQueue { .. })),
+            "queue {queue_id}: {r:?}"
+        );
+    }
+    let queues: usize = b.topics().iter().map(|t| t.queues.len()).sum();
+    assert!(queues <= 1024, "{queues} queues created");
+    // Within range it still works for a topic that does not exist yet.
+    let r = b
+        .execute(
+            0,
+            Request::CommitOffset {
+                group: "G".into(),
+                topic: "NotYetATopic".into(),
+                queue_id: 3,
+                offset: 7,
+            },
+        )
+        .unwrap();
+    assert_eq!(r, Reply::OffsetCommitted);
+}
