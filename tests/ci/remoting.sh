@@ -45,7 +45,7 @@ echo "== rust: remoting unit and protocol tests"
 nice -n 10 cargo build -p rocklet-broker --bin rocklet
 nice -n 10 cargo test -p rocklet-broker --lib remoting
 nice -n 10 cargo test -p rocklet-broker --test remoting
-BIN=$ROOT/target/debug/rocklet
+BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/rocklet
 
 echo "== python: v4 C++ client (rocketmq 0.4.4) and cross-protocol with the v5 client"
 ROCKLET_BIN=$BIN V5_PYTHON=$V5/bin/python "$VENV/bin/python" -m pytest -q -p no:cacheprovider broker/tests/v4-python
