@@ -322,6 +322,13 @@ pub fn batch_decode(data: &[u8]) {
 /// `Broker::open` never panics nor fails over memory; the broker then takes a send, and a
 /// reopen sees the same topics and pending counts.
 pub fn log_recovery(data: &[u8]) {
+    let (cfg, mem) = log_recovery_storage(data);
+    let b = Broker::open(cfg, mem, 5_000).expect("memory storage cannot fail");
+    after_open_send_and_reopen(b);
+}
+
+/// The configuration and segments a `log_recovery` input describes.
+pub fn log_recovery_storage(data: &[u8]) -> (Config, MemStorage) {
     let mut r = Reader::new(data);
     let cfg = test_config();
     let flags = r.u8();
@@ -359,8 +366,7 @@ pub fn log_recovery(data: &[u8]) {
         }
         mem.set_segment(base, seg);
     }
-    let b = Broker::open(cfg, mem, 5_000).expect("memory storage cannot fail");
-    after_open_send_and_reopen(b);
+    (cfg, mem)
 }
 
 /// After a recovery: a send is stored, and a reopen sees what this broker sees.

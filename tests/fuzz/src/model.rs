@@ -101,6 +101,13 @@ pub enum Op {
         queue: bool,
         max: u8,
     },
+    /// A commit by a group nobody pulls with, to any queue id of T0, T1 or a topic that
+    /// does not exist.
+    CommitOffset {
+        topic: u8,
+        queue_id: u32,
+        offset: u16,
+    },
     Advance(u16),
     AdvanceLong(u8),
     /// Power loss: reopen over the durable image.
@@ -571,6 +578,26 @@ impl Harness {
                     Some(other) => panic!("pull: {other:?}"),
                     None => {}
                 }
+            }
+            Op::CommitOffset {
+                topic,
+                queue_id,
+                offset,
+            } => {
+                let req = Request::CommitOffset {
+                    group: "P9".into(),
+                    topic: ["T0", "T1", "NotATopic"][usize::from(topic % 3)].into(),
+                    queue_id,
+                    offset: u64::from(offset),
+                };
+                match self.exec(req) {
+                    Some(Reply::OffsetCommitted) => {}
+                    Some(Reply::Error(ClientError::InvalidQueue { .. })) => {}
+                    Some(other) => panic!("commit offset: {other:?}"),
+                    None => {}
+                }
+                let queues: usize = self.b.topics().iter().map(|t| t.queues.len()).sum();
+                assert!(queues <= 3 * 1024, "{queues} queues");
             }
             Op::Advance(ms) => self.advance(u64::from(ms)),
             Op::AdvanceLong(m) => self.advance(u64::from(m) * 60_000),
