@@ -247,10 +247,17 @@ impl Messaging {
             pb::TransactionResolution::Unspecified => Resolution::Unknown,
         };
         let from_check = req.source() == pb::TransactionSource::SourceServerCheck;
+        // The topic names the transaction's group: an END sent with another topic is refused
+        // (WRONG_PRODUCER_GROUP) instead of resolving someone else's transaction.
+        let group = req
+            .topic
+            .as_ref()
+            .filter(|t| !t.name.is_empty())
+            .map(|t| txn_group(&t.name));
         let request = Request::EndTransaction {
             txn,
             resolution,
-            group: None,
+            group,
             from_check,
         };
         match self.core.request(request).await {
