@@ -298,7 +298,7 @@ async fn producer(
                 return;
             };
             let r = r.into_inner();
-            if !r.status.is_some_and(|s| s.code == OK) {
+            if r.status.is_none_or(|s| s.code != OK) {
                 continue;
             }
             let txn = r.entries[0].transaction_id.clone();
