@@ -483,3 +483,123 @@ async fn consumer_send_back_goes_to_the_retry_topic() {
         Some("V4Back")
     );
 }
+
+type Frames = tokio::sync::mpsc::UnboundedReceiver<RemotingCommand>;
+
+/// The connection's incoming frames on a channel (cancel-safe to wait on), and its write half.
+fn split(c: V4) -> (tokio::net::tcp::OwnedWriteHalf, Frames) {
+    let (mut r, w) = c.s.into_split();
+    let (tx, rx) = tokio::sync::mpsc::unbounded_channel();
+    tokio::spawn(async move {
+        loop {
+            let mut len = [0u8; 4];
+            if r.read_exact(&mut len).await.is_err() {
+                return;
+            }
+            let mut buf = vec![0; codec::frame_length(len).unwrap()];
+            if r.read_exact(&mut buf).await.is_err() {
+                return;
+            }
+            if tx.send(codec::decode_frame(&buf).unwrap()).is_err() {
+                return;
+            }
+        }
+    });
+    (w, rx)
+}
+
+/// Waits for a CHECK_TRANSACTION_STATE on either connection; which one got it.
+async fn next_check(a: &mut Frames, b: &mut Frames) -> (usize, RemotingCommand) {
+    tokio::time::timeout(Duration::from_secs(15), async {
+        loop {
+            tokio::select! {
+                Some(m) = a.recv() => if m.code == 39 { return (0, m) },
+                Some(m) = b.recv() => if m.code == 39 { return (1, m) },
+            }
+        }
+    })
+    .await
+    .expect("a check in time")
+}
+
+#[tokio::test]
+async fn an_unanswered_check_goes_to_another_connection_of_the_group() {
+    let (_b, remoting, _) = start().await;
+    let mut a = V4::connect(remoting, SerializeType::Json).await;
+    let mut b = V4::connect(remoting, SerializeType::RocketMq).await;
+    for (c, id) in [(&mut a, "pa"), (&mut b, "pb")] {
+        let hb = serde_json::json!({"clientID": id, "producerDataSet": [{"groupName": "AltPG"}]});
+        assert_eq!(
+            c.call(34, &[], serde_json::to_vec(&hb).unwrap()).await.code,
+            0
+        );
+    }
+    // A producer of another group is never asked.
+    let mut other = V4::connect(remoting, SerializeType::Json).await;
+    let hb = serde_json::json!({"clientID": "po", "producerDataSet": [{"groupName": "OtherPG"}]});
+    assert_eq!(
+        other
+            .call(34, &[], serde_json::to_vec(&hb).unwrap())
+            .await
+            .code,
+        0
+    );
+    send(
+        &mut a,
+        "V4Alt",
+        "pending",
+        &[("TRAN_MSG", "true"), ("PGROUP", "AltPG")],
+    )
+    .await;
+    let (mut wa, mut ra) = split(a);
+    let (mut wb, mut rb) = split(b);
+    // The first check is left unanswered; the next goes to the other connection.
+    let (first, c1) = next_check(&mut ra, &mut rb).await;
+    let (second, c2) = next_check(&mut ra, &mut rb).await;
+    assert_ne!(first, second, "the check moved to the other connection");
+    assert_eq!(c1.ext["commitLogOffset"], c2.ext["commitLogOffset"]);
+    // The second one answers rollback: no more checks, nothing delivered.
+    let mut answer = RemotingCommand::request(
+        37,
+        fields(&[
+            ("producerGroup", "AltPG"),
+            ("commitLogOffset", &c2.ext["commitLogOffset"]),
+            ("commitOrRollback", "12"),
+            ("fromTransactionCheck", "true"),
+        ]),
+        Vec::new(),
+    );
+    answer.flag = codec::FLAG_ONEWAY;
+    answer.serialize = if second == 0 {
+        SerializeType::Json
+    } else {
+        SerializeType::RocketMq
+    };
+    let w = if second == 0 { &mut wa } else { &mut wb };
+    w.write_all(&answer.encode()).await.unwrap();
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    for q in 0..4 {
+        let off = "0";
+        let qs = q.to_string();
+        let r = c
+            .call(
+                11,
+                &[
+                    ("consumerGroup", "CG"),
+                    ("topic", "V4Alt"),
+                    ("queueId", &qs),
+                    ("queueOffset", off),
+                    ("maxMsgNums", "32"),
+                    ("sysFlag", "0"),
+                ],
+                Vec::new(),
+            )
+            .await;
+        assert_ne!(r.code, 0, "rolled back, never delivered");
+    }
+    let quiet = tokio::time::timeout(Duration::from_millis(1500), other.read()).await;
+    assert!(
+        quiet.is_err(),
+        "another group's producer got a check: {quiet:?}"
+    );
+}
