@@ -518,7 +518,7 @@ async fn crash_loop(sync: bool) -> Outcome {
     let seed: u64 = std::env::var("ROCKLET_CRASH_SEED")
         .ok()
         .and_then(|s| s.parse().ok())
-        .unwrap_or_else(|| wall_ms() ^ u64::from(std::process::id()) << 20);
+        .unwrap_or_else(|| (wall_ms() ^ u64::from(std::process::id()) << 20) * 2 + u64::from(sync));
     let mode = if sync { "sync" } else { "async" };
     eprintln!("crash loop ({mode} flush): {cycles} cycles, seed {seed} (ROCKLET_CRASH_SEED={seed} replays it)");
     let mut rng = Rng(seed);
