@@ -776,7 +776,13 @@ async fn consume(sh: Arc<Shared>, url: String) {
         };
         let mut acks = Vec::new();
         while let Some(item) = stream.next().await {
-            let Ok(resp) = item else { break };
+            let resp = match item {
+                Ok(r) => r,
+                Err(e) => {
+                    sh.error(format!("receive stream: {e}"));
+                    break;
+                }
+            };
             match resp.content {
                 Some(pb::receive_message_response::Content::Message(m)) => {
                     let now = epoch_ms();
