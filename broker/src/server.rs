@@ -130,7 +130,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         }
         None => (None, None),
     };
-    info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone());
         let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
@@ -148,6 +147,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     } else {
         None
     };
+    info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     Ok(RunningBroker {
         addr,
         metrics_addr,
@@ -193,32 +193,68 @@ impl RunningBroker {
 
 /// Runs until SIGINT or SIGTERM, then stops cleanly.
 pub async fn run_until_signal(cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<(), String> {
+    // Listen for the signals before serving: a supervisor (or a test) may send SIGTERM as
+    // soon as the broker logs its addresses, and that must stop it cleanly, not kill it.
+    let signals = Signals::listen();
     let running = start(cfg, clock).await?;
-    wait_for_signal().await;
+    signals.wait().await;
     info!("signal received: flushing and stopping");
     running.stop().await;
     info!("stopped");
     Ok(())
 }
 
-async fn wait_for_signal() {
+/// SIGINT and SIGTERM, caught from creation on.
+struct Signals {
     #[cfg(unix)]
-    {
-        use tokio::signal::unix::{signal, SignalKind};
-        match signal(SignalKind::terminate()) {
-            Ok(mut term) => {
-                tokio::select! {
-                    _ = tokio::signal::ctrl_c() => {}
-                    _ = term.recv() => {}
-                }
-            }
-            Err(_) => {
-                let _ = tokio::signal::ctrl_c().await;
+    term: Option<tokio::signal::unix::Signal>,
+    #[cfg(unix)]
+    int: Option<tokio::signal::unix::Signal>,
+}
+
+impl Signals {
+    fn listen() -> Self {
+        #[cfg(unix)]
+        {
+            use tokio::signal::unix::{signal, SignalKind};
+            Signals {
+                term: signal(SignalKind::terminate()).ok(),
+                int: signal(SignalKind::interrupt()).ok(),
             }
         }
+        #[cfg(not(unix))]
+        {
+            Signals {}
+        }
     }
-    #[cfg(not(unix))]
-    {
-        let _ = tokio::signal::ctrl_c().await;
+
+    async fn wait(self) {
+        #[cfg(unix)]
+        {
+            match (self.term, self.int) {
+                (Some(mut term), Some(mut int)) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = int.recv() => {}
+                    }
+                }
+                (Some(mut term), None) => {
+                    tokio::select! {
+                        _ = term.recv() => {}
+                        _ = tokio::signal::ctrl_c() => {}
+                    }
+                }
+                (None, Some(mut int)) => {
+                    let _ = int.recv().await;
+                }
+                (None, None) => {
+                    let _ = tokio::signal::ctrl_c().await;
+                }
+            }
+        }
+        #[cfg(not(unix))]
+        {
+            let _ = tokio::signal::ctrl_c().await;
+        }
     }
 }
