@@ -9,6 +9,7 @@ use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
 use tokio_stream::wrappers::TcpListenerStream;
+use tokio_stream::StreamExt;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
@@ -112,11 +113,20 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .max_encoding_message_size(max_decode);
     let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
+    // Small replies (receives, acks) must not wait for Nagle's algorithm: set TCP_NODELAY on
+    // every accepted connection (the builder's own setting covers only listeners it binds).
+    let incoming = TcpListenerStream::new(listener).map(|conn| {
+        conn.inspect(|s| {
+            if let Err(e) = s.set_nodelay(true) {
+                warn!("cannot set TCP_NODELAY: {e}");
+            }
+        })
+    });
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             .add_service(messaging)
             .add_service(admin)
-            .serve_with_incoming_shutdown(TcpListenerStream::new(listener), async {
+            .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_rx.await;
             }),
     );
