@@ -1323,7 +1323,11 @@ impl<S: Storage> Broker<S> {
             let visible = self.queues[q as usize].visible as u64;
             let mut msgs = Vec::new();
             for &(qoff, _) in &entries {
-                let unit = self.queues[q as usize].units[qoff as usize];
+                // In-flight entries only ever name existing units (apply_state checks).
+                let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+                    msgs.push(None);
+                    continue;
+                };
                 msgs.push(self.read_message(q, qoff, unit)?);
             }
             while next < visible && entries.len() + out.len() < max {
@@ -1637,7 +1641,9 @@ impl<S: Storage> Broker<S> {
     /// Copies a received message to `%DLQ%<group>` and retires its delivery, in one atomic
     /// group of two records.
     fn dead_letter(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
-        let unit = self.queues[q as usize].units[qoff as usize];
+        let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+            return Ok(());
+        };
         let group = self.groups[g as usize].name.clone();
         let topic_name = self.topics[self.queues[q as usize].topic as usize]
             .name
@@ -1992,6 +1998,12 @@ impl<S: Storage> Broker<S> {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
+                // A record naming messages the queue does not hold (a damaged or forged log)
+                // is ignored: deliveries exist only for stored messages.
+                let stored = self.queues[q as usize].units.len() as u64;
+                if next > stored || entries.iter().any(|&(qoff, _)| qoff >= stored) {
+                    return;
+                }
                 let pq = self.pops.entry((g, q)).or_default();
                 pq.next = pq.next.max(next);
                 for &(qoff, attempt) in &entries {

@@ -39,6 +39,8 @@ export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4
 cargo +nightly build --release --target "$triple" --bins
 bin="$root/tests/fuzz/target/$triple/release"
 
+seed=${FUZZ_SEED:-1}
+runs=${FUZZ_RUNS:-60000}
 work="$(mktemp -d)"
 trap 'rm -rf "$work"' EXIT
 failed=()
@@ -48,8 +50,10 @@ for t in "${targets[@]}"; do
   for d in "$root/tests/fuzz/seeds/$t" "$root/tests/vectors/regressions/$t"; do
     [ -d "$d" ] && dirs+=("$d")
   done
-  echo "== fuzz $t for ${seconds}s"
-  if ! "$bin/$t" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
+  echo "== fuzz $t: ${runs} runs from seed ${seed} (at most ${seconds}s)"
+  # A fixed seed and run count make the smoke run repeatable for a given commit, so CI does
+  # not turn red at random; longer, unseeded runs are for finding bugs (see tests/fuzz/README).
+  if ! "$bin/$t" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
     -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dirs[@]}" >"$work/$t.log" 2>&1; then
     tail -n 60 "$work/$t.log" >&2
     echo "fuzz target $t failed; the input is in tests/fuzz/artifacts/$t/" >&2
