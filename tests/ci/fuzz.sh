@@ -2,12 +2,15 @@
 # Fuzz smoke run: every target of tests/fuzz for a short time (FUZZ_SECONDS, default 20),
 # starting from its committed seeds (tests/fuzz/seeds/<target>/) and regression inputs
 # (tests/vectors/regressions/<target>/, each replayed first). Fails on any crash, timeout
-# or out-of-memory. Installs what it needs, idempotently: the nightly toolchain (rustup).
+# or out-of-memory. Needs nothing beyond the stable toolchain the rest of CI uses.
 #
 # It builds the targets the way `cargo fuzz build -O --debug-assertions -s none` does (the
 # same sanitizer-coverage flags, libfuzzer-sys linking libFuzzer), without installing
-# cargo-fuzz, which costs minutes on a fresh machine. No ASan: the core has no unsafe code
-# (workspace lint `unsafe_code = "deny"`), and it halves the executions per second.
+# cargo-fuzz, which costs minutes on a fresh machine. Without a sanitizer none of these flags
+# needs nightly, so the smoke run uses the pinned stable compiler: a fresh machine's
+# "latest nightly" changes under CI from day to day, and with it the instrumentation and the
+# inputs a fixed seed explores. No ASan: the core has no unsafe code (workspace lint
+# `unsafe_code = "deny"`), and it halves the executions per second.
 #
 #   FUZZ_SECONDS=300 tests/ci/fuzz.sh state_machine     longer run of one target
 #   cargo install --root .tools cargo-fuzz; cd tests/fuzz; cargo +nightly fuzz run <target>
@@ -25,19 +28,17 @@ if [ ${#targets[@]} -eq 0 ]; then
   targets=(record_decode props_decode batch_decode log_recovery state_machine)
 fi
 
-rustup toolchain list | grep -q '^nightly' \
-  || rustup toolchain install nightly --profile minimal
-
 cd "$root/tests/fuzz"
-triple="$(rustc +nightly -vV | sed -n 's/^host: //p')"
+triple="$(rustc -vV | sed -n 's/^host: //p')"
 export RUSTFLAGS="-Cpasses=sancov-module -Cllvm-args=-sanitizer-coverage-level=4 \
 -Cllvm-args=-sanitizer-coverage-inline-8bit-counters -Cllvm-args=-sanitizer-coverage-pc-table \
 -Cllvm-args=-sanitizer-coverage-trace-compares -Cllvm-args=-sanitizer-coverage-stack-depth \
 -Cllvm-args=-simplifycfg-branch-fold-threshold=0 --cfg fuzzing -Cdebug-assertions \
 -Ccodegen-units=1"
 # Not --locked: tests/fuzz/Cargo.lock must not go stale each time the core gains a dependency.
-cargo +nightly build --release --target "$triple" --bins
-bin="$root/tests/fuzz/target/$triple/release"
+export CARGO_TARGET_DIR="$root/tests/fuzz/target/stable"
+cargo build --release --target "$triple" --bins
+bin="$CARGO_TARGET_DIR/$triple/release"
 
 seed=${FUZZ_SEED:-1}
 runs=${FUZZ_RUNS:-60000}
@@ -54,16 +55,23 @@ for t in "${targets[@]}"; do
   # A fixed seed and run count make the smoke run repeatable for a given commit, so CI does
   # not turn red at random; longer, unseeded runs are for finding bugs (see tests/fuzz/README).
   if ! "$bin/$t" -seed="$seed" -runs="$runs" -max_total_time="$seconds" -timeout=10 -rss_limit_mb=2048 \
-    -print_final_stats=1 -artifact_prefix="artifacts/$t/" "${dirs[@]}" >"$work/$t.log" 2>&1; then
-    tail -n 60 "$work/$t.log" >&2
-    echo "fuzz target $t failed; the input is in tests/fuzz/artifacts/$t/" >&2
+    -print_final_stats=1 -artifact_prefix="$work/$t-" "${dirs[@]}" >"$work/$t.log" 2>&1; then
+    # stdout, not stderr: CI records keep the tail of stdout, and this is what must be seen.
+    for a in "$work/$t"-*; do
+      [ -f "$a" ] || continue
+      cp "$a" "artifacts/$t/"
+      echo "-- input artifacts/$t/${a##*/$t-} (base64, first 1000 chars)"
+      base64 -w 0 "$a" | head -c 1000; echo
+    done
+    grep -v '^#\|^INFO\|^WARNING\|^ \+[a-z]' "$work/$t.log" | tail -n 25
+    echo "fuzz target $t failed; the input is in tests/fuzz/artifacts/$t/"
     failed+=("$t")
     continue
   fi
   grep -E '^stat::(number_of_executed_units|average_exec_per_sec|new_units_added)' "$work/$t.log" || true
 done
 if [ ${#failed[@]} -gt 0 ]; then
-  echo "fuzz smoke: FAILED: ${failed[*]}" >&2
+  echo "fuzz smoke: FAILED: ${failed[*]}"
   exit 1
 fi
 echo "fuzz smoke: all targets clean"
