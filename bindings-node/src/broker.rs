@@ -13,9 +13,7 @@ use std::time::{SystemTime, UNIX_EPOCH};
 use napi::bindgen_prelude::*;
 use napi::Env;
 use napi_derive::napi;
-use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, FlushMode, Millis, Output, Reply, Request, TraceEvent,
-};
+use rocklet_core::{AnyStorage, Broker, CheckRequest, Millis, Output, Reply, Request, TraceEvent};
 
 use crate::convert::{self, ClockKind, Opts};
 use crate::error::{arg, Fail, Res};
@@ -163,14 +161,10 @@ impl JsBroker {
         }
     }
 
-    /// Fires the timers due by `now`; under sync flush, makes what they wrote durable (and
-    /// so visible), as `execute` does for a request.
+    /// Fires the timers due by `now` (the core makes what they wrote durable as its flush
+    /// mode says).
     fn timers(&mut self, now: Millis) -> Res<()> {
-        let core = self.core()?;
-        core.handle_timeout(now)?;
-        if core.config().flush == FlushMode::Sync && core.needs_sync() {
-            core.sync()?;
-        }
+        self.core()?.handle_timeout(now)?;
         Ok(())
     }
 

@@ -203,11 +203,7 @@ impl Shared {
         };
         st.manual_now = at;
         self.guarded(&mut st, |core, now| {
-            core.handle_timeout(now)?;
-            if core.needs_sync() {
-                core.sync()?;
-            }
-            Ok(())
+            core.handle_timeout(now).map_err(Fail::from)
         })?;
         self.collect(&mut st);
         Ok(more)
@@ -330,7 +326,7 @@ fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
 }
 
 /// The system-clock driver: sleeps until the core's next deadline (or a wake-up), fires what
-/// is due, syncs what was appended, and hands checks to checkers.
+/// is due (timers, and the async flush the core schedules), and hands checks to checkers.
 fn drive(shared: Arc<Shared>) {
     loop {
         {
@@ -346,9 +342,6 @@ fn drive(shared: Arc<Shared>) {
                 let res = shared.guarded(&mut st, |core, now| {
                     if core.poll_timeout().is_some_and(|t| t <= now) {
                         core.handle_timeout(now)?;
-                    }
-                    if core.needs_sync() {
-                        core.sync()?;
                     }
                     Ok(core.poll_timeout())
                 });
