@@ -603,3 +603,72 @@ async fn an_unanswered_check_goes_to_another_connection_of_the_group() {
         "another group's producer got a check: {quiet:?}"
     );
 }
+
+fn zlib(data: &[u8]) -> Vec<u8> {
+    use std::io::Write;
+    let mut e = flate2::write::ZlibEncoder::new(Vec::new(), flate2::Compression::default());
+    e.write_all(data).unwrap();
+    e.finish().unwrap()
+}
+
+async fn send_raw(c: &mut V4, topic: &str, sys_flag: u32, body: Vec<u8>) -> RemotingCommand {
+    let sys = sys_flag.to_string();
+    c.call(
+        310,
+        &[
+            ("a", "PG"),
+            ("b", topic),
+            ("e", "0"),
+            ("f", &sys),
+            ("i", ""),
+        ],
+        body,
+    )
+    .await
+}
+
+#[tokio::test]
+async fn compressed_bodies_are_stored_plain_and_bombs_are_refused() {
+    let (_b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    // 10 KiB and 100 KiB, as v4 clients send them above 4 KiB: zlib with COMPRESSED (bit
+    // 0), with and without the 4.9+/5.x ZLIB type bits (3 << 8).
+    let plain: Vec<Vec<u8>> = [10 * 1024, 100 * 1024]
+        .iter()
+        .map(|n| (0..*n).map(|i: usize| (i * 7 % 253) as u8).collect())
+        .collect();
+    let r = send_raw(&mut c, "V4Zip", 1, zlib(&plain[0])).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = send_raw(&mut c, "V4Zip", 1 | (3 << 8), zlib(&plain[1])).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = pull(&mut c, "V4Zip", 0, 0).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let got: Vec<Vec<u8>> = records(&r.body).into_iter().map(|r| r.1).collect();
+    assert_eq!(got, plain, "pulled bodies are the plain bytes");
+    // The pulled records carry no COMPRESSED flag (consumers would inflate them again).
+    let Ok(Decoded::Record(rec)) = record::decode(&r.body, 1 << 24) else {
+        panic!("undecodable record");
+    };
+    assert_eq!(rec.header.sys_flag & 1, 0);
+
+    // A zip bomb: 8 MiB of zeros in ~8 KiB, past the 4 MiB max message size.
+    let r = send_raw(&mut c, "V4Zip", 1, zlib(&vec![0; 8 << 20])).await;
+    assert_eq!(r.code, 13, "MESSAGE_ILLEGAL");
+    let remark = r.remark.unwrap();
+    assert!(remark.contains("4194304 bytes"), "{remark}");
+    // Malformed zlib data, truncated data, and LZ4 (not inflated here) are named.
+    let r = send_raw(&mut c, "V4Zip", 1, b"not zlib".to_vec()).await;
+    assert_eq!(r.code, 13);
+    assert!(r.remark.unwrap().contains("not valid zlib"));
+    let z = zlib(&plain[0]);
+    let r = send_raw(&mut c, "V4Zip", 1, z[..z.len() / 2].to_vec()).await;
+    assert_eq!(r.code, 13);
+    assert!(r.remark.unwrap().contains("not valid zlib"));
+    let r = send_raw(&mut c, "V4Zip", 1 | (1 << 8), vec![1, 2, 3]).await;
+    assert_eq!(r.code, 13);
+    assert!(r.remark.unwrap().contains("LZ4"));
+    // None of them was stored; the broker still serves.
+    let r = pull(&mut c, "V4Zip", 2, 0).await;
+    assert_eq!(r.code, 19, "nothing after the two good messages");
+    send(&mut c, "V4Zip", "after", &[]).await;
+}

@@ -17,6 +17,7 @@ use tokio::sync::mpsc;
 use tracing::debug;
 
 use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
+use super::compression;
 use crate::config::BrokerConfig;
 use crate::driver::{CoreFailure, CoreHandle};
 
@@ -734,11 +735,13 @@ async fn send(
     let queue_id: i32 = number_or(h, "queueId", -1)?;
     let queue_id = u32::try_from(queue_id).ok();
     let sys: i32 = number_or(h, "sysFlag", 0)?;
-    if sys as u32 & sys_flag::COMPRESSED != 0 {
+    let sys = sys as u32;
+    if batch && compression::is_compressed(sys) {
+        // No client compresses a batch (entries carry no sysFlag of their own).
         return Err(fail(
             req,
             status::MESSAGE_ILLEGAL,
-            "compressed message bodies are not supported: raise the producer's compression threshold",
+            "a batch cannot be compressed as a whole: compress no batch, or send its messages one by one",
         ));
     }
     let born: Option<u64> = number_or(h, "bornTimestamp", 0u64).ok().filter(|b| *b > 0);
@@ -770,7 +773,10 @@ async fn send(
         Request::Send { messages }
     } else {
         let flag: i32 = number_or(h, "flag", 0)?;
-        let i = incoming(head, req.body.clone(), flag, parse_properties(props));
+        let limit = ctx.cfg.core.max_message_size as usize;
+        let body = compression::plain_body(sys, req.body.clone(), limit)
+            .map_err(|e| fail(req, status::MESSAGE_ILLEGAL, e.to_string()))?;
+        let i = incoming(head, body, flag, parse_properties(props));
         match i.txn_group {
             Some(group) if !group.is_empty() => {
                 // This connection can answer checks of its group from now on.

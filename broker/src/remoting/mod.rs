@@ -5,6 +5,7 @@
 //! - [`codec`]: frames and the JSON / RocketMQ binary headers, with strict size limits.
 //! - [`server`]: the broker listener (default 127.0.0.1:10911) and the name-server role
 //!   (default 127.0.0.1:9876, answering routes that point at the broker listener).
+//! - [`compression`]: zlib bodies of v4 producers inflated (bounded) before the core sees them.
 //! - [`handlers`]: requests mapped onto the core's requests through the driver.
 //!
 //! Transactions: a half message carries its producer group (PGROUP); the core checks that
@@ -12,5 +13,6 @@
 //! transactional send) named the group, as CHECK_TRANSACTION_STATE.
 
 pub mod codec;
+pub mod compression;
 pub mod handlers;
 pub mod server;
