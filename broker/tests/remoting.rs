@@ -7,10 +7,13 @@ mod common;
 
 use std::collections::BTreeMap;
 use std::net::SocketAddr;
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TestBroker;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
+use rocklet_broker::remoting::handlers::Ctx;
+use rocklet_broker::remoting::server::RemotingServer;
 use rocklet_core::record::{self, Decoded};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
@@ -671,4 +674,151 @@ async fn compressed_bodies_are_stored_plain_and_bombs_are_refused() {
     let r = pull(&mut c, "V4Zip", 2, 0).await;
     assert_eq!(r.code, 19, "nothing after the two good messages");
     send(&mut c, "V4Zip", "after", &[]).await;
+}
+
+/// A remoting listener over an in-memory core, core and remoting both on `clock`.
+async fn start_on(clock: rocklet_broker::clock::ManualClock) -> (RemotingServer, SocketAddr) {
+    use rocklet_broker::clock::Clock;
+    let dir = std::env::temp_dir();
+    let mut cfg = common::test_config(&dir);
+    cfg.core.notify_available = true;
+    let core = rocklet_core::Broker::open(
+        cfg.core.clone(),
+        rocklet_core::AnyStorage::Mem(rocklet_core::MemStorage::new()),
+        clock.now_ms(),
+    )
+    .unwrap();
+    let clock: Arc<dyn Clock> = Arc::new(clock);
+    let (core, _thread) = rocklet_broker::driver::spawn(
+        core,
+        clock.clone(),
+        Arc::new(rocklet_broker::metrics::Metrics::default()),
+    )
+    .unwrap();
+    let ctx = Ctx::new(core, Arc::new(cfg)).with_clock(clock);
+    let s = RemotingServer::start(Some("127.0.0.1:0".parse().unwrap()), None, ctx)
+        .await
+        .unwrap();
+    let addr = s.addr.unwrap();
+    (s, addr)
+}
+
+fn lock_body(group: &str, client: &str, queues: &[u32]) -> Vec<u8> {
+    let set: Vec<serde_json::Value> = queues
+        .iter()
+        .map(|q| serde_json::json!({"topic": "V4Lock", "brokerName": "rocklet", "queueId": q}))
+        .collect();
+    serde_json::to_vec(&serde_json::json!({
+        "consumerGroup": group, "clientId": client, "onlyThisBroker": true, "mqSet": set,
+    }))
+    .unwrap()
+}
+
+/// LOCK_BATCH_MQ: the queue ids the answer says the client holds.
+async fn lock(c: &mut V4, group: &str, client: &str, queues: &[u32]) -> Vec<u32> {
+    let r = c.call(41, &[], lock_body(group, client, queues)).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let mut ids: Vec<u32> = v["lockOKMQSet"]
+        .as_array()
+        .unwrap()
+        .iter()
+        .map(|q| {
+            assert_eq!(q["topic"], "V4Lock");
+            assert_eq!(q["brokerName"], "rocklet");
+            q["queueId"].as_u64().unwrap() as u32
+        })
+        .collect();
+    ids.sort_unstable();
+    ids
+}
+
+async fn unlock(c: &mut V4, group: &str, client: &str, queues: &[u32]) {
+    let r = c.call(42, &[], lock_body(group, client, queues)).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+}
+
+#[tokio::test]
+async fn queue_locks_contention_expiry_unlock_and_release() {
+    let clock = rocklet_broker::clock::ManualClock::new(1_000_000);
+    let (_s, addr) = start_on(clock.clone()).await;
+    let mut a = V4::connect(addr, SerializeType::Json).await;
+    let mut b = V4::connect(addr, SerializeType::RocketMq).await;
+    assert_eq!(lock(&mut a, "G", "A", &[0, 1]).await, [0, 1]);
+    // Contention: b gets only what a does not hold; another group is independent.
+    assert_eq!(lock(&mut b, "G", "B", &[1, 2]).await, [2]);
+    assert_eq!(lock(&mut b, "G2", "B", &[0, 1]).await, [0, 1]);
+    // a renews queue 0 at +30 s; queue 1 is left to expire.
+    clock.advance(30_000);
+    assert_eq!(lock(&mut a, "G", "A", &[0]).await, [0]);
+    clock.advance(30_000);
+    assert_eq!(
+        lock(&mut b, "G", "B", &[0, 1]).await,
+        Vec::<u32>::new(),
+        "60 s: not yet expired"
+    );
+    clock.advance(1);
+    assert_eq!(
+        lock(&mut b, "G", "B", &[0, 1]).await,
+        [1],
+        "queue 1 expired, 0 was renewed"
+    );
+    assert_eq!(
+        lock(&mut a, "G", "A", &[0, 1]).await,
+        [0],
+        "b holds queue 1 now"
+    );
+    // Unlock: only the holder's unlock counts.
+    unlock(&mut b, "G", "B", &[0]).await;
+    assert_eq!(lock(&mut b, "G", "B", &[0]).await, Vec::<u32>::new());
+    unlock(&mut a, "G", "A", &[0]).await;
+    assert_eq!(lock(&mut b, "G", "B", &[0]).await, [0]);
+    // Unregistering releases the client's locks in that group (B renews its G2 locks first).
+    assert_eq!(lock(&mut b, "G2", "B", &[0, 1]).await, [0, 1]);
+    let r = b
+        .call(35, &[("clientID", "B"), ("consumerGroup", "G")], Vec::new())
+        .await;
+    assert_eq!(r.code, 0);
+    assert_eq!(lock(&mut a, "G", "A", &[0, 1, 2]).await, [0, 1, 2]);
+    assert_eq!(
+        lock(&mut a, "G2", "A", &[0]).await,
+        Vec::<u32>::new(),
+        "G2 still B's"
+    );
+    // Closing the connection releases what was locked over it.
+    drop(a);
+    let mut c = V4::connect(addr, SerializeType::Json).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    loop {
+        if lock(&mut c, "G", "C", &[0, 1, 2]).await == [0, 1, 2] {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "locks of a closed connection were not released"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    // Malformed bodies are answered naming the problem.
+    for (body, what) in [
+        (&b"not json"[..], "not valid JSON"),
+        (br#"{"clientId":"X","mqSet":[]}"#, "consumerGroup"),
+        (
+            br#"{"consumerGroup":"G","clientId":"X","mqSet":3}"#,
+            "mqSet",
+        ),
+        (
+            br#"{"consumerGroup":"G","clientId":"X","mqSet":[{"topic":"T","queueId":-1}]}"#,
+            "queueId",
+        ),
+        (
+            br#"{"consumerGroup":"G","clientId":"X","mqSet":[{"queueId":1}]}"#,
+            "topic",
+        ),
+    ] {
+        let r = c.call(41, &[], body.to_vec()).await;
+        assert_eq!(r.code, 1, "{what}");
+        let remark = r.remark.unwrap();
+        assert!(remark.contains(what), "{remark}");
+    }
 }

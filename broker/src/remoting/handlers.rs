@@ -18,6 +18,8 @@ use tracing::debug;
 
 use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
 use super::compression;
+use super::locks::{QueueKey, QueueLocks, MAX_QUEUES_PER_REQUEST};
+use crate::clock::{Clock, SystemClock};
 use crate::config::BrokerConfig;
 use crate::driver::{CoreFailure, CoreHandle};
 
@@ -35,6 +37,8 @@ pub mod code {
     pub const END_TRANSACTION: i32 = 37;
     pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
     pub const CHECK_TRANSACTION_STATE: i32 = 39;
+    pub const LOCK_BATCH_MQ: i32 = 41;
+    pub const UNLOCK_BATCH_MQ: i32 = 42;
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     pub const SEND_MESSAGE_V2: i32 = 310;
     pub const SEND_BATCH_MESSAGE: i32 = 320;
@@ -76,6 +80,10 @@ pub struct Ctx {
     pub broker_addr: Option<SocketAddr>,
     /// Consumer group → client id → connection, from heartbeats.
     consumers: Mutex<HashMap<String, BTreeMap<String, u64>>>,
+    /// Queue locks of orderly consumers.
+    locks: Mutex<QueueLocks>,
+    /// The host clock (queue lock expiry).
+    clock: Arc<dyn Clock>,
 }
 
 impl Ctx {
@@ -87,7 +95,16 @@ impl Ctx {
             cfg,
             broker_addr: None,
             consumers: Mutex::new(HashMap::new()),
+            locks: Mutex::new(QueueLocks::default()),
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The same context on another clock (the broker's, so tests can move it).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
     }
 }
 
@@ -166,6 +183,8 @@ pub fn closed(ctx: &Ctx, conn: &Conn) {
         clients.retain(|_, c| *c != conn.id);
     }
     consumers.retain(|_, c| !c.is_empty());
+    drop(consumers);
+    lock(&ctx.locks).release_conn(conn.id);
 }
 
 /// The CHECK_TRANSACTION_STATE request for a check: the header names the half message, the
@@ -349,6 +368,8 @@ pub async fn handle(
         code::GET_MIN_OFFSET => min_offset(&req),
         code::GET_CONSUMER_LIST_BY_GROUP => consumer_list(ctx, &req),
         code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
+        code::LOCK_BATCH_MQ => lock_batch(ctx, conn, &req),
+        code::UNLOCK_BATCH_MQ => unlock_batch(ctx, &req),
         other => Err(fail(
             &req,
             status::REQUEST_CODE_NOT_SUPPORTED,
@@ -528,7 +549,96 @@ fn unregister(
                 all.remove(c);
             }
         }
+        drop(all);
+        lock(&ctx.locks).release_client(c, client);
     }
+    Ok(ok(req))
+}
+
+/// The body of LOCK_BATCH_MQ / UNLOCK_BATCH_MQ: `{consumerGroup, clientId, mqSet: [{topic,
+/// brokerName, queueId}]}` (`onlyThisBroker` is irrelevant with one broker).
+struct LockBody {
+    group: String,
+    client: String,
+    queues: Vec<QueueKey>,
+}
+
+fn lock_body(req: &RemotingCommand) -> Result<LockBody, RemotingCommand> {
+    let v = json_body(req)?;
+    let bad = |what: String| fail(req, status::SYSTEM_ERROR, what);
+    let text = |key: &str| -> Result<String, RemotingCommand> {
+        match v.get(key).and_then(|g| g.as_str()) {
+            Some(s) if !s.is_empty() => Ok(s.to_string()),
+            _ => Err(bad(format!("the body lacks `{key}`"))),
+        }
+    };
+    let group = text("consumerGroup")?;
+    let client = text("clientId")?;
+    let set = match v.get("mqSet") {
+        None | Some(serde_json::Value::Null) => &Vec::new(),
+        Some(serde_json::Value::Array(a)) => a,
+        Some(_) => return Err(bad("`mqSet` is not an array".into())),
+    };
+    if set.len() > MAX_QUEUES_PER_REQUEST {
+        return Err(bad(format!(
+            "`mqSet` names {} queues, at most {MAX_QUEUES_PER_REQUEST} are taken",
+            set.len()
+        )));
+    }
+    let mut queues = Vec::with_capacity(set.len());
+    for (i, q) in set.iter().enumerate() {
+        let topic = q.get("topic").and_then(|t| t.as_str()).unwrap_or_default();
+        if topic.is_empty() {
+            return Err(bad(format!("`mqSet[{i}]` lacks `topic`")));
+        }
+        let id = match q.get("queueId") {
+            Some(serde_json::Value::Number(n)) => n.as_u64(),
+            Some(serde_json::Value::String(s)) => s.trim().parse().ok(),
+            _ => None,
+        };
+        let Some(queue_id) = id.and_then(|n| u32::try_from(n).ok()) else {
+            return Err(bad(format!(
+                "`mqSet[{i}].queueId` is not a queue number: {:?}",
+                q.get("queueId")
+            )));
+        };
+        queues.push(QueueKey {
+            topic: topic.to_string(),
+            queue_id,
+        });
+    }
+    Ok(LockBody {
+        group,
+        client,
+        queues,
+    })
+}
+
+/// LOCK_BATCH_MQ: locks (or renews) the queues for the client; the answer lists the queues
+/// it holds (`lockOKMQSet`), the others are held by another client of the group.
+fn lock_batch(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
+    let b = lock_body(req)?;
+    let now = ctx.clock.now_ms();
+    let held = lock(&ctx.locks).lock(now, &b.group, &b.client, conn.id, &b.queues);
+    let set: Vec<serde_json::Value> = held
+        .iter()
+        .map(|q| {
+            serde_json::json!({
+                "topic": q.topic,
+                "brokerName": BROKER_NAME,
+                "queueId": q.queue_id,
+            })
+        })
+        .collect();
+    let mut r = ok(req);
+    r.body = serde_json::to_vec(&serde_json::json!({ "lockOKMQSet": set })).unwrap_or_default();
+    Ok(r)
+}
+
+/// UNLOCK_BATCH_MQ: releases the client's locks on the queues (others' locks stay).
+fn unlock_batch(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let b = lock_body(req)?;
+    lock(&ctx.locks).unlock(&b.group, &b.client, &b.queues);
     Ok(ok(req))
 }
 

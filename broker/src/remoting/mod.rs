@@ -6,6 +6,7 @@
 //! - [`server`]: the broker listener (default 127.0.0.1:10911) and the name-server role
 //!   (default 127.0.0.1:9876, answering routes that point at the broker listener).
 //! - [`compression`]: zlib bodies of v4 producers inflated (bounded) before the core sees them.
+//! - [`locks`]: queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
 //! - [`handlers`]: requests mapped onto the core's requests through the driver.
 //!
 //! Transactions: a half message carries its producer group (PGROUP); the core checks that
@@ -15,4 +16,5 @@
 pub mod codec;
 pub mod compression;
 pub mod handlers;
+pub mod locks;
 pub mod server;

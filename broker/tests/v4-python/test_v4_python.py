@@ -168,3 +168,43 @@ def test_compressed_bodies_reach_every_consumer_intact(broker):
     assert sorted(b for b, _ in pushed) == sorted(bodies)
     got = v5("receive", broker["grpc"], topic, unique("V5Z"), "2")
     assert sorted(m["body"] for m in got) == sorted(bodies)
+
+
+def test_orderly_push_consumer_gets_each_queue_in_order(broker):
+    # The orderly consumer locks its queues (LOCK_BATCH_MQ) before it consumes and consumes
+    # a queue on one thread at a time; without the lock it consumes nothing.
+    ns, topic = broker["namesrv"], unique("V4Order")
+    sent = {1: [], 2: []}
+    p = producer(ns)
+    try:
+        for i in range(20):
+            key = 1 + i % 2
+            body = "order-%d-%02d" % (key, i)
+            r = p.send_orderly(message(topic, body), key)
+            assert r.status == 0
+            sent[key].append(body)
+    finally:
+        p.shutdown()
+    got, lock, done = [], threading.Lock(), threading.Event()
+    rnd = random.Random(7)
+
+    def on_message(m):
+        time.sleep(rnd.random() * 0.02)  # a concurrent consumer would now reorder
+        with lock:
+            got.append(m.body.decode())
+            if len(got) >= 20:
+                done.set()
+
+    c = PushConsumer(unique("CGO"), orderly=True)
+    c.set_namesrv_addr(ns)
+    c.set_thread_count(4)
+    c.subscribe(topic, on_message)
+    c.start()
+    try:
+        done.wait(40)
+        time.sleep(1)
+    finally:
+        c.shutdown()
+    for key in (1, 2):
+        assert [b for b in got if b.startswith("order-%d-" % key)] == sent[key]
+    assert len(got) == 20, "each exactly once"
