@@ -5,8 +5,12 @@
 //! loop blocks for the next command or until the core's `poll_timeout()`, drains every
 //! queued command into `handle(now, id, request)`, then makes them durable:
 //!
-//! - sync flush: one `sync()` per drained group (group commit). The fsync releases every
-//!   reply it covers; commands arriving during it queue up and form the next group.
+//! - sync flush: group commit with the fsync off this thread. After a drained group the
+//!   loop detaches a sync of everything appended so far (`sync_target()`,
+//!   `FileStorage::detach_sync`) to the sync thread and goes on handling requests; when it
+//!   completes, `synced_to()` releases every reply it covers. Writes made meanwhile form
+//!   the next group, synced as soon as the previous fsync returns, so CPU work and fsync
+//!   time overlap instead of adding up. One sync is in flight at a time.
 //! - async flush: the core schedules its interval fsync itself (`Config::flush_interval_ms`,
 //!   part of `poll_timeout()`), done in `handle_timeout()`.
 //!
@@ -19,11 +23,13 @@
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
-use std::sync::Arc;
+use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use rocklet_core::{AnyStorage, Broker, CheckRequest, FlushMode, Millis, Output, Reply, Request};
+use rocklet_core::{
+    AnyStorage, Broker, CheckRequest, DetachedSync, FlushMode, Millis, Output, Reply, Request,
+};
 use tokio::sync::{mpsc as tmpsc, oneshot};
 use tracing::{debug, error, info, warn};
 
@@ -76,6 +82,13 @@ pub enum Command {
     Inspect(InspectFn),
     /// Look at the clock and the timers now (for tests that move a manual clock).
     Tick,
+    /// The sync thread finished a detached sync of the log below `upto`.
+    Synced {
+        upto: u64,
+        job: DetachedSync,
+        result: std::io::Result<()>,
+        took: Duration,
+    },
     /// Flush and stop.
     Shutdown(oneshot::Sender<()>),
 }
@@ -106,6 +119,11 @@ impl std::fmt::Debug for Command {
             }
             Command::Inspect(_) => f.write_str("Inspect"),
             Command::Tick => f.write_str("Tick"),
+            Command::Synced { upto, result, .. } => f
+                .debug_struct("Synced")
+                .field("upto", upto)
+                .field("result", result)
+                .finish(),
             Command::Shutdown(_) => f.write_str("Shutdown"),
         }
     }
@@ -133,6 +151,8 @@ impl std::fmt::Display for CoreFailure {
 #[derive(Clone, Debug)]
 pub struct CoreHandle {
     tx: mpsc::Sender<Command>,
+    /// The core thread stops (flushing) once every handle is gone.
+    _alive: Arc<()>,
 }
 
 impl CoreHandle {
@@ -263,7 +283,17 @@ struct Driver {
     producers: HashMap<u64, Producer>,
     online: HashSet<String>,
     round_robin: usize,
+    /// Detached syncs to the sync thread (sync flush).
+    sync_tx: mpsc::Sender<(u64, DetachedSync)>,
+    sync_in_flight: bool,
+    /// After a failed sync, the next is not tried before this time.
+    sync_retry_at: Millis,
+    /// Gone when every [`CoreHandle`] is.
+    handles: Weak<()>,
 }
+
+/// Wait after a failed fsync before the next try.
+const SYNC_RETRY_MS: Millis = 100;
 
 /// Starts the core thread over an opened broker.
 pub fn spawn(
@@ -272,6 +302,28 @@ pub fn spawn(
     metrics: Arc<Metrics>,
 ) -> std::io::Result<(CoreHandle, JoinHandle<()>)> {
     let (tx, rx) = mpsc::channel();
+    let (sync_tx, sync_rx) = mpsc::channel::<(u64, DetachedSync)>();
+    let done = tx.clone();
+    // The sync thread ends when the driver drops `sync_tx`.
+    std::thread::Builder::new()
+        .name("rocklet-sync".into())
+        .spawn(move || {
+            for (upto, job) in sync_rx {
+                let t = Instant::now();
+                let result = job.run();
+                let took = t.elapsed();
+                let synced = Command::Synced {
+                    upto,
+                    job,
+                    result,
+                    took,
+                };
+                if done.send(synced).is_err() {
+                    break;
+                }
+            }
+        })?;
+    let alive = Arc::new(());
     let driver = Driver {
         broker,
         clock,
@@ -282,11 +334,15 @@ pub fn spawn(
         producers: HashMap::new(),
         online: HashSet::new(),
         round_robin: 0,
+        sync_tx,
+        sync_in_flight: false,
+        sync_retry_at: 0,
+        handles: Arc::downgrade(&alive),
     };
     let join = std::thread::Builder::new()
         .name("rocklet-core".into())
         .spawn(move || driver.run(rx))?;
-    Ok((CoreHandle { tx }, join))
+    Ok((CoreHandle { tx, _alive: alive }, join))
 }
 
 /// Commands taken into one group at most (so replies of a huge burst are not held back).
@@ -304,6 +360,9 @@ impl Driver {
             // Timers and, under async flush, the next scheduled fsync.
             if let Some(t) = self.broker.poll_timeout() {
                 wake = wake.min(t);
+            }
+            if sync_mode && !self.sync_in_flight && self.broker.needs_sync() {
+                wake = wake.min(self.sync_retry_at);
             }
             let first = if wake <= now {
                 rx.try_recv().map_err(|e| match e {
@@ -337,6 +396,10 @@ impl Driver {
                 Err(RecvTimeoutError::Timeout) => {}
                 Err(RecvTimeoutError::Disconnected) => stop = true,
             }
+            // The sync thread holds a sender too: every handle gone means stop.
+            if self.handles.strong_count() == 0 {
+                stop = true;
+            }
             let now = self.clock.now_ms();
             // Due timers; under async flush this is also where the core's interval fsync
             // happens (its deadline is part of poll_timeout()).
@@ -348,9 +411,12 @@ impl Driver {
             if self.broker.stats().syncs > syncs {
                 self.metrics.fsync_latency.observe(t.elapsed());
             }
-            // Group commit: one fsync for every request drained above.
-            if sync_mode || stop {
+            // Group commit: one fsync for every request drained above, off this thread
+            // (at the stop, here: it covers everything, including a sync in flight).
+            if stop {
                 self.sync();
+            } else if sync_mode {
+                self.start_sync(now);
             }
             self.drain();
             if stop {
@@ -366,6 +432,51 @@ impl Driver {
         );
         if let Some(s) = shutdown {
             let _ = s.send(());
+        }
+    }
+
+    /// Detaches a sync of everything appended to the sync thread, unless one is in flight.
+    fn start_sync(&mut self, now: Millis) {
+        if self.sync_in_flight || now < self.sync_retry_at {
+            return;
+        }
+        let Some(upto) = self.broker.sync_target() else {
+            return;
+        };
+        match self.broker.storage_mut().detach_sync() {
+            Ok(Some(job)) => match self.sync_tx.send((upto, job)) {
+                Ok(()) => self.sync_in_flight = true,
+                Err(_) => self.sync(),
+            },
+            // Memory storage (nothing to fsync), or nothing the files still owe.
+            Ok(None) => self.sync(),
+            Err(e) => {
+                error!(error = %e, "cannot start an fsync; syncing here");
+                self.sync();
+            }
+        }
+    }
+
+    /// A detached sync finished.
+    fn synced(
+        &mut self,
+        upto: u64,
+        job: &DetachedSync,
+        result: std::io::Result<()>,
+        took: Duration,
+    ) {
+        self.sync_in_flight = false;
+        match result {
+            Ok(()) => {
+                self.broker.storage_mut().detached_done(job, true);
+                self.broker.synced_to(upto);
+                self.metrics.fsync_latency.observe(took);
+            }
+            Err(e) => {
+                self.broker.storage_mut().detached_done(job, false);
+                self.sync_retry_at = self.clock.now_ms() + SYNC_RETRY_MS;
+                error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds");
+            }
         }
     }
 
@@ -464,6 +575,12 @@ impl Driver {
             }
             Command::Inspect(f) => f(&mut self.broker),
             Command::Tick => {}
+            Command::Synced {
+                upto,
+                job,
+                result,
+                took,
+            } => self.synced(upto, &job, result, took),
             Command::Shutdown(s) => return Some(s),
         }
         None

@@ -145,7 +145,6 @@ struct Queue {
     next: u64,
     /// Units consumers may see (below the durable point under sync flush).
     visible: usize,
-    unsynced: bool,
     notify: bool,
 }
 
@@ -325,8 +324,12 @@ pub struct Broker<S: Storage> {
     pop_cursor: HashMap<(u16, u32), u32>,
     resolved: heapless::Deque<(u64, bool), 1024>,
     outputs: VecDeque<Output>,
-    held: Vec<(u64, Reply)>,
-    unsynced: Vec<u32>,
+    /// Under sync flush: replies to writes, with the log end after the write, until a sync
+    /// covers it (ends never decrease).
+    held: VecDeque<(u64, u64, Reply)>,
+    /// Under sync flush: units pushed to a queue but not yet visible, with the log end after
+    /// the write that pushed them, in push order.
+    unsynced: VecDeque<(u64, u32)>,
     notify: Vec<u32>,
     buf: Vec<u8>,
     recovering: bool,
@@ -413,8 +416,8 @@ impl<S: Storage> Broker<S> {
             pop_cursor: HashMap::new(),
             resolved: heapless::Deque::new(),
             outputs: VecDeque::new(),
-            held: Vec::new(),
-            unsynced: Vec::new(),
+            held: VecDeque::new(),
+            unsynced: VecDeque::new(),
             notify: Vec::new(),
             buf: Vec::new(),
             recovering: true,
@@ -435,7 +438,6 @@ impl<S: Storage> Broker<S> {
         b.recovering = false;
         for q in &mut b.queues {
             q.visible = q.units.len();
-            q.unsynced = false;
         }
         b.unsynced.clear();
         b.notify.clear();
@@ -510,6 +512,33 @@ impl<S: Storage> Broker<S> {
     #[must_use]
     pub fn needs_sync(&self) -> bool {
         self.log.synced() < self.log.end()
+    }
+
+    /// For hosts that sync off the thread that drives the broker: the log offset a sync
+    /// started now must make durable, or `None` when everything is. Start the sync (e.g.
+    /// `FileStorage::detach_sync` and its `run` on another thread), keep handling requests
+    /// meanwhile, and report it with [`Broker::synced_to`].
+    #[must_use]
+    pub fn sync_target(&self) -> Option<u64> {
+        self.needs_sync().then(|| self.log.end())
+    }
+
+    /// Records that the storage is durable below `upto` (a target from
+    /// [`Broker::sync_target`] whose sync the host completed): releases the replies held for
+    /// writes that end at or below it and makes their messages visible. Later writes stay
+    /// held until a sync covers them. [`Broker::sync`] is the same for everything, run here.
+    pub fn synced_to(&mut self, upto: u64) {
+        let upto = upto.min(self.log.end());
+        if upto <= self.log.synced() {
+            return;
+        }
+        self.log.mark_synced(upto);
+        self.stats.syncs += 1;
+        if !self.needs_sync() {
+            self.flush_due = None;
+            self.timer_sync_owed = false;
+        }
+        self.release(upto);
     }
 
     /// Consumer-visible topics and their queues (system topics that hold only the broker's
@@ -698,7 +727,7 @@ impl<S: Storage> Broker<S> {
         let before = self.log.end();
         let reply = self.process(now, request)?;
         if self.cfg.flush == FlushMode::Sync && self.log.end() > before {
-            self.held.push((id, reply));
+            self.held.push_back((self.log.end(), id, reply));
         } else {
             self.outputs.push_back(Output::Reply { id, reply });
         }
@@ -725,18 +754,29 @@ impl<S: Storage> Broker<S> {
         }
         self.flush_due = None;
         self.timer_sync_owed = false;
-        for q in core::mem::take(&mut self.unsynced) {
+        self.release(u64::MAX);
+        Ok(())
+    }
+
+    /// Under sync flush: what writes ending at or below `upto` held back — their units in
+    /// the consume queues, their replies — becomes visible and goes out.
+    fn release(&mut self, upto: u64) {
+        while let Some(&(end, q)) = self.unsynced.front() {
+            if end > upto {
+                break;
+            }
+            self.unsynced.pop_front();
             let queue = &mut self.queues[q as usize];
-            queue.unsynced = false;
             if queue.visible < queue.units.len() {
-                queue.visible = queue.units.len();
+                queue.visible += 1;
                 self.mark_notify(q);
             }
         }
-        for (id, reply) in self.held.drain(..) {
-            self.outputs.push_back(Output::Reply { id, reply });
+        while self.held.front().is_some_and(|h| h.0 <= upto) {
+            if let Some((_, id, reply)) = self.held.pop_front() {
+                self.outputs.push_back(Output::Reply { id, reply });
+            }
         }
-        Ok(())
     }
 
     /// Does what is due at or before `now`: transaction checks, delayed deliveries,
@@ -2111,9 +2151,8 @@ impl<S: Storage> Broker<S> {
         if self.cfg.flush == FlushMode::Async {
             queue.visible = queue.units.len();
             self.mark_notify(q);
-        } else if !queue.unsynced {
-            queue.unsynced = true;
-            self.unsynced.push(q);
+        } else {
+            self.unsynced.push_back((self.log.end(), q));
         }
     }
 
@@ -2182,7 +2221,6 @@ impl<S: Storage> Broker<S> {
                 units: Vec::new(),
                 next: 0,
                 visible: 0,
-                unsynced: false,
                 notify: false,
             });
             self.topics[t as usize].queues.push(q);

@@ -41,6 +41,6 @@ pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
 pub use log::{Cut, RecoveryReport};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, FileStorage};
+pub use storage::{AnyStorage, DetachedSync, FileStorage};
 pub use storage::{MemStorage, Storage};
 pub use types::*;

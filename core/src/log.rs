@@ -85,6 +85,11 @@ impl<S: Storage> Log<S> {
         self.synced
     }
 
+    /// A sync the host ran made everything below `upto` durable.
+    pub(crate) fn mark_synced(&mut self, upto: u64) {
+        self.synced = self.synced.max(upto.min(self.end));
+    }
+
     pub(crate) fn segment_count(&self) -> usize {
         self.segments.len()
     }

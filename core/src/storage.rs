@@ -124,7 +124,7 @@ impl Storage for MemStorage {
 }
 
 #[cfg(feature = "std")]
-pub use file::{AnyStorage, FileStorage};
+pub use file::{AnyStorage, DetachedSync, FileStorage};
 
 #[cfg(feature = "std")]
 mod file {
@@ -146,9 +146,37 @@ mod file {
     pub struct FileStorage {
         dir: PathBuf,
         open: Vec<(u64, File)>,
-        dirty: Vec<u64>,
-        dir_dirty: bool,
+        /// Segments written since their last sync, with the write count of their last append
+        /// (a detached sync clears only what no later append touched).
+        dirty: Vec<(u64, u64)>,
+        /// Write count when the directory itself last changed (0: nothing to sync).
+        dir_dirty: u64,
+        /// Appends, creations and removals so far.
+        writes: u64,
         _lock: File,
+    }
+
+    /// A sync of what a [`FileStorage`] holds now, to run off the thread that owns the
+    /// storage (`fdatasync` on duplicated handles), so appends go on while it runs. Take it
+    /// with [`FileStorage::detach_sync`], run it anywhere, and give it back with
+    /// [`FileStorage::detached_done`]. A [`Storage::sync`] meanwhile still syncs everything.
+    #[derive(Debug)]
+    pub struct DetachedSync {
+        files: Vec<(u64, u64, File)>,
+        dir: Option<(u64, PathBuf)>,
+    }
+
+    impl DetachedSync {
+        /// Makes durable every byte appended before the sync was detached.
+        pub fn run(&self) -> io::Result<()> {
+            for (_, _, f) in &self.files {
+                f.sync_data()?;
+            }
+            if let Some((_, d)) = &self.dir {
+                File::open(d)?.sync_all()?;
+            }
+            Ok(())
+        }
     }
 
     impl FileStorage {
@@ -180,7 +208,8 @@ mod file {
                 dir,
                 open: Vec::new(),
                 dirty: Vec::new(),
-                dir_dirty: false,
+                dir_dirty: 0,
+                writes: 0,
                 _lock: lock,
             })
         }
@@ -193,6 +222,43 @@ mod file {
 
         fn path(&self, base: u64) -> PathBuf {
             self.dir.join(format!("{base:020}"))
+        }
+
+        /// A sync of everything appended so far that runs without `self` (see
+        /// [`DetachedSync`]); `None` when nothing waits to be synced.
+        pub fn detach_sync(&mut self) -> io::Result<Option<DetachedSync>> {
+            let mut files = Vec::with_capacity(self.dirty.len());
+            for (base, at) in self.dirty.clone() {
+                if let Some(f) = self.file(base, false)? {
+                    files.push((base, at, f.try_clone()?));
+                }
+            }
+            let dir = (self.dir_dirty > 0).then(|| (self.dir_dirty, self.dir.clone()));
+            if files.is_empty() && dir.is_none() {
+                return Ok(None);
+            }
+            Ok(Some(DetachedSync { files, dir }))
+        }
+
+        /// Takes back a detached sync: when it succeeded, what it covered and no append has
+        /// touched since is clean; when it failed, everything stays dirty for the next sync.
+        pub fn detached_done(&mut self, job: &DetachedSync, succeeded: bool) {
+            if !succeeded {
+                return;
+            }
+            for (base, at, _) in &job.files {
+                self.dirty.retain(|(b, w)| !(b == base && w == at));
+            }
+            if let Some((at, _)) = &job.dir {
+                if self.dir_dirty == *at {
+                    self.dir_dirty = 0;
+                }
+            }
+        }
+
+        fn touch_dir(&mut self) {
+            self.writes += 1;
+            self.dir_dirty = self.writes;
         }
 
         fn file(&mut self, base: u64, create: bool) -> io::Result<Option<&File>> {
@@ -211,7 +277,7 @@ mod file {
                 Err(e) => return Err(e),
             };
             if create {
-                self.dir_dirty = true;
+                self.touch_dir();
             }
             // Keep the few newest segments open: appends go to the last one, reads mostly near it.
             if self.open.len() >= 8 {
@@ -271,24 +337,24 @@ mod file {
                 let _ = f.set_len(before);
                 return Err(e);
             }
-            if !self.dirty.contains(&base) {
-                self.dirty.push(base);
+            self.writes += 1;
+            match self.dirty.iter_mut().find(|(b, _)| *b == base) {
+                Some(d) => d.1 = self.writes,
+                None => self.dirty.push((base, self.writes)),
             }
             Ok(())
         }
 
         fn sync(&mut self) -> io::Result<()> {
-            for base in core::mem::take(&mut self.dirty) {
+            while let Some(&(base, _)) = self.dirty.first() {
                 if let Some(f) = self.file(base, false)? {
-                    if let Err(e) = f.sync_data() {
-                        self.dirty.push(base);
-                        return Err(e);
-                    }
+                    f.sync_data()?;
                 }
+                self.dirty.remove(0);
             }
-            if self.dir_dirty {
+            if self.dir_dirty > 0 {
                 File::open(&self.dir)?.sync_all()?;
-                self.dir_dirty = false;
+                self.dir_dirty = 0;
             }
             Ok(())
         }
@@ -303,10 +369,10 @@ mod file {
 
         fn remove(&mut self, base: u64) -> io::Result<()> {
             self.open.retain(|(b, _)| *b != base);
-            self.dirty.retain(|b| *b != base);
+            self.dirty.retain(|(b, _)| *b != base);
             match fs::remove_file(self.path(base)) {
                 Ok(()) => {
-                    self.dir_dirty = true;
+                    self.touch_dir();
                     Ok(())
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
@@ -331,6 +397,21 @@ mod file {
                 Some(d) => AnyStorage::File(FileStorage::open(d)?),
                 None => AnyStorage::Mem(super::MemStorage::new()),
             })
+        }
+
+        /// [`FileStorage::detach_sync`]; `None` for memory, which needs no sync.
+        pub fn detach_sync(&mut self) -> io::Result<Option<DetachedSync>> {
+            match self {
+                AnyStorage::Mem(_) => Ok(None),
+                AnyStorage::File(f) => f.detach_sync(),
+            }
+        }
+
+        /// [`FileStorage::detached_done`].
+        pub fn detached_done(&mut self, job: &DetachedSync, succeeded: bool) {
+            if let AnyStorage::File(f) = self {
+                f.detached_done(job, succeeded);
+            }
         }
     }
 

@@ -405,6 +405,139 @@ fn sync_flush_holds_replies_and_visibility() {
     assert_eq!(b.topics()[0].queues.iter().map(|q| q.2).sum::<u64>(), 2);
 }
 
+/// A sync run by the host off the broker's thread covers only what was written before it
+/// started: later writes stay held and invisible, including a commit whose half is older.
+#[test]
+fn synced_to_releases_only_what_the_sync_covered() {
+    let mut b = Broker::open(
+        Config {
+            flush: FlushMode::Sync,
+            ..cfg()
+        },
+        MemStorage::new(),
+        0,
+    )
+    .unwrap();
+    let visible = |b: &Broker<MemStorage>| -> u64 {
+        b.topics()
+            .iter()
+            .filter(|t| t.name == "T")
+            .flat_map(|t| t.queues.iter().map(|q| q.2))
+            .sum()
+    };
+    let send = |b: &mut Broker<MemStorage>, id: u64, body: &str| {
+        b.handle(
+            0,
+            id,
+            Request::Send {
+                messages: vec![NewMessage::new("T", body)],
+            },
+        )
+        .unwrap();
+    };
+    let replies = |b: &mut Broker<MemStorage>| -> Vec<u64> {
+        core::iter::from_fn(|| b.poll_output())
+            .filter_map(|o| match o {
+                Output::Reply { id, .. } => Some(id),
+                _ => None,
+            })
+            .collect()
+    };
+    send(&mut b, 1, "a");
+    let first = b.sync_target().expect("a write waits");
+    send(&mut b, 2, "b");
+    assert!(replies(&mut b).is_empty());
+    b.synced_to(first);
+    assert_eq!(replies(&mut b), vec![1], "only the write the sync covered");
+    assert_eq!(visible(&b), 1);
+    assert_eq!(b.log_synced(), first);
+    let second = b.sync_target().expect("b waits");
+    b.synced_to(second);
+    assert_eq!(replies(&mut b), vec![2]);
+    assert_eq!(visible(&b), 2);
+    assert_eq!(b.sync_target(), None);
+    b.synced_to(second); // a late or repeated report changes nothing
+    assert!(replies(&mut b).is_empty());
+
+    // A commit makes an older half visible: it waits for the op record's sync, not the half's.
+    b.handle(
+        0,
+        3,
+        Request::Prepare {
+            group: "G".into(),
+            message: NewMessage::new("T", "tx"),
+            check_immunity_ms: None,
+        },
+    )
+    .unwrap();
+    b.sync().unwrap();
+    let txn = match core::iter::from_fn(|| b.poll_output()).find_map(|o| match o {
+        Output::Reply { id: 3, reply } => Some(reply),
+        _ => None,
+    }) {
+        Some(Reply::Sent(r)) => r[0].txn.unwrap(),
+        other => panic!("prepare: {other:?}"),
+    };
+    send(&mut b, 5, "c");
+    let before_commit = b.sync_target().unwrap();
+    b.handle(
+        0,
+        4,
+        Request::EndTransaction {
+            txn,
+            resolution: Resolution::Commit,
+            group: None,
+            from_check: false,
+        },
+    )
+    .unwrap();
+    // The sync covers the half (older) and "c", not the commit's op record.
+    b.synced_to(before_commit);
+    assert_eq!(replies(&mut b), vec![5]);
+    assert_eq!(visible(&b), 3, "c only: the commit is not durable yet");
+    let t = b.sync_target().unwrap();
+    b.synced_to(t);
+    assert_eq!(replies(&mut b), vec![4]);
+    assert_eq!(visible(&b), 4);
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn detached_file_sync_clears_only_what_no_later_append_touched() {
+    let dir = std::env::temp_dir().join(alloc::format!(
+        "rocklet-detached-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    let mut s = FileStorage::open(&dir).unwrap();
+    assert!(s.detach_sync().unwrap().is_none(), "nothing written");
+    s.append(0, b"first").unwrap();
+    let job = s
+        .detach_sync()
+        .unwrap()
+        .expect("a segment and the directory to sync");
+    s.append(0, b"second").unwrap();
+    job.run().unwrap();
+    s.detached_done(&job, true);
+    // The directory entry was covered; the segment was appended to after the detach.
+    let again = s.detach_sync().unwrap().expect("the later append");
+    again.run().unwrap();
+    s.detached_done(&again, true);
+    assert!(s.detach_sync().unwrap().is_none(), "all clean");
+    s.append(0, b"third").unwrap();
+    let failed = s.detach_sync().unwrap().unwrap();
+    s.detached_done(&failed, false);
+    assert!(
+        s.detach_sync().unwrap().is_some(),
+        "a failed sync leaves it dirty"
+    );
+    s.sync().unwrap();
+    assert!(s.detach_sync().unwrap().is_none());
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
 #[test]
 fn crash_cuts_torn_tail_and_keeps_synced() {
     let mut s = CrashStorage::new();

@@ -5,8 +5,8 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, Config, Delay, FlushMode, NewMessage, Output, ReceiptHandle, Reply,
-    Request, Resolution, TagFilter, TxnId,
+    AnyStorage, Broker, Config, Delay, DetachedSync, FlushMode, NewMessage, Output, ReceiptHandle,
+    Reply, Request, Resolution, TagFilter, TxnId,
 };
 
 use super::ledger::{Fate, Ledger};
@@ -119,6 +119,40 @@ struct Run<'a> {
     /// Consumption counts as the measured operation (consume mode).
     consume_is_op: bool,
     recv_t0: Instant,
+    syncer: Syncer,
+}
+
+/// The fsync thread of a sync-flush run. As in the broker's driver, the measured loop
+/// detaches a sync of what is appended (`sync_target`, `detach_sync`) and goes on handling
+/// requests while it runs; `synced_to` then releases the replies it covered.
+struct Syncer {
+    jobs: std::sync::mpsc::Sender<DetachedSync>,
+    done: std::sync::mpsc::Receiver<(DetachedSync, std::io::Result<()>)>,
+    /// The log offset the sync in flight covers.
+    in_flight: Option<u64>,
+}
+
+impl Syncer {
+    fn new() -> Result<Self, String> {
+        let (jobs, rx) = std::sync::mpsc::channel::<DetachedSync>();
+        let (tx, done) = std::sync::mpsc::channel();
+        std::thread::Builder::new()
+            .name("bench-sync".into())
+            .spawn(move || {
+                for job in rx {
+                    let r = job.run();
+                    if tx.send((job, r)).is_err() {
+                        break;
+                    }
+                }
+            })
+            .map_err(|e| format!("cannot start the sync thread: {e}"))?;
+        Ok(Syncer {
+            jobs,
+            done,
+            in_flight: None,
+        })
+    }
 }
 
 /// Runs the embedded bench.
@@ -151,6 +185,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         to_ack: Vec::new(),
         consume_is_op: args.mode == Mode::Consume,
         recv_t0: Instant::now(),
+        syncer: Syncer::new()?,
     };
     let mut notes = Vec::new();
     let mut fields = Vec::new();
@@ -199,11 +234,55 @@ impl Run<'_> {
         NewMessage::new(self.topic.clone(), body(self.run_id, seq, self.args.size))
     }
 
+    /// Under sync flush, syncs here (after the sync in flight, if any).
     fn sync_if_needed(&mut self) -> Result<(), String> {
         if self.args.flush == FlushMode::Sync {
+            if self.syncer.in_flight.is_some() {
+                self.sync_overlapped(true)?;
+            }
             self.b.sync().map_err(|e| format!("sync failed: {e}"))?;
         }
         Ok(())
+    }
+
+    /// Under sync flush: takes the result of the sync in flight (waiting for it when
+    /// `wait`, i.e. when the loop has nothing else to do), then starts the next one if
+    /// anything waits.
+    fn sync_overlapped(&mut self, wait: bool) -> Result<(), String> {
+        if self.args.flush != FlushMode::Sync {
+            return Ok(());
+        }
+        if let Some(upto) = self.syncer.in_flight {
+            let done = if wait {
+                self.syncer.done.recv().ok()
+            } else {
+                self.syncer.done.try_recv().ok()
+            };
+            let Some((job, result)) = done else {
+                return Ok(());
+            };
+            self.syncer.in_flight = None;
+            let ok = result.is_ok();
+            self.b.storage_mut().detached_done(&job, ok);
+            result.map_err(|e| format!("sync failed: {e}"))?;
+            self.b.synced_to(upto);
+        }
+        let Some(upto) = self.b.sync_target() else {
+            return Ok(());
+        };
+        match self.b.storage_mut().detach_sync() {
+            Ok(Some(job)) => {
+                self.syncer
+                    .jobs
+                    .send(job)
+                    .map_err(|_| "the sync thread stopped".to_string())?;
+                self.syncer.in_flight = Some(upto);
+                Ok(())
+            }
+            // Memory storage: nothing to wait for.
+            Ok(None) => self.b.sync().map_err(|e| format!("sync failed: {e}")),
+            Err(e) => Err(format!("sync failed: {e}")),
+        }
     }
 
     fn prepare_backlog(&mut self) -> Result<(), String> {
@@ -366,7 +445,8 @@ impl Run<'_> {
                 }
             }
             self.consume_step(now)?;
-            self.sync_if_needed()?;
+            // Wait for the fsync only when no client had anything to send.
+            self.sync_overlapped(!busy && !self.receiving)?;
             self.drain_replies(&mut phases)?;
             if live.due() {
                 let waiting = self.ledger.awaiting_checks();
