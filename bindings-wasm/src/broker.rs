@@ -71,10 +71,23 @@ impl WasmBroker {
             .inner
             .execute(now, request)
             .map_err(|e| error::core(&e))?;
+        // execute syncs under sync flush when the request itself wrote; timers it fired first
+        // may have written too.
+        self.settle()?;
         match reply {
             Reply::Error(e) => Err(error::client(&e)),
             reply => Ok(reply),
         }
+    }
+
+    /// Memory storage is durable as soon as it is written: sync whatever a call appended, so
+    /// under sync flush its replies and messages are released at once (the host's part of
+    /// the durability schedule; a no-op for the log under async flush).
+    fn settle(&mut self) -> Result<(), JsValue> {
+        if self.inner.needs_sync() {
+            self.inner.sync().map_err(|e| error::core(&e))?;
+        }
+        Ok(())
     }
 
     fn open(cfg: Config, storage: MemStorage, now: u64) -> Result<Broker<MemStorage>, JsValue> {
@@ -131,7 +144,8 @@ impl WasmBroker {
     #[wasm_bindgen(js_name = advanceTo)]
     pub fn advance_to(&mut self, ms: f64) -> Result<(), JsValue> {
         let ms = convert::millis("ms", ms)?;
-        self.inner.handle_timeout(ms).map_err(|e| error::core(&e))
+        self.inner.handle_timeout(ms).map_err(|e| error::core(&e))?;
+        self.settle()
     }
 
     /// Moves the clock to the next event (`nextEventAt()`) and does what is due then; returns
@@ -142,6 +156,7 @@ impl WasmBroker {
             return Ok(None);
         };
         self.inner.handle_timeout(at).map_err(|e| error::core(&e))?;
+        self.settle()?;
         Ok(Some(convert::number(self.inner.now())))
     }
 
@@ -163,7 +178,7 @@ impl WasmBroker {
     pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), JsValue> {
         let now = self.inner.now();
         self.inner.set_producer_online(now, group, online);
-        Ok(())
+        self.settle()
     }
 
     // ---- producer ------------------------------------------------------------------------
