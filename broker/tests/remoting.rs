@@ -822,3 +822,248 @@ async fn queue_locks_contention_expiry_unlock_and_release() {
         assert!(remark.contains(what), "{remark}");
     }
 }
+
+/// POP_MESSAGE; on SUCCESS, each record's (queue offset, reconsume times, body, extraInfo
+/// built as the Java client builds it from the response header).
+async fn pop(
+    c: &mut V4,
+    topic: &str,
+    max: u32,
+    invisible_ms: u64,
+    poll_ms: u64,
+) -> (RemotingCommand, Vec<(u64, u32, Vec<u8>, String)>) {
+    let (max, inv, poll) = (
+        max.to_string(),
+        invisible_ms.to_string(),
+        poll_ms.to_string(),
+    );
+    let r = c
+        .call(
+            200_050,
+            &[
+                ("consumerGroup", "PopG"),
+                ("topic", topic),
+                ("queueId", "-1"),
+                ("maxMsgNums", &max),
+                ("invisibleTime", &inv),
+                ("pollTime", &poll),
+                ("bornTime", "0"),
+                ("initMode", "0"),
+                ("expType", "TAG"),
+                ("exp", "*"),
+                ("order", "false"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    for k in ["popTime", "invisibleTime", "reviveQid", "restNum"] {
+        assert!(
+            r.ext.contains_key(k),
+            "response header lacks {k}: {:?}",
+            r.ext
+        );
+    }
+    if r.code != 0 {
+        return (r, Vec::new());
+    }
+    // startOffsetInfo: "0 <queue> <ck>;…"; msgOffsetInfo: "0 <queue> <offset>,…;…".
+    let start: BTreeMap<u32, u64> = r.ext["startOffsetInfo"]
+        .split(';')
+        .map(|e| {
+            let f: Vec<&str> = e.split(' ').collect();
+            assert_eq!(f[0], "0");
+            (f[1].parse().unwrap(), f[2].parse().unwrap())
+        })
+        .collect();
+    let offsets: BTreeMap<u32, Vec<u64>> = r.ext["msgOffsetInfo"]
+        .split(';')
+        .map(|e| {
+            let f: Vec<&str> = e.split(' ').collect();
+            let o = f[2].split(',').map(|o| o.parse().unwrap()).collect();
+            (f[1].parse().unwrap(), o)
+        })
+        .collect();
+    let mut out = Vec::new();
+    let mut body = &r.body[..];
+    while !body.is_empty() {
+        let Ok(Decoded::Record(rec)) = record::decode(body, 1 << 24) else {
+            panic!("undecodable record in a pop body");
+        };
+        let (q, off) = (rec.header.queue_id, rec.header.queue_offset);
+        assert!(offsets[&q].contains(&off));
+        let extra = format!(
+            "{} {} {} {} 0 rocklet {q} {off}",
+            start[&q], r.ext["popTime"], r.ext["invisibleTime"], r.ext["reviveQid"]
+        );
+        out.push((off, rec.header.reconsume_times, rec.body.to_vec(), extra));
+        body = &body[rec.total_size as usize..];
+    }
+    (r, out)
+}
+
+async fn ack(c: &mut V4, topic: &str, extra: &str) -> RemotingCommand {
+    let off = extra.rsplit(' ').next().unwrap().to_string();
+    c.call(
+        200_051,
+        &[
+            ("consumerGroup", "PopG"),
+            ("topic", topic),
+            ("queueId", "0"),
+            ("extraInfo", extra),
+            ("offset", &off),
+        ],
+        Vec::new(),
+    )
+    .await
+}
+
+/// CHANGE_MESSAGE_INVISIBLETIME; the extraInfo the Java client then builds.
+async fn change(
+    c: &mut V4,
+    topic: &str,
+    extra: &str,
+    invisible_ms: u64,
+) -> (RemotingCommand, String) {
+    let off = extra.rsplit(' ').next().unwrap().to_string();
+    let inv = invisible_ms.to_string();
+    let r = c
+        .call(
+            200_053,
+            &[
+                ("consumerGroup", "PopG"),
+                ("topic", topic),
+                ("queueId", "0"),
+                ("extraInfo", extra),
+                ("offset", &off),
+                ("invisibleTime", &inv),
+            ],
+            Vec::new(),
+        )
+        .await;
+    if r.code != 0 {
+        return (r, String::new());
+    }
+    let next = format!(
+        "{off} {} {} {} 0 rocklet 0 {off}",
+        r.ext["popTime"], r.ext["invisibleTime"], r.ext["reviveQid"]
+    );
+    (r, next)
+}
+
+#[tokio::test]
+async fn pop_ack_and_change_invisible_time() {
+    let clock = rocklet_broker::clock::ManualClock::new(1_000_000);
+    let (_s, addr) = start_on(clock.clone()).await;
+    let mut c = V4::connect(addr, SerializeType::Json).await;
+    for i in 0..3 {
+        send(&mut c, "V4Pop", &format!("p{i}"), &[("TAGS", "t")]).await;
+    }
+    let (r, got) = pop(&mut c, "V4Pop", 3, 30_000, 0).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["popTime"], "1000000");
+    assert_eq!(r.ext["invisibleTime"], "30000");
+    let offs: Vec<(u64, u32, &[u8])> = got.iter().map(|g| (g.0, g.1, &g.2[..])).collect();
+    assert_eq!(offs, [(0, 0, &b"p0"[..]), (1, 0, b"p1"), (2, 0, b"p2")]);
+    // Invisible now: another pop finds nothing.
+    let (r, _) = pop(&mut c, "V4Pop", 3, 30_000, 0).await;
+    assert_eq!(r.code, 19);
+
+    // Ack; a second ack of the same receipt is refused.
+    let r = ack(&mut c, "V4Pop", &got[0].3).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = ack(&mut c, "V4Pop", &got[0].3).await;
+    assert_ne!(r.code, 0);
+    assert!(r.remark.unwrap().contains("INVALID_RECEIPT_HANDLE"));
+
+    // Change the invisible time of p1: the old receipt is stale, the new one acks.
+    let (r, renewed) = change(&mut c, "V4Pop", &got[1].3, 10_000).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["popTime"], "1000000");
+    assert_ne!(r.ext["reviveQid"], "0");
+    let r = ack(&mut c, "V4Pop", &got[1].3).await;
+    assert!(r.remark.unwrap().contains("STALE_RECEIPT_HANDLE"));
+    let r = ack(&mut c, "V4Pop", &renewed).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+
+    // p2 to 5 s, twice (a renewed receipt renews again); 6 s later it is popped again, as
+    // a second attempt, and the renewed receipt is stale.
+    let (r, renewed) = change(&mut c, "V4Pop", &got[2].3, 20_000).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let (r, renewed) = change(&mut c, "V4Pop", &renewed, 5_000).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    clock.advance(6_000);
+    let (r, again) = pop(&mut c, "V4Pop", 3, 30_000, 0).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["popTime"], "1006000");
+    assert_eq!(
+        (again.len(), again[0].0, again[0].1),
+        (1, 2, 1),
+        "p2, reconsumed once"
+    );
+    let r = ack(&mut c, "V4Pop", &renewed).await;
+    assert!(r.remark.unwrap().contains("STALE_RECEIPT_HANDLE"));
+    let r = ack(&mut c, "V4Pop", &again[0].3).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+
+    // Long polling: nothing for pollTime, then a message sent meanwhile ends the wait.
+    let t = Instant::now();
+    let (r, _) = pop(&mut c, "V4Pop", 3, 30_000, 300).await;
+    assert_eq!(r.code, 19);
+    assert!(t.elapsed() >= Duration::from_millis(250));
+    let mut p = V4::connect(addr, SerializeType::Json).await;
+    let waiting = tokio::spawn(async move {
+        let t = Instant::now();
+        let (r, got) = pop(&mut c, "V4Pop", 3, 30_000, 10_000).await;
+        (r.code, got.len(), t.elapsed(), c)
+    });
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    send(&mut p, "V4Pop", "late", &[]).await;
+    let (code, n, waited, mut c) = waiting.await.unwrap();
+    assert_eq!((code, n), (0, 1));
+    assert!(
+        waited < Duration::from_secs(5),
+        "woken by the send, not the timeout"
+    );
+
+    // Bad requests are answered naming the problem.
+    for (extra, code, what) in [
+        ("garbage", 13, "fields"),
+        ("1 2 3 0 0 rocklet 0 x", 13, "queue offset"),
+        ("1 2 3 0 1 rocklet 0 0", 13, "retry topic"),
+        ("0 2 3 777 0 rocklet 0 0", 1, "reviveQid 777"),
+        ("99999 2 3 0 0 rocklet 0 0", 1, "INVALID_RECEIPT_HANDLE"),
+    ] {
+        let r = ack(&mut c, "V4Pop", extra).await;
+        assert_eq!(r.code, code, "{extra}: {:?}", r.remark);
+        let remark = r.remark.unwrap();
+        assert!(remark.contains(what), "{extra}: {remark}");
+    }
+    let r = c
+        .call(
+            200_050,
+            &[
+                ("consumerGroup", "PopG"),
+                ("topic", "V4Pop"),
+                ("invisibleTime", "1000"),
+                ("expType", "SQL92"),
+                ("exp", "a > 1"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 13);
+    assert!(r.remark.unwrap().contains("SQL92"));
+    let r = c
+        .call(
+            200_050,
+            &[
+                ("consumerGroup", "PopG"),
+                ("topic", "V4Pop"),
+                ("invisibleTime", "0"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 13);
+    assert!(r.remark.unwrap().contains("invisibleTime"));
+}

@@ -7,6 +7,7 @@
 //!   (default 127.0.0.1:9876, answering routes that point at the broker listener).
 //! - [`compression`]: zlib bodies of v4 producers inflated (bounded) before the core sees them.
 //! - [`locks`]: queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
+//! - [`pop`]: pop consumers' extraInfo receipts mapped onto the core's receipt handles.
 //! - [`handlers`]: requests mapped onto the core's requests through the driver.
 //!
 //! Transactions: a half message carries its producer group (PGROUP); the core checks that
@@ -17,4 +18,5 @@ pub mod codec;
 pub mod compression;
 pub mod handlers;
 pub mod locks;
+pub mod pop;
 pub mod server;
