@@ -11,6 +11,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use common::TestBroker;
+use rocklet_broker::metrics::Metrics;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
 use rocklet_broker::remoting::handlers::Ctx;
 use rocklet_broker::remoting::server::RemotingServer;
@@ -677,7 +678,9 @@ async fn compressed_bodies_are_stored_plain_and_bombs_are_refused() {
 }
 
 /// A remoting listener over an in-memory core, core and remoting both on `clock`.
-async fn start_on(clock: rocklet_broker::clock::ManualClock) -> (RemotingServer, SocketAddr) {
+async fn start_on(
+    clock: rocklet_broker::clock::ManualClock,
+) -> (RemotingServer, SocketAddr, Arc<Metrics>) {
     use rocklet_broker::clock::Clock;
     let dir = std::env::temp_dir();
     let mut cfg = common::test_config(&dir);
@@ -689,18 +692,17 @@ async fn start_on(clock: rocklet_broker::clock::ManualClock) -> (RemotingServer,
     )
     .unwrap();
     let clock: Arc<dyn Clock> = Arc::new(clock);
-    let (core, _thread) = rocklet_broker::driver::spawn(
-        core,
-        clock.clone(),
-        Arc::new(rocklet_broker::metrics::Metrics::default()),
-    )
-    .unwrap();
-    let ctx = Ctx::new(core, Arc::new(cfg)).with_clock(clock);
+    let metrics = Arc::new(Metrics::default());
+    let (core, _thread) =
+        rocklet_broker::driver::spawn(core, clock.clone(), metrics.clone()).unwrap();
+    let ctx = Ctx::new(core, Arc::new(cfg))
+        .with_clock(clock)
+        .with_metrics(metrics.clone());
     let s = RemotingServer::start(Some("127.0.0.1:0".parse().unwrap()), None, ctx)
         .await
         .unwrap();
     let addr = s.addr.unwrap();
-    (s, addr)
+    (s, addr, metrics)
 }
 
 fn lock_body(group: &str, client: &str, queues: &[u32]) -> Vec<u8> {
@@ -741,7 +743,7 @@ async fn unlock(c: &mut V4, group: &str, client: &str, queues: &[u32]) {
 #[tokio::test]
 async fn queue_locks_contention_expiry_unlock_and_release() {
     let clock = rocklet_broker::clock::ManualClock::new(1_000_000);
-    let (_s, addr) = start_on(clock.clone()).await;
+    let (_s, addr, metrics) = start_on(clock.clone()).await;
     let mut a = V4::connect(addr, SerializeType::Json).await;
     let mut b = V4::connect(addr, SerializeType::RocketMq).await;
     assert_eq!(lock(&mut a, "G", "A", &[0, 1]).await, [0, 1]);
@@ -821,6 +823,13 @@ async fn queue_locks_contention_expiry_unlock_and_release() {
         let remark = r.remark.unwrap();
         assert!(remark.contains(what), "{remark}");
     }
+    // Those five refusals count in the broker's request errors.
+    assert_eq!(
+        metrics
+            .request_errors
+            .load(std::sync::atomic::Ordering::Relaxed),
+        5
+    );
 }
 
 /// POP_MESSAGE; on SUCCESS, each record's (queue offset, reconsume times, body, extraInfo
@@ -953,7 +962,7 @@ async fn change(
 #[tokio::test]
 async fn pop_ack_and_change_invisible_time() {
     let clock = rocklet_broker::clock::ManualClock::new(1_000_000);
-    let (_s, addr) = start_on(clock.clone()).await;
+    let (s, addr, _) = start_on(clock.clone()).await;
     let mut c = V4::connect(addr, SerializeType::Json).await;
     for i in 0..3 {
         send(&mut c, "V4Pop", &format!("p{i}"), &[("TAGS", "t")]).await;
@@ -1025,6 +1034,16 @@ async fn pop_ack_and_change_invisible_time() {
         "woken by the send, not the timeout"
     );
 
+    // Counted by code name, refusals as errors (5 pops: 3 found, 2 not; 3 changes).
+    let (pops, pop_errors) = s.stats.get("POP_MESSAGE");
+    assert_eq!(
+        (pops, pop_errors),
+        (5, 2),
+        "PULL_NOT_FOUND counts as not SUCCESS"
+    );
+    assert_eq!(s.stats.get("CHANGE_MESSAGE_INVISIBLETIME"), (3, 0));
+    let (acks, ack_errors) = s.stats.get("ACK_MESSAGE");
+    assert_eq!((acks, ack_errors), (6, 3));
     // Bad requests are answered naming the problem.
     for (extra, code, what) in [
         ("garbage", 13, "fields"),

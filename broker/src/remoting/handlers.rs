@@ -20,9 +20,11 @@ use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
 use super::compression;
 use super::locks::{QueueKey, QueueLocks, MAX_QUEUES_PER_REQUEST};
 use super::pop::{self, Renewals};
+use super::stats::RemotingStats;
 use crate::clock::{Clock, SystemClock};
 use crate::config::BrokerConfig;
 use crate::driver::{CoreFailure, CoreHandle};
+use crate::metrics::Metrics;
 
 /// Request codes (RocketMQ's `RequestCode`).
 pub mod code {
@@ -90,6 +92,10 @@ pub struct Ctx {
     renewals: Mutex<Renewals>,
     /// The host clock (queue lock expiry).
     clock: Arc<dyn Clock>,
+    /// Requests by code and their errors.
+    stats: Arc<RemotingStats>,
+    /// The broker's metrics: non-SUCCESS answers count in its `request_errors` too.
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Ctx {
@@ -104,7 +110,22 @@ impl Ctx {
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
             clock: Arc::new(SystemClock),
+            stats: Arc::new(RemotingStats::default()),
+            metrics: None,
         }
+    }
+
+    /// The same context counting its errors in the broker's metrics too.
+    #[must_use]
+    pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
+        self.metrics = Some(metrics);
+        self
+    }
+
+    /// The request counters (for the metrics endpoint).
+    #[must_use]
+    pub fn stats(&self) -> Arc<RemotingStats> {
+        self.stats.clone()
     }
 
     /// The same context on another clock (the broker's, so tests can move it).
@@ -387,8 +408,13 @@ pub async fn handle(
         )),
     };
     let resp = r.unwrap_or_else(|e| e);
-    if resp.code != status::SUCCESS {
-        debug!(code = req.code, status = resp.code, remark = ?resp.remark, "remoting request refused");
+    let ok = resp.code == status::SUCCESS;
+    ctx.stats.count(req.code, ok);
+    if !ok {
+        if let Some(m) = &ctx.metrics {
+            m.request_errors.fetch_add(1, Ordering::Relaxed);
+        }
+        debug!(code = req.code, name = super::stats::code_name(req.code), status = resp.code, remark = ?resp.remark, "remoting request refused");
     }
     Some(resp)
 }

@@ -8,6 +8,7 @@
 //! - [`compression`]: zlib bodies of v4 producers inflated (bounded) before the core sees them.
 //! - [`locks`]: queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
 //! - [`pop`]: pop consumers' extraInfo receipts mapped onto the core's receipt handles.
+//! - [`stats`]: requests counted by code name, and their errors.
 //! - [`handlers`]: requests mapped onto the core's requests through the driver.
 //!
 //! Transactions: a half message carries its producer group (PGROUP); the core checks that
@@ -20,3 +21,4 @@ pub mod handlers;
 pub mod locks;
 pub mod pop;
 pub mod server;
+pub mod stats;

@@ -14,6 +14,7 @@ use tracing::{debug, info};
 
 use super::codec::{self, RemotingCommand};
 use super::handlers::{self, Conn, Ctx};
+use super::stats::RemotingStats;
 
 /// Requests of one connection handled at the same time; more wait (the reader stops reading).
 const MAX_IN_FLIGHT: usize = 256;
@@ -27,6 +28,8 @@ pub struct RemotingServer {
     pub addr: Option<SocketAddr>,
     /// Where the name-server role listens.
     pub namesrv_addr: Option<SocketAddr>,
+    /// Requests by code and their errors ([`RemotingStats::render`] for the metrics page).
+    pub stats: Arc<RemotingStats>,
     tasks: Vec<JoinHandle<()>>,
 }
 
@@ -56,6 +59,7 @@ impl RemotingServer {
         let addr = broker_l.as_ref().and_then(|l| l.local_addr().ok());
         let namesrv_addr = namesrv_l.as_ref().and_then(|l| l.local_addr().ok());
         ctx.broker_addr = addr;
+        let stats = ctx.stats();
         let ctx = Arc::new(ctx);
         let next = Arc::new(AtomicU64::new(CONN_BASE));
         let mut tasks = Vec::new();
@@ -65,6 +69,7 @@ impl RemotingServer {
         Ok(RemotingServer {
             addr,
             namesrv_addr,
+            stats,
             tasks,
         })
     }
