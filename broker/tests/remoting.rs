@@ -1086,3 +1086,71 @@ async fn pop_ack_and_change_invisible_time() {
     assert_eq!(r.code, 13);
     assert!(r.remark.unwrap().contains("invisibleTime"));
 }
+
+#[tokio::test]
+async fn a_peer_that_never_reads_is_not_read_until_it_does() {
+    let (s, addr, _) = start_on(rocklet_broker::clock::ManualClock::new(1_000_000)).await;
+    let mut c = V4::connect(addr, SerializeType::Json).await;
+    send(&mut c, "V4Slow", &"x".repeat(32 << 10), &[]).await;
+    // 3,000 pulls answered with a 32 KiB message each (~96 MiB), none of them read.
+    const N: i32 = 3_000;
+    let (mut rd, mut wr) = c.s.into_split();
+    let writer = tokio::spawn(async move {
+        for i in 1..=N {
+            let mut req = RemotingCommand::request(
+                11,
+                fields(&[
+                    ("consumerGroup", "SlowG"),
+                    ("topic", "V4Slow"),
+                    ("queueId", "0"),
+                    ("queueOffset", "0"),
+                    ("maxMsgNums", "1"),
+                    ("sysFlag", "0"),
+                    ("commitOffset", "0"),
+                    ("suspendTimeoutMillis", "0"),
+                    ("subscription", "*"),
+                ]),
+                Vec::new(),
+            );
+            req.opaque = i;
+            wr.write_all(&req.encode()).await.unwrap();
+        }
+        wr
+    });
+    // The broker stops reading once the unread answers pass its limit.
+    let mut handled = 0;
+    let mut last_change = Instant::now();
+    while last_change.elapsed() < Duration::from_millis(700) {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+        let now = s.stats.get("PULL_MESSAGE").0;
+        if now != handled {
+            handled = now;
+            last_change = Instant::now();
+        }
+    }
+    assert!(
+        handled < u64::from(N as u32) / 2,
+        "{handled} of {N} pulls were read and answered while the peer read nothing"
+    );
+    // Others are served meanwhile.
+    let mut other = V4::connect(addr, SerializeType::Json).await;
+    send(&mut other, "V4Slow", "still serving", &[]).await;
+    // Once the peer reads, every request is answered, none lost.
+    let mut seen = std::collections::BTreeSet::new();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while seen.len() < N as usize {
+        let mut len = [0u8; 4];
+        tokio::time::timeout_at(deadline.into(), rd.read_exact(&mut len))
+            .await
+            .expect("all answers in time")
+            .unwrap();
+        let mut buf = vec![0; codec::frame_length(len).unwrap()];
+        rd.read_exact(&mut buf).await.unwrap();
+        let r = codec::decode_frame(&buf).unwrap();
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+        assert!(r.body.len() > 32 << 10);
+        assert!(seen.insert(r.opaque), "one answer per request");
+    }
+    writer.await.unwrap();
+    assert_eq!(s.stats.get("PULL_MESSAGE").0, u64::from(N as u32));
+}

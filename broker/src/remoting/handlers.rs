@@ -4,7 +4,7 @@
 
 use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicI32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
@@ -147,6 +147,12 @@ pub struct Conn {
     next_opaque: AtomicI32,
     /// Producer groups this connection answers checks for.
     groups: Mutex<Vec<String>>,
+    /// Bytes queued for the peer and not yet written (see [`Conn::written`]).
+    queued: AtomicUsize,
+    /// The writer stopped (the peer is gone): nothing will drain the queue any more.
+    writer_gone: AtomicBool,
+    /// Woken when queued bytes were written or the writer stopped.
+    drained: tokio::sync::Notify,
 }
 
 impl Conn {
@@ -166,12 +172,55 @@ impl Conn {
             serialize: Mutex::new(SerializeType::Json),
             next_opaque: AtomicI32::new(1),
             groups: Mutex::new(Vec::new()),
+            queued: AtomicUsize::new(0),
+            writer_gone: AtomicBool::new(false),
+            drained: tokio::sync::Notify::new(),
         }
     }
 
     /// Queues a command for the peer.
     pub fn send(&self, c: &RemotingCommand) {
-        let _ = self.tx.send(c.encode());
+        let frame = c.encode();
+        let n = frame.len();
+        self.queued.fetch_add(n, Ordering::AcqRel);
+        if self.tx.send(frame).is_err() {
+            self.queued.fetch_sub(n, Ordering::AcqRel);
+        }
+    }
+
+    /// The writer wrote a frame of `n` bytes (or dropped it unwritten).
+    pub fn written(&self, n: usize) {
+        self.queued.fetch_sub(n, Ordering::AcqRel);
+        self.drained.notify_waiters();
+    }
+
+    /// The writer stopped: waiting for the queue to drain is over.
+    pub fn writer_stopped(&self) {
+        self.writer_gone.store(true, Ordering::Release);
+        self.drained.notify_waiters();
+    }
+
+    /// Bytes queued for the peer and not yet written.
+    #[must_use]
+    pub fn queued_bytes(&self) -> usize {
+        self.queued.load(Ordering::Acquire)
+    }
+
+    /// Waits until at most `limit` bytes are queued for the peer; `false` if the writer
+    /// stopped instead (the connection is finished).
+    pub async fn drained_to(&self, limit: usize) -> bool {
+        loop {
+            let woken = self.drained.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.writer_gone.load(Ordering::Acquire) {
+                return false;
+            }
+            if self.queued_bytes() <= limit {
+                return true;
+            }
+            woken.await;
+        }
     }
 }
 
@@ -1491,6 +1540,37 @@ mod tests {
         assert_eq!(i.txn_group.as_deref(), Some("H"));
         let i = incoming(head, vec![1], 0, Vec::new());
         assert_eq!(i.txn_group, None);
+    }
+
+    #[tokio::test]
+    async fn queued_bytes_are_counted_until_written_and_waiters_wake() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn::new(1, a, a, tx));
+        let cmd = RemotingCommand::request(code::HEART_BEAT, BTreeMap::new(), vec![0; 1000]);
+        conn.send(&cmd);
+        conn.send(&cmd);
+        let n = cmd.encode().len();
+        assert_eq!(conn.queued_bytes(), 2 * n);
+        assert!(conn.drained_to(2 * n).await);
+        // Waits until the writer writes one frame.
+        let c = conn.clone();
+        let waiter = tokio::spawn(async move { c.drained_to(n).await });
+        tokio::task::yield_now().await;
+        assert!(!waiter.is_finished());
+        let f = rx.recv().await.unwrap();
+        conn.written(f.len());
+        assert!(waiter.await.unwrap());
+        // A stopped writer ends the wait with `false`.
+        let c = conn.clone();
+        let waiter = tokio::spawn(async move { c.drained_to(0).await });
+        tokio::task::yield_now().await;
+        conn.writer_stopped();
+        assert!(!waiter.await.unwrap());
+        // Nothing is counted for a frame the closed channel refused.
+        drop(rx);
+        conn.send(&cmd);
+        assert_eq!(conn.queued_bytes(), n);
     }
 
     #[test]

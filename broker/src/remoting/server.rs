@@ -1,6 +1,8 @@
 //! The TCP side of RocketMQ 4 remoting: the broker listener and the name-server listener,
 //! one task per connection reading frames, one writer task per connection, one task per
-//! request (so a long-polling pull does not hold up the connection).
+//! request (so a long-polling pull does not hold up the connection). Memory per connection
+//! is bounded: at most [`MAX_IN_FLIGHT`] requests are handled at once, and no request is
+//! read while more than [`MAX_QUEUED_BYTES`] of responses wait for the peer to read them.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -18,6 +20,10 @@ use super::stats::RemotingStats;
 
 /// Requests of one connection handled at the same time; more wait (the reader stops reading).
 const MAX_IN_FLIGHT: usize = 256;
+/// While more than this many response bytes wait to be written to a connection (its peer
+/// does not read them), no further request of it is read. A connection thus holds at most
+/// this plus [`MAX_IN_FLIGHT`] responses of memory, however long the peer keeps sending.
+pub const MAX_QUEUED_BYTES: usize = 8 << 20;
 /// Remoting connection ids live above gRPC's (which count up from 1).
 const CONN_BASE: u64 = 1 << 62;
 
@@ -113,19 +119,27 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     let local = stream.local_addr().unwrap_or(peer);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
+    let conn = Arc::new(Conn::new(id, peer, local, tx));
+    let w = conn.clone();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
-            if wr.write_all(&frame).await.is_err() {
+            let r = wr.write_all(&frame).await;
+            w.written(frame.len());
+            if r.is_err() {
                 break;
             }
         }
+        w.writer_stopped();
     });
-    let conn = Arc::new(Conn::new(id, peer, local, tx));
     let checks = handlers::spawn_check_forwarder(conn.clone());
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
     debug!(conn = id, %peer, "remoting connection");
     loop {
+        // A peer that does not read its responses gets no more of them made.
+        if !conn.drained_to(MAX_QUEUED_BYTES).await {
+            break;
+        }
         let mut prefix = [0u8; 4];
         if rd.read_exact(&mut prefix).await.is_err() {
             break;
