@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Remoting: the broker's RocketMQ 4 protocol (broker/src/remoting). Codec and handler unit
-# tests and in-process protocol tests (cargo), then the PyPI `rocketmq` 0.4.4 client (the
-# RocketMQ 4 C++ client, unmodified) through the name-server address: sync send, batch, delay
-# level, pull and push consumers, and cross-protocol with the RocketMQ 5 Python client.
+# tests and in-process protocol tests (cargo: sends, transactions, pulls, compressed bodies,
+# queue locks, pop/ack/change-invisible, a peer that never reads), then the PyPI `rocketmq`
+# 0.4.4 client (the RocketMQ 4 C++ client, unmodified) through the name-server address: sync
+# send, batch, delay level, compressed 10 and 100 KiB bodies, pull, push and orderly push
+# consumers, and cross-protocol with the RocketMQ 5 Python client.
 #
 # The crates.io v4 Rust client (`rocketmq-client-rust` 1.0.0: TransactionMQProducer commit,
 # rollback, unknown -> CHECK_TRANSACTION_STATE -> commit; batch; delay level; push consumer)
