@@ -7,6 +7,8 @@
 //! max_long_polling_ms = 30000        # longest a ReceiveMessage waits for a message
 //! remoting_listen = "127.0.0.1:10911" # RocketMQ 4 remoting (`off` to disable)
 //! namesrv_listen = "127.0.0.1:9876"   # its name-server role (`off` to disable)
+//! max_concurrent_streams = 256       # HTTP/2 streams one gRPC connection may have open
+//! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -39,6 +41,12 @@ pub const DEFAULT_DATA_DIR: &str = "./rocklet-data";
 pub const DEFAULT_REMOTING_LISTEN: &str = "127.0.0.1:10911";
 /// Default name-server address of the `rocklet broker` command.
 pub const DEFAULT_NAMESRV_LISTEN: &str = "127.0.0.1:9876";
+
+/// Default HTTP/2 stream limit per gRPC connection ([`BrokerConfig::max_concurrent_streams`]).
+pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
+/// Default byte budget of receive responses in flight
+/// ([`BrokerConfig::max_inflight_receive_bytes`]): 256 MiB.
+pub const DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES: u64 = 256 << 20;
 
 /// An optional listener: `HOST:PORT` or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -130,6 +138,8 @@ pub struct FileConfig {
     pub max_long_polling_ms: Option<Millis>,
     pub remoting_listen: Option<Listen>,
     pub namesrv_listen: Option<Listen>,
+    pub max_concurrent_streams: Option<u32>,
+    pub max_inflight_receive_bytes: Option<u64>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -161,6 +171,26 @@ pub struct BrokerConfig {
     pub remoting_listen: Option<SocketAddr>,
     /// Name-server listener (off when `None`; the command defaults to [`DEFAULT_NAMESRV_LISTEN`]).
     pub namesrv_listen: Option<SocketAddr>,
+    /// Most HTTP/2 streams (concurrent RPCs) one gRPC connection may have open
+    /// (`SETTINGS_MAX_CONCURRENT_STREAMS`); a client queues calls above it until one ends.
+    ///
+    /// Default [`DEFAULT_MAX_CONCURRENT_STREAMS`] (256). A RocketMQ 5 client shares one
+    /// connection per endpoint between its producers and consumers: one telemetry stream per
+    /// client object, one long-polling ReceiveMessage per assigned queue (a push consumer of 8
+    /// topics x 16 queues holds 128), plus short sends and acks. 256 leaves room for such a
+    /// client twice over while stopping one connection from opening thousands of streams
+    /// (without a limit, tonic allows any number).
+    pub max_concurrent_streams: u32,
+    /// Broker-wide budget of bytes of ReceiveMessage responses in flight: counted from when a
+    /// response is built (messages popped) until its stream is dropped (fully written, or the
+    /// client gone). A client that never reads its responses holds them in broker memory for
+    /// as long as it keeps the stream open; once the budget is used up, a new ReceiveMessage
+    /// pops nothing and gets `TOO_MANY_REQUESTS` (clients back off and retry). One response
+    /// may exceed what is left, so a single large message is never starved.
+    ///
+    /// Default [`DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES`] (256 MiB): 64 responses of a 4 MiB
+    /// message, or thousands of ordinary ones being written at once.
+    pub max_inflight_receive_bytes: u64,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -192,6 +222,12 @@ impl BrokerConfig {
                 Some(Listen::At(a)) => Some(a),
                 _ => None,
             },
+            max_concurrent_streams: f
+                .max_concurrent_streams
+                .unwrap_or(DEFAULT_MAX_CONCURRENT_STREAMS),
+            max_inflight_receive_bytes: f
+                .max_inflight_receive_bytes
+                .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
             core: f.core,
             topics: f.topics,
         }
@@ -205,6 +241,12 @@ impl BrokerConfig {
         }
         if self.max_long_polling_ms == 0 {
             return Err("invalid config `max_long_polling_ms`: must be above 0".into());
+        }
+        if self.max_concurrent_streams == 0 {
+            return Err("invalid config `max_concurrent_streams`: must be above 0 (a connection with no stream can make no call)".into());
+        }
+        if self.max_inflight_receive_bytes == 0 {
+            return Err("invalid config `max_inflight_receive_bytes`: must be above 0 (no receive could ever be answered)".into());
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
@@ -312,5 +354,32 @@ mod tests {
         let mut c = BrokerConfig::default();
         c.core.flush_interval_ms = 0;
         assert!(c.validate().unwrap_err().contains("flush_interval_ms"));
+        let c = BrokerConfig {
+            max_concurrent_streams: 0,
+            ..BrokerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("max_concurrent_streams"));
+        let c = BrokerConfig {
+            max_inflight_receive_bytes: 0,
+            ..BrokerConfig::default()
+        };
+        assert!(c
+            .validate()
+            .unwrap_err()
+            .contains("max_inflight_receive_bytes"));
+    }
+
+    #[test]
+    fn stream_limit_and_receive_budget_default_and_parse() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.max_concurrent_streams, 256);
+        assert_eq!(c.max_inflight_receive_bytes, 256 << 20);
+        let f =
+            FileConfig::parse("max_concurrent_streams = 16\nmax_inflight_receive_bytes = 33554432")
+                .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.max_concurrent_streams, 16);
+        assert_eq!(c.max_inflight_receive_bytes, 32 << 20);
+        c.validate().unwrap();
     }
 }

@@ -94,6 +94,10 @@ pub struct Metrics {
     pub producers_online: AtomicU64,
     pub checks_pushed: AtomicU64,
     pub checks_unroutable: AtomicU64,
+    /// Bytes of ReceiveMessage responses built and not yet written out or dropped.
+    pub receive_bytes_in_flight: AtomicU64,
+    /// Receives refused (`TOO_MANY_REQUESTS`) because those bytes used up the budget.
+    pub receives_over_budget: AtomicU64,
 }
 
 impl Metrics {
@@ -293,6 +297,18 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "rocklet_long_polls_waiting",
         "ReceiveMessage calls waiting for a message",
         m.long_polls_waiting.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_receive_bytes_in_flight",
+        "Bytes of ReceiveMessage responses not yet written to their clients",
+        m.receive_bytes_in_flight.load(Ordering::Relaxed),
+    );
+    counter(
+        &mut out,
+        "rocklet_receives_over_budget_total",
+        "ReceiveMessage calls refused with TOO_MANY_REQUESTS (max_inflight_receive_bytes used up)",
+        m.receives_over_budget.load(Ordering::Relaxed),
     );
     gauge(
         &mut out,

@@ -124,6 +124,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     });
     let server = tokio::spawn(
         tonic::transport::Server::builder()
+            // Streams one connection may have open (tonic's default is no limit).
+            .max_concurrent_streams(cfg.max_concurrent_streams)
             .add_service(messaging)
             .add_service(admin)
             .serve_with_incoming_shutdown(incoming, async {

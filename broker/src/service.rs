@@ -4,16 +4,24 @@
 //! reply; a client's mistake comes back as a RocketMQ `Status` naming the problem, never as
 //! a panic. Per-connection state is only what routing needs: which telemetry streams are
 //! producers of which topics (for transaction checks).
+//!
+//! Memory under clients that never read: a ReceiveMessage response is built whole (the
+//! messages popped) and held until the client reads it, as HTTP/2 flow control stops the
+//! writes. A broker-wide [`ReceiveBudget`] counts those bytes from when a response is built
+//! until its stream is dropped (written out, or the client gone); a receive that starts with
+//! the budget used up pops nothing and gets `TOO_MANY_REQUESTS`.
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
+use prost::Message as _;
 use rocklet_core::{
     ClientError, Millis, ReceiptHandle, Reply, Request, Resolution, TagFilter, TxnId,
 };
-use tokio::sync::mpsc;
+use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus, Streaming};
@@ -34,6 +42,9 @@ const DEFAULT_LONG_POLL_MS: Millis = 20_000;
 const DEADLINE_MARGIN_MS: Millis = 300;
 /// Second settings reply on a telemetry stream (Node 1.0.8 can miss the first).
 const SETTINGS_RESEND: Duration = Duration::from_secs(1);
+/// What a received message holds besides its body, at most (properties, ids, handle), for the
+/// budget's reservation while a pop is in progress.
+const MESSAGE_OVERHEAD: u64 = 64 << 10;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -42,17 +53,24 @@ pub struct Messaging {
     cfg: Arc<BrokerConfig>,
     metrics: Arc<Metrics>,
     next_conn: Arc<AtomicU64>,
+    budget: Arc<ReceiveBudget>,
 }
 
 impl Messaging {
     /// A service over a running core thread.
     #[must_use]
     pub fn new(core: CoreHandle, cfg: Arc<BrokerConfig>, metrics: Arc<Metrics>) -> Self {
+        let budget = Arc::new(ReceiveBudget::new(
+            cfg.max_inflight_receive_bytes,
+            u64::from(cfg.core.max_message_size) + MESSAGE_OVERHEAD,
+            metrics.clone(),
+        ));
         Messaging {
             core,
             cfg,
             metrics,
             next_conn: Arc::new(AtomicU64::new(1)),
+            budget,
         }
     }
 
@@ -271,15 +289,19 @@ impl Messaging {
         }
     }
 
+    /// A receive's responses, and the budget charge they hold while they are in flight.
     async fn receive(
         &self,
         req: pb::ReceiveMessageRequest,
         grpc_timeout: Option<Millis>,
-    ) -> Vec<pb::ReceiveMessageResponse> {
+    ) -> (Vec<pb::ReceiveMessageResponse>, Option<Charge>) {
         let one = |s: Status| {
-            vec![pb::ReceiveMessageResponse {
-                content: Some(pb::receive_message_response::Content::Status(s)),
-            }]
+            (
+                vec![pb::ReceiveMessageResponse {
+                    content: Some(pb::receive_message_response::Content::Status(s)),
+                }],
+                None,
+            )
         };
         let group = match resource_name(req.group.as_ref(), "group") {
             Ok(g) => g,
@@ -338,11 +360,21 @@ impl Messaging {
         let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
         let max = u32::try_from(req.batch_size).unwrap_or(1).max(1);
         loop {
+            // Pop nothing while the budget is used up: the messages stay available.
+            let reservation = match self.budget.reserve(max).await {
+                Ok(r) => r,
+                Err(over) => {
+                    self.metrics
+                        .receives_over_budget
+                        .fetch_add(1, Ordering::Relaxed);
+                    return one(status(Code::TooManyRequests, over.to_string()));
+                }
+            };
             let request = Request::Receive {
                 group: group.clone(),
                 topic: topic.clone(),
                 queue_id: None,
-                max,
+                max: reservation.count(),
                 invisible_ms,
                 filter: filter.clone(),
             };
@@ -363,24 +395,26 @@ impl Messaging {
                         });
                     }
                     out.push(delivery_now());
-                    return out;
+                    let bytes = out.iter().map(|r| r.encoded_len() as u64).sum();
+                    return (out, Some(reservation.charge(bytes)));
                 }
                 Reply::Received(_) => {}
                 Reply::Error(e) => return one(client_error(&e)),
                 other => return one(unexpected(&other)),
             }
+            drop(reservation);
             // Nothing ready: wait for a message or the deadline (the guard also counts a
             // poll the client gives up on, when this future is dropped).
             let waiting = Waiting::new(&self.metrics);
             let timed_out = tokio::time::timeout_at(deadline, woken).await.is_err();
             drop(waiting);
             if timed_out || tokio::time::Instant::now() >= deadline {
-                let mut out = one(status(
+                let (mut out, charge) = one(status(
                     Code::MessageNotFound,
                     "MESSAGE_NOT_FOUND: no new message before the long-polling timeout",
                 ));
                 out.push(delivery_now());
-                return out;
+                return (out, charge);
             }
         }
     }
@@ -558,6 +592,197 @@ impl Drop for Waiting<'_> {
     }
 }
 
+/// The broker-wide budget of ReceiveMessage response bytes in flight
+/// ([`BrokerConfig::max_inflight_receive_bytes`]).
+///
+/// A receive first [reserves](ReceiveBudget::reserve) room for the messages it may pop (the
+/// largest message size each, so receives popping at the same time cannot together overshoot
+/// the budget by more than one response), then turns the reservation into a [`Charge`] of the
+/// response's real size, held by the response stream until it is dropped. A receive that
+/// starts while the charged bytes are at or above the limit is refused; one response may go
+/// past the limit, so a message larger than what is left is still delivered.
+#[derive(Debug)]
+pub struct ReceiveBudget {
+    limit: u64,
+    /// Reserved per message a pop may return.
+    per_message: u64,
+    state: Mutex<BudgetState>,
+    /// Wakes receives waiting for room while other pops are in progress.
+    freed: Notify,
+    metrics: Arc<Metrics>,
+}
+
+#[derive(Debug, Default)]
+struct BudgetState {
+    /// Bytes of responses built and not yet dropped.
+    charged: u64,
+    /// Bytes reserved by pops in progress.
+    reserved: u64,
+}
+
+/// A receive refused because the budget is used up.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct OverBudget {
+    pub in_flight: u64,
+    pub limit: u64,
+}
+
+impl std::fmt::Display for OverBudget {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(
+            f,
+            "TOO_MANY_REQUESTS: {} bytes of ReceiveMessage responses are waiting for their clients to read them, at or above the broker's max_inflight_receive_bytes of {}; retry later (nothing was received), or raise `max_inflight_receive_bytes` in the broker's config file",
+            self.in_flight, self.limit
+        )
+    }
+}
+
+impl ReceiveBudget {
+    /// A budget of `limit` bytes, reserving `per_message` for each message a pop may return.
+    #[must_use]
+    pub fn new(limit: u64, per_message: u64, metrics: Arc<Metrics>) -> Self {
+        ReceiveBudget {
+            limit,
+            per_message: per_message.max(1),
+            state: Mutex::new(BudgetState::default()),
+            freed: Notify::new(),
+            metrics,
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, BudgetState> {
+        // The state is two counters updated under the lock: still right after a panic.
+        self.state
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner)
+    }
+
+    /// Bytes of responses in flight.
+    #[must_use]
+    pub fn in_flight(&self) -> u64 {
+        self.state().charged
+    }
+
+    /// Room to pop up to `max` messages: `Err` when the charged bytes are at or above the
+    /// limit. The reservation may allow fewer messages than `max` (at least one) when other
+    /// pops hold the rest; with no room for one, it waits until a pop in progress ends.
+    pub async fn reserve(self: &Arc<Self>, max: u32) -> Result<Reservation, OverBudget> {
+        loop {
+            let freed = self.freed.notified();
+            {
+                let mut s = self.state();
+                if s.charged >= self.limit {
+                    return Err(OverBudget {
+                        in_flight: s.charged,
+                        limit: self.limit,
+                    });
+                }
+                let room = self
+                    .limit
+                    .saturating_sub(s.charged.saturating_add(s.reserved));
+                let fits = (room / self.per_message).min(u64::from(max.max(1))) as u32;
+                // With no other pop in progress, one message always goes (never starved).
+                let count = if fits == 0 && s.reserved == 0 {
+                    1
+                } else {
+                    fits
+                };
+                if count > 0 {
+                    let bytes = u64::from(count) * self.per_message;
+                    s.reserved += bytes;
+                    return Ok(Reservation {
+                        budget: self.clone(),
+                        bytes,
+                        count,
+                    });
+                }
+            }
+            freed.await;
+        }
+    }
+
+    fn publish(&self, s: &BudgetState) {
+        self.metrics
+            .receive_bytes_in_flight
+            .store(s.charged, Ordering::Relaxed);
+    }
+}
+
+/// Room reserved for one pop; released when dropped unless [charged](Reservation::charge).
+#[derive(Debug)]
+pub struct Reservation {
+    budget: Arc<ReceiveBudget>,
+    bytes: u64,
+    count: u32,
+}
+
+impl Reservation {
+    /// How many messages the pop may return.
+    #[must_use]
+    pub fn count(&self) -> u32 {
+        self.count
+    }
+
+    /// Turns the reservation into a charge of the response's real size.
+    #[must_use]
+    pub fn charge(mut self, bytes: u64) -> Charge {
+        let budget = self.budget.clone();
+        {
+            let mut s = budget.state();
+            s.reserved -= std::mem::take(&mut self.bytes);
+            s.charged += bytes;
+            budget.publish(&s);
+        }
+        budget.freed.notify_waiters();
+        Charge { budget, bytes }
+    }
+}
+
+impl Drop for Reservation {
+    fn drop(&mut self) {
+        if self.bytes > 0 {
+            self.budget.state().reserved -= self.bytes;
+            self.budget.freed.notify_waiters();
+        }
+    }
+}
+
+/// Bytes of one response in flight; released when dropped.
+#[derive(Debug)]
+pub struct Charge {
+    budget: Arc<ReceiveBudget>,
+    bytes: u64,
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        {
+            let mut s = self.budget.state();
+            s.charged -= self.bytes;
+            self.budget.publish(&s);
+        }
+        self.budget.freed.notify_waiters();
+    }
+}
+
+/// A response stream holding its budget charge until tonic drops it.
+struct Charged<S> {
+    inner: S,
+    _charge: Option<Charge>,
+}
+
+impl<S: Stream + Unpin> Stream for Charged<S> {
+    type Item = S::Item;
+
+    fn poll_next(self: Pin<&mut Self>, cx: &mut Context<'_>) -> Poll<Option<S::Item>> {
+        Pin::new(&mut self.get_mut().inner).poll_next(cx)
+    }
+
+    fn size_hint(&self) -> (usize, Option<usize>) {
+        self.inner.size_hint()
+    }
+}
+
 fn delivery_now() -> pb::ReceiveMessageResponse {
     let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
     pb::ReceiveMessageResponse {
@@ -718,7 +943,7 @@ impl MessagingService for Messaging {
     ) -> Result<Response<Self::ReceiveMessageStream>, GrpcStatus> {
         self.metrics.request("ReceiveMessage");
         let timeout = grpc_timeout_ms(&request);
-        let out = self.receive(request.into_inner(), timeout).await;
+        let (out, charge) = self.receive(request.into_inner(), timeout).await;
         if let Some(pb::receive_message_response::Content::Status(s)) =
             out.first().and_then(|r| r.content.as_ref())
         {
@@ -727,9 +952,12 @@ impl MessagingService for Messaging {
                 self.refused("ReceiveMessage", s);
             }
         }
-        Ok(Response::new(Box::pin(tokio_stream::iter(
-            out.into_iter().map(Ok),
-        ))))
+        // The stream owns the charge: released when tonic drops it (written out, or the
+        // client reset the stream or closed the connection).
+        Ok(Response::new(Box::pin(Charged {
+            inner: tokio_stream::iter(out.into_iter().map(Ok)),
+            _charge: charge,
+        })))
     }
 
     async fn ack_message(
@@ -864,5 +1092,80 @@ impl MessagingService for Messaging {
             resp.status.as_ref().expect("set"),
         );
         Ok(Response::new(resp))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn budget(limit: u64, per_message: u64) -> (Arc<ReceiveBudget>, Arc<Metrics>) {
+        let m = Arc::new(Metrics::default());
+        (
+            Arc::new(ReceiveBudget::new(limit, per_message, m.clone())),
+            m,
+        )
+    }
+
+    #[tokio::test]
+    async fn charges_count_until_dropped_and_a_receive_over_budget_is_refused() {
+        let (b, m) = budget(100, 10);
+        let r = b.reserve(32).await.unwrap();
+        assert_eq!(r.count(), 10, "room for 100 bytes of 10-byte messages");
+        let c1 = r.charge(60);
+        assert_eq!(b.in_flight(), 60);
+        assert_eq!(m.receive_bytes_in_flight.load(Ordering::Relaxed), 60);
+        // 40 bytes left: 4 messages; the response may still come out larger (90 bytes).
+        let r = b.reserve(32).await.unwrap();
+        assert_eq!(r.count(), 4);
+        let c2 = r.charge(90);
+        assert_eq!(b.in_flight(), 150);
+        let e = b.reserve(1).await.unwrap_err();
+        assert_eq!(
+            e,
+            OverBudget {
+                in_flight: 150,
+                limit: 100
+            }
+        );
+        let text = e.to_string();
+        assert!(text.starts_with("TOO_MANY_REQUESTS"), "{text}");
+        assert!(text.contains("max_inflight_receive_bytes"), "{text}");
+        drop(c1);
+        assert_eq!(b.in_flight(), 90);
+        assert_eq!(m.receive_bytes_in_flight.load(Ordering::Relaxed), 90);
+        assert_eq!(b.reserve(32).await.unwrap().count(), 1);
+        drop(c2);
+        assert_eq!(b.in_flight(), 0);
+        assert_eq!(m.receive_bytes_in_flight.load(Ordering::Relaxed), 0);
+    }
+
+    #[tokio::test]
+    async fn a_message_larger_than_the_budget_still_goes_and_pops_in_progress_are_waited_for() {
+        let (b, _) = budget(5, 8);
+        // No room for one 8-byte message, but nothing else is popping: one goes.
+        let first = b.reserve(32).await.unwrap();
+        assert_eq!(first.count(), 1);
+        // A second pop waits for the first rather than overshooting the budget with it.
+        let b2 = b.clone();
+        let mut second = tokio::spawn(async move { b2.reserve(32).await.map(|r| r.count()) });
+        assert!(
+            tokio::time::timeout(Duration::from_millis(50), &mut second)
+                .await
+                .is_err(),
+            "the second pop must wait while the first holds the room"
+        );
+        // The first pop found nothing: its reservation goes back and the second proceeds.
+        drop(first);
+        let got = tokio::time::timeout(Duration::from_secs(5), second)
+            .await
+            .expect("woken when the reservation was released")
+            .unwrap();
+        assert_eq!(got, Ok(1));
+        // A charged response over the limit refuses the next receive.
+        let c = b.reserve(1).await.unwrap().charge(8);
+        assert!(b.reserve(1).await.is_err());
+        drop(c);
+        assert!(b.reserve(1).await.is_ok());
     }
 }

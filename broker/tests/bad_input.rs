@@ -367,34 +367,91 @@ fn rss_kib(pid: u32) -> u64 {
         .unwrap()
 }
 
+/// A `rocklet broker` process (its RSS is what the memory tests measure).
+struct BrokerProcess {
+    child: KillOnDrop,
+    addr: std::net::SocketAddr,
+    metrics: Option<std::net::SocketAddr>,
+    _dir: tempfile::TempDir,
+}
+
+impl BrokerProcess {
+    /// Starts the binary on free ports with a config file holding `toml` (and metrics served
+    /// when `metrics`), and waits for its ready line.
+    fn start(toml: &str, metrics: bool) -> Self {
+        let dir = tempfile::tempdir().unwrap();
+        let config = dir.path().join("rocklet.toml");
+        std::fs::write(&config, toml).unwrap();
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_rocklet"));
+        cmd.args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir.path().join("data"))
+            .arg("--config")
+            .arg(&config);
+        if metrics {
+            cmd.args(["--metrics-listen", "127.0.0.1:0"]);
+        }
+        let mut child = KillOnDrop(
+            cmd.env("RUST_LOG", "info")
+                .stdout(Stdio::null())
+                .stderr(Stdio::piped())
+                .spawn()
+                .unwrap(),
+        );
+        let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
+        let after = |line: &str, key: &str| -> Option<String> {
+            let i = line.find(key)?;
+            Some(
+                line[i + key.len()..]
+                    .chars()
+                    .take_while(|c| !c.is_whitespace() && *c != ')')
+                    .collect(),
+            )
+        };
+        let (addr, metrics) = loop {
+            let line = lines.next().expect("broker log").unwrap();
+            if let Some(a) = after(&line, "addr=") {
+                let m = after(&line, "metrics=Some(").map(|m| m.parse().unwrap());
+                break (a.parse().unwrap(), m);
+            }
+        };
+        std::thread::spawn(move || for _ in lines {});
+        BrokerProcess {
+            child,
+            addr,
+            metrics,
+            _dir: dir,
+        }
+    }
+
+    fn pid(&self) -> u32 {
+        self.child.0.id()
+    }
+
+    /// One metric's value from `/metrics`.
+    fn metric(&self, name: &str) -> u64 {
+        use std::io::Read as _;
+        let mut s = std::net::TcpStream::connect(self.metrics.expect("metrics served")).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+            .unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text.lines()
+            .find_map(|l| l.strip_prefix(&format!("{name} ")))
+            .unwrap_or_else(|| panic!("no metric {name} in {text}"))
+            .trim()
+            .parse()
+            .unwrap()
+    }
+}
+
 /// Clients that open many streams, never read what they asked for, or connect and say
 /// nothing: the broker keeps serving others promptly and its memory stays bounded.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn many_streams_and_clients_that_never_read_leave_the_broker_serving() {
-    let tmp = tempfile::tempdir().unwrap();
-    let mut child = KillOnDrop(
-        Command::new(env!("CARGO_BIN_EXE_rocklet"))
-            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(tmp.path().join("data"))
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap(),
-    );
-    let mut lines = BufReader::new(child.0.stderr.take().unwrap()).lines();
-    let addr: std::net::SocketAddr = loop {
-        let line = lines.next().expect("broker log").unwrap();
-        if let Some(i) = line.find("addr=") {
-            let a: String = line[i + 5..]
-                .chars()
-                .take_while(|c| !c.is_whitespace())
-                .collect();
-            break a.parse().unwrap();
-        }
-    };
-    std::thread::spawn(move || for _ in lines {});
-    let pid = child.0.id();
+    // The default limits: 250 streams per connection stay under max_concurrent_streams (256);
+    // the unread receives below hold 32 MiB, under max_inflight_receive_bytes (256 MiB).
+    let broker = BrokerProcess::start("", false);
+    let (addr, pid) = (broker.addr, broker.pid());
     let mut c = connect(addr).await;
     // Something to receive, 64 KiB messages.
     for i in 0..32 {
@@ -510,7 +567,233 @@ async fn many_streams_and_clients_that_never_read_leave_the_broker_serving() {
         msg("Polite", b"p", pb::MessageType::Normal, "after"),
     )
     .await;
-    drop(child);
+    drop(broker);
+}
+
+/// A client whose HTTP/2 windows stay at the protocol's initial 64 KiB.
+async fn unread_client(addr: std::net::SocketAddr) -> Client {
+    let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
+        .unwrap()
+        .initial_stream_window_size(65_535)
+        .initial_connection_window_size(65_535)
+        .connect()
+        .await
+        .unwrap();
+    pb::messaging_service_client::MessagingServiceClient::new(ch)
+}
+
+fn big_receive(topic: &str, group: &str, invisible_ms: u64) -> pb::ReceiveMessageRequest {
+    pb::ReceiveMessageRequest {
+        invisible_duration: Some(dur(invisible_ms)),
+        long_polling_timeout: Some(dur(1_000)),
+        ..receive_req(topic, group)
+    }
+}
+
+/// The first response of a receive (its status), read from a client that reads.
+async fn receive_status(c: &mut Client, req: pb::ReceiveMessageRequest) -> pb::Status {
+    use tokio_stream::StreamExt as _;
+    let mut s = c.receive_message(req).await.unwrap().into_inner();
+    match s.next().await.unwrap().unwrap().content.unwrap() {
+        pb::receive_message_response::Content::Status(s) => s,
+        other => panic!("a receive starts with its status, not {other:?}"),
+    }
+}
+
+/// Clients that ask for large messages and never read the answers hold at most the receive
+/// budget (`max_inflight_receive_bytes`) of broker memory: receives beyond it pop nothing and
+/// get TOO_MANY_REQUESTS at once, other calls are served, and once the abusers go and the
+/// invisible time passes every message is received exactly once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn unread_receives_stop_at_the_receive_budget_and_lose_nothing() {
+    const BUDGET_MIB: u64 = 16;
+    const MESSAGES: usize = 100;
+    const INVISIBLE_MS: u64 = 2_000;
+    let broker = BrokerProcess::start(
+        &format!(
+            "max_inflight_receive_bytes = {}\n[core]\nmax_message_size = {}\n",
+            BUDGET_MIB << 20,
+            1 << 20
+        ),
+        true,
+    );
+    let (addr, pid) = (broker.addr, broker.pid());
+    let mut c = connect(addr).await;
+    let body = vec![b'b'; 1 << 20];
+    for i in 0..MESSAGES {
+        send_ok(
+            &mut c,
+            msg("Big", &body, pb::MessageType::Normal, &format!("B{i}")),
+        )
+        .await;
+    }
+    let baseline = rss_kib(pid);
+
+    // Abusers: 8 connections x 8 receives of up to 32 x 1 MiB, never read, with HTTP/2's
+    // initial 64 KiB windows (so no response is ever written out). Without a budget they pop
+    // all 100 MiB and hold it for as long as they keep their streams open.
+    let mut held = Vec::new();
+    let mut channels = Vec::new();
+    let mut calls = Vec::new();
+    for k in 0..8 {
+        let a = unread_client(addr).await;
+        for i in 0..8 {
+            let mut a = a.clone();
+            calls.push(tokio::spawn(async move {
+                a.receive_message(big_receive("Big", "G", INVISIBLE_MS))
+                    .await
+                    .map(|r| r.into_inner())
+                    .map_err(|e| format!("abuser {k}/{i}: {e}"))
+            }));
+        }
+        channels.push(a);
+    }
+    for call in calls {
+        held.push(call.await.unwrap().unwrap());
+    }
+    let popped_at = Instant::now();
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let abused_rss = rss_kib(pid);
+    let in_flight = broker.metric("rocklet_receive_bytes_in_flight");
+    let refused = broker.metric("rocklet_receives_over_budget_total");
+    eprintln!(
+        "broker RSS: {baseline} KiB before, {abused_rss} KiB with 64 unread receives of 1 MiB messages; {in_flight} bytes in flight, {refused} receives refused (budget {BUDGET_MIB} MiB)"
+    );
+    // (a) Memory stays within the budget (plus one response over it, plus a margin).
+    assert!(
+        in_flight >= BUDGET_MIB << 20,
+        "the abusers should have used up the budget: {in_flight} bytes in flight"
+    );
+    // A pop reserves max_message_size (1 MiB) per message: one message past the budget at most.
+    assert!(
+        in_flight < (BUDGET_MIB + 2) << 20,
+        "one message past the budget at most: {in_flight} bytes in flight"
+    );
+    assert!(refused > 0, "receives beyond the budget are refused");
+    assert!(
+        abused_rss < baseline + (BUDGET_MIB + 48) * 1024,
+        "unread receives grew the RSS from {baseline} KiB to {abused_rss} KiB, past the {BUDGET_MIB} MiB budget"
+    );
+
+    // (b) A receive while the budget is used up is refused at once, naming the budget.
+    let mut good = connect(addr).await;
+    let t = Instant::now();
+    let s = receive_status(&mut good, big_receive("Big", "G", 30_000)).await;
+    assert_status(&s, pb::Code::TooManyRequests, "max_inflight_receive_bytes");
+    assert!(
+        t.elapsed() < Duration::from_secs(1),
+        "refused in {:?}",
+        t.elapsed()
+    );
+    // (c) Other calls are served promptly.
+    let t = Instant::now();
+    send_ok(&mut good, msg("Other", b"x", pb::MessageType::Normal, "O1")).await;
+    let route = good
+        .query_route(pb::QueryRouteRequest {
+            topic: res("Big"),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(route.status.unwrap().code, OK);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "served in {:?}",
+        t.elapsed()
+    );
+
+    // (d) The abusers go: their responses are released, and what they popped comes back
+    // after its invisible time. A consumer that reads gets every message exactly once.
+    drop(held);
+    drop(channels);
+    let t = Instant::now();
+    while broker.metric("rocklet_receive_bytes_in_flight") > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "responses of gone clients are still counted"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
+    tokio::time::sleep(Duration::from_millis(INVISIBLE_MS).saturating_sub(popped_at.elapsed()))
+        .await;
+    let mut seen = std::collections::HashSet::new();
+    let t = Instant::now();
+    while seen.len() < MESSAGES {
+        assert!(
+            t.elapsed() < Duration::from_secs(30),
+            "only {} of {MESSAGES} messages received after the abusers left",
+            seen.len()
+        );
+        let r = receive(&mut good, "Big", "G", 32, 30_000, 1_000).await;
+        assert!(
+            r.status.code == OK || r.status.code == pb::Code::MessageNotFound as i32,
+            "{}: {}",
+            r.status.code,
+            r.status.message
+        );
+        for m in &r.messages {
+            let id = m.system_properties.as_ref().unwrap().message_id.clone();
+            assert_eq!(m.body.len(), 1 << 20);
+            assert!(seen.insert(id.clone()), "{id} received twice");
+            assert_eq!(ack(&mut good, "Big", "G", m).await.code, OK);
+        }
+    }
+    let r = receive(&mut good, "Big", "G", 32, 30_000, 300).await;
+    assert!(
+        r.messages.is_empty(),
+        "{} extra deliveries",
+        r.messages.len()
+    );
+    assert_eq!(broker.metric("rocklet_receive_bytes_in_flight"), 0);
+}
+
+/// A connection may have at most `max_concurrent_streams` calls open: above it the client
+/// queues its calls until one ends, and other connections are served meanwhile.
+#[tokio::test]
+async fn streams_above_the_per_connection_limit_wait_for_one_to_end() {
+    let b = TestBroker::start_with(|c| c.max_concurrent_streams = 4).await;
+    let addr = b.addr();
+    let busy = connect(addr).await;
+    // Four long polls of an empty topic take every stream of the connection for ~1.5 s.
+    let mut polls = Vec::new();
+    for i in 0..4 {
+        let mut c = busy.clone();
+        polls.push(tokio::spawn(async move {
+            let req = pb::ReceiveMessageRequest {
+                long_polling_timeout: Some(dur(1_500)),
+                ..receive_req("Empty", &format!("E{i}"))
+            };
+            receive_status(&mut c, req).await
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A fifth call on that connection waits for a stream.
+    let mut c = busy.clone();
+    let t = Instant::now();
+    let fifth = tokio::spawn(async move {
+        send_ok(&mut c, msg("Queued", b"q", pb::MessageType::Normal, "Q1")).await;
+        Instant::now()
+    });
+    // Another connection is served at once.
+    let mut other = connect(addr).await;
+    send_ok(&mut other, msg("Free", b"f", pb::MessageType::Normal, "F1")).await;
+    assert!(
+        t.elapsed() < Duration::from_millis(500),
+        "another connection waited {:?}",
+        t.elapsed()
+    );
+    let done = fifth.await.unwrap();
+    let waited = done.duration_since(t);
+    assert!(
+        waited >= Duration::from_millis(700),
+        "the fifth stream should have waited for a long poll to end, took {waited:?}"
+    );
+    for p in polls {
+        let s = p.await.unwrap();
+        assert_eq!(s.code, pb::Code::MessageNotFound as i32, "{}", s.message);
+    }
+    b.stop().await;
 }
 
 /// Kills the broker however the test ends.
