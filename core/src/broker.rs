@@ -1282,18 +1282,12 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
+        // An offset is kept for a queue that exists: committing one must not create a topic
+        // (it would get `queue_id + 1` queues, not the configured count).
         match self.readable_queue(topic_name, queue_id) {
-            Ok(_) => {}
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Err(ClientError::UnknownTopic(topic_name.into()))),
             Err(e) => return Ok(Err(e)),
-        }
-        // A topic that does not exist yet takes any queue id above: bound it, or the state
-        // record would create that many queues (u32::MAX overflows).
-        if queue_id >= MAX_QUEUES {
-            return Ok(Err(ClientError::InvalidQueue {
-                topic: topic_name.into(),
-                queue_id,
-                queues: MAX_QUEUES,
-            }));
         }
         self.write_state(&StateOp::Offset {
             group,

@@ -563,6 +563,21 @@ fn crash_cuts_torn_tail_and_keeps_synced() {
 #[test]
 fn bad_input_is_answered() {
     let mut sim = Sim::new(cfg()).unwrap();
+    // An offset for a topic that does not exist is refused and creates nothing (it used to
+    // create the topic with `queue_id + 1` queues; found by fuzz state_machine).
+    let r = sim
+        .request(Request::CommitOffset {
+            group: "G".into(),
+            topic: "Missing".into(),
+            queue_id: 0,
+            offset: 3,
+        })
+        .unwrap();
+    assert!(
+        matches!(&r, Reply::Error(ClientError::UnknownTopic(t)) if t == "Missing"),
+        "{r:?}"
+    );
+    assert!(sim.broker.topics().iter().all(|t| t.name != "Missing"));
     let r = sim
         .request(Request::Send {
             messages: vec![NewMessage::new("bad topic", "x")],

@@ -142,43 +142,56 @@ fn a_delivery_written_during_a_failed_sync_becomes_visible_once_storage_recovers
 /// Found by the `log_recovery` target (tests/vectors/regressions/log_recovery/
 /// state-record-queue-id-out-of-range): a consumer-state record names its queue id, and
 /// applying it created every queue up to that id (millions from one record; `u32::MAX`
-/// overflowed). A client reached the same path: CommitOffset on a topic that does not exist
-/// yet accepts any queue id.
+/// overflowed). A client reached the same path: CommitOffset on a topic that did not exist
+/// yet accepted any queue id. Then the `state_machine` target (regressions/state_machine/
+/// offset-commit-created-topic) found that even a small queue id created the topic, with
+/// `queue_id + 1` queues instead of the configured count: an offset commit for a topic that
+/// does not exist is now refused, and one for a queue the topic lacks too.
 #[test]
 fn commit_offset_with_an_out_of_range_queue_is_refused_not_a_panic() {
-    use rocklet_core::{Broker, ClientError, Config, MemStorage, Reply, Request};
+    use rocklet_core::{Broker, ClientError, Config, MemStorage, NewMessage, Reply, Request};
 
     let mut b = Broker::open(Config::default(), MemStorage::new(), 0).unwrap();
-    for queue_id in [u32::MAX, 3_000_000, 1024] {
-        let r = b
-            .execute(
-                0,
-                Request::CommitOffset {
-                    group: "G".into(),
-                    topic: "NotYetATopic".into(),
-                    queue_id,
-                    offset: 7,
-                },
-            )
-            .unwrap();
+    let commit = |b: &mut Broker<MemStorage>, topic: &str, queue_id: u32| {
+        b.execute(
+            0,
+            Request::CommitOffset {
+                group: "G".into(),
+                topic: topic.into(),
+                queue_id,
+                offset: 7,
+            },
+        )
+        .unwrap()
+    };
+    for queue_id in [u32::MAX, 3_000_000, 1024, 3, 0] {
+        let r = commit(&mut b, "NotYetATopic", queue_id);
+        assert!(
+            matches!(r, Reply::Error(ClientError::UnknownTopic(_))),
+            "queue {queue_id}: {r:?}"
+        );
+    }
+    assert!(b.topics().is_empty(), "{:?}", b.topics());
+    let sent = b
+        .execute(
+            0,
+            Request::Send {
+                messages: vec![NewMessage::new("NowATopic", "x")],
+            },
+        )
+        .unwrap();
+    assert!(matches!(sent, Reply::Sent(_)), "{sent:?}");
+    let queues = b.topics()[0].queues.len() as u32;
+    for queue_id in [u32::MAX, 3_000_000, queues] {
+        let r = commit(&mut b, "NowATopic", queue_id);
         assert!(
             matches!(r, Reply::Error(ClientError::InvalidQueue { .. })),
             "queue {queue_id}: {r:?}"
         );
     }
-    let queues: usize = b.topics().iter().map(|t| t.queues.len()).sum();
-    assert!(queues <= 1024, "{queues} queues created");
-    // Within range it still works for a topic that does not exist yet.
-    let r = b
-        .execute(
-            0,
-            Request::CommitOffset {
-                group: "G".into(),
-                topic: "NotYetATopic".into(),
-                queue_id: 3,
-                offset: 7,
-            },
-        )
-        .unwrap();
-    assert_eq!(r, Reply::OffsetCommitted);
+    assert_eq!(b.topics()[0].queues.len() as u32, queues);
+    assert_eq!(
+        commit(&mut b, "NowATopic", queues - 1),
+        Reply::OffsetCommitted
+    );
 }
