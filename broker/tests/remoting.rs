@@ -817,18 +817,22 @@ async fn queue_locks_contention_expiry_unlock_and_release() {
             br#"{"consumerGroup":"G","clientId":"X","mqSet":[{"queueId":1}]}"#,
             "topic",
         ),
+        (
+            br#"{"consumerGroup":"G","clientId":"X","mqSet":[{"topic":"a b","queueId":1}]}"#,
+            "mqSet[0].topic",
+        ),
     ] {
         let r = c.call(41, &[], body.to_vec()).await;
         assert_eq!(r.code, 1, "{what}");
         let remark = r.remark.unwrap();
         assert!(remark.contains(what), "{remark}");
     }
-    // Those five refusals count in the broker's request errors.
+    // Those six refusals count in the broker's request errors.
     assert_eq!(
         metrics
             .request_errors
             .load(std::sync::atomic::Ordering::Relaxed),
-        5
+        6
     );
 }
 

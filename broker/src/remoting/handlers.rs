@@ -18,7 +18,7 @@ use tracing::debug;
 
 use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
 use super::compression;
-use super::locks::{QueueKey, QueueLocks, MAX_QUEUES_PER_REQUEST};
+use super::locks::{QueueKey, QueueLocks, MAX_CLIENT_ID_LEN, MAX_QUEUES_PER_REQUEST};
 use super::pop::{self, Renewals};
 use super::stats::RemotingStats;
 use crate::clock::{Clock, SystemClock};
@@ -658,7 +658,15 @@ fn lock_body(req: &RemotingCommand) -> Result<LockBody, RemotingCommand> {
         }
     };
     let group = text("consumerGroup")?;
+    rocklet_core::topic::validate_group(&group)
+        .map_err(|e| bad(format!("`consumerGroup`: {e}")))?;
     let client = text("clientId")?;
+    if client.len() > MAX_CLIENT_ID_LEN {
+        return Err(bad(format!(
+            "`clientId` is {} bytes, longer than {MAX_CLIENT_ID_LEN}",
+            client.len()
+        )));
+    }
     let set = match v.get("mqSet") {
         None | Some(serde_json::Value::Null) => &Vec::new(),
         Some(serde_json::Value::Array(a)) => a,
@@ -676,6 +684,8 @@ fn lock_body(req: &RemotingCommand) -> Result<LockBody, RemotingCommand> {
         if topic.is_empty() {
             return Err(bad(format!("`mqSet[{i}]` lacks `topic`")));
         }
+        rocklet_core::topic::validate_name(topic)
+            .map_err(|e| bad(format!("`mqSet[{i}].topic`: {e}")))?;
         let id = match q.get("queueId") {
             Some(serde_json::Value::Number(n)) => n.as_u64(),
             Some(serde_json::Value::String(s)) => s.trim().parse().ok(),

@@ -24,9 +24,11 @@ use rocklet_core::Millis;
 pub const LOCK_TTL_MS: Millis = 60_000;
 /// Most queues one request may name (a rebalance names a few per broker).
 pub const MAX_QUEUES_PER_REQUEST: usize = 4096;
-/// Most locks held in all (beyond it, new locks are refused: the queue is simply not
-/// locked, and the client retries later).
-pub const MAX_LOCKS: usize = 1 << 20;
+/// Most locks held in all. When full, expired locks are dropped first; beyond it, new locks
+/// are refused (the queue is simply not locked, and the client retries later).
+pub const MAX_LOCKS: usize = 1 << 16;
+/// Longest client id taken.
+pub const MAX_CLIENT_ID_LEN: usize = 255;
 
 /// A queue of a topic.
 #[derive(Clone, Debug, PartialEq, Eq, Hash, PartialOrd, Ord)]
@@ -60,6 +62,9 @@ impl QueueLocks {
         conn: u64,
         queues: &[QueueKey],
     ) -> Vec<QueueKey> {
+        if self.count + queues.len() > MAX_LOCKS {
+            self.release(|_, h| now.saturating_sub(h.renewed) > LOCK_TTL_MS);
+        }
         let mut ok = Vec::with_capacity(queues.len());
         let mut added = 0;
         let full = self.count >= MAX_LOCKS;
@@ -225,12 +230,17 @@ mod tests {
 
     #[test]
     fn the_table_is_bounded() {
-        let mut l = QueueLocks {
-            count: MAX_LOCKS - 1,
-            ..QueueLocks::default()
-        };
-        assert_eq!(l.lock(0, "G", "a", 1, &[q(0), q(1)]), [q(0)]);
-        // Renewals still work when full.
-        assert_eq!(l.lock(1, "G", "a", 1, &[q(0), q(1)]), [q(0)]);
+        let mut l = QueueLocks::default();
+        let all: Vec<QueueKey> = (0..MAX_LOCKS as u32 - 1).map(q).collect();
+        assert_eq!(l.lock(0, "G", "a", 1, &all).len(), MAX_LOCKS - 1);
+        let (x, y) = (MAX_LOCKS as u32, MAX_LOCKS as u32 + 1);
+        assert_eq!(l.lock(0, "G", "b", 2, &[q(x), q(y)]), [q(x)]);
+        assert_eq!(l.len(), MAX_LOCKS);
+        // Renewals still work when full; new locks do not.
+        assert_eq!(l.lock(1, "G", "b", 2, &[q(x), q(y)]), [q(x)]);
+        // Once a's locks expire they make room (b's, renewed, stay).
+        assert_eq!(l.lock(LOCK_TTL_MS + 1, "G", "c", 3, &[q(y)]), [q(y)]);
+        assert_eq!(l.len(), 2);
+        assert_eq!(l.holder(LOCK_TTL_MS + 1, "G", &q(x)), Some("b"));
     }
 }
