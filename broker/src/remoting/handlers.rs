@@ -73,6 +73,8 @@ const PULL_COMMIT_OFFSET: i32 = 0x1;
 const PULL_SUSPEND: i32 = 0x2;
 /// Most messages one pull returns.
 const MAX_PULL: u32 = 1024;
+/// Most messages one pop returns (RocketMQ's brokers take at most 32 too).
+const MAX_POP: u32 = 32;
 /// Largest batch body entry count we decode (the core bounds the bytes).
 const MAX_BATCH: usize = 10_000;
 
@@ -1317,7 +1319,7 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?.to_string();
     let queue_id: i32 = number_or(req, "queueId", -1)?;
     let queue_id = u32::try_from(queue_id).ok();
-    let max: u32 = number_or(req, "maxMsgNums", 32u32)?.clamp(1, MAX_PULL);
+    let max: u32 = number_or(req, "maxMsgNums", 32u32)?.clamp(1, MAX_POP);
     let invisible_ms: u64 = number(req, "invisibleTime")?;
     if invisible_ms == 0 {
         return Err(fail(
