@@ -25,7 +25,8 @@ root="$(cd "$(dirname "$0")/../.." && pwd)"
 seconds="${FUZZ_SECONDS:-20}"
 targets=("$@")
 if [ ${#targets[@]} -eq 0 ]; then
-  targets=(record_decode props_decode batch_decode log_recovery state_machine)
+  targets=(record_decode props_decode batch_decode log_recovery state_machine remoting_frames
+    remoting_commands grpc_requests)
 fi
 
 cd "$root/tests/fuzz"
