@@ -137,8 +137,15 @@ pub struct Acked {
 }
 
 /// Panics naming every acknowledged message that `delivered` (topic, queue, offset, body)
-/// lacks.
+/// lacks (`ROCKLET_FUZZ_VERBOSE` set: prints both counts).
 pub fn check_delivered(acked: &[Acked], delivered: &[Acked]) {
+    if std::env::var_os("ROCKLET_FUZZ_VERBOSE").is_some() {
+        eprintln!(
+            "delivery check: {} acknowledged, {} delivered",
+            acked.len(),
+            delivered.len()
+        );
+    }
     let mut got = delivered.to_vec();
     got.sort();
     let missing: Vec<&Acked> = acked
