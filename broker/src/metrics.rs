@@ -98,6 +98,8 @@ pub struct Metrics {
     pub receive_bytes_in_flight: AtomicU64,
     /// Receives refused (`TOO_MANY_REQUESTS`) because those bytes used up the budget.
     pub receives_over_budget: AtomicU64,
+    /// RocketMQ 4 remoting request counters, once remoting serves.
+    pub remoting: std::sync::OnceLock<Arc<crate::remoting::stats::RemotingStats>>,
 }
 
 impl Metrics {
@@ -152,6 +154,9 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "Requests answered with a non-OK status",
         m.request_errors.load(Ordering::Relaxed),
     );
+    if let Some(r) = m.remoting.get() {
+        r.render(&mut out);
+    }
     if let Some((s, halves, delays, end, synced)) = snap {
         counter(
             &mut out,

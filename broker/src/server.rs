@@ -143,7 +143,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         None => (None, None),
     };
     let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
-        let ctx = RemotingCtx::new(core.clone(), cfg.clone());
+        let ctx = RemotingCtx::new(core.clone(), cfg.clone())
+            .with_clock(clock.clone())
+            .with_metrics(m.clone());
+        let _ = m.remoting.set(ctx.stats());
         let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
         match r {
             Ok(r) => {

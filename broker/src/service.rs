@@ -45,6 +45,9 @@ const SETTINGS_RESEND: Duration = Duration::from_secs(1);
 /// What a received message holds besides its body, at most (properties, ids, handle), for the
 /// budget's reservation while a pop is in progress.
 const MESSAGE_OVERHEAD: u64 = 64 << 10;
+/// Room for the encoding of one received message beyond its record (ids, receipt handle,
+/// timestamps), when a pop's size is bounded by the core's transfer cap.
+const PROTO_PER_MESSAGE: u64 = 1 << 10;
 
 /// The service.
 #[derive(Debug, Clone)]
@@ -60,9 +63,14 @@ impl Messaging {
     /// A service over a running core thread.
     #[must_use]
     pub fn new(core: CoreHandle, cfg: Arc<BrokerConfig>, metrics: Arc<Metrics>) -> Self {
+        // The core returns at most max_transfer_bytes of records per receive, or one
+        // record of at most the largest message: a pop of many messages needs no more.
+        let per_pop = u64::from(cfg.core.max_transfer_bytes)
+            .max(u64::from(cfg.core.max_message_size) + MESSAGE_OVERHEAD);
         let budget = Arc::new(ReceiveBudget::new(
             cfg.max_inflight_receive_bytes,
             u64::from(cfg.core.max_message_size) + MESSAGE_OVERHEAD,
+            per_pop,
             metrics.clone(),
         ));
         Messaging {
@@ -606,6 +614,8 @@ pub struct ReceiveBudget {
     limit: u64,
     /// Reserved per message a pop may return.
     per_message: u64,
+    /// The most one pop returns, whatever its count (plus [`PROTO_PER_MESSAGE`] each).
+    per_pop: u64,
     state: Mutex<BudgetState>,
     /// Wakes receives waiting for room while other pops are in progress.
     freed: Notify,
@@ -638,12 +648,14 @@ impl std::fmt::Display for OverBudget {
 }
 
 impl ReceiveBudget {
-    /// A budget of `limit` bytes, reserving `per_message` for each message a pop may return.
+    /// A budget of `limit` bytes, reserving `per_message` for each message a pop may return
+    /// and at most `per_pop` (plus a little encoding room per message) for one pop.
     #[must_use]
-    pub fn new(limit: u64, per_message: u64, metrics: Arc<Metrics>) -> Self {
+    pub fn new(limit: u64, per_message: u64, per_pop: u64, metrics: Arc<Metrics>) -> Self {
         ReceiveBudget {
             limit,
             per_message: per_message.max(1),
+            per_pop,
             state: Mutex::new(BudgetState::default()),
             freed: Notify::new(),
             metrics,
@@ -680,7 +692,12 @@ impl ReceiveBudget {
                 let room = self
                     .limit
                     .saturating_sub(s.charged.saturating_add(s.reserved));
-                let fits = (room / self.per_message).min(u64::from(max.max(1))) as u32;
+                let want = max.max(1);
+                let fits = if self.bytes_for(want) <= room {
+                    want
+                } else {
+                    (room / self.per_message).min(u64::from(want)) as u32
+                };
                 // With no other pop in progress, one message always goes (never starved).
                 let count = if fits == 0 && s.reserved == 0 {
                     1
@@ -688,7 +705,7 @@ impl ReceiveBudget {
                     fits
                 };
                 if count > 0 {
-                    let bytes = u64::from(count) * self.per_message;
+                    let bytes = self.bytes_for(count);
                     s.reserved += bytes;
                     return Ok(Reservation {
                         budget: self.clone(),
@@ -699,6 +716,12 @@ impl ReceiveBudget {
             }
             freed.await;
         }
+    }
+
+    /// Room a pop of up to `count` messages needs.
+    fn bytes_for(&self, count: u32) -> u64 {
+        let count = u64::from(count);
+        (count * self.per_message).min(self.per_pop.saturating_add(count * PROTO_PER_MESSAGE))
     }
 
     fn publish(&self, s: &BudgetState) {
@@ -1102,9 +1125,30 @@ mod tests {
     fn budget(limit: u64, per_message: u64) -> (Arc<ReceiveBudget>, Arc<Metrics>) {
         let m = Arc::new(Metrics::default());
         (
-            Arc::new(ReceiveBudget::new(limit, per_message, m.clone())),
+            Arc::new(ReceiveBudget::new(limit, per_message, u64::MAX, m.clone())),
             m,
         )
+    }
+
+    /// With the core's transfer cap, a pop of many messages reserves what one pop can
+    /// return, not the largest message times the count: concurrent receives of a batch
+    /// size of 32 are not serialized by a budget of a few responses.
+    #[tokio::test]
+    async fn a_pop_reserves_at_most_what_the_transfer_cap_lets_it_return() {
+        let m = Arc::new(Metrics::default());
+        let mib = 1u64 << 20;
+        let b = Arc::new(ReceiveBudget::new(64 * mib, 4 * mib, 4 * mib, m));
+        let mut held = Vec::new();
+        for _ in 0..15 {
+            let r = b.reserve(32).await.unwrap();
+            assert_eq!(r.count(), 32);
+            held.push(r);
+        }
+        // 15 x (4 MiB + 32 KiB) reserved (by the largest message alone, one pop of 32 would
+        // have reserved 130 MiB and the budget would have allowed none at once).
+        assert_eq!(b.state().reserved, 15 * ((4 * mib) + 32 * 1024));
+        drop(held);
+        assert_eq!(b.state().reserved, 0);
     }
 
     #[tokio::test]

@@ -1164,3 +1164,35 @@ async fn a_peer_that_never_reads_is_not_read_until_it_does() {
     writer.await.unwrap();
     assert_eq!(s.stats.get("PULL_MESSAGE").0, u64::from(N as u32));
 }
+
+/// The broker's metrics endpoint counts remoting requests by code name, with their errors.
+#[tokio::test]
+async fn remoting_requests_show_in_the_metrics() {
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let remoting = b.broker.as_ref().unwrap().remoting_addr.unwrap();
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    send(&mut c, "V4Metrics", "m", &[]).await;
+    let r = c.call(999_999, &[], Vec::new()).await;
+    assert_ne!(r.code, 0, "an unknown code is refused");
+    let addr = b.broker.as_ref().unwrap().metrics_addr.unwrap();
+    let mut sock = TcpStream::connect(addr).await.unwrap();
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        .await
+        .unwrap();
+    let mut text = String::new();
+    sock.read_to_string(&mut text).await.unwrap();
+    for needle in [
+        "rocklet_remoting_requests_total{code=\"SEND_MESSAGE_V2\"} 1",
+        "rocklet_remoting_request_errors_total{code=\"SEND_MESSAGE_V2\"} 0",
+        "rocklet_remoting_requests_total{code=\"OTHER\"} 1",
+        "rocklet_remoting_request_errors_total{code=\"OTHER\"} 1",
+    ] {
+        assert!(text.contains(needle), "missing `{needle}` in\n{text}");
+    }
+    b.stop().await;
+}

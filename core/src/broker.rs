@@ -1243,19 +1243,27 @@ impl<S: Storage> Broker<S> {
         let visible = self.queues[q as usize].visible as u64;
         let mut messages = Vec::new();
         let mut at = start.min(visible);
+        let cap = u64::from(self.cfg.max_transfer_bytes);
+        let mut bytes = 0u64;
         while at < visible && messages.len() < max.clamp(1, 1024) as usize {
             let unit = self.queues[q as usize].units[at as usize];
-            at += 1;
             if let TagFilter::Tags(tags) = filter {
                 if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
+                    at += 1;
                     continue;
                 }
             }
-            if let Some(m) = self.read_message(q, at - 1, unit)? {
+            if let Some(m) = self.read_message(q, at, unit)? {
                 if filter.matches(m.tag.as_deref()) {
+                    // Past the transfer cap: this message starts the next pull.
+                    if !messages.is_empty() && bytes + u64::from(unit.size) > cap {
+                        break;
+                    }
+                    bytes += u64::from(unit.size);
                     messages.push(m);
                 }
             }
+            at += 1;
         }
         if auto_commit && at != start {
             self.write_state(&StateOp::Offset {
@@ -1334,6 +1342,11 @@ impl<S: Storage> Broker<S> {
         };
         let g = self.group(group);
         let max = max.clamp(1, 1024) as usize;
+        let cap = u64::from(self.cfg.max_transfer_bytes);
+        // Bytes taken so far; a message that would go past `cap` ends the receive (the first
+        // one always goes).
+        let mut bytes = 0u64;
+        let mut full = false;
         let until = self.now + invisible_ms;
         let mut out = Vec::new();
         let n = queues.len().max(1) as u32;
@@ -1341,15 +1354,22 @@ impl<S: Storage> Broker<S> {
             .first()
             .map_or(0, |q| *self.pop_cursor.get(&(g, *q)).unwrap_or(&0));
         for i in 0..queues.len() {
-            if out.len() >= max {
+            if out.len() >= max || full {
                 break;
             }
             let q = queues[((cursor + i as u32) % n) as usize];
             let mut entries: Vec<(u64, u32)> = Vec::new();
             let pq = self.pops.entry((g, q)).or_default();
+            let units = &self.queues[q as usize].units;
             // Expired deliveries first, then new messages.
             let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
             for qoff in ready {
+                let size = units.get(qoff as usize).map_or(0, |u| u64::from(u.size));
+                if out.len() + entries.len() > 0 && bytes + size > cap {
+                    full = true;
+                    break;
+                }
+                bytes += size;
                 let attempt = pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1);
                 entries.push((qoff, attempt));
             }
@@ -1364,11 +1384,17 @@ impl<S: Storage> Broker<S> {
                 };
                 msgs.push(self.read_message(q, qoff, unit)?);
             }
-            while next < visible && entries.len() + out.len() < max {
+            while !full && next < visible && entries.len() + out.len() < max {
                 let unit = self.queues[q as usize].units[next as usize];
                 let m = self.read_message(q, next, unit)?;
                 if let Some(m) = &m {
                     if filter.matches(m.tag.as_deref()) {
+                        let size = u64::from(unit.size);
+                        if entries.len() + out.len() > 0 && bytes + size > cap {
+                            full = true;
+                            break;
+                        }
+                        bytes += size;
                         entries.push((next, 1));
                         msgs.push(Some(m.clone()));
                     }

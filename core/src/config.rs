@@ -36,6 +36,10 @@ pub struct Config {
     pub max_message_size: u32,
     /// Largest batch, all bodies together (4 MiB).
     pub max_batch_size: u32,
+    /// Bytes of stored messages one pull or receive returns at most; the first message
+    /// always goes, however large (RocketMQ's maxTransferBytesOnMessageInMemory: 256 KiB).
+    /// Bounds the memory of a reply.
+    pub max_transfer_bytes: u32,
     /// Queues of an auto-created topic (RocketMQ's defaultTopicQueueNums: 4).
     pub default_queues: u32,
     /// Create a topic on its first send (RocketMQ's autoCreateTopicEnable).
@@ -83,6 +87,7 @@ impl Default for Config {
             flush: FlushMode::Async,
             max_message_size: 4 << 20,
             max_batch_size: 4 << 20,
+            max_transfer_bytes: 256 << 10,
             default_queues: 4,
             auto_create_topics: true,
             transaction_timeout_ms: 6_000,
@@ -134,6 +139,9 @@ impl Config {
         }
         if self.max_message_size == 0 {
             return err("max_message_size", "must be at least 1 byte".into());
+        }
+        if self.max_transfer_bytes == 0 {
+            return err("max_transfer_bytes", "must be at least 1 byte".into());
         }
         // A record holds the body plus at most ~33 KiB of header, topic and properties.
         let largest = u64::from(self.max_message_size.max(self.max_batch_size)) + 40_000;

@@ -538,6 +538,74 @@ fn detached_file_sync_clears_only_what_no_later_append_touched() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
+/// A pull or receive returns at most `max_transfer_bytes` of stored messages (the first one
+/// always, however large), as RocketMQ's maxTransferBytesOnMessageInMemory.
+#[test]
+fn pulls_and_receives_stop_at_the_transfer_cap() {
+    let mut sim = Sim::new(Config {
+        default_queues: 1,
+        max_transfer_bytes: 25_000,
+        ..cfg()
+    })
+    .unwrap();
+    for i in 0..4 {
+        let body = alloc::format!("{i}{}", "x".repeat(10_000));
+        send(&mut sim, "Big", &body);
+    }
+    send(&mut sim, "Big", &"y".repeat(40_000));
+    let pull = |sim: &mut Sim<MemStorage>| match sim
+        .request(Request::Pull {
+            group: "P".into(),
+            topic: "Big".into(),
+            queue_id: 0,
+            offset: None,
+            max: 32,
+            filter: TagFilter::All,
+            auto_commit: true,
+        })
+        .unwrap()
+    {
+        Reply::Pulled {
+            messages,
+            next_offset,
+            ..
+        } => (messages.len(), next_offset),
+        other => panic!("pull: {other:?}"),
+    };
+    assert_eq!(
+        pull(&mut sim),
+        (2, 2),
+        "two ~10 KB records fit in 25 000 bytes"
+    );
+    assert_eq!(pull(&mut sim), (2, 4));
+    assert_eq!(
+        pull(&mut sim),
+        (1, 5),
+        "one record above the cap still goes, alone"
+    );
+    let receive = |sim: &mut Sim<MemStorage>| match sim
+        .request(Request::Receive {
+            group: "R".into(),
+            topic: "Big".into(),
+            queue_id: None,
+            max: 32,
+            invisible_ms: 60_000,
+            filter: TagFilter::All,
+        })
+        .unwrap()
+    {
+        Reply::Received(r) => r.len(),
+        other => panic!("receive: {other:?}"),
+    };
+    assert_eq!(receive(&mut sim), 2);
+    assert_eq!(receive(&mut sim), 2);
+    assert_eq!(receive(&mut sim), 1);
+    assert_eq!(receive(&mut sim), 0);
+    // Redeliveries are capped the same way.
+    sim.advance(60_001).unwrap();
+    assert_eq!(receive(&mut sim), 2);
+}
+
 #[test]
 fn crash_cuts_torn_tail_and_keeps_synced() {
     let mut s = CrashStorage::new();
