@@ -15,6 +15,8 @@ export interface BrokerConfig {
   flush?: 'async' | 'sync';
   maxMessageSize?: number;
   maxBatchSize?: number;
+  /** Most record bytes one pull or receive returns (the first message always goes). */
+  maxTransferBytes?: number;
   defaultQueues?: number;
   autoCreateTopics?: boolean;
   transactionTimeoutMs?: number;
