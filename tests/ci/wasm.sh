@@ -27,9 +27,13 @@ if [ ${#missing[@]} -gt 0 ]; then
 fi
 # wasm-bindgen-cli must equal the wasm-bindgen crate in Cargo.lock. Not --locked: the CLI's own
 # lockfile pins a yanked crate.
+# tests/ci/run starts this install early in the background (tests/ci/prefetch.sh): wait for
+# it; run alone, install here.
 WBV=$(cargo pkgid wasm-bindgen | sed 's/.*[@#]//')
+bash "$ROOT/tests/ci/prefetch.sh" wait wasm-bindgen || [ $? = 2 ] || echo "prefetched install failed; installing here"
 if [ "$("$TOOLS/bin/wasm-bindgen" --version 2>/dev/null | awk '{print $2}')" != "$WBV" ]; then
-  nice -n 10 cargo install --quiet --root "$TOOLS" wasm-bindgen-cli --version "$WBV"
+  # --debug: it runs once per build on one module; an optimized build of it costs minutes.
+  nice -n 10 cargo install --quiet --debug --root "$TOOLS" wasm-bindgen-cli --version "$WBV"
 fi
 if [ ! -d "$TOOLS/node_modules/playwright-core" ] || [ ! -x "$TOOLS/node_modules/.bin/wasm-opt" ]; then
   npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$TOOLS" playwright-core@1.65.1 binaryen@132.0.0
