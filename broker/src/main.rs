@@ -78,6 +78,11 @@ struct BenchCli {
     /// Run for this many seconds instead of a count.
     #[arg(long, value_name = "SECS")]
     duration: Option<f64>,
+    /// Start at most this many operations per second, all clients together (default: as
+    /// fast as replies come). A punctuality run uses it so checks come due spread out, not
+    /// as one burst.
+    #[arg(long, value_name = "PER_SEC")]
+    rate: Option<f64>,
     /// Body size in bytes (at least 16: the bench's header).
     #[arg(long, default_value_t = 1024)]
     size: usize,
@@ -163,6 +168,14 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.consumers = c.consumers;
     a.count = c.count;
     a.duration = c.duration.map(|d| secs(d, "--duration")).transpose()?;
+    a.rate = match c.rate {
+        Some(r) if !(r.is_finite() && r > 0.0) => {
+            return Err(format!(
+                "--rate {r}: expected a number of operations per second above 0"
+            ))
+        }
+        r => r,
+    };
     a.size = c.size;
     a.mix = Mix::parse(&c.mix)?;
     a.backlog = c.backlog;

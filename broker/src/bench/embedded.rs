@@ -188,6 +188,11 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         syncer: Syncer::new()?,
     };
     let mut notes = Vec::new();
+    if let Some(r) = args.rate {
+        notes.push(format!(
+            "paced: at most {r} operations started per second (--rate)"
+        ));
+    }
     let mut fields = Vec::new();
     if args.backlog > 0 {
         let t = Instant::now();
@@ -391,8 +396,13 @@ impl Run<'_> {
         let stop_at = args.duration.map(|d| Instant::now() + d);
         let mut live = Live::new(args.live);
         let producing_mode = args.mode != Mode::Consume;
+        let paced_from = Instant::now();
         loop {
             let now = self.clock.now();
+            // --rate: the operations that may have started by now.
+            let allowed = args.rate.map_or(u64::MAX, |r| {
+                self.backlog + (r * paced_from.elapsed().as_secs_f64()) as u64 + 1
+            });
             if self.b.poll_timeout().is_some_and(|t| t <= now) {
                 self.b
                     .handle_timeout(now)
@@ -406,7 +416,9 @@ impl Run<'_> {
             let mut busy = false;
             for (c, p) in phases.iter_mut().enumerate() {
                 match *p {
-                    Phase::Idle if more && (stop_at.is_some() || next < end_seq) => {
+                    Phase::Idle
+                        if more && (stop_at.is_some() || next < end_seq) && next < allowed =>
+                    {
                         *p = self.issue(c, next, now)?;
                         next += 1;
                         busy = true;
@@ -468,7 +480,7 @@ impl Run<'_> {
                     break;
                 }
             }
-            if !busy && !self.receiving && args.mode == Mode::Consume {
+            if !busy && !self.receiving && (args.mode == Mode::Consume || args.rate.is_some()) {
                 std::thread::sleep(Duration::from_micros(200));
             }
         }

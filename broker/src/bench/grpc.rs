@@ -92,6 +92,8 @@ struct Shared {
     deadline: Mutex<Vec<u64>>,
     backlog: u64,
     next: AtomicU64,
+    /// When the first paced operation started (`--rate`).
+    pace_start: std::sync::OnceLock<Instant>,
     stop_consumers: AtomicBool,
     checks_answered: AtomicU64,
 }
@@ -168,6 +170,7 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             0
         },
         next: AtomicU64::new(0),
+        pace_start: std::sync::OnceLock::new(),
         stop_consumers: AtomicBool::new(false),
         checks_answered: AtomicU64::new(0),
     });
@@ -205,6 +208,11 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
 async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), String> {
     let args = &sh.args;
     let mut notes = Vec::new();
+    if let Some(r) = args.rate {
+        notes.push(format!(
+            "paced: at most {r} operations started per second (--rate)"
+        ));
+    }
     // The producer's telemetry stream: settings first (a proxy wants them before sends), then
     // transaction checks.
     let (tele_tx, tele_task) = telemetry_producer(sh, url).await?;
@@ -578,6 +586,11 @@ async fn produce(
         if stop_at.is_none() && seq >= end {
             sh.next.fetch_sub(1, Ordering::Relaxed);
             return;
+        }
+        if let (Some(rate), false) = (args.rate, backlog) {
+            let start = *sh.pace_start.get_or_init(Instant::now);
+            let due = start + Duration::from_secs_f64(seq.saturating_sub(sh.backlog) as f64 / rate);
+            tokio::time::sleep_until(due.into()).await;
         }
         let t0 = Instant::now();
         let (ty, deliver_at) = match args.mode {

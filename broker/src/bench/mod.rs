@@ -159,6 +159,9 @@ pub struct BenchArgs {
     pub count: u64,
     /// Run for this long instead of a count.
     pub duration: Option<Duration>,
+    /// Start at most this many operations per second, all clients together (`None`: as fast
+    /// as replies come). Spreads check deadlines out for punctuality runs.
+    pub rate: Option<f64>,
     /// Body size in bytes (at least the 16-byte header).
     pub size: usize,
     /// Flush mode of the embedded or in-process broker.
@@ -194,6 +197,7 @@ impl BenchArgs {
             consumers: 2,
             count: 20_000,
             duration: None,
+            rate: None,
             size: 1024,
             flush: FlushMode::Sync,
             mix: Mix {
