@@ -68,6 +68,27 @@ impl CrashStorage {
     pub fn live(&self) -> MemStorage {
         self.live.clone()
     }
+    /// A sync detached now, as `FileStorage::detach_sync`: the image it makes durable when it
+    /// completes ([`CrashStorage::complete_sync`]), however much is appended meanwhile.
+    #[must_use]
+    pub fn detach_sync(&self) -> MemStorage {
+        self.live.clone()
+    }
+    /// A detached sync completes: what its image holds becomes durable. Syncs only add: a
+    /// segment the durable image already holds more of (a later sync completed first) stays.
+    pub fn complete_sync(&mut self, mut image: MemStorage) {
+        self.syncs += 1;
+        for base in image.segments().unwrap_or_default() {
+            let newer = image.segment(base).unwrap_or_default();
+            if self
+                .durable
+                .segment(base)
+                .is_none_or(|d| d.len() < newer.len())
+            {
+                self.durable.set_segment(base, newer.to_vec());
+            }
+        }
+    }
 }
 
 impl Storage for CrashStorage {
