@@ -363,7 +363,7 @@ impl JsBroker {
         self.guard(&env, |b| {
             let name = str_arg("name", name)?;
             let queues = convert::u32_of("queues", queues)?;
-            b.core()?.create_topic(&name, queues).map_err(Fail::Client)
+            b.core()?.create_topic(&name, queues)?.map_err(Fail::Client)
         })
     }
 

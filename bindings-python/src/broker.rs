@@ -1185,6 +1185,7 @@ impl PyBroker {
     /// Creates a topic with `queues` queues (or grows it).
     fn create_topic(&self, py: Python<'_>, name: &str, queues: u32) -> PyResult<()> {
         py.detach(|| self.shared.read(|c| c.create_topic(name, queues)))
+            .and_then(|r| r.map_err(Fail::from))
             .map_err(fail(py))?
             .map_err(|e| client_error(py, &e))
     }

@@ -83,6 +83,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         let queues = t.queues.unwrap_or(cfg.core.default_queues);
         broker
             .create_topic(&t.name, queues)
+            .map_err(|e| format!("cannot record topic `{}` in {}: {e}", t.name, dir.display()))?
             .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
     }
 

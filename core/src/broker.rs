@@ -96,6 +96,10 @@ enum StateOp<'a> {
         queue_id: u32,
         offset: u64,
     },
+    /// A user topic created (or grown) by a host with this many queues: recovery gives it
+    /// exactly as many. (Auto-created topics need no record: recovery gives them the
+    /// configured `default_queues`, or more if their records name more.)
+    Topic { name: &'a str, queues: u32 },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -709,16 +713,31 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    /// Creates a topic (or grows it to `queues` queues). For hosts that declare topics.
-    pub fn create_topic(&mut self, name: &str, queues: u32) -> Result<(), ClientError> {
-        topic::validate_user_topic(name)?;
-        if queues == 0 || queues > MAX_QUEUES {
-            return Err(ClientError::InvalidArgument(format!(
-                "{queues} queues is not within 1..=1024"
-            )));
+    /// Creates a topic (or grows it to `queues` queues), durably. For hosts that declare
+    /// topics. `Ok(Err(_))`: the name or count cannot be used.
+    pub fn create_topic(&mut self, name: &str, queues: u32) -> Res<Result<(), ClientError>, S> {
+        if let Err(e) = topic::validate_user_topic(name) {
+            return Ok(Err(e));
         }
-        self.topic(name, queues);
-        Ok(())
+        if queues == 0 || queues > MAX_QUEUES {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "{queues} queues is not within 1..=1024"
+            ))));
+        }
+        self.ensure_topic(name, queues)?;
+        Ok(Ok(()))
+    }
+
+    /// The user topic `name` with at least `queues` queues, creating or growing it with a
+    /// record in the log, so a restart gives it the same queues.
+    fn ensure_topic(&mut self, name: &str, queues: u32) -> Res<u32, S> {
+        if let Some(&t) = self.topic_ids.get(name) {
+            if self.topics[t as usize].queues.len() as u32 >= queues {
+                return Ok(t);
+            }
+        }
+        self.write_state(&StateOp::Topic { name, queues })?;
+        Ok(self.topic(name, queues))
     }
 
     /// Handles a request; its reply comes out of [`Broker::poll_output`] tagged with `id`
@@ -1771,10 +1790,10 @@ impl<S: Storage> Broker<S> {
 
     fn write_state(&mut self, op: &StateOp<'_>) -> Res<u64, S> {
         let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
-        let topic = if matches!(op, StateOp::Offset { .. }) {
-            topic::OFFSETS
-        } else {
-            topic::REVIVE
+        let topic = match op {
+            StateOp::Offset { .. } => topic::OFFSETS,
+            StateOp::Topic { .. } => topic::TOPICS,
+            StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
         Ok(self.write(core::slice::from_ref(&spec))?[0].0)
@@ -2022,14 +2041,22 @@ impl<S: Storage> Broker<S> {
     }
 
     fn apply_state(&mut self, off: u64, now: Millis, op: StateOp<'_>) {
-        let (StateOp::Offset { queue_id, .. }
-        | StateOp::Ck { queue_id, .. }
-        | StateOp::Ack { queue_id, .. }) = &op;
-        if *queue_id >= MAX_QUEUES {
+        let out_of_range = match &op {
+            StateOp::Offset { queue_id, .. }
+            | StateOp::Ck { queue_id, .. }
+            | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
+            StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
+        };
+        if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
             return;
         }
         match op {
+            StateOp::Topic { name, queues } => {
+                if topic::validate_user_topic(name).is_ok() {
+                    self.topic_with(name, queues, false);
+                }
+            }
             StateOp::Offset {
                 group,
                 topic: t,
@@ -2218,9 +2245,19 @@ impl<S: Storage> Broker<S> {
     // ---- topics, queues, groups -----------------------------------------------------------
 
     fn topic(&mut self, name: &str, min_queues: u32) -> u32 {
+        self.topic_with(name, min_queues, true)
+    }
+
+    /// [`Broker::topic`]; `auto`: a user topic recovery meets first in a record (not in a
+    /// `Topic` state record) was auto-created, with `default_queues` queues — a record of
+    /// queue 0 must not make it a topic of one queue.
+    fn topic_with(&mut self, name: &str, mut min_queues: u32, auto: bool) -> u32 {
         let t = match self.topic_ids.get(name) {
             Some(&t) => t,
             None => {
+                if auto && self.recovering && topic::classify(name) == TopicKind::User {
+                    min_queues = min_queues.max(self.cfg.default_queues);
+                }
                 let t = self.topics.len() as u32;
                 self.topics.push(Topic {
                     name: name.into(),

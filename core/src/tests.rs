@@ -606,6 +606,49 @@ fn pulls_and_receives_stop_at_the_transfer_cap() {
     assert_eq!(receive(&mut sim), 2);
 }
 
+/// A restart gives every topic the queues it had: auto-created ones `default_queues` even if
+/// only queue 0 got a message (found by fuzz state_machine: a delayed send had created its
+/// topic with 1 queue after a reopen), declared ones exactly their count.
+#[test]
+fn topics_keep_their_queue_count_across_reopen() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    let sent = b
+        .execute(
+            0,
+            Request::Send {
+                messages: vec![NewMessage {
+                    queue_id: Some(0),
+                    ..NewMessage::new("Auto", "x")
+                }],
+            },
+        )
+        .unwrap();
+    assert!(matches!(sent, Reply::Sent(_)), "{sent:?}");
+    b.create_topic("Wide", 8).unwrap().unwrap();
+    b.create_topic("Narrow", 2).unwrap().unwrap();
+    assert!(matches!(
+        b.create_topic("Bad Name", 2).unwrap(),
+        Err(ClientError::InvalidTopic(_))
+    ));
+    let queues = |b: &Broker<MemStorage>, name: &str| {
+        b.topics()
+            .iter()
+            .find(|t| t.name == name)
+            .map(|t| t.queues.len())
+    };
+    let before: Vec<_> = ["Auto", "Wide", "Narrow"]
+        .iter()
+        .map(|n| queues(&b, n))
+        .collect();
+    assert_eq!(before, vec![Some(4), Some(8), Some(2)]);
+    let b = Broker::open(cfg(), b.into_storage(), 1).unwrap();
+    let after: Vec<_> = ["Auto", "Wide", "Narrow"]
+        .iter()
+        .map(|n| queues(&b, n))
+        .collect();
+    assert_eq!(after, before);
+}
+
 #[test]
 fn crash_cuts_torn_tail_and_keeps_synced() {
     let mut s = CrashStorage::new();

@@ -21,6 +21,8 @@ pub const DELAY_OP: &str = "rmq_sys_schedule_delivered";
 pub const OFFSETS: &str = "rmq_sys_consumer_offset";
 /// Receive / ack / invisible-time records (RocketMQ 5's pop revive log).
 pub const REVIVE: &str = "rmq_sys_REVIVE_LOG";
+/// Topic creations and their queue counts (what RocketMQ keeps in topics.json).
+pub const TOPICS: &str = "rmq_sys_topic_config";
 /// Retry topic prefix.
 pub const RETRY_PREFIX: &str = "%RETRY%";
 /// Dead-letter topic prefix.
@@ -64,7 +66,7 @@ pub fn classify(name: &str) -> TopicKind {
         CHECK_MAX => TopicKind::CheckMax,
         SCHEDULE | TIMER => TopicKind::Schedule,
         DELAY_OP => TopicKind::DelayOp,
-        OFFSETS | REVIVE => TopicKind::State,
+        OFFSETS | REVIVE | TOPICS => TopicKind::State,
         n if n.starts_with(RETRY_PREFIX) => TopicKind::Retry,
         n if n.starts_with(DLQ_PREFIX) => TopicKind::DeadLetter,
         _ => TopicKind::User,
