@@ -115,8 +115,9 @@ m pending_mem "$EX/pending_memory" "$BACKLOG"
 m backlog0 "$R" bench txn --embedded --clients 1 --count "$(q 300000 50000)" --size 128 --quiet
 m backlog1m "$R" bench txn --embedded --clients 1 --count "$(q 300000 50000)" --size 128 --backlog "$BACKLOG" --backlog-check-after-ms 3600000 --quiet
 # Punctuality: BACKLOG halves stay pending (immunity) while new transactions, all left unknown,
-# come due 1 s after their prepare and are checked.
-m punctual "$R" bench txn --embedded --clients 4 --count "$(q 50000 10000)" --size 128 --mix 0:0:1 --check-after-ms 1000 --backlog "$BACKLOG" --backlog-check-after-ms 3600000 --drain-timeout 120 --quiet
+# started at 5,000/s (--rate: their checks come due spread out, not as one burst), come due
+# 1 s after their prepare and are checked.
+m punctual "$R" bench txn --embedded --clients 4 --count "$(q 50000 10000)" --size 128 --mix 0:0:1 --check-after-ms 1000 --backlog "$BACKLOG" --backlog-check-after-ms 3600000 --rate 5000 --drain-timeout 120 --quiet
 # Burst: all BACKLOG halves come due within the few seconds it took to prepare them.
 m punctual_burst "$R" bench txn --embedded --clients 16 --count "$(q 100000 20000)" --size 128 --backlog "$BACKLOG" --check-after-ms 3000 --drain-timeout 300 --quiet
 
@@ -196,8 +197,12 @@ ge() { awk -v a="${1:-0}" -v b="$2" 'BEGIN { print (a >= b) ? 1 : 0 }'; }
 le() { awk -v a="${1:-999999999}" -v b="$2" 'BEGIN { print (a <= b) ? 1 : 0 }'; }
 idle_mib=$(awk -v k="${idle_rss:-0}" 'BEGIN { printf "%.1f", k / 1024 }')
 end_ratio=$(ratio "$end1" "$end0")
-sync_frac16=$(pct "$fs16" "$fsync_s"); sync_frac64=$(pct "$fs64" "$fsync_s")
-best_frac=$(awk -v a="${fs16:-0}" -v b="${fs64:-0}" -v c="${fsync_s:-0}" 'BEGIN { m = (a > b) ? a : b; if (c > 0) printf "%.2f", m / c; else print 0 }')
+# The sync-flush bound: what the disk allows (fsyncs/s x writes per fsync / 2 writes per
+# transaction), or what the CPU allows (the same run under async flush), whichever is lower.
+bound() { awk -v f="${fsync_s:-0}" -v b="${1:-0}" -v a="${emb_async:-0}" 'BEGIN { d = f * b / 2; printf "%.0f", (a > 0 && a < d) ? a : d }'; }
+bound16=$(bound "$batch16"); bound64=$(bound "$batch64")
+sync_frac16=$(pct "$emb_sync16" "$bound16"); sync_frac64=$(pct "$emb_sync64" "$bound64")
+best_frac=$(awk -v a="${emb_sync16:-0}" -v b="${bound16:-0}" -v c="${emb_sync64:-0}" -v d="${bound64:-0}" 'BEGIN { x = (b > 0) ? a / b : 0; y = (d > 0) ? c / d : 0; printf "%.2f", (x > y) ? x : y }')
 
 commit=$(git rev-parse --short HEAD)
 dirty=$(git status --porcelain --untracked-files=no | grep -q . && echo " (working tree has uncommitted changes)")
@@ -230,7 +235,7 @@ said otherwise.
 |---|---|---|
 | core in memory, 1 thread: ≥ 2 M msg/s | $(printf "%'d" "${core_send:-0}") msg/s | $(status "$(ge "$core_send" 2000000)") |
 | core in memory, 1 thread: ≥ 1 M txn/s | $(printf "%'d" "${core_txn:-0}") txn/s | $(status "$(ge "$core_txn" 1000000)") |
-| sync flush ≥ 80 % of the fsync ceiling × batch | $sync_frac16 of the ceiling's fsyncs/s (16 clients, $batch16 writes per fsync), $sync_frac64 (64 clients, $batch64 per fsync) | $(status "$(ge "$best_frac" 0.8)") |
+| sync flush ≥ 80 % of the fsync ceiling × batch | $sync_frac16 of the bound (16 clients, $batch16 writes per fsync: $bound16 txn/s), $sync_frac64 (64 clients, $batch64 per fsync: $bound64 txn/s); the bound is the ceiling × batch ÷ 2 or, when lower, the async-flush rate (CPU) | $(status "$(ge "$best_frac" 0.8)") |
 | broker idle RSS < 50 MiB | $idle_mib MiB | $(status "$(le "$idle_mib" 50)") |
 | broker start-up < 100 ms | ${startup_med:-?} ms (median of 5; ${startups[*]}) | $(status "$(le "${startup_med:-999}" 100)") |
 | ≤ 64 bytes per pending transaction beyond the log | ${per_pending:-?} bytes | $(status "$(le "$per_pending" 64)") |
@@ -250,7 +255,8 @@ measure the same paths plus pull and the backlog group; they are not rerun here 
 ## Embedded core, file storage (\`rocklet bench txn --embedded --storage file\`)
 
 Prepare + commit per transaction, consumers receiving and acking in the same loop, group
-commit as the broker's driver does it (every in-flight request handled, one sync per round).
+commit as the broker's driver does it: every in-flight request handled, and one fsync at a
+time on a sync thread, overlapped with the handling of the next group.
 
 | flush | clients | txn/s | p50 | p99 | p999 | fsyncs/s |
 |---|---:|---:|---:|---:|---:|---:|
@@ -269,7 +275,9 @@ fsync that covers it; one fsync covers every write waiting on it, so the bound i
 fsyncs/s × writes per fsync ÷ 2 txn/s: with 16 clients $batch16 writes per fsync → bound
 $(awk -v f="${fsync_s:-0}" -v b="${batch16:-0}" 'BEGIN { printf "%.0f", f * b / 2 }') txn/s, measured $emb_sync16; with 64 clients $batch64 → bound
 $(awk -v f="${fsync_s:-0}" -v b="${batch64:-0}" 'BEGIN { printf "%.0f", f * b / 2 }') txn/s, measured $emb_sync64.
-Sync flush reached $sync_frac16 (16 clients) and $sync_frac64 (64 clients) of the ceiling's fsyncs/s.
+When that is above what the CPU does with no fsync at all (async flush, $emb_async txn/s), the
+CPU is the bound. Sync flush reached $sync_frac16 (16 clients) and $sync_frac64 (64 clients) of
+the bound.
 
 ## Against the peers, equal durability, same body size and count
 
