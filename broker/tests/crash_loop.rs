@@ -17,9 +17,6 @@
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::io::{BufRead, BufReader};
-use std::path::Path;
-use std::process::{Child, Command, Stdio};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
@@ -28,7 +25,6 @@ use common::*;
 use rocklet_broker::pb::v2 as pb;
 use tokio_stream::StreamExt;
 
-const BIN: &str = env!("CARGO_BIN_EXE_rocklet");
 const T_NORMAL: &str = "CrashNormal";
 const T_DELAY: &str = "CrashDelay";
 const T_TXN: &str = "CrashTxn";
@@ -128,73 +124,6 @@ struct Record {
 }
 
 type Shared = Arc<Mutex<Record>>;
-
-struct Proc {
-    child: Child,
-    log: Arc<Mutex<String>>,
-    addr: std::net::SocketAddr,
-}
-
-impl Proc {
-    fn start(data: &Path, cfg: &Path) -> Proc {
-        let mut child = Command::new(BIN)
-            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(data)
-            .arg("--config")
-            .arg(cfg)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let l = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("addr=") {
-                    let a: String = line[i + 5..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(a);
-                }
-                let mut g = l.lock().unwrap();
-                if g.len() < 1 << 20 {
-                    g.push_str(&line);
-                    g.push('\n');
-                }
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(30)) {
-            Ok(a) => Proc {
-                child,
-                log,
-                addr: a.parse().unwrap(),
-            },
-            Err(_) => {
-                let _ = child.kill();
-                let _ = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
-                panic!("broker did not restart:\n{}", log.lock().unwrap());
-            }
-        }
-    }
-
-    fn kill9(&mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-}
-
-impl Drop for Proc {
-    /// No broker outlives a failed test.
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
 
 async fn try_connect(addr: std::net::SocketAddr) -> Option<Client> {
     pb::messaging_service_client::MessagingServiceClient::connect(format!("http://{addr}"))
@@ -542,7 +471,7 @@ async fn crash_loop(sync: bool) -> Outcome {
     };
     let started = Instant::now();
     for cycle in 0..cycles {
-        let mut p = Proc::start(&data, &cfg);
+        let mut p = BrokerProc::start(&data, &["--config", cfg.to_str().unwrap()]);
         let stop = Arc::new(AtomicBool::new(false));
         let mut tasks = Vec::new();
         tasks.push(tokio::spawn(checker(p.addr, rec.clone())));
@@ -573,7 +502,7 @@ async fn crash_loop(sync: bool) -> Outcome {
     let load_secs = started.elapsed().as_secs_f64();
 
     // Drain: a last broker, the checker, and both groups until nothing is left.
-    let p = Proc::start(&data, &cfg);
+    let p = BrokerProc::start(&data, &["--config", cfg.to_str().unwrap()]);
     let checker_task = tokio::spawn(checker(p.addr, rec.clone()));
     let mut c = connect(p.addr).await;
     let mut deadline = Instant::now() + Duration::from_secs(30);
@@ -636,7 +565,7 @@ async fn crash_loop(sync: bool) -> Outcome {
     checker_task.abort();
     let mut p = p;
     p.kill9();
-    let log = p.log.lock().unwrap().clone();
+    let log = p.log();
     assert!(log.contains("log recovered"), "{log}");
     let g = rec.lock().unwrap();
     verify(&g, sync, cycles, seed, load_secs)

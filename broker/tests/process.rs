@@ -3,10 +3,8 @@
 mod common;
 
 use std::collections::HashSet;
-use std::io::{BufRead, BufReader};
 use std::path::Path;
-use std::process::{Child, Command, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::Command;
 use std::time::Duration;
 
 use common::*;
@@ -14,105 +12,10 @@ use rocklet_broker::pb::v2 as pb;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocklet");
 
-struct Proc {
-    child: Child,
-    log: Arc<Mutex<String>>,
-    addr: std::net::SocketAddr,
-}
-
-impl Proc {
-    /// Starts `rocklet broker` on an ephemeral port and waits until it serves.
-    fn start(dir: &Path, extra: &[&str]) -> Proc {
-        match Self::try_start(dir, extra) {
-            Ok(p) => p,
-            Err(log) => panic!("broker did not start:\n{log}"),
-        }
-    }
-
-    fn try_start(dir: &Path, extra: &[&str]) -> Result<Proc, String> {
-        let mut child = Command::new(BIN)
-            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir)
-            .args(extra)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let stderr = child.stderr.take().unwrap();
-        let log = Arc::new(Mutex::new(String::new()));
-        let (tx, rx) = std::sync::mpsc::channel();
-        let l = log.clone();
-        std::thread::spawn(move || {
-            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
-                if let Some(i) = line.find("addr=") {
-                    let a: String = line[i + 5..]
-                        .chars()
-                        .take_while(|c| !c.is_whitespace())
-                        .collect();
-                    let _ = tx.send(a);
-                }
-                let mut g = l.lock().unwrap();
-                g.push_str(&line);
-                g.push('\n');
-            }
-        });
-        match rx.recv_timeout(Duration::from_secs(20)) {
-            Ok(a) => Ok(Proc {
-                child,
-                log,
-                addr: a.parse().unwrap(),
-            }),
-            Err(_) => {
-                let _ = child.wait();
-                std::thread::sleep(Duration::from_millis(100));
-                Err(log.lock().unwrap().clone())
-            }
-        }
-    }
-
-    fn log(&self) -> String {
-        self.log.lock().unwrap().clone()
-    }
-
-    fn kill9(mut self) {
-        self.child.kill().unwrap();
-        self.child.wait().unwrap();
-    }
-
-    /// SIGTERM; returns the exit status and the log.
-    fn term(mut self) -> (std::process::ExitStatus, String) {
-        let ok = Command::new("kill")
-            .args(["-TERM", &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(ok.success());
-        let status = self.child.wait().unwrap();
-        std::thread::sleep(Duration::from_millis(100));
-        let log = self.log();
-        (status, log)
-    }
-}
-
 fn write_config(dir: &Path, text: &str) -> std::path::PathBuf {
     let p = dir.join("rocklet.toml");
     std::fs::write(&p, text).unwrap();
     p
-}
-
-/// Receives from `topic` until nothing is left, acking everything; returns the message ids.
-async fn drain(c: &mut Client, topic: &str, group: &str) -> Vec<String> {
-    let mut ids = Vec::new();
-    loop {
-        let r = receive(c, topic, group, 32, 30_000, 300).await;
-        if r.messages.is_empty() {
-            return ids;
-        }
-        for m in &r.messages {
-            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
-            assert_eq!(ack(c, topic, group, m).await.code, OK);
-        }
-    }
 }
 
 #[tokio::test]
@@ -124,7 +27,7 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
         "[core]\nflush = \"sync\"\ntransaction_timeout_ms = 300\ntransaction_check_interval_ms = 500\nsegment_size = 131072\nmax_message_size = 65536\nmax_batch_size = 65536\n",
     );
     let cfg = cfg.to_str().unwrap();
-    let p = Proc::start(&data, &["--config", cfg]);
+    let mut p = BrokerProc::start(&data, &["--config", cfg]);
     let addr = p.addr;
     // Acknowledged sends from several connections at once (group commit).
     let mut tasks = Vec::new();
@@ -171,11 +74,11 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
         .write_all(&[0, 0, 1, 0, 0xda, 0xa3, 7, 7])
         .unwrap();
 
-    let p = Proc::start(&data, &["--config", cfg]);
+    let p = BrokerProc::start(&data, &["--config", cfg]);
     assert!(p.log().contains("log recovered"), "{}", p.log());
     assert!(p.log().contains("recovery cut the log"), "{}", p.log());
     let mut c = connect(p.addr).await;
-    let got = drain(&mut c, "Durable", "G").await;
+    let got = drain_ids(&mut c, "Durable", "G").await;
     let unique: HashSet<_> = got.iter().cloned().collect();
     assert_eq!(unique.len(), got.len(), "a message came twice");
     assert_eq!(
@@ -214,7 +117,10 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
     )
     .await;
     assert_eq!(s.code, OK, "{}", s.message);
-    assert_eq!(drain(&mut c, "Halves", "G").await, vec!["H1".to_string()]);
+    assert_eq!(
+        drain_ids(&mut c, "Halves", "G").await,
+        vec!["H1".to_string()]
+    );
     drop(producer);
     let (status, log) = p.term();
     assert!(status.success(), "SIGTERM exits 0: {status:?}\n{log}");
@@ -224,7 +130,7 @@ async fn kill9_then_restart_keeps_every_acknowledged_message_once_and_checks_hal
 async fn sigterm_flushes_and_exits_zero() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let p = Proc::start(
+    let p = BrokerProc::start(
         &data,
         &["--flush", "async", "--flush-interval-ms", "600000"],
     );
@@ -234,9 +140,9 @@ async fn sigterm_flushes_and_exits_zero() {
     let (status, log) = p.term();
     assert!(status.success(), "{status:?}\n{log}");
     assert!(log.contains("log flushed"), "{log}");
-    let p = Proc::start(&data, &[]);
+    let p = BrokerProc::start(&data, &[]);
     let mut c = connect(p.addr).await;
-    assert_eq!(drain(&mut c, "Term", "G").await, vec!["T1".to_string()]);
+    assert_eq!(drain_ids(&mut c, "Term", "G").await, vec!["T1".to_string()]);
     let (status, _) = p.term();
     assert!(status.success());
 }
@@ -245,7 +151,7 @@ async fn sigterm_flushes_and_exits_zero() {
 async fn a_second_broker_on_the_same_directory_exits_with_a_clear_error() {
     let tmp = tempfile::tempdir().unwrap();
     let data = tmp.path().join("data");
-    let p = Proc::start(&data, &[]);
+    let p = BrokerProc::start(&data, &[]);
     let out = Command::new(BIN)
         .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
         .arg(&data)

@@ -53,20 +53,6 @@ impl Drop for Mount {
     }
 }
 
-async fn drain_ids(c: &mut Client, topic: &str, group: &str) -> Vec<String> {
-    let mut ids = Vec::new();
-    loop {
-        let r = receive(c, topic, group, 32, 60_000, 300).await;
-        if r.messages.is_empty() {
-            return ids;
-        }
-        for m in &r.messages {
-            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
-            assert_eq!(ack(c, topic, group, m).await.code, OK);
-        }
-    }
-}
-
 #[tokio::test]
 async fn a_full_disk_fails_the_write_keeps_what_was_acknowledged_and_recovers() {
     let tmp = tempfile::tempdir().unwrap();

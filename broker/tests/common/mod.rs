@@ -290,3 +290,115 @@ impl Telemetry {
         }
     }
 }
+
+/// The `rocklet` binary as a child process on an ephemeral port, its log captured (the first
+/// MiB). Killed when dropped, so no broker outlives a failed test.
+pub struct BrokerProc {
+    child: std::process::Child,
+    log: Arc<std::sync::Mutex<String>>,
+    pub addr: std::net::SocketAddr,
+}
+
+impl BrokerProc {
+    /// Starts `rocklet broker --data-dir <dir> <extra>` and waits until it serves.
+    pub fn start(dir: &std::path::Path, extra: &[&str]) -> Self {
+        match Self::try_start(dir, extra) {
+            Ok(p) => p,
+            Err(log) => panic!("broker did not start:\n{log}"),
+        }
+    }
+
+    /// As [`BrokerProc::start`]; `Err` holds the log of a broker that did not serve.
+    pub fn try_start(dir: &std::path::Path, extra: &[&str]) -> Result<Self, String> {
+        use std::io::{BufRead, BufReader};
+        use std::process::{Command, Stdio};
+        let mut child = Command::new(env!("CARGO_BIN_EXE_rocklet"))
+            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg(dir)
+            .args(extra)
+            .env("RUST_LOG", "info")
+            .stdout(Stdio::null())
+            .stderr(Stdio::piped())
+            .spawn()
+            .unwrap();
+        let stderr = child.stderr.take().unwrap();
+        let log = Arc::new(std::sync::Mutex::new(String::new()));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let l = log.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(stderr).lines().map_while(Result::ok) {
+                if let Some(i) = line.find("addr=") {
+                    let a: String = line[i + 5..]
+                        .chars()
+                        .take_while(|c| !c.is_whitespace())
+                        .collect();
+                    let _ = tx.send(a);
+                }
+                let mut g = l.lock().unwrap();
+                if g.len() < 1 << 20 {
+                    g.push_str(&line);
+                    g.push('\n');
+                }
+            }
+        });
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok(a) => Ok(BrokerProc {
+                child,
+                log,
+                addr: a.parse().unwrap(),
+            }),
+            Err(_) => {
+                let _ = child.kill();
+                let _ = child.wait();
+                std::thread::sleep(Duration::from_millis(100));
+                Err(log.lock().unwrap().clone())
+            }
+        }
+    }
+
+    /// What the broker logged so far.
+    pub fn log(&self) -> String {
+        self.log.lock().unwrap().clone()
+    }
+
+    /// SIGKILL, and wait for it.
+    pub fn kill9(&mut self) {
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+
+    /// SIGTERM; the exit status and the log.
+    pub fn term(mut self) -> (std::process::ExitStatus, String) {
+        let ok = std::process::Command::new("kill")
+            .args(["-TERM", &self.child.id().to_string()])
+            .status()
+            .unwrap();
+        assert!(ok.success());
+        let status = self.child.wait().unwrap();
+        std::thread::sleep(Duration::from_millis(100));
+        (status, self.log())
+    }
+}
+
+impl Drop for BrokerProc {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Receives from `topic` as `group` until nothing is left, acking everything; the message
+/// ids in the order received.
+pub async fn drain_ids(c: &mut Client, topic: &str, group: &str) -> Vec<String> {
+    let mut ids = Vec::new();
+    loop {
+        let r = receive(c, topic, group, 32, 60_000, 300).await;
+        if r.messages.is_empty() {
+            return ids;
+        }
+        for m in &r.messages {
+            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
+            assert_eq!(ack(c, topic, group, m).await.code, OK);
+        }
+    }
+}
