@@ -1,0 +1,437 @@
+//! Writing records and applying them to the in-memory state: the one path every write
+//! and recovery take (the log is the state).
+
+use super::*;
+
+impl<S: Storage> Broker<S> {
+    pub(super) fn write_state(&mut self, op: &StateOp<'_>) -> Res<u64, S> {
+        let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
+        let topic = match op {
+            StateOp::Offset { .. } => topic::OFFSETS,
+            StateOp::Topic { .. } => topic::TOPICS,
+            StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
+        };
+        let spec = Spec::internal(topic, &body, Vec::new(), self.now);
+        Ok(self.write(core::slice::from_ref(&spec))?[0].0)
+    }
+
+    /// Encodes records as one contiguous append, then applies each exactly as recovery
+    /// would: the log is the state. Returns (log offset, queue offset) per record.
+    pub(super) fn write(&mut self, specs: &[Spec<'_>]) -> Res<Vec<(u64, u64)>, S> {
+        let store_host = Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port);
+        let lens: Vec<usize> = specs
+            .iter()
+            .map(|s| {
+                let h = Header {
+                    born_host: s.born_host,
+                    store_host,
+                    ..Header::default()
+                };
+                record::encoded_len(&h, s.body.len(), s.topic.len(), s.props.len())
+            })
+            .collect();
+        let total: usize = lens.iter().sum();
+        let at = self.log.place(total).map_err(storage_err)?;
+        let mut buf = core::mem::take(&mut self.buf);
+        buf.clear();
+        let mut placed = Vec::with_capacity(specs.len());
+        let mut phys = at;
+        for (i, s) in specs.iter().enumerate() {
+            let t = self.topic(s.topic, s.queue_id + 1);
+            let q = self.queue_of(t, s.queue_id);
+            let earlier = specs[..i]
+                .iter()
+                .filter(|o| o.topic == s.topic && o.queue_id == s.queue_id)
+                .count() as u64;
+            let queue_offset = self.queues[q as usize].next + earlier;
+            let header = Header {
+                queue_id: s.queue_id,
+                flag: s.flag,
+                queue_offset,
+                phys_offset: phys,
+                sys_flag: s.sys_flag,
+                born_timestamp: s.born_timestamp,
+                born_host: s.born_host,
+                store_timestamp: self.now,
+                store_host,
+                reconsume_times: s.reconsume_times,
+                prepared_offset: s.prepared_offset,
+            };
+            let n = record::encode(&mut buf, &header, s.body, s.topic, &s.props)
+                .map_err(Error::Encode)?;
+            placed.push((phys, queue_offset));
+            phys += n as u64;
+        }
+        if let Err(e) = self.log.append(at, &buf) {
+            self.buf = buf;
+            return Err(Error::Storage(e));
+        }
+        if self.cfg.flush == FlushMode::Async && self.flush_due.is_none() {
+            self.flush_due = Some(self.now.saturating_add(self.cfg.flush_interval_ms));
+        }
+        let mut pos = 0;
+        for (i, &(off, _)) in placed.iter().enumerate() {
+            let bytes = &buf[pos..pos + lens[i]];
+            pos += lens[i];
+            if let Ok(Decoded::Record(r)) = record::decode_trusted(bytes) {
+                self.apply(off, &r);
+            }
+        }
+        self.buf = buf;
+        Ok(placed)
+    }
+
+    /// Applies one record to the in-memory state. Used by recovery and by every write.
+    pub(super) fn apply(&mut self, off: u64, r: &RecordView<'_>) {
+        if r.header.queue_id >= MAX_QUEUES {
+            // Never written by this broker: a record with a valid CRC but no place here.
+            return;
+        }
+        let now = r.header.store_timestamp;
+        if self.recovering {
+            self.now = self.now.max(now);
+        }
+        match topic::classify(r.topic) {
+            TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax => {
+                let t = self.topic(r.topic, r.header.queue_id + 1);
+                let q = self.queue_of(t, r.header.queue_id);
+                self.push_unit(
+                    q,
+                    CqUnit {
+                        offset: off,
+                        size: r.total_size,
+                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                    },
+                );
+                self.stats.messages_stored += 1;
+                if topic::classify(r.topic) == TopicKind::DeadLetter {
+                    self.trace(TraceKind::DeadLettered, off, r.topic, String::new());
+                } else {
+                    self.trace(TraceKind::Stored, off, r.topic, String::new());
+                }
+            }
+            TopicKind::Half => {
+                self.bump(r.topic, r.header.queue_id);
+                let Some(q) = self.real_queue(r) else { return };
+                let group = self.group(r.prop(prop::PGROUP).unwrap_or(""));
+                let immunity = r
+                    .prop(prop::CHECK_IMMUNITY_TIME_IN_SECONDS)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .map_or(0, |s| s.saturating_mul(1000));
+                let deadline = now.saturating_add(self.cfg.transaction_timeout_ms.max(immunity));
+                if self.txns.get(off).is_none() {
+                    self.txns.insert(PendingTxn {
+                        offset: off,
+                        deadline,
+                        size: r.total_size,
+                        queue: q,
+                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                        checks: 0,
+                        group,
+                    });
+                }
+                self.stats.halves_stored += 1;
+                self.trace_txn(TraceKind::HalfStored, off, q, String::new());
+            }
+            TopicKind::Op => {
+                self.bump(r.topic, r.header.queue_id);
+                let half = r.header.prepared_offset;
+                let tag = r.prop(prop::TAGS).unwrap_or("");
+                match tag {
+                    op::RESOLVED => {
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
+                        self.forget_parked(row);
+                        let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
+                            == sys_flag::TRANSACTION_COMMIT_TYPE;
+                        if self.resolved.is_full() {
+                            self.resolved.pop_front();
+                        }
+                        let _ = self.resolved.push_back((half, commit));
+                        if commit {
+                            self.push_unit(
+                                row.queue,
+                                CqUnit {
+                                    offset: half,
+                                    size: row.size,
+                                    tag_hash: row.tag_hash,
+                                },
+                            );
+                            self.stats.committed += 1;
+                            self.trace_txn(TraceKind::Committed, half, row.queue, String::new());
+                        } else {
+                            self.stats.rolled_back += 1;
+                            self.trace_txn(TraceKind::RolledBack, half, row.queue, String::new());
+                        }
+                    }
+                    op::CHECKED => {
+                        let checks = r
+                            .prop(prop::TRANSACTION_CHECK_TIMES)
+                            .and_then(|c| c.parse::<u16>().ok());
+                        let interval = self.cfg.transaction_check_interval_ms;
+                        let updated = self.txns.update(half, |t| {
+                            t.checks = checks.unwrap_or(t.checks.saturating_add(1));
+                            t.deadline = now.saturating_add(interval);
+                        });
+                        if let Some(row) = updated {
+                            self.trace_txn(
+                                TraceKind::CheckSent,
+                                half,
+                                row.queue,
+                                format!("check {}", row.checks),
+                            );
+                        }
+                    }
+                    op::CHECK_MAX => {
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
+                        self.forget_parked(row);
+                        let t = self.topic(topic::CHECK_MAX, 1);
+                        let q = self.queue_of(t, 0);
+                        self.push_unit(
+                            q,
+                            CqUnit {
+                                offset: half,
+                                size: row.size,
+                                tag_hash: row.tag_hash,
+                            },
+                        );
+                        self.stats.check_max_reached += 1;
+                        self.trace_txn(TraceKind::CheckMaxReached, half, row.queue, String::new());
+                    }
+                    op::EXPIRED => {
+                        let Some(row) = self.txns.remove(half) else {
+                            return;
+                        };
+                        self.forget_parked(row);
+                        self.stats.halves_expired += 1;
+                        self.trace_txn(TraceKind::HalfExpired, half, row.queue, String::new());
+                    }
+                    _ => {}
+                }
+            }
+            TopicKind::Schedule => {
+                self.bump(r.topic, r.header.queue_id);
+                let Some(q) = self.real_queue(r) else { return };
+                let due = r
+                    .prop(prop::TIMER_OUT_MS)
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(now);
+                if self.delays.get(off).is_none() {
+                    self.delays.insert(PendingDelay {
+                        offset: off,
+                        due,
+                        size: r.total_size,
+                        queue: q,
+                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                    });
+                }
+                self.stats.delayed_stored += 1;
+                self.trace_txn(TraceKind::DelayStored, off, q, format!("due {due}"));
+            }
+            TopicKind::DelayOp => {
+                self.bump(r.topic, r.header.queue_id);
+                let Some(row) = self.delays.remove(r.header.prepared_offset) else {
+                    return;
+                };
+                self.push_unit(
+                    row.queue,
+                    CqUnit {
+                        offset: row.offset,
+                        size: row.size,
+                        tag_hash: row.tag_hash,
+                    },
+                );
+                self.stats.delayed_delivered += 1;
+                self.trace_txn(TraceKind::Delivered, row.offset, row.queue, String::new());
+            }
+            TopicKind::State => {
+                self.bump(r.topic, r.header.queue_id);
+                if let Ok(op) = postcard::from_bytes::<StateOp<'_>>(r.body) {
+                    self.apply_state(off, now, op);
+                }
+            }
+        }
+    }
+
+    pub(super) fn apply_state(&mut self, off: u64, now: Millis, op: StateOp<'_>) {
+        let out_of_range = match &op {
+            StateOp::Offset { queue_id, .. }
+            | StateOp::Ck { queue_id, .. }
+            | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
+            StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
+        };
+        if out_of_range {
+            // Never written by this broker: a state record with a valid CRC but no place here.
+            return;
+        }
+        match op {
+            StateOp::Topic { name, queues } => {
+                if topic::validate_user_topic(name).is_ok() {
+                    self.topic_with(name, queues, false);
+                }
+            }
+            StateOp::Offset {
+                group,
+                topic: t,
+                queue_id,
+                offset,
+            } => {
+                let g = self.group(group);
+                let t = self.topic(t, queue_id + 1);
+                let q = self.queue_of(t, queue_id);
+                self.offsets.insert((g, q), offset);
+                self.trace_txn(
+                    TraceKind::OffsetCommitted,
+                    off,
+                    q,
+                    format!("{group} -> {offset}"),
+                );
+            }
+            StateOp::Ck {
+                group,
+                topic: t,
+                queue_id,
+                until,
+                next,
+                entries,
+            } => {
+                let g = self.group(group);
+                let t = self.topic(t, queue_id + 1);
+                let q = self.queue_of(t, queue_id);
+                // A record naming messages the queue does not hold (a damaged or forged log)
+                // is ignored: deliveries exist only for stored messages.
+                let stored = self.queues[q as usize].units.len() as u64;
+                if next > stored || entries.iter().any(|&(qoff, _)| qoff >= stored) {
+                    return;
+                }
+                let pq = self.pops.entry((g, q)).or_default();
+                pq.next = pq.next.max(next);
+                for &(qoff, attempt) in &entries {
+                    pq.ready.remove(&qoff);
+                    pq.inflight.insert(
+                        qoff,
+                        Inflight {
+                            attempt,
+                            generation: off,
+                        },
+                    );
+                    self.pop_timers.push(Reverse((until, g, q, qoff, off)));
+                }
+                for &(qoff, attempt) in &entries {
+                    let kind = if attempt > 1 {
+                        TraceKind::Redelivered
+                    } else {
+                        TraceKind::Received
+                    };
+                    let unit_off = self.queues[q as usize]
+                        .units
+                        .get(qoff as usize)
+                        .map_or(off, |u| u.offset);
+                    self.trace_txn(
+                        kind,
+                        unit_off,
+                        q,
+                        format!("{group} attempt {attempt} until {until}"),
+                    );
+                }
+                let _ = now;
+                self.prune_pop_timers();
+            }
+            StateOp::Ack {
+                group,
+                topic: t,
+                queue_id,
+                queue_offset,
+                generation,
+            } => {
+                let g = self.group(group);
+                let t = self.topic(t, queue_id + 1);
+                let q = self.queue_of(t, queue_id);
+                if let Some(pq) = self.pops.get_mut(&(g, q)) {
+                    if pq
+                        .inflight
+                        .get(&queue_offset)
+                        .is_some_and(|i| i.generation == generation)
+                    {
+                        pq.inflight.remove(&queue_offset);
+                        pq.ready.remove(&queue_offset);
+                        self.stats.acked += 1;
+                        let unit_off = self.queues[q as usize]
+                            .units
+                            .get(queue_offset as usize)
+                            .map_or(off, |u| u.offset);
+                        self.trace_txn(TraceKind::Acked, unit_off, q, String::from(group));
+                    }
+                }
+                self.prune_pop_timers();
+            }
+        }
+    }
+
+    pub(super) fn real_queue(&mut self, r: &RecordView<'_>) -> Option<u32> {
+        let name = r.prop(prop::REAL_TOPIC)?;
+        let qid: u32 = r.prop(prop::REAL_QID)?.parse().ok()?;
+        if qid >= MAX_QUEUES {
+            return None;
+        }
+        let t = self.topic(name, qid + 1);
+        Some(self.queue_of(t, qid))
+    }
+
+    pub(super) fn push_unit(&mut self, q: u32, unit: CqUnit) {
+        let queue = &mut self.queues[q as usize];
+        queue.units.push(unit);
+        queue.next += 1;
+        if self.recovering {
+            return;
+        }
+        if self.cfg.flush == FlushMode::Async {
+            queue.visible = queue.units.len();
+            self.mark_notify(q);
+        } else {
+            self.unsynced.push_back((self.log.end(), q));
+        }
+    }
+
+    pub(super) fn mark_notify(&mut self, q: u32) {
+        if !self.cfg.notify_available || self.recovering {
+            return;
+        }
+        let queue = &mut self.queues[q as usize];
+        if !queue.notify {
+            queue.notify = true;
+            self.notify.push(q);
+        }
+    }
+
+    /// Advances the queue offset of an internal topic's queue.
+    pub(super) fn bump(&mut self, topic_name: &str, queue_id: u32) {
+        let t = self.topic(topic_name, queue_id + 1);
+        let q = self.queue_of(t, queue_id);
+        self.queues[q as usize].next += 1;
+    }
+
+    pub(super) fn trace(&mut self, kind: TraceKind, offset: u64, topic_name: &str, detail: String) {
+        if self.cfg.trace && !self.recovering {
+            self.outputs.push_back(Output::Trace(TraceEvent {
+                at: self.now,
+                kind,
+                offset,
+                topic: topic_name.into(),
+                detail,
+            }));
+        }
+    }
+
+    pub(super) fn trace_txn(&mut self, kind: TraceKind, offset: u64, q: u32, detail: String) {
+        if self.cfg.trace && !self.recovering {
+            let name = self.topics[self.queues[q as usize].topic as usize]
+                .name
+                .clone();
+            self.trace(kind, offset, &name, detail);
+        }
+    }
+}

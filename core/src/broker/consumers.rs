@@ -1,0 +1,534 @@
+//! Consumers: pull and committed offsets, receive with invisible time, ack, invisible-time
+//! changes, redelivery, send-back to retry topics and dead-lettering.
+
+use super::*;
+
+impl<S: Storage> Broker<S> {
+    /// A group's committed pull offset in a queue.
+    #[must_use]
+    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        let g = *self.group_ids.get(group)?;
+        let q = self.queue_index(topic, queue_id)?;
+        self.offsets.get(&(g, q)).copied()
+    }
+
+    /// Messages a consumer group has received and not yet acked in a topic.
+    #[must_use]
+    pub fn inflight_count(&self, group: &str, topic: &str) -> usize {
+        let (Some(&g), Some(&t)) = (self.group_ids.get(group), self.topic_ids.get(topic)) else {
+            return 0;
+        };
+        self.topics[t as usize]
+            .queues
+            .iter()
+            .filter_map(|q| self.pops.get(&(g, *q)))
+            .map(|p| p.inflight.len())
+            .sum()
+    }
+
+    #[allow(clippy::too_many_arguments)]
+    pub(super) fn pull(
+        &mut self,
+        group: &str,
+        topic_name: &str,
+        queue_id: u32,
+        offset: Option<u64>,
+        max: u32,
+        filter: &TagFilter,
+        auto_commit: bool,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = topic::validate_group(group) {
+            return Ok(Err(e));
+        }
+        let q = match self.readable_queue(topic_name, queue_id) {
+            Ok(Some(q)) => q,
+            Ok(None) => {
+                return Ok(Ok(Reply::Pulled {
+                    messages: Vec::new(),
+                    next_offset: 0,
+                    max_offset: 0,
+                }))
+            }
+            Err(e) => return Ok(Err(e)),
+        };
+        let g = self.group(group);
+        let start = offset.unwrap_or_else(|| self.offsets.get(&(g, q)).copied().unwrap_or(0));
+        let visible = self.queues[q as usize].visible as u64;
+        let mut messages = Vec::new();
+        let mut at = start.min(visible);
+        let cap = u64::from(self.cfg.max_transfer_bytes);
+        let mut bytes = 0u64;
+        while at < visible && messages.len() < max.clamp(1, 1024) as usize {
+            let unit = self.queues[q as usize].units[at as usize];
+            if let TagFilter::Tags(tags) = filter {
+                if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
+                    at += 1;
+                    continue;
+                }
+            }
+            if let Some(m) = self.read_message(q, at, unit)? {
+                if filter.matches(m.tag.as_deref()) {
+                    // Past the transfer cap: this message starts the next pull.
+                    if !messages.is_empty() && bytes + u64::from(unit.size) > cap {
+                        break;
+                    }
+                    bytes += u64::from(unit.size);
+                    messages.push(m);
+                }
+            }
+            at += 1;
+        }
+        if auto_commit && at != start {
+            self.write_state(&StateOp::Offset {
+                group,
+                topic: topic_name,
+                queue_id,
+                offset: at,
+            })?;
+        }
+        Ok(Ok(Reply::Pulled {
+            messages,
+            next_offset: at,
+            max_offset: visible,
+        }))
+    }
+
+    pub(super) fn commit_offset(
+        &mut self,
+        group: &str,
+        topic_name: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = topic::validate_group(group) {
+            return Ok(Err(e));
+        }
+        // An offset is kept for a queue that exists: committing one must not create a topic
+        // (it would get `queue_id + 1` queues, not the configured count).
+        match self.readable_queue(topic_name, queue_id) {
+            Ok(Some(_)) => {}
+            Ok(None) => return Ok(Err(ClientError::UnknownTopic(topic_name.into()))),
+            Err(e) => return Ok(Err(e)),
+        }
+        self.write_state(&StateOp::Offset {
+            group,
+            topic: topic_name,
+            queue_id,
+            offset,
+        })?;
+        Ok(Ok(Reply::OffsetCommitted))
+    }
+
+    pub(super) fn receive(
+        &mut self,
+        group: &str,
+        topic_name: &str,
+        queue_id: Option<u32>,
+        max: u32,
+        invisible_ms: Millis,
+        filter: &TagFilter,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = topic::validate_group(group) {
+            return Ok(Err(e));
+        }
+        if invisible_ms == 0 || invisible_ms > self.cfg.max_invisible_ms {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "invisible duration {invisible_ms} ms is not within 1..={} ms",
+                self.cfg.max_invisible_ms
+            ))));
+        }
+        let queues: Vec<u32> = match queue_id {
+            Some(qid) => match self.readable_queue(topic_name, qid) {
+                Ok(Some(q)) => alloc::vec![q],
+                Ok(None) => Vec::new(),
+                Err(e) => return Ok(Err(e)),
+            },
+            None => {
+                if let Err(e) = topic::validate_readable_topic(topic_name) {
+                    return Ok(Err(e));
+                }
+                match self.topic_ids.get(topic_name) {
+                    Some(&t) => self.topics[t as usize].queues.clone(),
+                    None => Vec::new(),
+                }
+            }
+        };
+        let g = self.group(group);
+        let max = max.clamp(1, 1024) as usize;
+        let cap = u64::from(self.cfg.max_transfer_bytes);
+        // Bytes taken so far; a message that would go past `cap` ends the receive (the first
+        // one always goes).
+        let mut bytes = 0u64;
+        let mut full = false;
+        let until = self.now + invisible_ms;
+        let mut out = Vec::new();
+        let n = queues.len().max(1) as u32;
+        let cursor = queues
+            .first()
+            .map_or(0, |q| *self.pop_cursor.get(&(g, *q)).unwrap_or(&0));
+        for i in 0..queues.len() {
+            if out.len() >= max || full {
+                break;
+            }
+            let q = queues[((cursor + i as u32) % n) as usize];
+            let mut entries: Vec<(u64, u32)> = Vec::new();
+            let pq = self.pops.entry((g, q)).or_default();
+            let units = &self.queues[q as usize].units;
+            // Expired deliveries first, then new messages.
+            let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
+            for qoff in ready {
+                let size = units.get(qoff as usize).map_or(0, |u| u64::from(u.size));
+                if out.len() + entries.len() > 0 && bytes + size > cap {
+                    full = true;
+                    break;
+                }
+                bytes += size;
+                let attempt = pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1);
+                entries.push((qoff, attempt));
+            }
+            let mut next = pq.next;
+            let visible = self.queues[q as usize].visible as u64;
+            let mut msgs = Vec::new();
+            for &(qoff, _) in &entries {
+                // In-flight entries only ever name existing units (apply_state checks).
+                let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+                    msgs.push(None);
+                    continue;
+                };
+                msgs.push(self.read_message(q, qoff, unit)?);
+            }
+            while !full && next < visible && entries.len() + out.len() < max {
+                let unit = self.queues[q as usize].units[next as usize];
+                let m = self.read_message(q, next, unit)?;
+                if let Some(m) = &m {
+                    if filter.matches(m.tag.as_deref()) {
+                        let size = u64::from(unit.size);
+                        if entries.len() + out.len() > 0 && bytes + size > cap {
+                            full = true;
+                            break;
+                        }
+                        bytes += size;
+                        entries.push((next, 1));
+                        msgs.push(Some(m.clone()));
+                    }
+                }
+                next += 1;
+            }
+            let old_next = self.pops.get(&(g, q)).map_or(0, |p| p.next);
+            if entries.is_empty() && next == old_next {
+                continue;
+            }
+            let qid = self.queues[q as usize].queue_id;
+            let generation = self.write_state(&StateOp::Ck {
+                group,
+                topic: topic_name,
+                queue_id: qid,
+                until,
+                next,
+                entries: entries.clone(),
+            })?;
+            for ((qoff, attempt), m) in entries.into_iter().zip(msgs) {
+                let Some(message) = m else { continue };
+                if attempt > 1 {
+                    self.stats.redelivered += 1;
+                }
+                self.stats.received += 1;
+                out.push(Received {
+                    message,
+                    handle: ReceiptHandle {
+                        topic: topic_name.into(),
+                        queue_id: qid,
+                        queue_offset: qoff,
+                        generation,
+                    },
+                    attempt,
+                    visible_at: until,
+                });
+            }
+        }
+        if let Some(first) = queues.first() {
+            self.pop_cursor.insert((g, *first), (cursor + 1) % n);
+        }
+        Ok(Ok(Reply::Received(out)))
+    }
+
+    pub(super) fn find_inflight(
+        &self,
+        group: &str,
+        h: &ReceiptHandle,
+    ) -> Result<(u16, u32, Inflight), ClientError> {
+        let bad = |why: &str| ClientError::InvalidReceiptHandle(format!("{h}: {why}"));
+        let g = *self
+            .group_ids
+            .get(group)
+            .ok_or_else(|| bad("the group has received nothing"))?;
+        let q = self
+            .queue_index(&h.topic, h.queue_id)
+            .ok_or_else(|| bad("no such topic or queue"))?;
+        let inflight = self
+            .pops
+            .get(&(g, q))
+            .and_then(|p| p.inflight.get(&h.queue_offset))
+            .ok_or_else(|| bad("no delivery of this message is in flight (already acked?)"))?;
+        if inflight.generation != h.generation {
+            return Err(ClientError::StaleReceiptHandle(format!(
+                "{h}: the message was delivered again or its invisible time changed since"
+            )));
+        }
+        Ok((g, q, *inflight))
+    }
+
+    pub(super) fn ack(
+        &mut self,
+        group: &str,
+        h: &ReceiptHandle,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = self.find_inflight(group, h) {
+            return Ok(Err(e));
+        }
+        self.write_state(&StateOp::Ack {
+            group,
+            topic: &h.topic,
+            queue_id: h.queue_id,
+            queue_offset: h.queue_offset,
+            generation: h.generation,
+        })?;
+        Ok(Ok(Reply::Acked))
+    }
+
+    pub(super) fn change_invisible(
+        &mut self,
+        group: &str,
+        h: &ReceiptHandle,
+        ms: Millis,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if ms > self.cfg.max_invisible_ms {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "invisible duration {ms} ms is above the maximum of {} ms",
+                self.cfg.max_invisible_ms
+            ))));
+        }
+        let (g, q, inflight) = match self.find_inflight(group, h) {
+            Ok(x) => x,
+            Err(e) => return Ok(Err(e)),
+        };
+        let next = self.pops.get(&(g, q)).map_or(0, |p| p.next);
+        let until = self.now + ms;
+        let generation = self.write_state(&StateOp::Ck {
+            group,
+            topic: &h.topic,
+            queue_id: h.queue_id,
+            until,
+            next,
+            entries: alloc::vec![(h.queue_offset, inflight.attempt)],
+        })?;
+        Ok(Ok(Reply::InvisibleChanged {
+            handle: ReceiptHandle {
+                generation,
+                ..h.clone()
+            },
+            visible_at: until,
+        }))
+    }
+
+    pub(super) fn forward_to_dlq(
+        &mut self,
+        group: &str,
+        h: &ReceiptHandle,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        let (g, q, inflight) = match self.find_inflight(group, h) {
+            Ok(x) => x,
+            Err(e) => return Ok(Err(e)),
+        };
+        self.dead_letter(g, q, h.queue_offset, inflight.generation)?;
+        Ok(Ok(Reply::Forwarded))
+    }
+
+    pub(super) fn send_back(
+        &mut self,
+        group: &str,
+        offset: u64,
+        level: Option<u32>,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = topic::validate_group(group) {
+            return Ok(Err(e));
+        }
+        let Some(r) = self.log.read_any(offset).map_err(Error::Storage)? else {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "no message at offset {offset}"
+            ))));
+        };
+        let topic_name: String = r.prop(prop::REAL_TOPIC).unwrap_or(r.topic).into();
+        if !topic::classify(&topic_name).is_readable() {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "no message at offset {offset}"
+            ))));
+        }
+        let reconsume = r.header.reconsume_times + 1;
+        let body = r.body.to_vec();
+        let mut props = Vec::new();
+        let mut has_retry_topic = false;
+        let mut origin_id = None;
+        for (k, v) in r.props() {
+            if prop::INTERNAL.contains(&k) || k == prop::DELAY || k == prop::RECONSUME_TIME {
+                continue;
+            }
+            if k == prop::RETRY_TOPIC {
+                has_retry_topic = true;
+            }
+            if k == prop::UNIQ_KEY {
+                origin_id = Some(String::from(v));
+            }
+            record::push_prop(&mut props, k, v);
+        }
+        let (flag, born, born_host) = (r.header.flag, r.header.born_timestamp, r.header.born_host);
+        if !has_retry_topic {
+            record::push_prop(&mut props, prop::RETRY_TOPIC, &topic_name);
+        }
+        let origin = origin_id.unwrap_or_else(|| self.offset_msg_id(offset));
+        record::push_prop(&mut props, prop::ORIGIN_MESSAGE_ID, &origin);
+        let level = level.unwrap_or(3 + reconsume - 1);
+        let dead = reconsume > self.cfg.max_delivery_attempts;
+        let mut dest = if dead {
+            topic::dlq(group)
+        } else {
+            topic::retry(group)
+        };
+        let t = self.topic(&dest, 1);
+        dest = self.topics[t as usize].name.clone();
+        let (stored_topic, qid) = if dead {
+            (dest.as_str(), 0)
+        } else {
+            let lv = level.clamp(1, self.cfg.delay_levels.len() as u32);
+            let due = self.now + self.cfg.delay_levels[lv as usize - 1];
+            record::push_prop(&mut props, prop::DELAY, itoa(u64::from(lv)).as_str());
+            record::push_prop(&mut props, prop::REAL_TOPIC, &dest);
+            record::push_prop(&mut props, prop::REAL_QID, "0");
+            record::push_prop(&mut props, prop::TIMER_OUT_MS, itoa(due).as_str());
+            (topic::SCHEDULE, lv - 1)
+        };
+        let mut spec = Spec::internal(stored_topic, &body, props, born);
+        spec.queue_id = qid;
+        spec.flag = flag;
+        spec.born_host = born_host;
+        spec.reconsume_times = reconsume;
+        let (off, qoff) = self.write(core::slice::from_ref(&spec))?[0];
+        if dead {
+            self.stats.dead_lettered += 1;
+        }
+        Ok(Ok(Reply::Sent(alloc::vec![SendResult {
+            msg_id: origin,
+            topic: dest,
+            queue_id: 0,
+            queue_offset: qoff,
+            offset: off,
+            txn: None
+        }])))
+    }
+
+    pub(super) fn expire_inflight(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
+        let Some(inflight) = self
+            .pops
+            .get(&(g, q))
+            .and_then(|p| p.inflight.get(&qoff))
+            .copied()
+        else {
+            return Ok(());
+        };
+        if inflight.generation != gen {
+            return Ok(());
+        }
+        if inflight.attempt >= self.cfg.max_delivery_attempts {
+            return self.dead_letter(g, q, qoff, gen);
+        }
+        if let Some(p) = self.pops.get_mut(&(g, q)) {
+            p.ready.insert(qoff);
+        }
+        self.mark_notify(q);
+        Ok(())
+    }
+
+    /// Copies a received message to `%DLQ%<group>` and retires its delivery, in one atomic
+    /// group of two records.
+    pub(super) fn dead_letter(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
+        let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+            return Ok(());
+        };
+        let group = self.groups[g as usize].name.clone();
+        let topic_name = self.topics[self.queues[q as usize].topic as usize]
+            .name
+            .clone();
+        let queue_id = self.queues[q as usize].queue_id;
+        let Some(r) = self
+            .log
+            .read(unit.offset, unit.size as usize)
+            .map_err(Error::Storage)?
+        else {
+            // Damaged since it was written: retire the delivery rather than wedge the timer.
+            let state = StateOp::Ack {
+                group: &group,
+                topic: &topic_name,
+                queue_id,
+                queue_offset: qoff,
+                generation: gen,
+            };
+            self.write_state(&state)?;
+            return Ok(());
+        };
+        let body = r.body.to_vec();
+        let (flag, born, born_host, reconsume) = (
+            r.header.flag,
+            r.header.born_timestamp,
+            r.header.born_host,
+            r.header.reconsume_times,
+        );
+        let mut props = Vec::new();
+        let mut origin = None;
+        for (k, v) in r.props() {
+            if prop::INTERNAL.contains(&k) {
+                continue;
+            }
+            if k == prop::UNIQ_KEY {
+                origin = Some(String::from(v));
+            }
+            record::push_prop(&mut props, k, v);
+        }
+        let origin = origin.unwrap_or_else(|| self.offset_msg_id(unit.offset));
+        record::push_prop(&mut props, prop::ORIGIN_MESSAGE_ID, &origin);
+        record::push_prop(&mut props, prop::RETRY_TOPIC, &topic_name);
+        record::push_prop(&mut props, BATCH_LEN, "2");
+        let dlq = topic::dlq(&group);
+        self.topic(&dlq, 1);
+        let mut dead = Spec::internal(&dlq, &body, props, born);
+        dead.flag = flag;
+        dead.born_host = born_host;
+        dead.reconsume_times = reconsume;
+        let state = postcard::to_allocvec(&StateOp::Ack {
+            group: &group,
+            topic: &topic_name,
+            queue_id,
+            queue_offset: qoff,
+            generation: gen,
+        })
+        .expect("postcard to a Vec cannot fail");
+        let retire = Spec::internal(topic::REVIVE, &state, Vec::new(), self.now);
+        self.write(&[dead, retire])?;
+        self.stats.dead_lettered += 1;
+        Ok(())
+    }
+
+    /// Drops pop timers whose delivery was acked or superseded, so `poll_timeout` is real.
+    pub(super) fn prune_pop_timers(&mut self) {
+        while let Some(&Reverse((_, g, q, qoff, gen))) = self.pop_timers.peek() {
+            let live = self
+                .pops
+                .get(&(g, q))
+                .and_then(|p| p.inflight.get(&qoff))
+                .is_some_and(|i| i.generation == gen);
+            if live {
+                break;
+            }
+            self.pop_timers.pop();
+        }
+    }
+}

@@ -1,0 +1,844 @@
+//! The state machine: one [`Broker`] over one log.
+
+use alloc::collections::{BTreeMap, BTreeSet, BinaryHeap, VecDeque};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::cmp::Reverse;
+use core::fmt;
+
+use hashbrown::HashMap;
+
+use crate::config::{Config, FlushMode};
+use crate::error::Error;
+use crate::log::{Log, LogError, RecoveryReport, BATCH_LEN};
+use crate::record::{self, sys_flag, Decoded, Header, Host, RecordView};
+use crate::storage::Storage;
+use crate::table::{PendingTable, Row};
+use crate::topic::{self, TopicKind};
+use crate::types::*;
+use crate::Millis;
+
+mod apply;
+mod consumers;
+mod delays;
+mod send;
+mod topics;
+mod transactions;
+
+/// Property names, as RocketMQ's MessageConst.
+pub mod prop {
+    pub const TAGS: &str = "TAGS";
+    pub const KEYS: &str = "KEYS";
+    pub const UNIQ_KEY: &str = "UNIQ_KEY";
+    pub const DELAY: &str = "DELAY";
+    pub const TIMER_DELIVER_MS: &str = "TIMER_DELIVER_MS";
+    pub const TIMER_DELAY_SEC: &str = "TIMER_DELAY_SEC";
+    pub const TIMER_DELAY_MS: &str = "TIMER_DELAY_MS";
+    pub const TIMER_OUT_MS: &str = "TIMER_OUT_MS";
+    pub const TRAN_MSG: &str = "TRAN_MSG";
+    pub const PGROUP: &str = "PGROUP";
+    pub const REAL_TOPIC: &str = "REAL_TOPIC";
+    pub const REAL_QID: &str = "REAL_QID";
+    pub const CHECK_IMMUNITY_TIME_IN_SECONDS: &str = "CHECK_IMMUNITY_TIME_IN_SECONDS";
+    pub const TRANSACTION_CHECK_TIMES: &str = "TRANSACTION_CHECK_TIMES";
+    pub const SHARDING_KEY: &str = "__SHARDINGKEY";
+    pub const RETRY_TOPIC: &str = "RETRY_TOPIC";
+    pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
+    pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
+    pub const WAIT: &str = "WAIT";
+    /// Keys the broker writes and strips before consumers see a message.
+    pub const INTERNAL: [&str; 5] = [
+        REAL_TOPIC,
+        REAL_QID,
+        TIMER_OUT_MS,
+        super::BATCH_LEN,
+        "__CRC32#",
+    ];
+    /// Keys a producer may not set (the broker sets them).
+    pub const RESERVED: [&str; 8] = [
+        REAL_TOPIC,
+        REAL_QID,
+        TIMER_OUT_MS,
+        super::BATCH_LEN,
+        "__CRC32#",
+        TRAN_MSG,
+        PGROUP,
+        UNIQ_KEY,
+    ];
+}
+
+/// Op record tags (RMQ_SYS_TRANS_OP_HALF_TOPIC). `d` is RocketMQ's REMOVE_TAG.
+mod op {
+    pub const RESOLVED: &str = "d";
+    pub const CHECKED: &str = "c";
+    pub const CHECK_MAX: &str = "x";
+    pub const EXPIRED: &str = "e";
+}
+
+/// Consumer state records (rmq_sys_REVIVE_LOG and the offsets topic), postcard-encoded.
+#[derive(serde::Serialize, serde::Deserialize)]
+enum StateOp<'a> {
+    /// Messages handed out by a receive (or an invisible-time change): invisible until `until`.
+    Ck {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        until: Millis,
+        next: u64,
+        entries: Vec<(u64, u32)>,
+    },
+    /// A delivery acked (or forwarded to the DLQ).
+    Ack {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        queue_offset: u64,
+        generation: u64,
+    },
+    /// A committed pull offset.
+    Offset {
+        group: &'a str,
+        topic: &'a str,
+        queue_id: u32,
+        offset: u64,
+    },
+    /// A user topic created (or grown) by a host with this many queues: recovery gives it
+    /// exactly as many. (Auto-created topics need no record: recovery gives them the
+    /// configured `default_queues`, or more if their records name more.)
+    Topic { name: &'a str, queues: u32 },
+}
+
+/// One unit of a consume queue. RocketMQ stores it in 20 bytes
+/// (physical offset 8, size 4, tag hash 8); see [`CqUnit::to_rocketmq_bytes`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct CqUnit {
+    pub offset: u64,
+    pub size: u32,
+    pub tag_hash: i32,
+}
+
+impl CqUnit {
+    /// The unit as RocketMQ's ConsumeQueue file holds it.
+    #[must_use]
+    pub fn to_rocketmq_bytes(&self) -> [u8; 20] {
+        let mut b = [0; 20];
+        b[..8].copy_from_slice(&self.offset.to_be_bytes());
+        b[8..12].copy_from_slice(&self.size.to_be_bytes());
+        b[12..].copy_from_slice(&i64::from(self.tag_hash).to_be_bytes());
+        b
+    }
+}
+
+/// Java's `String.hashCode`, RocketMQ's tag code.
+#[must_use]
+pub fn tag_hash(tag: Option<&str>) -> i32 {
+    let Some(tag) = tag else { return 0 };
+    let mut h: i32 = 0;
+    for u in tag.encode_utf16() {
+        h = h.wrapping_mul(31).wrapping_add(i32::from(u));
+    }
+    h
+}
+
+struct Topic {
+    name: String,
+    kind: TopicKind,
+    queues: Vec<u32>,
+    round_robin: u32,
+}
+
+struct Queue {
+    topic: u32,
+    queue_id: u32,
+    units: Vec<CqUnit>,
+    /// Next queue offset (internal topics keep only this).
+    next: u64,
+    /// Units consumers may see (below the durable point under sync flush).
+    visible: usize,
+    notify: bool,
+}
+
+struct Group {
+    name: String,
+    online: bool,
+    parked: Vec<u64>,
+}
+
+const DEAD: u32 = u32::MAX;
+/// Most queues a topic may have.
+pub const MAX_QUEUES: u32 = 1024;
+
+#[derive(Clone, Copy, Debug)]
+struct PendingTxn {
+    offset: u64,
+    deadline: Millis,
+    size: u32,
+    queue: u32,
+    tag_hash: i32,
+    checks: u16,
+    group: u16,
+}
+
+impl Row for PendingTxn {
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+    fn deadline(&self) -> Millis {
+        self.deadline
+    }
+    fn is_dead(&self) -> bool {
+        self.queue == DEAD
+    }
+    fn kill(&mut self) {
+        self.queue = DEAD;
+    }
+}
+
+#[derive(Clone, Copy, Debug)]
+struct PendingDelay {
+    offset: u64,
+    due: Millis,
+    size: u32,
+    queue: u32,
+    tag_hash: i32,
+}
+
+impl Row for PendingDelay {
+    fn offset(&self) -> u64 {
+        self.offset
+    }
+    fn deadline(&self) -> Millis {
+        self.due
+    }
+    fn is_dead(&self) -> bool {
+        self.queue == DEAD
+    }
+    fn kill(&mut self) {
+        self.queue = DEAD;
+    }
+}
+
+/// When a delivery becomes visible again: (until, group, queue, queue offset, generation).
+type PopTimer = (Millis, u16, u32, u64, u64);
+
+/// A half message waiting for its END_TRANSACTION while it is still parked (no producer of
+/// its group is online); its deadline is this value.
+const PARKED: Millis = Millis::MAX - 1;
+
+#[derive(Clone, Copy, Debug)]
+struct Inflight {
+    attempt: u32,
+    generation: u64,
+}
+
+#[derive(Default)]
+struct PopQueue {
+    next: u64,
+    inflight: BTreeMap<u64, Inflight>,
+    /// In-flight messages whose invisible time ran out: deliverable again.
+    ready: BTreeSet<u64>,
+}
+
+/// Counters for metrics.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Stats {
+    pub messages_stored: u64,
+    pub halves_stored: u64,
+    pub committed: u64,
+    pub rolled_back: u64,
+    pub unknown_answers: u64,
+    pub checks_sent: u64,
+    pub checks_answered: u64,
+    pub check_max_reached: u64,
+    pub halves_expired: u64,
+    pub delayed_stored: u64,
+    pub delayed_delivered: u64,
+    pub received: u64,
+    pub acked: u64,
+    pub redelivered: u64,
+    pub dead_lettered: u64,
+    pub syncs: u64,
+    pub client_errors: u64,
+}
+
+/// A topic as [`Broker::topics`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct TopicInfo {
+    pub name: String,
+    /// Per queue: (queue id, next queue offset, visible messages).
+    pub queues: Vec<(u32, u64, u64)>,
+}
+
+/// A pending transaction as [`Broker::pending_transactions`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingTxnInfo {
+    pub txn: TxnId,
+    pub group: String,
+    pub topic: String,
+    pub queue_id: u32,
+    pub checks: u32,
+    /// Next check; `None` while parked (no producer of the group online).
+    pub next_check: Option<Millis>,
+}
+
+/// A delayed message as [`Broker::pending_delays`] lists it.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct PendingDelayInfo {
+    pub offset: u64,
+    pub topic: String,
+    pub queue_id: u32,
+    pub due: Millis,
+}
+
+/// RocketMQ's transactional message store as a sans-IO state machine.
+///
+/// # Driving it
+///
+/// The host owns the clock, the storage's durability schedule and every connection; the
+/// broker owns everything else. Its methods, in the order a host uses them:
+///
+/// - [`Broker::open`] recovers state from the storage (cutting a torn tail).
+/// - **Inputs.** [`Broker::handle`] takes a request tagged with the host's id. Everything
+///   due at or before `now` (checks, delayed deliveries, redeliveries) happens first, so
+///   the order of events never depends on how often the host calls
+///   [`Broker::handle_timeout`], which does only that part.
+/// - **Durability.** [`Broker::sync`] makes every appended byte durable. Under
+///   [`FlushMode::Sync`] replies to writes are held, and their messages invisible, until the
+///   sync that covers them: call it after a burst of `handle`s (group commit), or whenever
+///   [`Broker::needs_sync`] says so. Under [`FlushMode::Async`] call it at an interval.
+/// - **Outputs.** After any of the above, drain [`Broker::poll_output`]: replies,
+///   transaction checks to route to a producer of the group, availability notices for long
+///   polling, trace events. Then sleep until [`Broker::poll_timeout`] or the next input.
+/// - **Producers.** [`Broker::set_producer_online`] says whether a producer group can be
+///   checked; checks of an offline group wait without using up attempts.
+///
+/// [`Broker::execute`] runs one request to its reply (syncing when the flush mode needs
+/// it) for hosts that call the broker synchronously.
+///
+/// `Err` is returned only for a storage failure or a corrupt log; a client's mistake is a
+/// [`Reply::Error`], and the request that caused it changed nothing.
+pub struct Broker<S: Storage> {
+    cfg: Config,
+    log: Log<S>,
+    now: Millis,
+    topic_ids: HashMap<String, u32>,
+    topics: Vec<Topic>,
+    queues: Vec<Queue>,
+    group_ids: HashMap<String, u16>,
+    groups: Vec<Group>,
+    txns: PendingTable<PendingTxn>,
+    delays: PendingTable<PendingDelay>,
+    offsets: HashMap<(u16, u32), u64>,
+    pops: HashMap<(u16, u32), PopQueue>,
+    pop_timers: BinaryHeap<Reverse<PopTimer>>,
+    pop_cursor: HashMap<(u16, u32), u32>,
+    resolved: heapless::Deque<(u64, bool), 1024>,
+    outputs: VecDeque<Output>,
+    /// Under sync flush: replies to writes, with the log end after the write, until a sync
+    /// covers it (ends never decrease).
+    held: VecDeque<(u64, u64, Reply)>,
+    /// Under sync flush: units pushed to a queue but not yet visible, with the log end after
+    /// the write that pushed them, in push order.
+    unsynced: VecDeque<(u64, u32)>,
+    notify: Vec<u32>,
+    buf: Vec<u8>,
+    recovering: bool,
+    /// Under async flush: when the appended bytes must be synced.
+    flush_due: Option<Millis>,
+    /// Under sync flush: timers wrote and the sync after them failed.
+    timer_sync_owed: bool,
+    report: RecoveryReport,
+    stats: Stats,
+    next_id: u64,
+}
+
+impl<S: Storage> fmt::Debug for Broker<S> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("Broker")
+            .field("now", &self.now)
+            .field("log_end", &self.log.end())
+            .field("topics", &self.topics.len())
+            .field("pending_transactions", &self.txns.len())
+            .field("pending_delays", &self.delays.len())
+            .finish_non_exhaustive()
+    }
+}
+
+type Res<T, S> = Result<T, Error<<S as Storage>::Error>>;
+
+fn storage_err<E>(e: LogError<E>) -> Error<E> {
+    match e {
+        LogError::Storage(e) => Error::Storage(e),
+        LogError::TooLarge => Error::Encode(record::EncodeError::TooLarge),
+    }
+}
+
+/// A record to write: where, what, and the fields the encoder needs.
+struct Spec<'a> {
+    topic: &'a str,
+    queue_id: u32,
+    sys_flag: u32,
+    flag: i32,
+    born_timestamp: Millis,
+    born_host: Host,
+    reconsume_times: u32,
+    prepared_offset: u64,
+    body: &'a [u8],
+    props: Vec<u8>,
+}
+
+impl<'a> Spec<'a> {
+    fn internal(topic: &'a str, body: &'a [u8], props: Vec<u8>, now: Millis) -> Self {
+        Spec {
+            topic,
+            queue_id: 0,
+            sys_flag: 0,
+            flag: 0,
+            born_timestamp: now,
+            born_host: Host::Unspecified,
+            reconsume_times: 0,
+            prepared_offset: 0,
+            body,
+            props,
+        }
+    }
+}
+
+impl<S: Storage> Broker<S> {
+    /// Opens a broker over `storage`, recovering every record in it.
+    pub fn open(cfg: Config, storage: S, now: Millis) -> Res<Self, S> {
+        cfg.validate()?;
+        let max_record = cfg.max_message_size.max(4 << 20).saturating_add(1 << 16);
+        let mut b = Broker {
+            log: Log::new(storage, cfg.segment_size, max_record),
+            cfg,
+            now,
+            topic_ids: HashMap::new(),
+            topics: Vec::new(),
+            queues: Vec::new(),
+            group_ids: HashMap::new(),
+            groups: Vec::new(),
+            txns: PendingTable::new(),
+            delays: PendingTable::new(),
+            offsets: HashMap::new(),
+            pops: HashMap::new(),
+            pop_timers: BinaryHeap::new(),
+            pop_cursor: HashMap::new(),
+            resolved: heapless::Deque::new(),
+            outputs: VecDeque::new(),
+            held: VecDeque::new(),
+            unsynced: VecDeque::new(),
+            notify: Vec::new(),
+            buf: Vec::new(),
+            recovering: true,
+            flush_due: None,
+            timer_sync_owed: false,
+            report: RecoveryReport::default(),
+            stats: Stats::default(),
+            next_id: 1 << 63,
+        };
+        let mut rec = b.log.start_recovery().map_err(Error::Storage)?;
+        while let Some((off, bytes)) = rec.next(&mut b.log).map_err(Error::Storage)? {
+            // Recovery verified the record already.
+            if let Ok(Decoded::Record(r)) = record::decode_trusted(bytes) {
+                b.apply(off, &r);
+            }
+        }
+        b.report = b.log.finish_recovery(rec);
+        b.recovering = false;
+        for q in &mut b.queues {
+            q.visible = q.units.len();
+        }
+        b.unsynced.clear();
+        b.notify.clear();
+        Ok(b)
+    }
+
+    // ---- getters ----------------------------------------------------------------------
+
+    /// The configuration.
+    #[must_use]
+    pub fn config(&self) -> &Config {
+        &self.cfg
+    }
+    /// What recovery found on open.
+    #[must_use]
+    pub fn recovery_report(&self) -> &RecoveryReport {
+        &self.report
+    }
+    /// Counters.
+    #[must_use]
+    pub fn stats(&self) -> Stats {
+        self.stats
+    }
+    /// The storage.
+    pub fn storage(&self) -> &S {
+        &self.log.storage
+    }
+    /// The storage, for hosts that need to reach it (tests corrupting it, say).
+    pub fn storage_mut(&mut self) -> &mut S {
+        &mut self.log.storage
+    }
+    /// Gives the storage back.
+    pub fn into_storage(self) -> S {
+        self.log.storage
+    }
+    /// Next append offset; bytes in the log.
+    #[must_use]
+    pub fn log_end(&self) -> u64 {
+        self.log.end()
+    }
+    /// Everything below this offset is durable.
+    #[must_use]
+    pub fn log_synced(&self) -> u64 {
+        self.log.synced()
+    }
+    /// Segments in the log.
+    #[must_use]
+    pub fn segment_count(&self) -> usize {
+        self.log.segment_count()
+    }
+    /// The latest time the broker was given.
+    #[must_use]
+    pub fn now(&self) -> Millis {
+        self.now
+    }
+    /// Pending (unresolved) transactions.
+    #[must_use]
+    pub fn pending_transaction_count(&self) -> usize {
+        self.txns.len()
+    }
+    /// Delayed messages not yet delivered.
+    #[must_use]
+    pub fn pending_delay_count(&self) -> usize {
+        self.delays.len()
+    }
+    /// Bytes of memory the pending-transaction and pending-delay tables hold.
+    #[must_use]
+    pub fn pending_table_bytes(&self) -> usize {
+        self.txns.heap_bytes() + self.delays.heap_bytes()
+    }
+    /// Whether appended bytes wait for a [`Broker::sync`].
+    #[must_use]
+    pub fn needs_sync(&self) -> bool {
+        self.log.synced() < self.log.end()
+    }
+
+    /// For hosts that sync off the thread that drives the broker: the log offset a sync
+    /// started now must make durable, or `None` when everything is. Start the sync (e.g.
+    /// `FileStorage::detach_sync` and its `run` on another thread), keep handling requests
+    /// meanwhile, and report it with [`Broker::synced_to`].
+    #[must_use]
+    pub fn sync_target(&self) -> Option<u64> {
+        self.needs_sync().then(|| self.log.end())
+    }
+
+    /// Records that the storage is durable below `upto` (a target from
+    /// [`Broker::sync_target`] whose sync the host completed): releases the replies held for
+    /// writes that end at or below it and makes their messages visible. Later writes stay
+    /// held until a sync covers them. [`Broker::sync`] is the same for everything, run here.
+    pub fn synced_to(&mut self, upto: u64) {
+        let upto = upto.min(self.log.end());
+        if upto <= self.log.synced() {
+            return;
+        }
+        self.log.mark_synced(upto);
+        self.stats.syncs += 1;
+        if !self.needs_sync() {
+            self.flush_due = None;
+            self.timer_sync_owed = false;
+        }
+        self.release(upto);
+    }
+
+    // ---- inputs -----------------------------------------------------------------------
+
+    /// Handles a request; its reply comes out of [`Broker::poll_output`] tagged with `id`
+    /// (under sync flush, only after the [`Broker::sync`] that makes it durable).
+    pub fn handle(&mut self, now: Millis, id: u64, request: Request) -> Res<(), S> {
+        let before = self.log.end();
+        let reply = self.process(now, request)?;
+        if self.cfg.flush == FlushMode::Sync && self.log.end() > before {
+            self.held.push_back((self.log.end(), id, reply));
+        } else {
+            self.outputs.push_back(Output::Reply { id, reply });
+        }
+        Ok(())
+    }
+
+    /// Runs one request to its reply, syncing first when the flush mode requires it. Other
+    /// outputs stay queued for [`Broker::poll_output`].
+    pub fn execute(&mut self, now: Millis, request: Request) -> Res<Reply, S> {
+        let before = self.log.end();
+        let reply = self.process(now, request)?;
+        if self.cfg.flush == FlushMode::Sync && self.log.end() > before {
+            self.sync()?;
+        }
+        Ok(reply)
+    }
+
+    /// Makes everything appended durable; releases held replies and makes their messages
+    /// visible.
+    pub fn sync(&mut self) -> Res<(), S> {
+        if self.log.synced() < self.log.end() {
+            self.log.sync().map_err(Error::Storage)?;
+            self.stats.syncs += 1;
+        }
+        self.flush_due = None;
+        self.timer_sync_owed = false;
+        self.release(u64::MAX);
+        Ok(())
+    }
+
+    /// Under sync flush: what writes ending at or below `upto` held back — their units in
+    /// the consume queues, their replies — becomes visible and goes out.
+    fn release(&mut self, upto: u64) {
+        while let Some(&(end, q)) = self.unsynced.front() {
+            if end > upto {
+                break;
+            }
+            self.unsynced.pop_front();
+            let queue = &mut self.queues[q as usize];
+            if queue.visible < queue.units.len() {
+                queue.visible += 1;
+                self.mark_notify(q);
+            }
+        }
+        while self.held.front().is_some_and(|h| h.0 <= upto) {
+            if let Some((_, id, reply)) = self.held.pop_front() {
+                self.outputs.push_back(Output::Reply { id, reply });
+            }
+        }
+    }
+
+    /// Does what is due at or before `now`: transaction checks, delayed deliveries,
+    /// redeliveries and dead-lettering of received messages.
+    pub fn handle_timeout(&mut self, now: Millis) -> Res<(), S> {
+        self.now = self.now.max(now);
+        let now = self.now;
+        let before = self.log.end();
+        self.fire_timers(now)?;
+        match self.cfg.flush {
+            // What timers wrote (deliveries, checks, dead letters) is synced here: no host
+            // request waits on it to make it durable and visible. A sync that failed is owed
+            // until one succeeds.
+            FlushMode::Sync if self.log.end() > before || self.timer_sync_owed => {
+                self.timer_sync_owed = true;
+                self.sync()?;
+            }
+            FlushMode::Async if self.flush_due.is_some_and(|d| d <= now) => self.sync()?,
+            _ => {}
+        }
+        Ok(())
+    }
+
+    fn fire_timers(&mut self, now: Millis) -> Res<(), S> {
+        loop {
+            let t = self.txns.next_deadline().unwrap_or(Millis::MAX);
+            let d = self.delays.next_deadline().unwrap_or(Millis::MAX);
+            let p = self.pop_timers.peek().map_or(Millis::MAX, |Reverse(x)| x.0);
+            let first = t.min(d).min(p);
+            if first > now || first == Millis::MAX || first == PARKED {
+                break;
+            }
+            // A timer whose action fails (storage) is put back, so nothing due is forgotten.
+            if d == first {
+                if let Some(row) = self.delays.pop_due(first) {
+                    if let Err(e) = self.deliver(row) {
+                        self.delays.reschedule(row.offset);
+                        return Err(e);
+                    }
+                }
+            } else if t == first {
+                if let Some(row) = self.txns.pop_due(first) {
+                    if let Err(e) = self.check(row) {
+                        self.txns.reschedule(row.offset);
+                        return Err(e);
+                    }
+                }
+            } else if let Some(Reverse(timer)) = self.pop_timers.pop() {
+                let (_, g, q, qoff, gen) = timer;
+                if let Err(e) = self.expire_inflight(g, q, qoff, gen) {
+                    self.pop_timers.push(Reverse(timer));
+                    return Err(e);
+                }
+                self.prune_pop_timers();
+            }
+        }
+        Ok(())
+    }
+
+    /// When [`Broker::handle_timeout`] next has something to do.
+    #[must_use]
+    pub fn poll_timeout(&self) -> Option<Millis> {
+        let t = self.txns.next_deadline().filter(|&d| d != PARKED);
+        let d = self.delays.next_deadline();
+        let p = self.pop_timers.peek().map(|Reverse(x)| x.0);
+        [t, d, p, self.flush_due].into_iter().flatten().min()
+    }
+
+    /// The next output.
+    pub fn poll_output(&mut self) -> Option<Output> {
+        if let Some(o) = self.outputs.pop_front() {
+            return Some(o);
+        }
+        let q = self.notify.pop()?;
+        let queue = &mut self.queues[q as usize];
+        queue.notify = false;
+        Some(Output::Available {
+            topic: self.topics[queue.topic as usize].name.clone(),
+            queue_id: queue.queue_id,
+        })
+    }
+
+    /// A fresh id for [`Broker::handle`] (hosts may use their own).
+    pub fn next_request_id(&mut self) -> u64 {
+        self.next_id += 1;
+        self.next_id
+    }
+
+    // ---- requests -----------------------------------------------------------------------
+
+    fn tick(&mut self, now: Millis) {
+        self.now = self.now.max(now);
+    }
+
+    fn process(&mut self, now: Millis, request: Request) -> Res<Reply, S> {
+        self.handle_timeout(now)?;
+        let result = match request {
+            Request::Send { messages } => self.send(messages),
+            Request::Prepare {
+                group,
+                message,
+                check_immunity_ms,
+            } => self.prepare(&group, message, check_immunity_ms),
+            Request::EndTransaction {
+                txn,
+                resolution,
+                group,
+                from_check,
+            } => self.end_transaction(txn, resolution, group.as_deref(), from_check),
+            Request::Pull {
+                group,
+                topic,
+                queue_id,
+                offset,
+                max,
+                filter,
+                auto_commit,
+            } => self.pull(&group, &topic, queue_id, offset, max, &filter, auto_commit),
+            Request::CommitOffset {
+                group,
+                topic,
+                queue_id,
+                offset,
+            } => self.commit_offset(&group, &topic, queue_id, offset),
+            Request::Receive {
+                group,
+                topic,
+                queue_id,
+                max,
+                invisible_ms,
+                filter,
+            } => self.receive(&group, &topic, queue_id, max, invisible_ms, &filter),
+            Request::Ack { group, handle } => self.ack(&group, &handle),
+            Request::ChangeInvisible {
+                group,
+                handle,
+                invisible_ms,
+            } => self.change_invisible(&group, &handle, invisible_ms),
+            Request::ForwardToDeadLetter { group, handle } => self.forward_to_dlq(&group, &handle),
+            Request::SendBack {
+                group,
+                offset,
+                delay_level,
+            } => self.send_back(&group, offset, delay_level),
+        };
+        Ok(match result? {
+            Ok(reply) => reply,
+            Err(e) => {
+                self.stats.client_errors += 1;
+                Reply::Error(e)
+            }
+        })
+    }
+}
+
+struct Plan {
+    props: Vec<u8>,
+    delay_due: Option<Millis>,
+    level: Option<u32>,
+}
+
+/// RocketMQ's offset message id: store host (ip 4 + port 4) and log offset (8), 32 hex digits.
+#[must_use]
+pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
+    let mut b = [0u8; 16];
+    if let Host::V4(ip, port) = store_host {
+        b[..4].copy_from_slice(&ip);
+        b[4..8].copy_from_slice(&u32::from(port).to_be_bytes());
+    }
+    b[8..].copy_from_slice(&offset.to_be_bytes());
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut s = String::with_capacity(32);
+    for x in b {
+        s.push(HEX[usize::from(x >> 4)] as char);
+        s.push(HEX[usize::from(x & 15)] as char);
+    }
+    s
+}
+
+fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
+    let mut tag = None;
+    let mut keys = Vec::new();
+    let mut msg_id = None;
+    let mut properties = Vec::new();
+    for (k, v) in r.props() {
+        match k {
+            prop::TAGS => tag = Some(String::from(v)),
+            prop::KEYS => {
+                keys = v
+                    .split(' ')
+                    .filter(|k| !k.is_empty())
+                    .map(String::from)
+                    .collect()
+            }
+            prop::UNIQ_KEY => msg_id = Some(String::from(v)),
+            k if prop::INTERNAL.contains(&k) => {}
+            k => properties.push((String::from(k), String::from(v))),
+        }
+    }
+    Message {
+        topic: String::new(),
+        queue_id: 0,
+        queue_offset: 0,
+        offset,
+        msg_id: msg_id.unwrap_or_else(|| offset_msg_id(store_host, offset)),
+        tag,
+        keys,
+        properties,
+        body: r.body.to_vec(),
+        born_timestamp: r.header.born_timestamp,
+        store_timestamp: r.header.store_timestamp,
+        reconsume_times: r.header.reconsume_times,
+        flag: r.header.flag,
+        sys_flag: r.header.sys_flag,
+        born_host: r.header.born_host,
+        store_host: r.header.store_host,
+    }
+}
+
+fn prop_u32(props: &[u8], key: &str) -> u32 {
+    record::Props::new(props)
+        .find(|(k, _)| *k == key)
+        .and_then(|(_, v)| v.parse().ok())
+        .unwrap_or(0)
+}
+
+/// Formats an integer without allocating.
+fn itoa(v: u64) -> heapless::String<20> {
+    let mut s = heapless::String::new();
+    let _ = fmt::Write::write_fmt(&mut s, format_args!("{v}"));
+    s
+}

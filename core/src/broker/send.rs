@@ -1,0 +1,321 @@
+//! Normal and batch sends: validation of a message, its queue, and the write.
+
+use super::*;
+
+impl<S: Storage> Broker<S> {
+    pub(super) fn send(&mut self, messages: Vec<NewMessage>) -> Res<Result<Reply, ClientError>, S> {
+        if messages.is_empty() {
+            return Ok(Err(ClientError::EmptyBatch));
+        }
+        let batch = messages.len() > 1;
+        let mut plans = Vec::with_capacity(messages.len());
+        let mut total = 0usize;
+        for m in &messages {
+            let plan = match self.plan(m, batch) {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            total += m.body.len();
+            plans.push(plan);
+        }
+        if batch {
+            let first = &messages[0];
+            if let Some(m) = messages.iter().find(|m| m.topic != first.topic) {
+                return Ok(Err(ClientError::MixedBatch(format!(
+                    "topic `{}` differs from `{}`",
+                    m.topic, first.topic
+                ))));
+            }
+            // RocketMQ's Message.isWaitStoreMsgOK: absent means true, else Boolean.parseBoolean.
+            let wait = |m: &NewMessage| {
+                m.properties
+                    .iter()
+                    .find(|(k, _)| k == prop::WAIT)
+                    .is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
+            };
+            if messages.iter().any(|m| wait(m) != wait(first)) {
+                return Ok(Err(ClientError::MixedBatch(
+                    "the WAIT (wait-store) flag differs".into(),
+                )));
+            }
+            if topic::is_retry(&first.topic) {
+                return Ok(Err(ClientError::BatchToRetryTopic));
+            }
+            if total > self.cfg.max_batch_size as usize {
+                return Ok(Err(ClientError::BatchTooLarge {
+                    size: total,
+                    max: self.cfg.max_batch_size,
+                }));
+            }
+        }
+        // Everything is valid: create the topic and pick queues.
+        let t = self.topic(&messages[0].topic, self.cfg.default_queues);
+        let n = messages.len();
+        let mut specs = Vec::with_capacity(n);
+        let now = self.now;
+        // A batch goes to one queue, as RocketMQ's: the first message's choice.
+        let batch_queue = match self.pick_queue(t, &messages[0]) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
+        for (i, (m, mut plan)) in messages.iter().zip(plans).enumerate() {
+            let queue_id = if i == 0 || batch {
+                batch_queue
+            } else {
+                match self.pick_queue(t, m) {
+                    Ok(q) => q,
+                    Err(e) => return Ok(Err(e)),
+                }
+            };
+            let (topic, qid) = match plan.delay_due {
+                Some(due) => {
+                    record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
+                    record::push_prop(
+                        &mut plan.props,
+                        prop::REAL_QID,
+                        itoa(u64::from(queue_id)).as_str(),
+                    );
+                    record::push_prop(&mut plan.props, prop::TIMER_OUT_MS, itoa(due).as_str());
+                    match plan.level {
+                        Some(l) => (topic::SCHEDULE, l - 1),
+                        None => (topic::TIMER, 0),
+                    }
+                }
+                None => (m.topic.as_str(), queue_id),
+            };
+            if batch && i == 0 {
+                record::push_prop(&mut plan.props, BATCH_LEN, itoa(n as u64).as_str());
+            }
+            specs.push(Spec {
+                topic,
+                queue_id: qid,
+                sys_flag: 0,
+                flag: m.flag,
+                born_timestamp: m.born_timestamp.unwrap_or(now),
+                born_host: m.born_host.unwrap_or_default(),
+                reconsume_times: 0,
+                prepared_offset: 0,
+                body: &m.body,
+                props: plan.props,
+            });
+        }
+        let written = self.write(&specs)?;
+        let results = written
+            .into_iter()
+            .zip(&specs)
+            .zip(&messages)
+            .map(|(((off, qoff), spec), m)| {
+                let real_qid = if spec.topic == m.topic.as_str() {
+                    spec.queue_id
+                } else {
+                    prop_u32(&spec.props, prop::REAL_QID)
+                };
+                SendResult {
+                    msg_id: m
+                        .message_id
+                        .clone()
+                        .unwrap_or_else(|| self.offset_msg_id(off)),
+                    topic: m.topic.clone(),
+                    queue_id: real_qid,
+                    queue_offset: qoff,
+                    offset: off,
+                    txn: None,
+                }
+            })
+            .collect();
+        Ok(Ok(Reply::Sent(results)))
+    }
+
+    pub(super) fn pick_queue(&mut self, t: u32, m: &NewMessage) -> Result<u32, ClientError> {
+        let topic = &mut self.topics[t as usize];
+        let n = topic.queues.len() as u32;
+        if let Some(q) = m.queue_id {
+            if q >= n {
+                return Err(ClientError::InvalidQueue {
+                    topic: topic.name.clone(),
+                    queue_id: q,
+                    queues: n,
+                });
+            }
+            return Ok(q);
+        }
+        if let Some(g) = &m.message_group {
+            return Ok((tag_hash(Some(g)) as u32) % n);
+        }
+        topic.round_robin = topic.round_robin.wrapping_add(1);
+        Ok(topic.round_robin % n)
+    }
+
+    /// Validates a message and serializes its properties.
+    pub(super) fn plan(&self, m: &NewMessage, in_batch: bool) -> Result<Plan, ClientError> {
+        topic::validate_user_topic(&m.topic)?;
+        if !self.cfg.auto_create_topics && !self.topic_ids.contains_key(m.topic.as_str()) {
+            return Err(ClientError::UnknownTopic(m.topic.clone()));
+        }
+        if m.body.is_empty() {
+            return Err(ClientError::EmptyBody);
+        }
+        if m.body.len() > self.cfg.max_message_size as usize {
+            return Err(ClientError::MessageTooLarge {
+                size: m.body.len(),
+                max: self.cfg.max_message_size,
+            });
+        }
+        let mut props = Vec::with_capacity(64);
+        let mut delay = m.delay;
+        let mut delay_sources = u32::from(m.delay.is_some());
+        let check_text = |what: &str, s: &str| -> Result<(), ClientError> {
+            if s.bytes()
+                .any(|b| b == record::NAME_VALUE_SEPARATOR || b == record::PROPERTY_SEPARATOR)
+            {
+                return Err(ClientError::InvalidProperty(format!(
+                    "{what} contains a control character \\x01 or \\x02"
+                )));
+            }
+            Ok(())
+        };
+        if let Some(tag) = &m.tag {
+            check_text("tag", tag)?;
+            if tag.contains("||") {
+                return Err(ClientError::InvalidProperty(format!(
+                    "tag `{tag}` contains `||`"
+                )));
+            }
+            if !tag.is_empty() {
+                record::push_prop(&mut props, prop::TAGS, tag);
+            }
+        }
+        if !m.keys.is_empty() {
+            let mut keys = String::new();
+            for (i, k) in m.keys.iter().enumerate() {
+                check_text("key", k)?;
+                if i > 0 {
+                    keys.push(' ');
+                }
+                keys.push_str(k);
+            }
+            record::push_prop(&mut props, prop::KEYS, &keys);
+        }
+        if let Some(id) = &m.message_id {
+            check_text("message id", id)?;
+            if id.is_empty() || id.len() > 128 {
+                return Err(ClientError::InvalidProperty(
+                    "message id must be 1..=128 bytes".into(),
+                ));
+            }
+            record::push_prop(&mut props, prop::UNIQ_KEY, id);
+        }
+        if let Some(g) = &m.message_group {
+            check_text("message group", g)?;
+            record::push_prop(&mut props, prop::SHARDING_KEY, g);
+        }
+        for (k, v) in &m.properties {
+            if k.is_empty() {
+                return Err(ClientError::InvalidProperty("empty property name".into()));
+            }
+            check_text("property name", k)?;
+            check_text("property value", v)?;
+            if prop::RESERVED.contains(&k.as_str()) || k == prop::TAGS || k == prop::KEYS {
+                return Err(ClientError::InvalidProperty(format!(
+                    "`{k}` is set by the broker or a field, not a property"
+                )));
+            }
+            let parse = |v: &str| {
+                v.trim()
+                    .parse::<i64>()
+                    .map_err(|_| ClientError::InvalidDelay(format!("{k}=`{v}` is not a number")))
+            };
+            match k.as_str() {
+                prop::DELAY => {
+                    let l = parse(v)?;
+                    if l < 0 {
+                        return Err(ClientError::InvalidDelay(format!(
+                            "delay level {l} is negative"
+                        )));
+                    }
+                    delay = Some(Delay::Level(u32::try_from(l).unwrap_or(u32::MAX)));
+                    delay_sources += 1;
+                    continue;
+                }
+                prop::TIMER_DELIVER_MS => {
+                    let at = parse(v)?;
+                    if at < 0 {
+                        return Err(ClientError::InvalidDelay(format!(
+                            "delivery time {at} is negative"
+                        )));
+                    }
+                    delay = Some(Delay::At(at as u64));
+                    delay_sources += 1;
+                    continue;
+                }
+                prop::TIMER_DELAY_SEC | prop::TIMER_DELAY_MS => {
+                    let d = parse(v)?;
+                    if d < 0 {
+                        return Err(ClientError::InvalidDelay(format!("{k}={d} is negative")));
+                    }
+                    let ms = if k == prop::TIMER_DELAY_SEC {
+                        (d as u64).saturating_mul(1000)
+                    } else {
+                        d as u64
+                    };
+                    delay = Some(Delay::After(ms));
+                    delay_sources += 1;
+                    continue;
+                }
+                _ => {}
+            }
+            record::push_prop(&mut props, k, v);
+        }
+        if delay_sources > 1 {
+            return Err(ClientError::InvalidDelay(
+                "more than one delay given".into(),
+            ));
+        }
+        let (mut delay_due, mut level) = (None, None);
+        match delay {
+            None | Some(Delay::Level(0)) => {}
+            Some(Delay::Level(l)) => {
+                let l = l.min(self.cfg.delay_levels.len() as u32);
+                record::push_prop(&mut props, prop::DELAY, itoa(u64::from(l)).as_str());
+                delay_due = Some(
+                    self.now
+                        .saturating_add(self.cfg.delay_levels[l as usize - 1]),
+                );
+                level = Some(l);
+            }
+            Some(Delay::At(at)) => {
+                const MAX_DELAY: Millis = 100 * 365 * 86_400_000;
+                if at > self.now.saturating_add(MAX_DELAY) {
+                    return Err(ClientError::InvalidDelay(format!(
+                        "delivery time {at} is more than 100 years away"
+                    )));
+                }
+                record::push_prop(&mut props, prop::TIMER_DELIVER_MS, itoa(at).as_str());
+                delay_due = Some(at.max(self.now));
+            }
+            Some(Delay::After(ms)) => {
+                const MAX_DELAY: Millis = 100 * 365 * 86_400_000;
+                if ms > MAX_DELAY {
+                    return Err(ClientError::InvalidDelay(format!(
+                        "delay of {ms} ms is more than 100 years"
+                    )));
+                }
+                let at = self.now.saturating_add(ms);
+                record::push_prop(&mut props, prop::TIMER_DELIVER_MS, itoa(at).as_str());
+                delay_due = Some(at);
+            }
+        }
+        if in_batch && delay_due.is_some() {
+            return Err(ClientError::DelayInBatch);
+        }
+        // Leave room for the broker's own properties.
+        if props.len() + 512 > i16::MAX as usize {
+            return Err(ClientError::PropertiesTooLarge(props.len()));
+        }
+        Ok(Plan {
+            props,
+            delay_due,
+            level,
+        })
+    }
+}

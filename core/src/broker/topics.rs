@@ -1,0 +1,241 @@
+//! Topics, queues and groups: their tables, lookups, and reading messages back.
+
+use super::*;
+
+impl<S: Storage> Broker<S> {
+    /// Consumer-visible topics and their queues (system topics that hold only the broker's
+    /// own records are left out).
+    #[must_use]
+    pub fn topics(&self) -> Vec<TopicInfo> {
+        let mut out: Vec<TopicInfo> = self
+            .topics
+            .iter()
+            .filter(|t| t.kind.is_readable())
+            .map(|t| TopicInfo {
+                name: t.name.clone(),
+                queues: t
+                    .queues
+                    .iter()
+                    .map(|&q| {
+                        let q = &self.queues[q as usize];
+                        (q.queue_id, q.next, q.visible as u64)
+                    })
+                    .collect(),
+            })
+            .collect();
+        out.sort_by(|a, b| a.name.cmp(&b.name));
+        out
+    }
+
+    /// Queues of a topic, `None` when it does not exist.
+    #[must_use]
+    pub fn topic_queue_count(&self, name: &str) -> Option<u32> {
+        self.topic_ids
+            .get(name)
+            .map(|&t| self.topics[t as usize].queues.len() as u32)
+    }
+
+    /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file would hold).
+    #[must_use]
+    pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Vec<CqUnit> {
+        self.queue_index(topic, queue_id)
+            .map(|q| self.queues[q as usize].units.clone())
+            .unwrap_or_default()
+    }
+
+    /// Visible messages of a queue from `from` on (at most `max`), for tools and test
+    /// assertions: reads without a consumer group and changes nothing.
+    pub fn browse(
+        &mut self,
+        topic_name: &str,
+        queue_id: u32,
+        from: u64,
+        max: usize,
+    ) -> Res<Vec<Message>, S> {
+        let Some(q) = self.queue_index(topic_name, queue_id) else {
+            return Ok(Vec::new());
+        };
+        let visible = self.queues[q as usize].visible as u64;
+        let mut out = Vec::new();
+        let mut at = from;
+        while at < visible && out.len() < max {
+            let unit = self.queues[q as usize].units[at as usize];
+            if let Some(m) = self.read_message(q, at, unit)? {
+                out.push(m);
+            }
+            at += 1;
+        }
+        Ok(out)
+    }
+
+    /// Raw records from `offset` on (at most `max`), each as (offset, bytes): for tools that
+    /// show the log. Blanks are skipped.
+    pub fn raw_records(&mut self, mut offset: u64, max: usize) -> Res<Vec<(u64, Vec<u8>)>, S> {
+        let mut out = Vec::new();
+        while out.len() < max && offset < self.log.end() {
+            match self.log.read_any(offset).map_err(Error::Storage)? {
+                Some(r) => {
+                    let len = r.total_size as u64;
+                    let mut bytes = Vec::with_capacity(len as usize);
+                    record::encode(&mut bytes, &r.header, r.body, r.topic, r.properties)
+                        .map_err(Error::Encode)?;
+                    out.push((offset, bytes));
+                    offset += len;
+                }
+                None => {
+                    // A blank or the end of a segment: on to the next segment.
+                    let next = (offset / self.cfg.segment_size + 1) * self.cfg.segment_size;
+                    if next <= offset {
+                        break;
+                    }
+                    offset = next;
+                }
+            }
+        }
+        Ok(out)
+    }
+
+    /// Creates a topic (or grows it to `queues` queues), durably. For hosts that declare
+    /// topics. `Ok(Err(_))`: the name or count cannot be used.
+    pub fn create_topic(&mut self, name: &str, queues: u32) -> Res<Result<(), ClientError>, S> {
+        if let Err(e) = topic::validate_user_topic(name) {
+            return Ok(Err(e));
+        }
+        if queues == 0 || queues > MAX_QUEUES {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "{queues} queues is not within 1..=1024"
+            ))));
+        }
+        self.ensure_topic(name, queues)?;
+        Ok(Ok(()))
+    }
+
+    /// The user topic `name` with at least `queues` queues, creating or growing it with a
+    /// record in the log, so a restart gives it the same queues.
+    pub(super) fn ensure_topic(&mut self, name: &str, queues: u32) -> Res<u32, S> {
+        if let Some(&t) = self.topic_ids.get(name) {
+            if self.topics[t as usize].queues.len() as u32 >= queues {
+                return Ok(t);
+            }
+        }
+        self.write_state(&StateOp::Topic { name, queues })?;
+        Ok(self.topic(name, queues))
+    }
+
+    pub(super) fn topic(&mut self, name: &str, min_queues: u32) -> u32 {
+        self.topic_with(name, min_queues, true)
+    }
+
+    /// [`Broker::topic`]; `auto`: a user topic recovery meets first in a record (not in a
+    /// `Topic` state record) was auto-created, with `default_queues` queues — a record of
+    /// queue 0 must not make it a topic of one queue.
+    pub(super) fn topic_with(&mut self, name: &str, mut min_queues: u32, auto: bool) -> u32 {
+        let t = match self.topic_ids.get(name) {
+            Some(&t) => t,
+            None => {
+                if auto && self.recovering && topic::classify(name) == TopicKind::User {
+                    min_queues = min_queues.max(self.cfg.default_queues);
+                }
+                let t = self.topics.len() as u32;
+                self.topics.push(Topic {
+                    name: name.into(),
+                    kind: topic::classify(name),
+                    queues: Vec::new(),
+                    round_robin: 0,
+                });
+                self.topic_ids.insert(name.into(), t);
+                t
+            }
+        };
+        while (self.topics[t as usize].queues.len() as u32) < min_queues {
+            let queue_id = self.topics[t as usize].queues.len() as u32;
+            let q = self.queues.len() as u32;
+            self.queues.push(Queue {
+                topic: t,
+                queue_id,
+                units: Vec::new(),
+                next: 0,
+                visible: 0,
+                notify: false,
+            });
+            self.topics[t as usize].queues.push(q);
+        }
+        t
+    }
+
+    pub(super) fn queue_of(&self, t: u32, queue_id: u32) -> u32 {
+        self.topics[t as usize].queues[queue_id as usize]
+    }
+
+    pub(super) fn queue_index(&self, topic_name: &str, queue_id: u32) -> Option<u32> {
+        let t = *self.topic_ids.get(topic_name)?;
+        self.topics[t as usize]
+            .queues
+            .get(queue_id as usize)
+            .copied()
+    }
+
+    /// A readable queue, `None` when the topic does not exist (yet).
+    pub(super) fn readable_queue(
+        &self,
+        topic_name: &str,
+        queue_id: u32,
+    ) -> Result<Option<u32>, ClientError> {
+        topic::validate_readable_topic(topic_name)?;
+        let Some(&t) = self.topic_ids.get(topic_name) else {
+            return Ok(None);
+        };
+        let topic = &self.topics[t as usize];
+        match topic.queues.get(queue_id as usize) {
+            Some(&q) => Ok(Some(q)),
+            None => Err(ClientError::InvalidQueue {
+                topic: topic_name.into(),
+                queue_id,
+                queues: topic.queues.len() as u32,
+            }),
+        }
+    }
+
+    pub(super) fn group(&mut self, name: &str) -> u16 {
+        if let Some(&g) = self.group_ids.get(name) {
+            return g;
+        }
+        let g = self.groups.len() as u16;
+        self.groups.push(Group {
+            name: name.into(),
+            online: false,
+            parked: Vec::new(),
+        });
+        self.group_ids.insert(name.into(), g);
+        g
+    }
+
+    pub(super) fn read_message(
+        &mut self,
+        q: u32,
+        queue_offset: u64,
+        unit: CqUnit,
+    ) -> Res<Option<Message>, S> {
+        let queue = &self.queues[q as usize];
+        let (topic_name, queue_id) = (&self.topics[queue.topic as usize].name, queue.queue_id);
+        let Some(r) = self
+            .log
+            .read(unit.offset, unit.size as usize)
+            .map_err(Error::Storage)?
+        else {
+            return Ok(None);
+        };
+        let mut m = message_from(&r, unit.offset, r.header.store_host);
+        m.topic.clone_from(topic_name);
+        m.queue_id = queue_id;
+        m.queue_offset = queue_offset;
+        Ok(Some(m))
+    }
+
+    pub(super) fn offset_msg_id(&self, offset: u64) -> String {
+        offset_msg_id(
+            Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port),
+            offset,
+        )
+    }
+}

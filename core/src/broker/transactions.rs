@@ -1,0 +1,264 @@
+//! Transactions: half messages, END_TRANSACTION, op records and check-back.
+
+use super::*;
+
+impl<S: Storage> Broker<S> {
+    /// Pending transactions in log order, at most `limit`.
+    #[must_use]
+    pub fn pending_transactions(&self, limit: usize) -> Vec<PendingTxnInfo> {
+        self.txns
+            .iter()
+            .take(limit)
+            .map(|t| {
+                let q = &self.queues[t.queue as usize];
+                PendingTxnInfo {
+                    txn: TxnId(t.offset),
+                    group: self.groups[t.group as usize].name.clone(),
+                    topic: self.topics[q.topic as usize].name.clone(),
+                    queue_id: q.queue_id,
+                    checks: u32::from(t.checks),
+                    next_check: (t.deadline != PARKED).then_some(t.deadline),
+                }
+            })
+            .collect()
+    }
+
+    /// Tells the broker whether a producer of `group` can be checked now. Checks of an
+    /// offline group wait (parked) and go out when it comes online.
+    pub fn set_producer_online(&mut self, now: Millis, group: &str, online: bool) {
+        self.tick(now);
+        let g = self.group(group);
+        self.groups[g as usize].online = online;
+        if online {
+            let parked = core::mem::take(&mut self.groups[g as usize].parked);
+            for off in parked {
+                self.txns.update(off, |t| t.deadline = now);
+            }
+        }
+    }
+
+    pub(super) fn prepare(
+        &mut self,
+        group: &str,
+        m: NewMessage,
+        immunity: Option<Millis>,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        if let Err(e) = topic::validate_group(group) {
+            return Ok(Err(e));
+        }
+        let mut plan = match self.plan(&m, false) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        if plan.delay_due.is_some() {
+            return Ok(Err(ClientError::DelayOnTransaction));
+        }
+        let immunity_s = immunity.map(|ms| ms.div_ceil(1000));
+        let t = self.topic(&m.topic, self.cfg.default_queues);
+        let queue_id = match self.pick_queue(t, &m) {
+            Ok(q) => q,
+            Err(e) => return Ok(Err(e)),
+        };
+        record::push_prop(&mut plan.props, prop::TRAN_MSG, "true");
+        record::push_prop(&mut plan.props, prop::PGROUP, group);
+        record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
+        record::push_prop(
+            &mut plan.props,
+            prop::REAL_QID,
+            itoa(u64::from(queue_id)).as_str(),
+        );
+        if let Some(s) = immunity_s {
+            record::push_prop(
+                &mut plan.props,
+                prop::CHECK_IMMUNITY_TIME_IN_SECONDS,
+                itoa(s).as_str(),
+            );
+        }
+        let spec = Spec {
+            topic: topic::HALF,
+            queue_id: 0,
+            sys_flag: sys_flag::TRANSACTION_PREPARED_TYPE,
+            flag: m.flag,
+            born_timestamp: m.born_timestamp.unwrap_or(self.now),
+            born_host: m.born_host.unwrap_or_default(),
+            reconsume_times: 0,
+            prepared_offset: 0,
+            body: &m.body,
+            props: plan.props,
+        };
+        let (off, _) = self.write(core::slice::from_ref(&spec))?[0];
+        Ok(Ok(Reply::Sent(alloc::vec![SendResult {
+            msg_id: m
+                .message_id
+                .clone()
+                .unwrap_or_else(|| self.offset_msg_id(off)),
+            topic: m.topic.clone(),
+            queue_id,
+            queue_offset: 0,
+            offset: off,
+            txn: Some(TxnId(off)),
+        }])))
+    }
+
+    pub(super) fn end_transaction(
+        &mut self,
+        txn: TxnId,
+        resolution: Resolution,
+        group: Option<&str>,
+        from_check: bool,
+    ) -> Res<Result<Reply, ClientError>, S> {
+        let Some(row) = self.txns.get(txn.0).copied() else {
+            // Not pending: resolved before, or never a transaction.
+            let earlier = self
+                .resolved
+                .iter()
+                .rev()
+                .find(|(o, _)| *o == txn.0)
+                .map(|&(_, c)| c);
+            let earlier = match earlier {
+                Some(true) => Some(Resolution::Commit),
+                Some(false) => Some(Resolution::Rollback),
+                None => None,
+            };
+            if let Some(was) = earlier {
+                if was == resolution || resolution == Resolution::Unknown {
+                    return Ok(Ok(Reply::Ended {
+                        txn,
+                        resolution: was,
+                        duplicate: true,
+                    }));
+                }
+                return Ok(Err(ClientError::TransactionAlreadyResolved {
+                    txn,
+                    resolution: earlier,
+                }));
+            }
+            let was_half = match self.log.read_any(txn.0).map_err(Error::Storage)? {
+                Some(r) => r.topic == topic::HALF,
+                None => false,
+            };
+            return Ok(Err(if was_half {
+                ClientError::TransactionAlreadyResolved {
+                    txn,
+                    resolution: None,
+                }
+            } else {
+                ClientError::UnknownTransaction(txn)
+            }));
+        };
+        if let Some(g) = group {
+            let expected = &self.groups[row.group as usize].name;
+            if !g.is_empty() && g != expected {
+                return Ok(Err(ClientError::WrongProducerGroup {
+                    txn,
+                    expected: expected.clone(),
+                    got: g.into(),
+                }));
+            }
+        }
+        if from_check {
+            self.stats.checks_answered += 1;
+        }
+        let flag = match resolution {
+            Resolution::Unknown => {
+                self.stats.unknown_answers += 1;
+                return Ok(Ok(Reply::Ended {
+                    txn,
+                    resolution,
+                    duplicate: false,
+                }));
+            }
+            Resolution::Commit => sys_flag::TRANSACTION_COMMIT_TYPE,
+            Resolution::Rollback => sys_flag::TRANSACTION_ROLLBACK_TYPE,
+        };
+        self.write_op(txn.0, op::RESOLVED, flag, None)?;
+        Ok(Ok(Reply::Ended {
+            txn,
+            resolution,
+            duplicate: false,
+        }))
+    }
+
+    pub(super) fn write_op(
+        &mut self,
+        half: u64,
+        tag: &str,
+        flag: u32,
+        checks: Option<u16>,
+    ) -> Res<u64, S> {
+        let mut props = Vec::with_capacity(40);
+        record::push_prop(&mut props, prop::TAGS, tag);
+        if let Some(c) = checks {
+            record::push_prop(
+                &mut props,
+                prop::TRANSACTION_CHECK_TIMES,
+                itoa(u64::from(c)).as_str(),
+            );
+        }
+        let body = itoa(half);
+        let mut spec = Spec::internal(topic::OP, body.as_str().as_bytes(), props, self.now);
+        spec.sys_flag = flag;
+        spec.prepared_offset = half;
+        Ok(self.write(core::slice::from_ref(&spec))?[0].0)
+    }
+
+    pub(super) fn check(&mut self, row: PendingTxn) -> Res<(), S> {
+        let now = self.now;
+        let Some(r) = self
+            .log
+            .read(row.offset, row.size as usize)
+            .map_err(Error::Storage)?
+        else {
+            // Damaged since it was written: it can never be committed; drop it, do not wedge.
+            let rollback = sys_flag::TRANSACTION_ROLLBACK_TYPE;
+            self.write_op(row.offset, op::EXPIRED, rollback, None)?;
+            return Ok(());
+        };
+        let stored = r.header.store_timestamp;
+        if stored.saturating_add(self.cfg.half_reserve_ms) <= now {
+            self.write_op(
+                row.offset,
+                op::EXPIRED,
+                sys_flag::TRANSACTION_ROLLBACK_TYPE,
+                None,
+            )?;
+            return Ok(());
+        }
+        if u32::from(row.checks) >= self.cfg.transaction_check_max {
+            self.write_op(row.offset, op::CHECK_MAX, 0, None)?;
+            return Ok(());
+        }
+        if !self.groups[row.group as usize].online {
+            self.txns.update(row.offset, |t| t.deadline = PARKED);
+            self.groups[row.group as usize].parked.push(row.offset);
+            self.trace_txn(TraceKind::CheckParked, row.offset, row.queue, String::new());
+            return Ok(());
+        }
+        let check = u32::from(row.checks) + 1;
+        self.write_op(row.offset, op::CHECKED, 0, Some(row.checks + 1))?;
+        let unit = CqUnit {
+            offset: row.offset,
+            size: row.size,
+            tag_hash: 0,
+        };
+        let Some(message) = self.read_message(row.queue, 0, unit)? else {
+            return Ok(());
+        };
+        self.stats.checks_sent += 1;
+        self.outputs.push_back(Output::Check(CheckRequest {
+            group: self.groups[row.group as usize].name.clone(),
+            txn: TxnId(row.offset),
+            message,
+            check,
+        }));
+        Ok(())
+    }
+
+    pub(super) fn forget_parked(&mut self, row: PendingTxn) {
+        if row.deadline == PARKED {
+            self.groups[row.group as usize]
+                .parked
+                .retain(|&o| o != row.offset);
+        }
+    }
+}
