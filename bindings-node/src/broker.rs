@@ -102,8 +102,9 @@ impl JsBroker {
                         self.trace.push(t);
                     }
                 }
-                // `execute` answers directly; no request goes through `handle`.
-                Output::Reply { .. } => {}
+                // `execute` answers directly (a failed sync as its `Err`); no request goes
+                // through `handle`.
+                Output::Reply { .. } | Output::Failed { .. } => {}
             }
         }
     }

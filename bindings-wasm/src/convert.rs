@@ -606,7 +606,7 @@ fn trace_out(t: &TraceEvent) -> OutTrace<'_> {
     }
 }
 
-/// An output, tagged by `type`: `reply`, `check`, `available` or `trace`.
+/// An output, tagged by `type`: `reply`, `check`, `available`, `trace` or `failed`.
 #[derive(Serialize)]
 #[serde(
     tag = "type",
@@ -630,6 +630,11 @@ enum OutOutput<'a> {
         queue_id: u32,
     },
     Trace(OutTrace<'a>),
+    /// The sync that had to make request `id` durable failed; the broker takes nothing more.
+    Failed {
+        id: u64,
+        reason: &'a str,
+    },
 }
 
 fn output_out(o: &Output) -> OutOutput<'_> {
@@ -649,6 +654,7 @@ fn output_out(o: &Output) -> OutOutput<'_> {
             queue_id: *queue_id,
         },
         Output::Trace(t) => OutOutput::Trace(trace_out(t)),
+        Output::Failed { id, reason } => OutOutput::Failed { id: *id, reason },
     }
 }
 

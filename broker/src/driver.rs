@@ -629,6 +629,11 @@ impl Driver {
                     }
                     let _ = p.reply.send(Ok(reply));
                 }
+                Output::Failed { id, reason } => {
+                    if let Some(p) = self.pending.remove(&id) {
+                        let _ = p.reply.send(Err(reason));
+                    }
+                }
                 Output::Check(check) => self.route_check(check),
                 Output::Available { topic, .. } => {
                     if let Some(list) = self.waiters.remove(&topic) {

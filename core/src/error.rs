@@ -17,6 +17,9 @@ pub enum Error<E> {
     Corrupted { offset: u64, reason: String },
     /// A record would not fit the format (a topic over 255 bytes and the like).
     Encode(crate::record::EncodeError),
+    /// The broker stopped taking requests after a failed sync
+    /// ([`Broker::failed`](crate::Broker::failed)): open the storage again.
+    Failed { reason: String },
 }
 
 impl<E: fmt::Display> fmt::Display for Error<E> {
@@ -28,6 +31,10 @@ impl<E: fmt::Display> fmt::Display for Error<E> {
                 write!(f, "corrupt log at offset {offset}: {reason}")
             }
             Error::Encode(e) => write!(f, "record cannot be encoded: {e:?}"),
+            Error::Failed { reason } => write!(
+                f,
+                "the broker stopped after a failed sync ({reason}); reopen it to recover what is durable"
+            ),
         }
     }
 }

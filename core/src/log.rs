@@ -51,6 +51,8 @@ pub(crate) struct Log<S> {
     /// Largest record recovery accepts.
     max_record: u32,
     read_buf: Vec<u8>,
+    /// A failed append left bytes behind.
+    torn: bool,
 }
 
 pub(crate) enum LogError<E> {
@@ -74,6 +76,7 @@ impl<S: Storage> Log<S> {
             synced: 0,
             max_record,
             read_buf: Vec::new(),
+            torn: false,
         }
     }
 
@@ -125,7 +128,7 @@ impl<S: Storage> Log<S> {
             &mut blank,
             (self.seg_size.max(pos + BLANK_LEN as u64) - pos) as u32,
         );
-        self.storage.append(base, &blank)?;
+        self.storage_append(base, pos, &blank)?;
         let next = base + self.seg_size.max(pos + BLANK_LEN as u64);
         self.segments.push(next);
         self.end = next;
@@ -136,9 +139,28 @@ impl<S: Storage> Log<S> {
     pub(crate) fn append(&mut self, at: u64, bytes: &[u8]) -> Result<(), S::Error> {
         debug_assert_eq!(at, self.end);
         let base = *self.segments.last().expect("placed");
-        self.storage.append(base, bytes)?;
+        self.storage_append(base, at - base, bytes)?;
         self.end = at + bytes.len() as u64;
         Ok(())
+    }
+
+    /// An append to a segment that holds `len` bytes. When it fails, the segment must still
+    /// hold exactly `len` (a storage removes what it wrote of a failed append); when it does
+    /// not, or cannot say, the log is torn: bytes nobody will overwrite sit where the next
+    /// record goes, and [`Log::torn`] says so.
+    fn storage_append(&mut self, base: u64, len: u64, bytes: &[u8]) -> Result<(), S::Error> {
+        let Err(e) = self.storage.append(base, bytes) else {
+            return Ok(());
+        };
+        if !matches!(self.storage.len(base), Ok(l) if l == len) {
+            self.torn = true;
+        }
+        Err(e)
+    }
+
+    /// Whether a failed append left bytes behind (see [`Log::append`]).
+    pub(crate) fn torn(&self) -> bool {
+        self.torn
     }
 
     pub(crate) fn sync(&mut self) -> Result<u64, S::Error> {

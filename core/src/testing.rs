@@ -25,6 +25,11 @@ impl core::error::Error for Injected {}
 /// Storage that keeps two images, as redb's crash tests do: the *live* one every read sees,
 /// and the *durable* one a crash leaves behind (what the last sync covered). It can also
 /// lose power after N appended bytes, and fail the Nth append or sync.
+///
+/// A failed sync behaves as Linux's fsync does on a write error: the bytes it could not
+/// write are gone for good. The page cache marks them clean, so reads still see them (the
+/// live image keeps them) but no later sync writes them: a later sync that succeeds makes
+/// everything else durable and leaves zeros where they were.
 #[derive(Clone, Debug, Default)]
 pub struct CrashStorage {
     live: MemStorage,
@@ -41,6 +46,8 @@ pub struct CrashStorage {
     pub fail_appends: bool,
     /// Fail syncs while this is set (EIO).
     pub fail_syncs: bool,
+    /// Byte ranges a failed sync lost: (segment, from, to). No sync makes them durable.
+    lost: Vec<(u64, u64, u64)>,
 }
 
 impl CrashStorage {
@@ -85,9 +92,41 @@ impl CrashStorage {
                 .segment(base)
                 .is_none_or(|d| d.len() < newer.len())
             {
-                self.durable.set_segment(base, newer.to_vec());
+                let bytes = self.without_lost(base, newer);
+                self.durable.set_segment(base, bytes);
             }
         }
+    }
+
+    /// A detached sync fails: what its image holds beyond the durable image is lost (see the
+    /// type's doc).
+    pub fn fail_sync(&mut self, mut image: MemStorage) {
+        for base in image.segments().unwrap_or_default() {
+            let durable = self.durable.segment(base).map_or(0, |d| d.len() as u64);
+            let len = image.segment(base).map_or(0, |d| d.len() as u64);
+            if len > durable {
+                self.lost.push((base, durable, len));
+            }
+        }
+    }
+
+    /// Byte ranges a failed sync lost, as (segment, from, to).
+    #[must_use]
+    pub fn lost(&self) -> &[(u64, u64, u64)] {
+        &self.lost
+    }
+
+    /// A segment's bytes as a sync writes them: zeros where a failed sync lost bytes.
+    fn without_lost(&self, base: u64, bytes: &[u8]) -> Vec<u8> {
+        let mut out = bytes.to_vec();
+        for &(b, from, to) in &self.lost {
+            if b == base {
+                let to = (to as usize).min(out.len());
+                let from = (from as usize).min(to);
+                out[from..to].fill(0);
+            }
+        }
+        out
     }
 }
 
@@ -116,11 +155,19 @@ impl Storage for CrashStorage {
     }
     fn sync(&mut self) -> Result<(), Injected> {
         if self.fail_syncs {
+            let image = self.live.clone();
+            self.fail_sync(image);
             return Err(Injected("I/O error on sync".into()));
         }
         self.syncs += 1;
         if self.freeze_after_syncs.is_none_or(|n| self.syncs <= n) {
-            self.durable = self.live.clone();
+            let mut durable = MemStorage::new();
+            let mut live = self.live.clone();
+            for base in live.segments().unwrap_or_default() {
+                let bytes = self.without_lost(base, live.segment(base).unwrap_or_default());
+                durable.set_segment(base, bytes);
+            }
+            self.durable = durable;
         }
         Ok(())
     }

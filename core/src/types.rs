@@ -400,6 +400,10 @@ pub enum Output {
     Available { topic: String, queue_id: u32 },
     /// A state change (with [`Config::trace`](crate::Config)).
     Trace(TraceEvent),
+    /// The request with this id was applied in memory, but the sync that had to make it
+    /// durable failed: whether it survives is unknown (as after a timeout), and the broker
+    /// takes nothing more ([`Broker::failed`](crate::Broker::failed)).
+    Failed { id: u64, reason: String },
 }
 
 /// What happened, for hosts that show or assert the flow.

@@ -795,40 +795,27 @@ pub mod probe {
     use std::collections::BTreeMap;
 
     use rocklet_core::record::{self, sys_flag, Decoded};
-    use rocklet_core::{Broker, Reply, Request, Storage, TagFilter};
+    use rocklet_core::{Broker, Storage};
 
     /// Every visible body of every consumer-visible topic: topic → bodies, each topic's
     /// bodies sorted (queues together). Reads from offset 0 and commits nothing.
     pub fn visible<S: Storage>(b: &mut Broker<S>, now: u64) -> BTreeMap<String, Vec<Vec<u8>>> {
+        // `browse` reads what consumers may see without a group, and never syncs (a pull
+        // through `execute` would sync what an earlier `handle` left unsynced).
+        let _ = now;
         let mut out = BTreeMap::new();
         for t in b.topics() {
             let mut bodies = Vec::new();
             for (qid, _, _) in &t.queues {
                 let mut offset = 0;
                 loop {
-                    let req = Request::Pull {
-                        group: "probe-reader".into(),
-                        topic: t.name.clone(),
-                        queue_id: *qid,
-                        offset: Some(offset),
-                        max: 1024,
-                        filter: TagFilter::All,
-                        auto_commit: false,
+                    let page = match b.browse(&t.name, *qid, offset, 1024) {
+                        Ok(p) => p,
+                        Err(e) => panic!("browse of {}:{qid} failed: {e}", t.name),
                     };
-                    match b.execute(now, req) {
-                        Ok(Reply::Pulled {
-                            messages,
-                            next_offset,
-                            max_offset,
-                        }) => {
-                            bodies.extend(messages.into_iter().map(|m| m.body));
-                            if next_offset <= offset || next_offset >= max_offset {
-                                break;
-                            }
-                            offset = next_offset;
-                        }
-                        other => panic!("pull of {}:{qid} failed: {other:?}", t.name),
-                    }
+                    let Some(last) = page.last() else { break };
+                    offset = last.queue_offset + 1;
+                    bodies.extend(page.into_iter().map(|m| m.body));
                 }
             }
             bodies.sort();

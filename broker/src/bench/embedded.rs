@@ -616,6 +616,7 @@ impl Run<'_> {
                         .handle(now, CHECK_ID, req)
                         .map_err(|e| format!("check answer failed: {e}"))?;
                 }
+                Output::Failed { reason, .. } => return Err(format!("sync failed: {reason}")),
                 Output::Available { .. } | Output::Trace(_) => {}
             }
         }

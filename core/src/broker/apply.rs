@@ -31,18 +31,30 @@ impl<S: Storage> Broker<S> {
             })
             .collect();
         let total: usize = lens.iter().sum();
-        let at = self.log.place(total).map_err(storage_err)?;
+        let at = match self.log.place(total) {
+            Ok(at) => at,
+            Err(e) => return Err(self.append_failed(storage_err(e))),
+        };
         let mut buf = core::mem::take(&mut self.buf);
         buf.clear();
         let mut placed = Vec::with_capacity(specs.len());
         let mut phys = at;
-        for (i, s) in specs.iter().enumerate() {
+        // Records placed so far per queue (a write touches one or two queues): each record's
+        // queue offset in one pass, however large the batch.
+        let mut per_queue: Vec<(u32, u64)> = Vec::new();
+        for s in specs {
             let t = self.topic(s.topic, s.queue_id + 1);
             let q = self.queue_of(t, s.queue_id);
-            let earlier = specs[..i]
-                .iter()
-                .filter(|o| o.topic == s.topic && o.queue_id == s.queue_id)
-                .count() as u64;
+            let earlier = match per_queue.iter_mut().find(|(pq, _)| *pq == q) {
+                Some((_, n)) => {
+                    *n += 1;
+                    *n - 1
+                }
+                None => {
+                    per_queue.push((q, 1));
+                    0
+                }
+            };
             let queue_offset = self.queues[q as usize].next + earlier;
             let header = Header {
                 queue_id: s.queue_id,
@@ -64,7 +76,7 @@ impl<S: Storage> Broker<S> {
         }
         if let Err(e) = self.log.append(at, &buf) {
             self.buf = buf;
-            return Err(Error::Storage(e));
+            return Err(self.append_failed(Error::Storage(e)));
         }
         if self.cfg.flush == FlushMode::Async && self.flush_due.is_none() {
             self.flush_due = Some(self.now.saturating_add(self.cfg.flush_interval_ms));
@@ -79,6 +91,18 @@ impl<S: Storage> Broker<S> {
         }
         self.buf = buf;
         Ok(placed)
+    }
+
+    /// A failed append normally leaves the log as it was, and the broker goes on (a full
+    /// disk, say). One that left bytes behind fails the broker like a failed sync: the next
+    /// record would land after bytes recovery cannot read.
+    fn append_failed(&mut self, e: Error<S::Error>) -> Error<S::Error> {
+        if self.log.torn() {
+            self.fail(alloc::format!(
+                "an append failed and left a partial record: {e}"
+            ));
+        }
+        e
     }
 
     /// Applies one record to the in-memory state. Used by recovery and by every write.

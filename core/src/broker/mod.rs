@@ -346,8 +346,9 @@ pub struct Broker<S: Storage> {
     recovering: bool,
     /// Under async flush: when the appended bytes must be synced.
     flush_due: Option<Millis>,
-    /// Under sync flush: timers wrote and the sync after them failed.
-    timer_sync_owed: bool,
+    /// Set when a sync failed: what the storage holds is unknown from then on, so the broker
+    /// takes nothing more (see [`Broker::failed`]).
+    failed: Option<String>,
     report: RecoveryReport,
     stats: Stats,
     next_id: u64,
@@ -433,7 +434,7 @@ impl<S: Storage> Broker<S> {
             buf: Vec::new(),
             recovering: true,
             flush_due: None,
-            timer_sync_owed: false,
+            failed: None,
             report: RecoveryReport::default(),
             stats: Stats::default(),
             next_id: 1 << 63,
@@ -543,23 +544,69 @@ impl<S: Storage> Broker<S> {
         if upto <= self.log.synced() {
             return;
         }
+        if self.failed.is_some() {
+            return;
+        }
         self.log.mark_synced(upto);
         self.stats.syncs += 1;
         if !self.needs_sync() {
             self.flush_due = None;
-            self.timer_sync_owed = false;
         }
         self.release(upto);
     }
 
+    /// Records that a sync the host ran (see [`Broker::sync_target`]) failed. The broker is
+    /// failed from then on, as after a failed [`Broker::sync`]: see [`Broker::failed`].
+    pub fn sync_failed(&mut self, reason: &str) {
+        self.fail(String::from(reason));
+    }
+
+    /// Why the broker stopped taking requests, if it did: a sync failed. On Linux a failed
+    /// fsync can mark the pages it could not write as clean, so a later sync that succeeds
+    /// proves nothing about them; the broker never treats one as if the first had not failed.
+    /// Every reply that waited for a sync came out as [`Output::Failed`], and every call that
+    /// could change state returns [`Error::Failed`]. Drop the broker and open the storage
+    /// again: recovery keeps what is really durable.
+    #[must_use]
+    pub fn failed(&self) -> Option<&str> {
+        self.failed.as_deref()
+    }
+
+    fn fail(&mut self, reason: String) {
+        if self.failed.is_some() {
+            return;
+        }
+        for (_, id, _) in core::mem::take(&mut self.held) {
+            self.outputs.push_back(Output::Failed {
+                id,
+                reason: reason.clone(),
+            });
+        }
+        self.unsynced.clear();
+        self.flush_due = None;
+        self.failed = Some(reason);
+    }
+
+    fn check_failed(&self) -> Res<(), S> {
+        match &self.failed {
+            Some(reason) => Err(Error::Failed {
+                reason: reason.clone(),
+            }),
+            None => Ok(()),
+        }
+    }
+
     // ---- inputs -----------------------------------------------------------------------
 
-    /// Handles a request; its reply comes out of [`Broker::poll_output`] tagged with `id`
-    /// (under sync flush, only after the [`Broker::sync`] that makes it durable).
+    /// Handles a request; its reply comes out of [`Broker::poll_output`] tagged with `id`.
+    /// Under sync flush a reply never tells of state that is not durable yet: it is held
+    /// until the [`Broker::sync`] that covers everything appended before it was made,
+    /// whether this request wrote or only read what an earlier one wrote (a duplicate
+    /// END_TRANSACTION, say).
     pub fn handle(&mut self, now: Millis, id: u64, request: Request) -> Res<(), S> {
-        let before = self.log.end();
+        self.check_failed()?;
         let reply = self.process(now, request)?;
-        if self.cfg.flush == FlushMode::Sync && self.log.end() > before {
+        if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
             self.held.push_back((self.log.end(), id, reply));
         } else {
             self.outputs.push_back(Output::Reply { id, reply });
@@ -570,23 +617,27 @@ impl<S: Storage> Broker<S> {
     /// Runs one request to its reply, syncing first when the flush mode requires it. Other
     /// outputs stay queued for [`Broker::poll_output`].
     pub fn execute(&mut self, now: Millis, request: Request) -> Res<Reply, S> {
-        let before = self.log.end();
+        self.check_failed()?;
         let reply = self.process(now, request)?;
-        if self.cfg.flush == FlushMode::Sync && self.log.end() > before {
+        if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
             self.sync()?;
         }
         Ok(reply)
     }
 
     /// Makes everything appended durable; releases held replies and makes their messages
-    /// visible.
+    /// visible. When the storage's sync fails the broker is failed for good (see
+    /// [`Broker::failed`]) and this returns the storage's error.
     pub fn sync(&mut self) -> Res<(), S> {
+        self.check_failed()?;
         if self.log.synced() < self.log.end() {
-            self.log.sync().map_err(Error::Storage)?;
+            if let Err(e) = self.log.sync() {
+                self.fail(alloc::format!("sync failed: {e}"));
+                return Err(Error::Storage(e));
+            }
             self.stats.syncs += 1;
         }
         self.flush_due = None;
-        self.timer_sync_owed = false;
         self.release(u64::MAX);
         Ok(())
     }
@@ -615,18 +666,15 @@ impl<S: Storage> Broker<S> {
     /// Does what is due at or before `now`: transaction checks, delayed deliveries,
     /// redeliveries and dead-lettering of received messages.
     pub fn handle_timeout(&mut self, now: Millis) -> Res<(), S> {
+        self.check_failed()?;
         self.now = self.now.max(now);
         let now = self.now;
         let before = self.log.end();
         self.fire_timers(now)?;
         match self.cfg.flush {
             // What timers wrote (deliveries, checks, dead letters) is synced here: no host
-            // request waits on it to make it durable and visible. A sync that failed is owed
-            // until one succeeds.
-            FlushMode::Sync if self.log.end() > before || self.timer_sync_owed => {
-                self.timer_sync_owed = true;
-                self.sync()?;
-            }
+            // request waits on it to make it durable and visible.
+            FlushMode::Sync if self.log.end() > before => self.sync()?,
             FlushMode::Async if self.flush_due.is_some_and(|d| d <= now) => self.sync()?,
             _ => {}
         }

@@ -98,6 +98,7 @@ impl<S: Storage> Broker<S> {
     /// Creates a topic (or grows it to `queues` queues), durably. For hosts that declare
     /// topics. `Ok(Err(_))`: the name or count cannot be used.
     pub fn create_topic(&mut self, name: &str, queues: u32) -> Res<Result<(), ClientError>, S> {
+        self.check_failed()?;
         if let Err(e) = topic::validate_user_topic(name) {
             return Ok(Err(e));
         }
