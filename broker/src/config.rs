@@ -193,6 +193,10 @@ pub struct BrokerConfig {
     pub max_inflight_receive_bytes: u64,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
+    /// Open a damaged log by moving the damage to `quarantine/` in the data directory
+    /// instead of refusing to start (`rocklet broker --repair`; never from the file, so a
+    /// repair is always a decision made for one start).
+    pub repair: bool,
 }
 
 impl Default for BrokerConfig {
@@ -230,6 +234,7 @@ impl BrokerConfig {
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
             core: f.core,
             topics: f.topics,
+            repair: false,
         }
     }
 

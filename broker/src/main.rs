@@ -238,6 +238,13 @@ struct BrokerArgs {
     /// Log as JSON lines instead of text (filter with RUST_LOG, default `info`).
     #[arg(long)]
     log_json: bool,
+    /// Open a damaged log. Without it the broker refuses to start when the log holds damage
+    /// that is not a torn tail (bad bytes followed by valid records, damage in an older
+    /// segment, another program's files), and names the segment and offset. With it, every
+    /// valid record is kept where it is, and each damaged range is moved, byte for byte, to
+    /// DATA_DIR/quarantine/; the log reports what it moved.
+    #[arg(long)]
+    repair: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -273,6 +280,7 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     if let Some(l) = a.listen {
         cfg.listen = l;
     }
+    cfg.repair = a.repair;
     let remoting = a.remoting_listen.or(file_remoting);
     cfg.remoting_listen = resolve_listen(remoting, DEFAULT_REMOTING_LISTEN, cfg.listen);
     let namesrv = a.namesrv_listen.or(file_namesrv);

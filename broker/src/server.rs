@@ -62,8 +62,22 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         _ => format!("cannot open data directory {}: {e}", dir.display()),
     })?;
     let started = std::time::Instant::now();
-    let mut broker = Broker::open(core_cfg, AnyStorage::File(storage), clock.now_ms())
-        .map_err(|e| format!("cannot recover the log in {}: {e}", dir.display()))?;
+    let storage = AnyStorage::File(storage);
+    let opened = if cfg.repair {
+        Broker::open_repairing(core_cfg, storage, clock.now_ms())
+    } else {
+        Broker::open(core_cfg, storage, clock.now_ms())
+    };
+    let mut broker = opened.map_err(|e| match e {
+        rocklet_core::Error::Corrupted { .. } => format!(
+            "the log in {} is damaged, and nothing was changed: {e}. Restore the data \
+             directory from a backup, or start once with --repair to keep every valid record \
+             and move the damaged bytes to {}",
+            dir.display(),
+            dir.join(rocklet_core::QUARANTINE_DIR).display()
+        ),
+        e => format!("cannot recover the log in {}: {e}", dir.display()),
+    })?;
     let r = broker.recovery_report();
     info!(
         data_dir = %dir.display(),
@@ -77,7 +91,18 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         "log recovered"
     );
     for cut in &r.cuts {
-        warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, "recovery cut the log");
+        warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, kept_as = ?cut.kept_as, "recovery cut a torn tail");
+    }
+    for q in &r.quarantined {
+        warn!(offset = q.offset, bytes = q.bytes, reason = %q.reason, file = %dir.join(rocklet_core::QUARANTINE_DIR).join(&q.name).display(), "repair moved damaged bytes to quarantine");
+    }
+    if cfg.repair {
+        info!(
+            records = r.records,
+            damaged_ranges = r.quarantined.len(),
+            bytes_quarantined = r.bytes_quarantined(),
+            "repair done"
+        );
     }
     for t in &cfg.topics {
         let queues = t.queues.unwrap_or(cfg.core.default_queues);

@@ -256,3 +256,78 @@ fn bench_reports_throughput_and_fsyncs() {
     assert!(text.starts_with("40 transactions"), "{text}");
     assert!(text.contains("fsyncs") && text.contains("p99"), "{text}");
 }
+
+#[tokio::test]
+async fn a_damaged_log_is_refused_untouched_and_repair_keeps_every_valid_record() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let p = BrokerProc::start(&data, &["--flush", "sync"]);
+    let mut c = connect(p.addr).await;
+    for i in 0..10 {
+        send_ok(
+            &mut c,
+            msg(
+                "Damaged",
+                format!("body {i}").as_bytes(),
+                pb::MessageType::Normal,
+                &format!("D-{i}"),
+            ),
+        )
+        .await;
+    }
+    let (status, _) = p.term();
+    assert!(status.success());
+    // Flip one byte inside the third user record: valid records follow it.
+    let seg = data.join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let needle = b"body 2";
+    let at = bytes
+        .windows(needle.len())
+        .position(|w| w == needle)
+        .unwrap();
+    bytes[at] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let out = Command::new(BIN)
+        .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+        .arg(&data)
+        .output()
+        .unwrap();
+    assert!(!out.status.success(), "a damaged log was served");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("00000000000000000000")
+            && err.contains("--repair")
+            && err.contains("nothing was changed"),
+        "{err}"
+    );
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        bytes,
+        "the refused start changed the segment"
+    );
+
+    let p = BrokerProc::start(&data, &["--repair"]);
+    assert!(
+        p.log().contains("repair moved damaged bytes to quarantine"),
+        "{}",
+        p.log()
+    );
+    let quarantined: Vec<_> = std::fs::read_dir(data.join("quarantine"))
+        .unwrap()
+        .collect();
+    assert_eq!(quarantined.len(), 1);
+    let mut c = connect(p.addr).await;
+    let mut ids = drain_ids(&mut c, "Damaged", "G-damaged").await;
+    ids.sort();
+    let expected: Vec<String> = (0..10)
+        .filter(|&i| i != 2)
+        .map(|i| format!("D-{i}"))
+        .collect();
+    assert_eq!(ids, expected, "every valid record is kept");
+    let (status, _) = p.term();
+    assert!(status.success());
+    // Repaired for good: a plain start serves.
+    let p = BrokerProc::start(&data, &[]);
+    drop(p);
+}

@@ -39,8 +39,8 @@ pub use broker::{
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
-pub use log::{Cut, RecoveryReport};
+pub use log::{Cut, Quarantined, RecoveryReport};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, DetachedSync, FileStorage};
+pub use storage::{AnyStorage, DetachedSync, FileStorage, QUARANTINE_DIR};
 pub use storage::{MemStorage, Storage};
 pub use types::*;

@@ -22,13 +22,26 @@ pub struct RecoveryReport {
     pub records: u64,
     /// Bytes read.
     pub bytes_scanned: u64,
-    /// Bytes cut off a torn tail (or after a damaged record).
+    /// Bytes cut off a torn tail.
     pub bytes_truncated: u64,
-    /// Where and why the log was cut.
+    /// Torn tails cut (at most one: the end of the last segment).
     pub cuts: Vec<Cut>,
+    /// Damaged ranges a repair moved out of the log ([`Broker::open_repairing`]); empty after
+    /// a plain open, which refuses a damaged log instead.
+    ///
+    /// [`Broker::open_repairing`]: crate::Broker::open_repairing
+    pub quarantined: Vec<Quarantined>,
 }
 
-/// One cut made on open.
+impl RecoveryReport {
+    /// Bytes a repair moved to quarantine.
+    #[must_use]
+    pub fn bytes_quarantined(&self) -> u64 {
+        self.quarantined.iter().map(|q| q.bytes).sum()
+    }
+}
+
+/// One cut made on open: a torn tail, which nothing acknowledged can be in.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Cut {
     /// Log offset of the first byte cut.
@@ -37,6 +50,40 @@ pub struct Cut {
     pub bytes: u64,
     /// Why.
     pub reason: String,
+    /// The quarantine entry holding the cut bytes (up to the last one that is not zero);
+    /// `None` when they were all zero.
+    pub kept_as: Option<String>,
+}
+
+/// A damaged range a repair took out of the log. Its bytes are kept, unchanged, in the
+/// storage's quarantine under `name`; the log skips the range from then on, so every valid
+/// record before and after it stays where it is.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct Quarantined {
+    /// Log offset of the first damaged byte.
+    pub offset: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// What was wrong.
+    pub reason: String,
+    /// Where the bytes are (for files: `quarantine/<name>` in the data directory).
+    pub name: String,
+}
+
+/// Why recovery stopped.
+pub(crate) enum RecoveryError<E> {
+    Storage(E),
+    /// Damage that is not a torn tail, found by a plain open: nothing was changed.
+    Corrupt {
+        offset: u64,
+        reason: String,
+    },
+}
+
+impl<E> From<E> for RecoveryError<E> {
+    fn from(e: E) -> Self {
+        RecoveryError::Storage(e)
+    }
 }
 
 pub(crate) struct Log<S> {
@@ -211,8 +258,28 @@ impl<S: Storage> Log<S> {
         self.read(offset, len as usize)
     }
 
-    /// Starts recovery: reads the segment list.
-    pub(crate) fn start_recovery(&mut self) -> Result<Recovery, S::Error> {
+    /// For readers that walk the log: where reading goes on after the position `offset`
+    /// that holds no record — past a blank a repair laid over damage (the segment goes on
+    /// after it), else the next segment's base; `None` past the last segment.
+    pub(crate) fn skip_from(&mut self, offset: u64) -> Result<Option<u64>, S::Error> {
+        let Some(base) = self.base_of(offset) else {
+            return Ok(None);
+        };
+        let mut head = [0u8; BLANK_LEN];
+        if self.storage.read(base, offset - base, &mut head)? == BLANK_LEN
+            && matches!(record::decode(&head, u32::MAX), Ok(Decoded::Blank { .. }))
+        {
+            let len = u64::from(u32::from_be_bytes([head[0], head[1], head[2], head[3]]));
+            if offset - base + len < self.storage.len(base)? {
+                return Ok(Some(offset + len));
+            }
+        }
+        Ok(self.segments.iter().copied().find(|&b| b > offset))
+    }
+
+    /// Starts recovery: reads the segment list. `repair`: damage that is not a torn tail is
+    /// moved to quarantine instead of refused.
+    pub(crate) fn start_recovery(&mut self, repair: bool) -> Result<Recovery, S::Error> {
         self.segments = self.storage.segments()?;
         let report = RecoveryReport {
             segments: self.segments.len(),
@@ -231,6 +298,7 @@ impl<S: Storage> Log<S> {
             current: None,
             end: 0,
             report,
+            repair,
         })
     }
 
@@ -253,7 +321,13 @@ impl<S: Storage> Log<S> {
 }
 
 /// A recovery in progress: yields each valid record in log order (an atomic group only
-/// once all of it is there) and cuts what is torn or damaged.
+/// once all of it is there).
+///
+/// Only a torn tail is cut: invalid bytes at the end of the last segment with no valid
+/// record after them, no more of them than one record, and not a whole record of some other
+/// format. Anything else is damage: a plain open refuses it (and changes nothing), a repair
+/// moves the damaged bytes to quarantine and leaves a blank over their start, so every valid
+/// record after them stays at its offset.
 pub(crate) struct Recovery {
     segs: Vec<u64>,
     si: usize,
@@ -269,7 +343,11 @@ pub(crate) struct Recovery {
     current: Option<(u64, Vec<u8>)>,
     end: u64,
     report: RecoveryReport,
+    repair: bool,
 }
+
+/// A recovered record: (log offset, bytes).
+pub(crate) type Recovered<'a> = (u64, &'a [u8]);
 
 /// An atomic group being read: (segment position of its start, records left, the records).
 type Group = (u64, u32, Vec<(u64, Vec<u8>)>);
@@ -281,12 +359,23 @@ enum Step {
     Done,
 }
 
+/// What follows bad bytes in a segment.
+enum After {
+    /// A valid record (or a blank that fits) starts at this segment position.
+    Valid(u64),
+    /// Nothing valid up to the end of the segment; the last non-zero byte ends here.
+    Nothing { nonzero_end: u64 },
+}
+
+/// Bytes read at a time while looking past damage.
+const SCAN_WINDOW: usize = 1 << 20;
+
 impl Recovery {
     /// The next valid record, as (offset, bytes).
     pub(crate) fn next<S: Storage>(
         &mut self,
         log: &mut Log<S>,
-    ) -> Result<Option<(u64, &[u8])>, S::Error> {
+    ) -> Result<Option<Recovered<'_>>, RecoveryError<S::Error>> {
         match self.step(log)? {
             Step::Record(off, at, len) => Ok(Some((off, &self.buf[at..at + len]))),
             Step::Ready => {
@@ -297,7 +386,21 @@ impl Recovery {
         }
     }
 
-    fn step<S: Storage>(&mut self, log: &mut Log<S>) -> Result<Step, S::Error> {
+    /// Goes on reading the current segment at segment position `pos`.
+    fn seek(&mut self, pos: u64) {
+        self.pos = pos;
+        self.start = 0;
+        self.filled = 0;
+        self.group = None;
+    }
+
+    fn next_segment(&mut self) {
+        self.group = None;
+        self.si += 1;
+        self.seg_len = None;
+    }
+
+    fn step<S: Storage>(&mut self, log: &mut Log<S>) -> Result<Step, RecoveryError<S::Error>> {
         loop {
             if !self.ready.is_empty() {
                 return Ok(Step::Ready);
@@ -310,16 +413,13 @@ impl Recovery {
                 None => {
                     let l = log.storage.len(base)?;
                     self.seg_len = Some(l);
-                    self.start = 0;
-                    self.filled = 0;
-                    self.pos = 0;
-                    self.group = None;
+                    self.seek(0);
                     l
                 }
             };
             let last = self.si + 1 == self.segs.len();
             let avail = &self.buf[self.start..self.filled];
-            let cut: Option<String> = match record::decode(avail, log.max_record) {
+            let bad: Option<String> = match record::decode(avail, log.max_record) {
                 Ok(Decoded::Record(r)) => {
                     let len = r.total_size as usize;
                     let off = base + self.pos;
@@ -362,12 +462,21 @@ impl Recovery {
                     }
                 }
                 Ok(Decoded::Blank { len }) => {
-                    if self.group.is_some() {
+                    if self.pos + u64::from(len) < seg_len {
+                        // A blank over damage a repair moved out: the log goes on after it,
+                        // and the records of an atomic group it cut stay, as the repair
+                        // kept them.
+                        if let Some((_, _, recs)) = self.group.take() {
+                            self.report.records += recs.len() as u64;
+                            self.ready.extend(recs);
+                        }
+                        self.seek(self.pos + u64::from(len));
+                        None
+                    } else if self.group.is_some() {
                         Some("segment ends inside an atomic group".into())
                     } else {
                         self.end = base + self.pos + u64::from(len);
-                        self.si += 1;
-                        self.seg_len = None;
+                        self.next_segment();
                         None
                     }
                 }
@@ -376,11 +485,10 @@ impl Recovery {
                         if self.filled == self.start && self.group.is_none() {
                             // The segment ends here, cleanly.
                             self.end = base + self.pos;
-                            self.si += 1;
-                            self.seg_len = None;
+                            self.next_segment();
                             None
                         } else if self.group.is_some() && self.filled == self.start {
-                            Some("atomic group torn by the end of the log".into())
+                            Some("atomic group torn by the end of the segment".into())
                         } else {
                             Some("record torn by the end of the segment".into())
                         }
@@ -410,33 +518,312 @@ impl Recovery {
                 }
                 Err(c) => Some(c.to_string()),
             };
-            if let Some(reason) = cut {
-                let cut_at = self.group.as_ref().map_or(self.pos, |g| g.0);
+            if let Some(reason) = bad {
+                self.damaged(log, base, seg_len, last, reason)?;
+            }
+        }
+    }
+
+    /// Bad bytes at the current position: cuts a torn tail, or refuses / repairs damage.
+    fn damaged<S: Storage>(
+        &mut self,
+        log: &mut Log<S>,
+        base: u64,
+        seg_len: u64,
+        last: bool,
+        reason: String,
+    ) -> Result<(), RecoveryError<S::Error>> {
+        // An atomic group is kept whole or not at all: what goes starts with the group.
+        let cut_at = self.group.as_ref().map_or(self.pos, |g| g.0);
+        let bad_at = self.pos;
+        let next_base = self.segs.get(self.si + 1).copied();
+        let after = scan_after(log, base, bad_at, seg_len, next_base)?;
+        // A torn write leaves a prefix of one record, then zeros or nothing. Two whole
+        // records in a row (another program's log, RocketMQ's own records without Rocklet's
+        // CRC) or more non-zero bytes than one record are not that.
+        let foreign = match whole_record_at(log, base, bad_at, seg_len)? {
+            Some(len) => whole_record_at(log, base, bad_at + len, seg_len)?.is_some(),
+            None => false,
+        };
+        let torn_limit = u64::from(log.max_record);
+        if let (After::Nothing { nonzero_end }, true) = (&after, last) {
+            if !foreign && nonzero_end.saturating_sub(bad_at) <= torn_limit {
+                // A torn tail: cut it. Its bytes cannot hold anything acknowledged (a sync
+                // would have covered them whole); what is not zero is kept in quarantine all
+                // the same, so no byte of the log is ever lost to a misjudgement.
                 let bytes = seg_len.saturating_sub(cut_at);
+                let mut kept_as = None;
+                if *nonzero_end > cut_at {
+                    let name =
+                        alloc::format!("{:020}-{:020}.torn", base + cut_at, base + nonzero_end);
+                    quarantine(log, base, cut_at, *nonzero_end, &name)?;
+                    kept_as = Some(name);
+                }
                 log.storage.truncate(base, cut_at)?;
                 self.report.bytes_truncated += bytes;
                 self.report.cuts.push(Cut {
                     offset: base + cut_at,
                     bytes,
                     reason,
+                    kept_as,
                 });
                 self.end = base + cut_at;
-                if !last {
-                    // A damaged older segment: close it with a blank so the intact segments
-                    // after it stay where they are.
-                    let mut blank = Vec::new();
-                    // Segments from a damaged directory may overlap (a cut past the next
-                    // base): the blank then takes its minimum size, never a wrapped one.
-                    let rest = self.segs[self.si + 1]
-                        .saturating_sub(base.saturating_add(cut_at))
-                        .clamp(BLANK_LEN as u64, u64::from(u32::MAX));
-                    record::encode_blank(&mut blank, rest as u32);
-                    log.storage.append(base, &blank)?;
-                }
-                self.group = None;
-                self.si += 1;
-                self.seg_len = None;
+                self.next_segment();
+                return Ok(());
             }
         }
+        // Damage, not a torn write: it starts at the bad record (the valid records of an
+        // atomic group before it are valid records like any other).
+        let cut_at = bad_at;
+        let what = match (&after, last) {
+            (After::Valid(q), _) => alloc::format!(
+                "{reason}, followed by valid records from log offset {}",
+                base + q
+            ),
+            (After::Nothing { nonzero_end }, _) if foreign => alloc::format!(
+                "{reason}, in whole records (another program's log?), not a torn write \
+                 ({} bytes up to the segment's end)",
+                nonzero_end.saturating_sub(bad_at)
+            ),
+            (After::Nothing { nonzero_end }, true) => alloc::format!(
+                "{reason}, then {} bytes that are not zero: more than a torn write leaves",
+                nonzero_end.saturating_sub(bad_at)
+            ),
+            (After::Nothing { .. }, false) => {
+                alloc::format!("{reason}, in a segment that later segments follow")
+            }
+        };
+        let what = alloc::format!(
+            "segment {base:020} at position {cut_at} (log offset {}): {what}",
+            base + cut_at
+        );
+        if !self.repair {
+            return Err(RecoveryError::Corrupt {
+                offset: base + cut_at,
+                reason: what,
+            });
+        }
+        // Repair: the damaged bytes go to quarantine first (durably), then the log skips them.
+        if let Some((_, _, recs)) = self.group.take() {
+            self.report.records += recs.len() as u64;
+            self.ready.extend(recs);
+        }
+        let upto = match after {
+            After::Valid(q) => q,
+            After::Nothing { .. } => seg_len,
+        };
+        let name = alloc::format!("{:020}-{:020}.damaged", base + cut_at, base + upto);
+        quarantine(log, base, cut_at, upto, &name)?;
+        self.report.quarantined.push(Quarantined {
+            offset: base + cut_at,
+            bytes: upto - cut_at,
+            reason: what,
+            name,
+        });
+        let mut blank = Vec::with_capacity(BLANK_LEN);
+        match after {
+            After::Valid(q) => {
+                record::encode_blank(&mut blank, (q - cut_at) as u32);
+                log.storage.write_at(base, cut_at, &blank)?;
+                log.storage.sync()?;
+                self.seek(q);
+            }
+            After::Nothing { .. } if last => {
+                log.storage.truncate(base, cut_at)?;
+                self.end = base + cut_at;
+                self.next_segment();
+            }
+            After::Nothing { .. } => {
+                // A damaged older segment: it ends here (its bytes are in quarantine), closed
+                // by a blank, so the segments after it stay where they are. (Segments of a
+                // damaged directory may overlap: the blank then takes its minimum size, never
+                // a wrapped one.)
+                let rest = next_base
+                    .unwrap_or(base)
+                    .saturating_sub(base.saturating_add(cut_at))
+                    .clamp(BLANK_LEN as u64, u64::from(u32::MAX));
+                record::encode_blank(&mut blank, rest as u32);
+                log.storage.truncate(base, cut_at)?;
+                log.storage.append(base, &blank)?;
+                log.storage.sync()?;
+                self.next_segment();
+            }
+        }
+        Ok(())
     }
+}
+
+/// Looks past bad bytes at segment position `from`: the first position after it where a
+/// valid record starts (its CRCs right and its PHYSICALOFFSET naming that very position, so a
+/// body that happens to hold record-like bytes does not count), or a blank that ends the
+/// segment where the next one begins; else how far the non-zero bytes go.
+fn scan_after<S: Storage>(
+    log: &mut Log<S>,
+    base: u64,
+    from: u64,
+    seg_len: u64,
+    next_base: Option<u64>,
+) -> Result<After, S::Error> {
+    let mut window = vec![0u8; SCAN_WINDOW + 36];
+    let mut nonzero_end = from;
+    let mut at = from;
+    while at < seg_len {
+        let n = log.storage.read(base, at, &mut window)?;
+        if n == 0 {
+            break;
+        }
+        let w = &window[..n];
+        if let Some(i) = w.iter().rposition(|&b| b != 0) {
+            nonzero_end = nonzero_end.max(at + i as u64 + 1);
+        }
+        // Candidates start in this window's first SCAN_WINDOW bytes; the rest is overlap.
+        let limit = n.min(SCAN_WINDOW);
+        for i in 0..limit {
+            let q = at + i as u64;
+            if q == from || i + 8 > n {
+                continue;
+            }
+            let magic = u32::from_be_bytes([w[i + 4], w[i + 5], w[i + 6], w[i + 7]]);
+            let total = u64::from(u32::from_be_bytes([w[i], w[i + 1], w[i + 2], w[i + 3]]));
+            if magic == record::BLANK_MAGIC && total >= BLANK_LEN as u64 {
+                let closes = match next_base {
+                    Some(nb) => base + q + total == nb,
+                    None => q + BLANK_LEN as u64 == seg_len,
+                };
+                if closes || (q + total < seg_len && valid_record_at(log, base, q + total)?) {
+                    return Ok(After::Valid(q));
+                }
+            } else if magic == record::MESSAGE_MAGIC
+                && i + 36 <= n
+                && u64::from_be_bytes(w[i + 28..i + 36].try_into().expect("8 bytes")) == base + q
+                && valid_record_at(log, base, q)?
+            {
+                return Ok(After::Valid(q));
+            }
+        }
+        if n <= SCAN_WINDOW {
+            break;
+        }
+        at += SCAN_WINDOW as u64;
+    }
+    Ok(After::Nothing { nonzero_end })
+}
+
+/// Whether a valid record starts at segment position `q`.
+fn valid_record_at<S: Storage>(log: &mut Log<S>, base: u64, q: u64) -> Result<bool, S::Error> {
+    let mut head = [0u8; 4];
+    if log.storage.read(base, q, &mut head)? < 4 {
+        return Ok(false);
+    }
+    let len = u32::from_be_bytes(head);
+    if len > log.max_record || (len as usize) < record::FIXED_LEN_V4 {
+        return Ok(false);
+    }
+    let mut buf = vec![0u8; len as usize];
+    if log.storage.read(base, q, &mut buf)? < buf.len() {
+        return Ok(false);
+    }
+    Ok(matches!(
+        record::decode(&buf, log.max_record),
+        Ok(Decoded::Record(r)) if r.header.phys_offset == base + q
+    ))
+}
+
+/// Copies segment bytes `from..to` to the storage's quarantine under `name`.
+fn quarantine<S: Storage>(
+    log: &mut Log<S>,
+    base: u64,
+    from: u64,
+    to: u64,
+    name: &str,
+) -> Result<(), S::Error> {
+    let mut chunk = vec![0u8; ((to - from) as usize).min(SCAN_WINDOW)];
+    let mut at = from;
+    while at < to {
+        let n = ((to - at) as usize).min(SCAN_WINDOW);
+        let got = log.storage.read(base, at, &mut chunk[..n])?;
+        if got == 0 {
+            break;
+        }
+        log.storage.quarantine(name, &chunk[..got])?;
+        at += got as u64;
+    }
+    Ok(())
+}
+
+/// RocketMQ's MESSAGE_MAGIC_CODE_V2 (a two-byte topic length).
+const MESSAGE_MAGIC_V2: u32 = 0xDAA3_20AB;
+
+/// The length of a whole record of RocketMQ's layout at segment position `pos`, whatever
+/// its CRCs say: the lengths add up, the record fits in the segment and its PHYSICALOFFSET
+/// names this position. Rocklet's own records and RocketMQ's (with or without Rocklet's CRC
+/// property, v1 or v2) qualify; a torn prefix does not.
+fn whole_record_at<S: Storage>(
+    log: &mut Log<S>,
+    base: u64,
+    pos: u64,
+    seg_len: u64,
+) -> Result<Option<u64>, S::Error> {
+    let mut head = [0u8; 36];
+    if log.storage.read(base, pos, &mut head)? < head.len() {
+        return Ok(None);
+    }
+    let len = u64::from(u32::from_be_bytes([head[0], head[1], head[2], head[3]]));
+    let magic = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+    let phys = u64::from_be_bytes([
+        head[28], head[29], head[30], head[31], head[32], head[33], head[34], head[35],
+    ]);
+    if len < record::FIXED_LEN_V4 as u64
+        || len > u64::from(log.max_record)
+        || pos + len > seg_len
+        || phys != base + pos
+    {
+        return Ok(None);
+    }
+    let topic_len_bytes = match magic {
+        record::MESSAGE_MAGIC => 1,
+        MESSAGE_MAGIC_V2 => 2,
+        _ => return Ok(None),
+    };
+    let mut buf = vec![0u8; len as usize];
+    if log.storage.read(base, pos, &mut buf)? < buf.len() {
+        return Ok(None);
+    }
+    Ok(layout_adds_up(&buf, topic_len_bytes).then_some(len))
+}
+
+/// Whether the length fields of a record in RocketMQ's layout add up to its TOTALSIZE
+/// (`buf` is exactly TOTALSIZE long).
+fn layout_adds_up(b: &[u8], topic_len_bytes: usize) -> bool {
+    let be32 = |at: usize| {
+        b.get(at..at + 4)
+            .map(|x| u32::from_be_bytes([x[0], x[1], x[2], x[3]]))
+    };
+    let Some(sys) = be32(36) else { return false };
+    let born = if sys & record::sys_flag::BORNHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    let store = if sys & record::sys_flag::STOREHOST_V6 != 0 {
+        20
+    } else {
+        8
+    };
+    // BORNTIMESTAMP at 40, BORNHOST, STORETIMESTAMP, STOREHOST, RECONSUMETIMES, PREPARED, BODY.
+    let body_len_at = 48 + born + 8 + store + 4 + 8;
+    let Some(body_len) = be32(body_len_at) else {
+        return false;
+    };
+    let topic_len_at = body_len_at + 4 + body_len as usize;
+    let topic_len = match (topic_len_bytes, b.get(topic_len_at..topic_len_at + 2)) {
+        (1, Some(x)) => usize::from(x[0]),
+        (2, Some(x)) => usize::from(u16::from_be_bytes([x[0], x[1]])),
+        _ => return false,
+    };
+    let props_len_at = topic_len_at + topic_len_bytes + topic_len;
+    let Some(x) = b.get(props_len_at..props_len_at + 2) else {
+        return false;
+    };
+    props_len_at + 2 + usize::from(u16::from_be_bytes([x[0], x[1]])) == b.len()
 }

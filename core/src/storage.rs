@@ -5,6 +5,7 @@
 //! truncates a torn tail on open and syncs when the host asks it to.
 
 use alloc::collections::BTreeMap;
+use alloc::string::String;
 use alloc::vec::Vec;
 use core::fmt;
 
@@ -28,12 +29,19 @@ pub trait Storage {
     fn truncate(&mut self, base: u64, len: u64) -> Result<(), Self::Error>;
     /// Deletes a segment.
     fn remove(&mut self, base: u64) -> Result<(), Self::Error>;
+    /// Overwrites bytes inside a segment. Only a repair on open does this: it lays a blank
+    /// over damage it has moved to quarantine.
+    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Self::Error>;
+    /// Appends `data` to the quarantine entry `name` (created if new), durably before it
+    /// returns. Quarantine holds bytes recovery took out of the log; the log never reads it.
+    fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Self::Error>;
 }
 
 /// Storage in memory: a map of segments. Never fails.
 #[derive(Clone, Default)]
 pub struct MemStorage {
     segments: BTreeMap<u64, Vec<u8>>,
+    quarantine: BTreeMap<String, Vec<u8>>,
 }
 
 impl fmt::Debug for MemStorage {
@@ -69,6 +77,11 @@ impl MemStorage {
     /// Replaces a segment's bytes (tests use this to corrupt a log).
     pub fn set_segment(&mut self, base: u64, bytes: Vec<u8>) {
         self.segments.insert(base, bytes);
+    }
+    /// The quarantine: entry name → bytes.
+    #[must_use]
+    pub fn quarantined(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.quarantine
     }
 }
 
@@ -121,10 +134,26 @@ impl Storage for MemStorage {
         self.segments.remove(&base);
         Ok(())
     }
+    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Infallible> {
+        let seg = self.segments.entry(base).or_default();
+        let pos = pos as usize;
+        if seg.len() < pos + data.len() {
+            seg.resize(pos + data.len(), 0);
+        }
+        seg[pos..pos + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Infallible> {
+        self.quarantine
+            .entry(String::from(name))
+            .or_default()
+            .extend_from_slice(data);
+        Ok(())
+    }
 }
 
 #[cfg(feature = "std")]
-pub use file::{AnyStorage, DetachedSync, FileStorage};
+pub use file::{AnyStorage, DetachedSync, FileStorage, QUARANTINE_DIR};
 
 #[cfg(feature = "std")]
 mod file {
@@ -379,7 +408,41 @@ mod file {
                 Err(e) => Err(e),
             }
         }
+
+        fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+            // The segment handles append (O_APPEND ignores the offset): a handle of its own.
+            let f = OpenOptions::new().write(true).open(self.path(base))?;
+            f.write_all_at(data, pos)?;
+            f.sync_data()
+        }
+
+        fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+            if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+                return Err(io::Error::new(
+                    io::ErrorKind::InvalidInput,
+                    format!("`{name}` is not a quarantine file name"),
+                ));
+            }
+            let dir = self.dir.join(QUARANTINE_DIR);
+            let created = !dir.exists();
+            fs::create_dir_all(&dir)?;
+            let path = dir.join(name);
+            let new = !path.exists();
+            let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+            f.write_all(data)?;
+            f.sync_data()?;
+            if new {
+                File::open(&dir)?.sync_all()?;
+            }
+            if created {
+                File::open(&self.dir)?.sync_all()?;
+            }
+            Ok(())
+        }
     }
+
+    /// Where a [`FileStorage`] keeps what recovery took out of the log, in its directory.
+    pub const QUARANTINE_DIR: &str = "quarantine";
 
     /// Memory or files, chosen at run time: what hosts that offer both (Python, Node) hold.
     #[derive(Debug)]
@@ -461,6 +524,18 @@ mod file {
             match self {
                 AnyStorage::Mem(m) => m.remove(base).map_err(never),
                 AnyStorage::File(f) => f.remove(base),
+            }
+        }
+        fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.write_at(base, pos, data).map_err(never),
+                AnyStorage::File(f) => f.write_at(base, pos, data),
+            }
+        }
+        fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.quarantine(name, data).map_err(never),
+                AnyStorage::File(f) => f.quarantine(name, data),
             }
         }
     }

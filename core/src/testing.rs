@@ -181,6 +181,17 @@ impl Storage for CrashStorage {
         let _ = self.durable.remove(base);
         Ok(())
     }
+    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Injected> {
+        // Written in place and synced at once (a repair syncs right after).
+        let _ = self.live.write_at(base, pos, data);
+        let _ = self.durable.write_at(base, pos, data);
+        Ok(())
+    }
+    fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Injected> {
+        let _ = self.live.quarantine(name, data);
+        let _ = self.durable.quarantine(name, data);
+        Ok(())
+    }
 }
 
 /// A checker: answers a check request.

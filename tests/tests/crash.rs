@@ -306,15 +306,18 @@ fn crash_storage_cut_after_n_bytes_matches_truncation() {
 }
 
 #[test]
-fn flipped_bits_cut_the_damaged_record_and_everything_after() {
+fn a_flipped_bit_is_refused_or_repaired_and_never_cuts_valid_records() {
+    // Damage followed by valid records is not a torn tail: a plain open refuses it and
+    // changes nothing; a repair keeps every other record and moves the damaged one to
+    // quarantine. Only damage in the last record (a torn tail) is cut.
     let (mem, _) = scripted_log();
     let full = mem.segment(0).unwrap().to_vec();
     let recs = probe::records(&full);
     let clean = probe::clean_boundaries(&recs);
     for (i, r) in recs.iter().enumerate() {
         for byte in r.offset..r.end() {
-            // One bit per byte, rotating; every bit of the first two records.
-            let bits: Vec<u8> = if i < 2 {
+            // One bit per byte, rotating; every bit of the first two records and the last.
+            let bits: Vec<u8> = if i < 2 || i + 1 == recs.len() {
                 (0..8).collect()
             } else {
                 vec![(byte % 8) as u8]
@@ -322,40 +325,77 @@ fn flipped_bits_cut_the_damaged_record_and_everything_after() {
             for bit in bits {
                 let mut bad = full.clone();
                 bad[byte as usize] ^= 1 << bit;
-                let keep = *clean.iter().rev().find(|&&c| c <= r.offset).unwrap();
-                let mut b = open(with_segment(&bad));
+                let ctx = format!(
+                    "flip of bit {bit} at byte {byte} (record {i} at {})",
+                    r.offset
+                );
+                if i + 1 == recs.len() {
+                    // The last record: a torn tail (possibly with its atomic group).
+                    let keep = *clean.iter().rev().find(|&&c| c <= r.offset).unwrap();
+                    let mut b = open(with_segment(&bad));
+                    assert_eq!(b.log_end(), keep, "{ctx}");
+                    assert_eq!(b.recovery_report().cuts.len(), 1, "{ctx}");
+                    assert_eq!(b.recovery_report().cuts[0].offset, keep, "{ctx}");
+                    // What is cut is kept in quarantine, but for trailing zeros.
+                    let cut = &bad[keep as usize..];
+                    let kept = &cut[..cut.iter().rposition(|&x| x != 0).map_or(0, |p| p + 1)];
+                    let q = b.storage().quarantined().values().next().cloned();
+                    assert_eq!(
+                        q.unwrap_or_default(),
+                        kept,
+                        "{ctx}: the cut bytes are kept in quarantine"
+                    );
+                    let prefix: Vec<RawRecord> =
+                        recs.iter().filter(|x| x.end() <= keep).cloned().collect();
+                    assert_eq!(
+                        probe::observed(&mut b, 0),
+                        probe::expected(&prefix),
+                        "{ctx}"
+                    );
+                    continue;
+                }
+                match Broker::open(cfg(), with_segment(&bad), 0) {
+                    Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+                        assert_eq!(offset, r.offset, "{ctx}: {reason}");
+                        assert!(reason.contains("segment 00000000000000000000"), "{reason}");
+                    }
+                    Err(e) => panic!("{ctx}: {e}"),
+                    Ok(_) => panic!("{ctx}: a damaged log was opened"),
+                }
+                let mut b = Broker::open_repairing(cfg(), with_segment(&bad), 0)
+                    .unwrap_or_else(|e| panic!("{ctx}: repair failed: {e}"));
+                let report = b.recovery_report().clone();
+                assert_eq!(report.records, recs.len() as u64 - 1, "{ctx}: {report:?}");
+                assert_eq!(report.quarantined.len(), 1, "{ctx}");
+                assert_eq!(report.quarantined[0].offset, r.offset, "{ctx}");
+                assert_eq!(report.quarantined[0].bytes, r.len, "{ctx}");
                 assert_eq!(
-                    b.log_end(),
-                    keep,
-                    "flip of bit {bit} at byte {byte} (record {i} at {}): kept up to {}",
-                    r.offset,
-                    b.log_end()
+                    b.storage().quarantined()[&report.quarantined[0].name],
+                    &bad[r.offset as usize..r.end() as usize],
+                    "{ctx}: quarantine holds the damaged bytes as they were"
                 );
-                assert!(
-                    !b.recovery_report().cuts.is_empty(),
-                    "flip at {byte}: not reported"
-                );
-                assert_eq!(
-                    b.recovery_report().cuts[0].offset,
-                    keep,
-                    "flip at {byte}: cut reported elsewhere"
-                );
-                let prefix: Vec<RawRecord> =
-                    recs.iter().filter(|x| x.end() <= keep).cloned().collect();
-                assert_eq!(
-                    probe::observed(&mut b, 0),
-                    probe::expected(&prefix),
-                    "flip at {byte}"
-                );
+                let others: Vec<RawRecord> = recs
+                    .iter()
+                    .filter(|x| x.offset != r.offset)
+                    .cloned()
+                    .collect();
+                let expected = probe::expected(&others);
+                assert_eq!(probe::observed(&mut b, 0), expected, "{ctx}");
+                // Repaired for good: a plain open now reads it cleanly, with the same state.
+                let mut again = open(b.into_storage());
+                assert!(again.recovery_report().cuts.is_empty(), "{ctx}");
+                assert!(again.recovery_report().quarantined.is_empty(), "{ctx}");
+                assert_eq!(probe::observed(&mut again, 0), expected, "{ctx}");
             }
         }
     }
 }
 
 #[test]
-fn damage_in_an_older_segment_keeps_later_segments_in_place() {
-    // Two segments: damage in the first cuts the rest of that segment (closed by a blank);
-    // the second segment's records stay where they are and are still read.
+fn damage_in_an_older_segment_is_refused_and_repair_keeps_every_other_record() {
+    // Two segments, a damaged record in the middle of the first: a plain open refuses it;
+    // a repair keeps the records after it in that segment and the second segment, where
+    // they are.
     let cfg = Config {
         segment_size: 48 << 10,
         max_message_size: 2048,
@@ -373,29 +413,38 @@ fn damage_in_an_older_segment_keeps_later_segments_in_place() {
     let mut mem = b.into_storage();
     let first = mem.segment(0).unwrap().to_vec();
     let recs = probe::records(&first);
-    let victim = &recs[recs.len() / 2];
+    let victim = recs[recs.len() / 2].clone();
     let mut bad = first.clone();
     bad[victim.offset as usize + 40] ^= 0x20;
-    mem.set_segment(0, bad);
-    let mut b = Broker::open(cfg, mem, 100_000).unwrap();
-    let report = b.recovery_report().clone();
-    assert_eq!(report.cuts.len(), 1, "{report:?}");
-    assert_eq!(report.cuts[0].offset, victim.offset);
-    let bodies = probe::visible(&mut b, 100_000).remove("S").unwrap();
-    let expected_before = recs.iter().filter(|r| r.end() <= victim.offset).count();
-    // The message that rolled the log over and the one after it are in the second segment.
+    mem.set_segment(0, bad.clone());
+    let before = mem.clone();
+    match Broker::open(cfg.clone(), mem.clone(), 100_000) {
+        Err(rocklet_core::Error::Corrupted { offset, .. }) => assert_eq!(offset, victim.offset),
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a damaged log was opened"),
+    }
     assert_eq!(
-        bodies.len(),
-        expected_before + 2,
-        "records before the damage plus the second segment's"
+        mem.segment(0),
+        before.segment(0),
+        "a refused open changed the segment"
     );
+    let mut b = Broker::open_repairing(cfg, mem, 100_000).unwrap();
+    let report = b.recovery_report().clone();
+    assert_eq!(report.quarantined.len(), 1, "{report:?}");
+    assert_eq!(report.quarantined[0].offset, victim.offset);
+    assert!(report.cuts.is_empty(), "{report:?}");
+    let bodies = probe::visible(&mut b, 100_000).remove("S").unwrap();
+    // Every message but the damaged one: the first segment's others, and the two in the
+    // second segment (the one that rolled the log over, and the last).
+    assert_eq!(bodies.len(), n as usize, "{} of {}", bodies.len(), n + 1);
+    assert!(!bodies.contains(&victim.body));
     assert!(bodies.iter().any(|b| b.ends_with(b"-in-second")));
     // Appends continue after the second segment, and a reopen is clean.
     send(&mut b, 100_001, "S", "after-recovery");
     let end = b.log_end();
     let b = Broker::open(b.config().clone(), b.into_storage(), 100_002).unwrap();
     assert!(
-        b.recovery_report().cuts.is_empty(),
+        b.recovery_report().cuts.is_empty() && b.recovery_report().quarantined.is_empty(),
         "{:?}",
         b.recovery_report()
     );
@@ -581,4 +630,136 @@ fn sync_flush_never_shows_what_a_crash_takes_back() {
     assert_eq!(bodies_of(&mut b, 4, "F"), vec![b"held".to_vec()]);
     let mut crashed = Broker::open(cfg, CrashStorage::from_mem(b.storage().crash()), 5).unwrap();
     assert_eq!(bodies_of(&mut crashed, 5, "F"), vec![b"held".to_vec()]);
+}
+
+// ---- what is not a torn tail -------------------------------------------------------------------
+
+/// Records in RocketMQ's own layout, as Apache RocketMQ writes them by default: no
+/// `__CRC32#` property (the body CRC only). `v2` sets MESSAGE_MAGIC_CODE_V2.
+fn rocketmq_log(n: usize, v2: bool) -> Vec<u8> {
+    use rocklet_core::record::{self, Header, Host};
+    let mut log = Vec::new();
+    for i in 0..n {
+        let header = Header {
+            queue_offset: i as u64,
+            phys_offset: log.len() as u64,
+            born_timestamp: 1_700_000_000_000,
+            store_timestamp: 1_700_000_000_001,
+            born_host: Host::V4([10, 0, 0, 1], 50000),
+            store_host: Host::V4([10, 0, 0, 2], 10911),
+            ..Header::default()
+        };
+        let body = format!("body {i}");
+        let mut rec = Vec::new();
+        record::encode(&mut rec, &header, body.as_bytes(), "TopicTest", &[]).unwrap();
+        // Take the CRC pair off: PROPERTIES length 0, TOTALSIZE 21 bytes less.
+        rec.truncate(rec.len() - record::CRC_RESERVED);
+        let len = rec.len();
+        rec[len - 2..].copy_from_slice(&0u16.to_be_bytes());
+        if v2 {
+            // MESSAGE_MAGIC_CODE_V2: the topic length takes two bytes.
+            rec[4..8].copy_from_slice(&0xDAA3_20ABu32.to_be_bytes());
+            let topic_len_at = len - 2 - "TopicTest".len() - 1;
+            rec.insert(topic_len_at, 0);
+        }
+        let len = rec.len();
+        rec[..4].copy_from_slice(&(len as u32).to_be_bytes());
+        log.extend_from_slice(&rec);
+    }
+    log
+}
+
+#[test]
+fn another_programs_log_is_refused_not_truncated() {
+    // An Apache RocketMQ commit log (its records lack Rocklet's CRC property), in a
+    // preallocated file: whole records are not a torn write, whatever the format.
+    for v2 in [false, true] {
+        let mut seg = rocketmq_log(5, v2);
+        seg.resize(64 << 10, 0);
+        match Broker::open(cfg(), with_segment(&seg), 0) {
+            Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+                assert_eq!(offset, 0);
+                assert!(reason.contains("not a torn write"), "{reason}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(b) => panic!("opened another program's log: {:?}", b.recovery_report()),
+        }
+        // Repair keeps those bytes too (in quarantine), it never drops them.
+        let b = Broker::open_repairing(cfg(), with_segment(&seg), 0).unwrap();
+        let q = &b.recovery_report().quarantined;
+        assert_eq!(q.len(), 1, "{q:?}");
+        let kept = &b.storage().quarantined()[&q[0].name];
+        assert!(seg.starts_with(kept) && kept.len() >= rocketmq_log(5, v2).len());
+    }
+}
+
+#[test]
+fn more_garbage_than_a_torn_write_leaves_is_refused() {
+    // A valid record, then more non-zero bytes than the largest record: not a torn tail.
+    let (mem, end) = scripted_log();
+    let mut seg = mem.segment(0).unwrap().to_vec();
+    let max = cfg().max_message_size.max(4 << 20) as usize + (1 << 16);
+    seg.extend((0..max + 1000).map(|i| (i % 251) as u8 | 1));
+    match Broker::open(cfg(), with_segment(&seg), 0) {
+        Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+            assert_eq!(offset, end);
+            assert!(reason.contains("more than a torn write"), "{reason}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("garbage cut as a torn tail"),
+    }
+    // Zeros of any length are the end of the data (a file extended, never written).
+    let mut seg = mem.segment(0).unwrap().to_vec();
+    seg.resize(seg.len() + max * 2, 0);
+    let b = open(with_segment(&seg));
+    assert_eq!(b.log_end(), end);
+    assert!(b.storage().quarantined().is_empty(), "zeros are not kept");
+}
+
+#[test]
+fn file_storage_refuses_damage_untouched_and_repairs_into_quarantine() {
+    use rocklet_core::{FileStorage, QUARANTINE_DIR};
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let mut b = Broker::open(cfg(), FileStorage::open(&path).unwrap(), 0).unwrap();
+    for i in 0..20 {
+        send(&mut b, i, "Q", &format!("message {i:02}"));
+    }
+    b.sync().unwrap();
+    drop(b);
+    let seg = path.join(format!("{:020}", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    let recs = probe::records(&bytes);
+    let victim = recs[5].clone();
+    bytes[victim.offset as usize + 30] ^= 0x01;
+    std::fs::write(&seg, &bytes).unwrap();
+
+    let err = Broker::open(cfg(), FileStorage::open(&path).unwrap(), 0).unwrap_err();
+    assert!(
+        matches!(&err, rocklet_core::Error::Corrupted { offset, .. } if *offset == victim.offset),
+        "{err}"
+    );
+    assert!(err.to_string().contains("00000000000000000000"), "{err}");
+    assert_eq!(
+        std::fs::read(&seg).unwrap(),
+        bytes,
+        "a refused open wrote to the segment"
+    );
+    assert!(!path.join(QUARANTINE_DIR).exists());
+
+    let mut b = Broker::open_repairing(cfg(), FileStorage::open(&path).unwrap(), 0).unwrap();
+    let report = b.recovery_report().clone();
+    assert_eq!(report.quarantined.len(), 1);
+    assert_eq!(report.records, 19);
+    let q = std::fs::read(path.join(QUARANTINE_DIR).join(&report.quarantined[0].name)).unwrap();
+    assert_eq!(q, &bytes[victim.offset as usize..victim.end() as usize]);
+    let seen = probe::visible(&mut b, 0).remove("Q").unwrap();
+    assert_eq!(seen.len(), 19);
+    assert!(!seen.contains(&victim.body));
+    send(&mut b, 100, "Q", "after the repair");
+    b.sync().unwrap();
+    drop(b);
+    let mut b = Broker::open(cfg(), FileStorage::open(&path).unwrap(), 0).unwrap();
+    assert!(b.recovery_report().quarantined.is_empty() && b.recovery_report().cuts.is_empty());
+    assert_eq!(probe::visible(&mut b, 0).remove("Q").unwrap().len(), 20);
 }

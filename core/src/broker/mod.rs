@@ -11,7 +11,7 @@ use hashbrown::HashMap;
 
 use crate::config::{Config, FlushMode};
 use crate::error::Error;
-use crate::log::{Log, LogError, RecoveryReport, BATCH_LEN};
+use crate::log::{Log, LogError, RecoveryError, RecoveryReport, BATCH_LEN};
 use crate::record::{self, sys_flag, Decoded, Header, Host, RecordView};
 use crate::storage::Storage;
 use crate::table::{PendingTable, Row};
@@ -408,7 +408,25 @@ impl<'a> Spec<'a> {
 
 impl<S: Storage> Broker<S> {
     /// Opens a broker over `storage`, recovering every record in it.
+    ///
+    /// Only a torn tail is cut (invalid bytes at the end of the last segment, with no valid
+    /// record after them): a crash can leave one, and nothing acknowledged is in it. Any
+    /// other damage — bad bytes followed by valid records, damage in an older segment,
+    /// another program's log — is [`Error::Corrupted`], naming the segment and offset, and
+    /// the storage is left as it was. [`Broker::open_repairing`] opens such a log.
     pub fn open(cfg: Config, storage: S, now: Millis) -> Res<Self, S> {
+        Self::open_with(cfg, storage, now, false)
+    }
+
+    /// Opens a broker over `storage` as [`Broker::open`] does, repairing damage instead of
+    /// refusing it: every valid record stays where it is, and each damaged range is moved to
+    /// the storage's quarantine (for files, `quarantine/` in the data directory) and skipped
+    /// from then on. [`RecoveryReport::quarantined`] lists what was moved.
+    pub fn open_repairing(cfg: Config, storage: S, now: Millis) -> Res<Self, S> {
+        Self::open_with(cfg, storage, now, true)
+    }
+
+    fn open_with(cfg: Config, storage: S, now: Millis, repair: bool) -> Res<Self, S> {
         cfg.validate()?;
         let max_record = cfg.max_message_size.max(4 << 20).saturating_add(1 << 16);
         let mut b = Broker {
@@ -439,8 +457,12 @@ impl<S: Storage> Broker<S> {
             stats: Stats::default(),
             next_id: 1 << 63,
         };
-        let mut rec = b.log.start_recovery().map_err(Error::Storage)?;
-        while let Some((off, bytes)) = rec.next(&mut b.log).map_err(Error::Storage)? {
+        let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
+        let recovery_err = |e| match e {
+            RecoveryError::Storage(e) => Error::Storage(e),
+            RecoveryError::Corrupt { offset, reason } => Error::Corrupted { offset, reason },
+        };
+        while let Some((off, bytes)) = rec.next(&mut b.log).map_err(recovery_err)? {
             // Recovery verified the record already.
             if let Ok(Decoded::Record(r)) = record::decode_trusted(bytes) {
                 b.apply(off, &r);

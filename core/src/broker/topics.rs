@@ -82,14 +82,10 @@ impl<S: Storage> Broker<S> {
                     out.push((offset, bytes));
                     offset += len;
                 }
-                None => {
-                    // A blank or the end of a segment: on to the next segment.
-                    let next = (offset / self.cfg.segment_size + 1) * self.cfg.segment_size;
-                    if next <= offset {
-                        break;
-                    }
-                    offset = next;
-                }
+                None => match self.log.skip_from(offset).map_err(Error::Storage)? {
+                    Some(next) if next > offset => offset = next,
+                    _ => break,
+                },
             }
         }
         Ok(out)

@@ -280,7 +280,41 @@ pub fn batch_decode(data: &[u8]) {
 
     let mut mem = MemStorage::new();
     mem.set_segment(0, seg);
-    let mut b = Broker::open(test_config(), mem, 10_000).expect("memory storage cannot fail");
+    let b = match Broker::open(test_config(), mem.clone(), 10_000) {
+        Ok(b) => b,
+        Err(rocklet_core::Error::Corrupted { offset, .. }) => {
+            // Damage followed by valid records: refused. A repair keeps every record that
+            // survived, each at its place and byte for byte, and every one before the damage.
+            assert!(offset >= damaged_at.min(offset), "refused at {offset}");
+            let mut b = Broker::open_repairing(test_config(), mem, 10_000)
+                .expect("memory storage cannot fail");
+            let kept = b
+                .raw_records(0, usize::MAX)
+                .expect("memory storage cannot fail");
+            for (off, bytes) in &kept {
+                let Some(&(s, e, _)) = recs.iter().find(|r| r.0 == *off) else {
+                    panic!("repair kept a record at {off}, where none was written");
+                };
+                assert!(
+                    bytes[..] == original[s as usize..e as usize],
+                    "repaired record at {off} differs from what was written"
+                );
+            }
+            for &(s, e, _) in &recs {
+                if e <= damaged_at {
+                    assert!(
+                        kept.iter().any(|k| k.0 == s),
+                        "repair lost the intact record at {s}"
+                    );
+                }
+            }
+            assert_eq!(b.recovery_report().records, kept.len() as u64);
+            after_open_send_and_reopen(b);
+            return;
+        }
+        Err(e) => panic!("memory storage cannot fail: {e}"),
+    };
+    let mut b = b;
     let kept = b
         .raw_records(0, usize::MAX)
         .expect("memory storage cannot fail");
@@ -323,7 +357,25 @@ pub fn batch_decode(data: &[u8]) {
 /// reopen sees the same topics and pending counts.
 pub fn log_recovery(data: &[u8]) {
     let (cfg, mem) = log_recovery_storage(data);
-    let b = Broker::open(cfg, mem, 5_000).expect("memory storage cannot fail");
+    let b = match Broker::open(cfg.clone(), mem.clone(), 5_000) {
+        Ok(b) => b,
+        Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+            // Refused: damage that is not a torn tail. A repair must then open it, keep the
+            // segments' valid records, and leave a log that opens cleanly.
+            assert!(
+                !reason.is_empty(),
+                "corruption at {offset} without a reason"
+            );
+            let b = Broker::open_repairing(cfg, mem, 5_000)
+                .unwrap_or_else(|e| panic!("repair of a log refused at {offset} failed: {e}"));
+            assert!(
+                !b.recovery_report().quarantined.is_empty(),
+                "refused at {offset} ({reason}), but the repair found nothing to move"
+            );
+            b
+        }
+        Err(e) => panic!("memory storage cannot fail: {e}"),
+    };
     after_open_send_and_reopen(b);
 }
 
@@ -393,9 +445,9 @@ fn after_open_send_and_reopen(mut b: Broker<MemStorage>) {
     let cfg = b.config().clone();
     let b2 = Broker::open(cfg, b.into_storage(), now).expect("memory storage cannot fail");
     assert!(
-        b2.recovery_report().cuts.is_empty(),
+        b2.recovery_report().cuts.is_empty() && b2.recovery_report().quarantined.is_empty(),
         "a second open cuts again: {:?}",
-        b2.recovery_report().cuts
+        b2.recovery_report()
     );
     assert_eq!(b2.log_end(), end, "log end moved on reopen");
     assert_eq!(b2.topics(), topics, "topics differ after reopen");
