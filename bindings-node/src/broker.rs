@@ -141,7 +141,11 @@ impl JsBroker {
             &["group"]
         };
         let o = Opts::new("options", opts, allowed)?;
-        let group = o.string("group")?;
+        // Without a group, the transaction's own: the application owns the broker.
+        let group = match o.string("group")? {
+            Some(g) => Some(g),
+            None => self.core()?.transaction_group(txn)?,
+        };
         let from_check = o.bool("fromCheck")?.unwrap_or(false);
         match self.exec(Request::EndTransaction {
             txn,

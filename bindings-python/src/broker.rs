@@ -175,13 +175,22 @@ impl Shared {
         }
     }
 
+    /// The producer group of a transaction (for ends that do not name it: the application
+    /// owns the broker).
+    fn transaction_group(&self, txn: TxnId) -> Result<Option<String>, Fail> {
+        let mut st = self.state.lock();
+        self.guarded(&mut st, |core, _| {
+            core.transaction_group(txn).map_err(Fail::from)
+        })
+    }
+
     /// Feeds a checker's answer back.
-    fn answer(&self, txn: TxnId, resolution: Resolution) -> Result<(), Fail> {
+    fn answer(&self, txn: TxnId, group: String, resolution: Resolution) -> Result<(), Fail> {
         let mut st = self.state.lock();
         let req = Request::EndTransaction {
             txn,
             resolution,
-            group: None,
+            group: Some(group),
             from_check: true,
         };
         // The producer may have resolved it meanwhile: a client error here changes nothing.
@@ -311,6 +320,7 @@ fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
         }
         for c in batch {
             let txn = c.txn;
+            let group = c.group.clone();
             let checker = shared
                 .checkers
                 .lock()
@@ -320,7 +330,7 @@ fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
                 Some(f) => ask_checker(py, &f, c),
                 None => Resolution::Unknown,
             };
-            py.detach(|| shared.answer(txn, answer))?;
+            py.detach(|| shared.answer(txn, group, answer))?;
         }
     }
 }
@@ -477,6 +487,14 @@ impl PyBroker {
         resolution: Resolution,
         group: Option<String>,
     ) -> PyResult<bool> {
+        let group = match group {
+            Some(g) => Some(g),
+            None => {
+                let shared = &self.shared;
+                py.detach(|| shared.transaction_group(txn))
+                    .map_err(fail(py))?
+            }
+        };
         match self.call(
             py,
             Request::EndTransaction {

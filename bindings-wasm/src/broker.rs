@@ -248,10 +248,18 @@ impl WasmBroker {
         let txn = convert::txn_id(txn)?;
         let resolution = convert::resolution(resolution)?;
         let opts = convert::end_options(options.unwrap_or(JsValue::UNDEFINED))?;
+        // Without a group, the transaction's own: the page owns the broker.
+        let group = match opts.group {
+            Some(g) => Some(g),
+            None => self
+                .inner
+                .transaction_group(txn)
+                .map_err(|e| error::core(&e))?,
+        };
         let request = Request::EndTransaction {
             txn,
             resolution,
-            group: opts.group,
+            group,
             from_check: opts.from_check.unwrap_or(false),
         };
         match self.run(request)? {

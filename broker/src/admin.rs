@@ -131,12 +131,24 @@ impl Admin for AdminService {
                 )))
             }
         };
+        // The operator ends a transaction by id: it is ended in its own group's name.
+        let group = self
+            .core
+            .inspect(move |b| b.transaction_group(txn).map_err(|e| e.to_string()))
+            .await
+            .map_err(internal)?
+            .map_err(internal)?;
+        let Some(group) = group else {
+            return Err(GrpcStatus::failed_precondition(format!(
+                "UNKNOWN_TRANSACTION: no transaction {txn}"
+            )));
+        };
         let reply = self
             .core
             .request(Request::EndTransaction {
                 txn,
                 resolution,
-                group: None,
+                group: Some(group),
                 from_check: false,
             })
             .await

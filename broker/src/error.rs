@@ -57,7 +57,11 @@ pub fn code_of(e: &ClientError) -> Code {
         | ClientError::MixedBatch(_)
         | ClientError::DelayInBatch
         | ClientError::BatchToRetryTopic
-        | ClientError::InvalidArgument(_) => Code::BadRequest,
+        | ClientError::InvalidArgument(_)
+        | ClientError::ProducerGroupRequired(_)
+        | ClientError::NotConsumable(_) => Code::BadRequest,
+        // A limit of the broker's: retrying does not help.
+        ClientError::TooManyGroups { .. } | ClientError::TooManyTopics { .. } => Code::Forbidden,
         _ => Code::BadRequest,
     }
 }

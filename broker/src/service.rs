@@ -101,12 +101,7 @@ impl Messaging {
         let t = topic.to_string();
         let existing = self
             .core
-            .inspect(move |b| {
-                b.topics()
-                    .into_iter()
-                    .find(|i| i.name == t)
-                    .map(|i| i.queues.len() as u32)
-            })
+            .inspect(move |b| b.topic_info(&t).map(|i| i.queues.len() as u32))
             .await
             .map_err(|e| core_failure(&e))?;
         if let Some(n) = existing {

@@ -51,7 +51,7 @@ fn txn_one(b: &mut Broker<MemStorage>, body: &[u8]) {
     let end = Request::EndTransaction {
         txn,
         resolution: Resolution::Commit,
-        group: None,
+        group: Some("BenchGroup".into()),
         from_check: false,
     };
     black_box(b.execute(1, end).unwrap());

@@ -23,7 +23,7 @@ fn main() {
             let end = Request::EndTransaction {
                 txn: r[0].txn.unwrap(),
                 resolution: Resolution::Commit,
-                group: None,
+                group: Some("G".into()),
                 from_check: false,
             };
             b.execute(1, end).expect("end");

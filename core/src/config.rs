@@ -71,6 +71,18 @@ pub struct Config {
     pub trace: bool,
     /// This broker's address as written in STOREHOST.
     pub store_host: StoreHost,
+    /// Most consumer and producer groups the broker holds; a request that would create one
+    /// more is refused (`TOO_MANY_GROUPS`). Every group costs memory for as long as the
+    /// broker runs, and any client can name new ones.
+    pub max_groups: u32,
+    /// Most topics (user, retry and dead-letter topics together); a send or send-back that
+    /// would create one more is refused (`TOO_MANY_TOPICS`).
+    pub max_topics: u32,
+    /// Consume-queue units one pull or receive with a tag filter looks at, at most (RocketMQ
+    /// scans at most 16,000 bytes of consume queue, 800 units, per pull). A filter that
+    /// matches little answers with what it found and where to go on, so one request never
+    /// scans a whole topic.
+    pub max_scan_units: u32,
 }
 
 /// STOREHOST as configured: an IPv4 address and port.
@@ -105,6 +117,9 @@ impl Default for Config {
                 ip: [127, 0, 0, 1],
                 port: 10911,
             },
+            max_groups: 100_000,
+            max_topics: 100_000,
+            max_scan_units: 800,
         }
     }
 }
@@ -189,6 +204,15 @@ impl Config {
         }
         if self.max_delivery_attempts == 0 {
             return err("max_delivery_attempts", "must be at least 1".into());
+        }
+        if self.max_groups == 0 {
+            return err("max_groups", "must be at least 1".into());
+        }
+        if self.max_topics == 0 {
+            return err("max_topics", "must be at least 1".into());
+        }
+        if self.max_scan_units == 0 {
+            return err("max_scan_units", "must be at least 1".into());
         }
         Ok(())
     }

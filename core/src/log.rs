@@ -224,6 +224,14 @@ impl<S: Storage> Log<S> {
         offset: u64,
         len: usize,
     ) -> Result<Option<RecordView<'_>>, S::Error> {
+        // Offsets come from clients too (transaction ids, send-backs): past the end of the
+        // log there is nothing, and the storage is never asked.
+        if offset
+            .checked_add(len as u64)
+            .is_none_or(|end| end > self.end)
+        {
+            return Ok(None);
+        }
         let Some(base) = self.base_of(offset) else {
             return Ok(None);
         };
@@ -244,6 +252,9 @@ impl<S: Storage> Log<S> {
 
     /// Reads the record at `offset` when its length is not known.
     pub(crate) fn read_any(&mut self, offset: u64) -> Result<Option<RecordView<'_>>, S::Error> {
+        if offset >= self.end {
+            return Ok(None);
+        }
         let Some(base) = self.base_of(offset) else {
             return Ok(None);
         };

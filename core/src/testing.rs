@@ -294,11 +294,12 @@ impl<S: Storage> Sim<S> {
                         None => Resolution::Unknown,
                     };
                     let txn = c.txn;
+                    let group = c.group.clone();
                     self.checks.push(c);
                     let req = Request::EndTransaction {
                         txn,
                         resolution: answer,
-                        group: None,
+                        group: Some(group),
                         from_check: true,
                     };
                     self.broker.execute(self.now, req)?;

@@ -41,10 +41,11 @@ fn prepare(sim: &mut Sim<impl Storage>, group: &str, topic: &str, body: &str) ->
 }
 
 fn end(sim: &mut Sim<impl Storage>, txn: TxnId, resolution: Resolution) -> Reply {
+    let group = sim.broker.transaction_group(txn).unwrap();
     sim.request(Request::EndTransaction {
         txn,
         resolution,
-        group: None,
+        group,
         from_check: false,
     })
     .unwrap()
@@ -486,7 +487,7 @@ fn synced_to_releases_only_what_the_sync_covered() {
         Request::EndTransaction {
             txn,
             resolution: Resolution::Commit,
-            group: None,
+            group: Some("G".into()),
             from_check: false,
         },
     )

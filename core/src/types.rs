@@ -506,6 +506,21 @@ pub enum ClientError {
     InvalidReceiptHandle(String),
     StaleReceiptHandle(String),
     InvalidArgument(String),
+    /// END_TRANSACTION that does not name its producer group: a transaction is ended only
+    /// by its own group.
+    ProducerGroupRequired(TxnId),
+    /// A new group past [`Config::max_groups`](crate::Config).
+    TooManyGroups {
+        max: u32,
+    },
+    /// A new topic past [`Config::max_topics`](crate::Config).
+    TooManyTopics {
+        max: u32,
+    },
+    /// A send-back of something this group cannot consume: no visible message of a
+    /// consumer topic is at that offset (a pending or rolled-back half, a delayed message
+    /// not yet delivered, another group's retry topic, broker records).
+    NotConsumable(String),
 }
 
 impl ClientError {
@@ -536,6 +551,10 @@ impl ClientError {
             ClientError::InvalidReceiptHandle(_) => "INVALID_RECEIPT_HANDLE",
             ClientError::StaleReceiptHandle(_) => "STALE_RECEIPT_HANDLE",
             ClientError::InvalidArgument(_) => "INVALID_ARGUMENT",
+            ClientError::ProducerGroupRequired(_) => "PRODUCER_GROUP_REQUIRED",
+            ClientError::TooManyGroups { .. } => "TOO_MANY_GROUPS",
+            ClientError::TooManyTopics { .. } => "TOO_MANY_TOPICS",
+            ClientError::NotConsumable(_) => "NOT_CONSUMABLE",
         }
     }
 }
@@ -611,6 +630,19 @@ impl fmt::Display for ClientError {
             ClientError::InvalidReceiptHandle(why) => write!(f, "invalid receipt handle: {why}"),
             ClientError::StaleReceiptHandle(why) => write!(f, "stale receipt handle: {why}"),
             ClientError::InvalidArgument(why) => write!(f, "invalid argument: {why}"),
+            ClientError::ProducerGroupRequired(txn) => write!(
+                f,
+                "END_TRANSACTION of {txn} names no producer group: a transaction is ended only by its own group"
+            ),
+            ClientError::TooManyGroups { max } => write!(
+                f,
+                "the broker holds the maximum of {max} groups (max_groups); no new group is created"
+            ),
+            ClientError::TooManyTopics { max } => write!(
+                f,
+                "the broker holds the maximum of {max} topics (max_topics); no new topic is created"
+            ),
+            ClientError::NotConsumable(why) => write!(f, "not a message this group can consume: {why}"),
         }
     }
 }

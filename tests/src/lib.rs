@@ -338,7 +338,7 @@ impl Runner {
                 let req = Request::EndTransaction {
                     txn: c.txn,
                     resolution: answer,
-                    group: None,
+                    group: Some(c.group.clone()),
                     from_check: true,
                 };
                 let now = self.now;
@@ -485,10 +485,18 @@ impl Runner {
                 Err(e) => return Ok(Some(err_value(&e))),
             },
         };
+        // The step's group (a test of a foreign end), else the transaction's own.
+        let group = match step.get("group").and_then(Value::as_str) {
+            Some(g) => Some(g.to_string()),
+            None => self
+                .broker()
+                .transaction_group(txn)
+                .map_err(|e| format!("broker failed: {e}"))?,
+        };
         let reply = self.exec(Request::EndTransaction {
             txn,
             resolution,
-            group: None,
+            group,
             from_check: false,
         })?;
         Ok(Some(match reply {

@@ -55,7 +55,7 @@ fn end<S: Storage>(b: &mut Broker<S>, now: u64, txn: TxnId, resolution: Resoluti
             Request::EndTransaction {
                 txn,
                 resolution,
-                group: None,
+                group: Some("PG".into()),
                 from_check: false,
             },
         )
@@ -121,7 +121,7 @@ fn scripted_log() -> (MemStorage, u64) {
             let req = Request::EndTransaction {
                 txn: c.txn,
                 resolution,
-                group: None,
+                group: Some(c.group.clone()),
                 from_check: true,
             };
             b.execute(1500, req).unwrap();
@@ -480,7 +480,7 @@ fn failing_appends_return_err_lose_nothing_and_recover() {
             Request::EndTransaction {
                 txn: t,
                 resolution: Resolution::Commit,
-                group: None,
+                group: Some("PG".into()),
                 from_check: false,
             },
         );

@@ -158,7 +158,7 @@ fn broker_records() -> Vec<(String, Vec<u8>)> {
     let end = Request::EndTransaction {
         txn,
         resolution: Resolution::Commit,
-        group: None,
+        group: Some("PG".into()),
         from_check: false,
     };
     assert!(matches!(

@@ -169,7 +169,7 @@ impl Harness {
             let req = Request::EndTransaction {
                 txn: c.txn,
                 resolution: answer,
-                group: None,
+                group: Some(c.group.clone()),
                 from_check: true,
             };
             let reply = self.b.execute(self.now, req).unwrap();
@@ -307,7 +307,7 @@ impl Harness {
                 let req = Request::EndTransaction {
                     txn: id,
                     resolution: *resolution,
-                    group: None,
+                    group: Some("PG".into()),
                     from_check: false,
                 };
                 // Nothing is due at `now` (every step ends with `fire`), so no check can cross

@@ -34,7 +34,7 @@ fn end_req(txn: TxnId, resolution: Resolution, from_check: bool) -> Request {
     Request::EndTransaction {
         txn,
         resolution,
-        group: None,
+        group: Some("PG".into()),
         from_check,
     }
 }

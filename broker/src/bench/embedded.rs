@@ -438,7 +438,7 @@ impl Run<'_> {
                         let req = Request::EndTransaction {
                             txn,
                             resolution,
-                            group: None,
+                            group: Some(GROUP.into()),
                             from_check: false,
                         };
                         self.b

@@ -367,7 +367,11 @@ fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
         | ClientError::WrongProducerGroup { .. }
         | ClientError::MalformedTransactionId(_)
         | ClientError::InvalidReceiptHandle(_)
-        | ClientError::StaleReceiptHandle(_) => status::SYSTEM_ERROR,
+        | ClientError::StaleReceiptHandle(_)
+        | ClientError::ProducerGroupRequired(_)
+        | ClientError::NotConsumable(_)
+        | ClientError::TooManyGroups { .. }
+        | ClientError::TooManyTopics { .. } => status::SYSTEM_ERROR,
         _ => status::MESSAGE_ILLEGAL,
     };
     fail(req, code, format!("{}: {e}", e.code()))
@@ -1230,9 +1234,7 @@ async fn max_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let next = ctx
         .core
         .inspect(move |b| {
-            b.topics()
-                .into_iter()
-                .find(|t| t.name == topic)
+            b.topic_info(&topic)
                 .and_then(|t| t.queues.iter().find(|q| q.0 == queue_id).map(|q| q.1))
         })
         .await

@@ -174,7 +174,7 @@ impl<S: Storage> Broker<S> {
                         }
                         let _ = self.resolved.push_back((half, commit));
                         if commit {
-                            self.push_unit(
+                            self.push_moved(
                                 row.queue,
                                 CqUnit {
                                     offset: half,
@@ -214,7 +214,7 @@ impl<S: Storage> Broker<S> {
                         self.forget_parked(row);
                         let t = self.topic(topic::CHECK_MAX, 1);
                         let q = self.queue_of(t, 0);
-                        self.push_unit(
+                        self.push_moved(
                             q,
                             CqUnit {
                                 offset: half,
@@ -260,7 +260,7 @@ impl<S: Storage> Broker<S> {
                 let Some(row) = self.delays.remove(r.header.prepared_offset) else {
                     return;
                 };
-                self.push_unit(
+                self.push_moved(
                     row.queue,
                     CqUnit {
                         offset: row.offset,
@@ -403,6 +403,15 @@ impl<S: Storage> Broker<S> {
         }
         let t = self.topic(name, qid + 1);
         Some(self.queue_of(t, qid))
+    }
+
+    /// [`Broker::push_unit`] for a message whose record is not in the queue's own topic (a
+    /// committed half, a delivered delay, a half whose checks ran out): remembers where it
+    /// went, so a send-back naming its offset can be checked.
+    pub(super) fn push_moved(&mut self, q: u32, unit: CqUnit) {
+        let queue_offset = self.queues[q as usize].next;
+        self.moved.insert(unit.offset, (q, queue_offset));
+        self.push_unit(q, unit);
     }
 
     pub(super) fn push_unit(&mut self, q: u32, unit: CqUnit) {

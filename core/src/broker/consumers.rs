@@ -51,14 +51,25 @@ impl<S: Storage> Broker<S> {
             }
             Err(e) => return Ok(Err(e)),
         };
-        let g = self.group(group);
-        let start = offset.unwrap_or_else(|| self.offsets.get(&(g, q)).copied().unwrap_or(0));
+        // A read creates no group: only a committed offset (a record) does.
+        let committed = self
+            .group_ids
+            .get(group)
+            .and_then(|g| self.offsets.get(&(*g, q)))
+            .copied();
+        let start = offset.unwrap_or(committed.unwrap_or(0));
         let visible = self.queues[q as usize].visible as u64;
         let mut messages = Vec::new();
         let mut at = start.min(visible);
         let cap = u64::from(self.cfg.max_transfer_bytes);
         let mut bytes = 0u64;
-        while at < visible && messages.len() < max.clamp(1, 1024) as usize {
+        let max = max.clamp(1, 1024);
+        // Units looked at, matching or not: a filter that matches little stops here and the
+        // reply says where to go on (`next_offset`), as RocketMQ's bounded pull does.
+        let scan_limit = u64::from(self.cfg.max_scan_units.max(max));
+        let mut scanned = 0u64;
+        while at < visible && messages.len() < max as usize && scanned < scan_limit {
+            scanned += 1;
             let unit = self.queues[q as usize].units[at as usize];
             if let TagFilter::Tags(tags) = filter {
                 if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
@@ -79,6 +90,9 @@ impl<S: Storage> Broker<S> {
             at += 1;
         }
         if auto_commit && at != start {
+            if let Err(e) = self.may_create_group(group) {
+                return Ok(Err(e));
+            }
             self.write_state(&StateOp::Offset {
                 group,
                 topic: topic_name,
@@ -109,6 +123,9 @@ impl<S: Storage> Broker<S> {
             Ok(Some(_)) => {}
             Ok(None) => return Ok(Err(ClientError::UnknownTopic(topic_name.into()))),
             Err(e) => return Ok(Err(e)),
+        }
+        if let Err(e) = self.may_create_group(group) {
+            return Ok(Err(e));
         }
         self.write_state(&StateOp::Offset {
             group,
@@ -153,26 +170,33 @@ impl<S: Storage> Broker<S> {
                 }
             }
         };
-        let g = self.group(group);
+        // Nothing to look at (a topic not created yet): nothing is created, not even the group.
+        if queues.is_empty() {
+            return Ok(Ok(Reply::Received(Vec::new())));
+        }
+        let g = self.group_ids.get(group).copied();
         let max = max.clamp(1, 1024) as usize;
         let cap = u64::from(self.cfg.max_transfer_bytes);
         // Bytes taken so far; a message that would go past `cap` ends the receive (the first
         // one always goes).
         let mut bytes = 0u64;
         let mut full = false;
+        // Units looked at, across the queues: a filter that matches little stops here, and
+        // the queue is marked available so a long poll comes back for the rest at once.
+        let scan_limit = u64::from(self.cfg.max_scan_units).max(max as u64);
+        let mut scanned = 0u64;
         let until = self.now + invisible_ms;
         let mut out = Vec::new();
-        let n = queues.len().max(1) as u32;
-        let cursor = queues
-            .first()
-            .map_or(0, |q| *self.pop_cursor.get(&(g, *q)).unwrap_or(&0));
+        let n = queues.len() as u32;
+        let cursor = g.map_or(0, |g| *self.pop_cursor.get(&(g, queues[0])).unwrap_or(&0));
+        let empty = PopQueue::default();
         for i in 0..queues.len() {
-            if out.len() >= max || full {
+            if out.len() >= max || full || scanned >= scan_limit {
                 break;
             }
             let q = queues[((cursor + i as u32) % n) as usize];
             let mut entries: Vec<(u64, u32)> = Vec::new();
-            let pq = self.pops.entry((g, q)).or_default();
+            let pq = g.and_then(|g| self.pops.get(&(g, q))).unwrap_or(&empty);
             let units = &self.queues[q as usize].units;
             // Expired deliveries first, then new messages.
             let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
@@ -186,7 +210,8 @@ impl<S: Storage> Broker<S> {
                 let attempt = pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1);
                 entries.push((qoff, attempt));
             }
-            let mut next = pq.next;
+            let old_next = pq.next;
+            let mut next = old_next;
             let visible = self.queues[q as usize].visible as u64;
             let mut msgs = Vec::new();
             for &(qoff, _) in &entries {
@@ -198,9 +223,21 @@ impl<S: Storage> Broker<S> {
                 msgs.push(self.read_message(q, qoff, unit)?);
             }
             while !full && next < visible && entries.len() + out.len() < max {
+                if scanned >= scan_limit {
+                    self.rescan(q);
+                    break;
+                }
+                scanned += 1;
                 let unit = self.queues[q as usize].units[next as usize];
+                // The tag hash in the consume queue rules most messages out unread.
+                if let TagFilter::Tags(tags) = filter {
+                    if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
+                        next += 1;
+                        continue;
+                    }
+                }
                 let m = self.read_message(q, next, unit)?;
-                if let Some(m) = &m {
+                if let Some(m) = m {
                     if filter.matches(m.tag.as_deref()) {
                         let size = u64::from(unit.size);
                         if entries.len() + out.len() > 0 && bytes + size > cap {
@@ -209,14 +246,17 @@ impl<S: Storage> Broker<S> {
                         }
                         bytes += size;
                         entries.push((next, 1));
-                        msgs.push(Some(m.clone()));
+                        msgs.push(Some(m));
                     }
                 }
                 next += 1;
             }
-            let old_next = self.pops.get(&(g, q)).map_or(0, |p| p.next);
             if entries.is_empty() && next == old_next {
                 continue;
+            }
+            // Something to record: the group exists from here on (the record creates it).
+            if let Err(e) = self.may_create_group(group) {
+                return Ok(Err(e));
             }
             let qid = self.queues[q as usize].queue_id;
             let generation = self.write_state(&StateOp::Ck {
@@ -246,8 +286,8 @@ impl<S: Storage> Broker<S> {
                 });
             }
         }
-        if let Some(first) = queues.first() {
-            self.pop_cursor.insert((g, *first), (cursor + 1) % n);
+        if let Some(&g) = self.group_ids.get(group) {
+            self.pop_cursor.insert((g, queues[0]), (cursor + 1) % n);
         }
         Ok(Ok(Reply::Received(out)))
     }
@@ -256,7 +296,7 @@ impl<S: Storage> Broker<S> {
         &self,
         group: &str,
         h: &ReceiptHandle,
-    ) -> Result<(u16, u32, Inflight), ClientError> {
+    ) -> Result<(u32, u32, Inflight), ClientError> {
         let bad = |why: &str| ClientError::InvalidReceiptHandle(format!("{h}: {why}"));
         let g = *self
             .group_ids
@@ -353,17 +393,24 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
+        let dest_retry = topic::retry(group);
+        let dest_dlq = topic::dlq(group);
+        let checks = match self.consumable_at(group, offset)? {
+            Ok(()) => self
+                .may_create_group(group)
+                .and_then(|()| self.may_create_topic(&dest_retry))
+                .and_then(|()| self.may_create_topic(&dest_dlq)),
+            Err(e) => Err(e),
+        };
+        if let Err(e) = checks {
+            return Ok(Err(e));
+        }
         let Some(r) = self.log.read_any(offset).map_err(Error::Storage)? else {
-            return Ok(Err(ClientError::InvalidArgument(format!(
+            return Ok(Err(ClientError::NotConsumable(format!(
                 "no message at offset {offset}"
             ))));
         };
         let topic_name: String = r.prop(prop::REAL_TOPIC).unwrap_or(r.topic).into();
-        if !topic::classify(&topic_name).is_readable() {
-            return Ok(Err(ClientError::InvalidArgument(format!(
-                "no message at offset {offset}"
-            ))));
-        }
         let reconsume = r.header.reconsume_times + 1;
         let body = r.body.to_vec();
         let mut props = Vec::new();
@@ -389,11 +436,7 @@ impl<S: Storage> Broker<S> {
         record::push_prop(&mut props, prop::ORIGIN_MESSAGE_ID, &origin);
         let level = level.unwrap_or(3 + reconsume - 1);
         let dead = reconsume > self.cfg.max_delivery_attempts;
-        let mut dest = if dead {
-            topic::dlq(group)
-        } else {
-            topic::retry(group)
-        };
+        let mut dest = if dead { dest_dlq } else { dest_retry };
         let t = self.topic(&dest, 1);
         dest = self.topics[t as usize].name.clone();
         let (stored_topic, qid) = if dead {
@@ -426,7 +469,71 @@ impl<S: Storage> Broker<S> {
         }])))
     }
 
-    pub(super) fn expire_inflight(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
+    /// Whether the record at `offset` is a message `group` can consume: visible in a queue
+    /// of a consumer topic (a committed transaction, a delivered delay, a plain message), and
+    /// not in another group's retry or dead-letter topic. A pending or rolled-back half, a
+    /// delay not yet due, or a broker record is not: a send-back of one would hand its body
+    /// to the caller.
+    fn consumable_at(&mut self, group: &str, offset: u64) -> Res<Result<(), ClientError>, S> {
+        let not = |why: String| Ok(Err(ClientError::NotConsumable(why)));
+        let located = match self.log.read_any(offset).map_err(Error::Storage)? {
+            None => return not(format!("no message at offset {offset}")),
+            Some(r) => match topic::classify(r.topic) {
+                k if k.is_readable() => Some((
+                    String::from(r.topic),
+                    r.header.queue_id,
+                    Some(r.header.queue_offset),
+                )),
+                TopicKind::Half | TopicKind::Schedule => {
+                    match (r.prop(prop::REAL_TOPIC), r.prop(prop::REAL_QID)) {
+                        (Some(t), Some(qid)) => {
+                            qid.parse().ok().map(|qid| (String::from(t), qid, None))
+                        }
+                        _ => None,
+                    }
+                }
+                _ => None,
+            },
+        };
+        let Some((topic_name, queue_id, queue_offset)) = located else {
+            return not(format!(
+                "offset {offset} holds a broker record, not a message"
+            ));
+        };
+        let place = match queue_offset {
+            Some(qoff) => self.queue_index(&topic_name, queue_id).map(|q| (q, qoff)),
+            // A half or a delayed message is consumable once its commit or delivery put it
+            // in a queue.
+            None => self.moved.get(&offset).copied(),
+        };
+        let visible = place.is_some_and(|(q, qoff)| {
+            let queue = &self.queues[q as usize];
+            qoff < queue.visible as u64
+                && queue
+                    .units
+                    .get(qoff as usize)
+                    .is_some_and(|u| u.offset == offset)
+        });
+        let Some((q, _)) = place.filter(|_| visible) else {
+            return not(format!(
+                "offset {offset} is not a visible message (a pending or rolled-back transaction, or a delay not yet delivered)"
+            ));
+        };
+        let queue_topic = &self.topics[self.queues[q as usize].topic as usize].name;
+        let own = match topic::classify(queue_topic) {
+            TopicKind::Retry => *queue_topic == topic::retry(group),
+            TopicKind::DeadLetter => *queue_topic == topic::dlq(group),
+            _ => true,
+        };
+        if !own {
+            return not(format!(
+                "offset {offset} is in `{queue_topic}`, another group's"
+            ));
+        }
+        Ok(Ok(()))
+    }
+
+    pub(super) fn expire_inflight(&mut self, g: u32, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
         let Some(inflight) = self
             .pops
             .get(&(g, q))
@@ -450,7 +557,7 @@ impl<S: Storage> Broker<S> {
 
     /// Copies a received message to `%DLQ%<group>` and retires its delivery, in one atomic
     /// group of two records.
-    pub(super) fn dead_letter(&mut self, g: u16, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
+    pub(super) fn dead_letter(&mut self, g: u32, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
         let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
             return Ok(());
         };

@@ -177,7 +177,7 @@ struct PendingTxn {
     queue: u32,
     tag_hash: i32,
     checks: u16,
-    group: u16,
+    group: u32,
 }
 
 impl Row for PendingTxn {
@@ -220,7 +220,7 @@ impl Row for PendingDelay {
 }
 
 /// When a delivery becomes visible again: (until, group, queue, queue offset, generation).
-type PopTimer = (Millis, u16, u32, u64, u64);
+type PopTimer = (Millis, u32, u32, u64, u64);
 
 /// A half message waiting for its END_TRANSACTION while it is still parked (no producer of
 /// its group is online); its deadline is this value.
@@ -325,14 +325,17 @@ pub struct Broker<S: Storage> {
     topic_ids: HashMap<String, u32>,
     topics: Vec<Topic>,
     queues: Vec<Queue>,
-    group_ids: HashMap<String, u16>,
+    group_ids: HashMap<String, u32>,
     groups: Vec<Group>,
     txns: PendingTable<PendingTxn>,
     delays: PendingTable<PendingDelay>,
-    offsets: HashMap<(u16, u32), u64>,
-    pops: HashMap<(u16, u32), PopQueue>,
+    offsets: HashMap<(u32, u32), u64>,
+    /// Messages whose record lives in another topic than their queue's (committed halves,
+    /// delivered delays): record offset → (queue, queue offset).
+    moved: HashMap<u64, (u32, u64)>,
+    pops: HashMap<(u32, u32), PopQueue>,
     pop_timers: BinaryHeap<Reverse<PopTimer>>,
-    pop_cursor: HashMap<(u16, u32), u32>,
+    pop_cursor: HashMap<(u32, u32), u32>,
     resolved: heapless::Deque<(u64, bool), 1024>,
     outputs: VecDeque<Output>,
     /// Under sync flush: replies to writes, with the log end after the write, until a sync
@@ -342,6 +345,11 @@ pub struct Broker<S: Storage> {
     /// the write that pushed them, in push order.
     unsynced: VecDeque<(u64, u32)>,
     notify: Vec<u32>,
+    /// Queues a receive stopped scanning early (its scan limit), to mark available once its
+    /// reply goes out: a long poll then comes back for the rest at once.
+    rescan_now: Vec<u32>,
+    /// Under sync flush: such queues with the log end of the held reply they go out with.
+    rescans: VecDeque<(u64, u32)>,
     buf: Vec<u8>,
     recovering: bool,
     /// Under async flush: when the appended bytes must be synced.
@@ -441,6 +449,7 @@ impl<S: Storage> Broker<S> {
             txns: PendingTable::new(),
             delays: PendingTable::new(),
             offsets: HashMap::new(),
+            moved: HashMap::new(),
             pops: HashMap::new(),
             pop_timers: BinaryHeap::new(),
             pop_cursor: HashMap::new(),
@@ -449,6 +458,8 @@ impl<S: Storage> Broker<S> {
             held: VecDeque::new(),
             unsynced: VecDeque::new(),
             notify: Vec::new(),
+            rescan_now: Vec::new(),
+            rescans: VecDeque::new(),
             buf: Vec::new(),
             recovering: true,
             flush_due: None,
@@ -605,6 +616,7 @@ impl<S: Storage> Broker<S> {
             });
         }
         self.unsynced.clear();
+        self.rescans.clear();
         self.flush_due = None;
         self.failed = Some(reason);
     }
@@ -629,11 +641,28 @@ impl<S: Storage> Broker<S> {
         self.check_failed()?;
         let reply = self.process(now, request)?;
         if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
-            self.held.push_back((self.log.end(), id, reply));
+            let end = self.log.end();
+            self.held.push_back((end, id, reply));
+            for q in core::mem::take(&mut self.rescan_now) {
+                self.rescans.push_back((end, q));
+            }
         } else {
             self.outputs.push_back(Output::Reply { id, reply });
+            self.rescan_pending();
         }
         Ok(())
+    }
+
+    /// Marks the queues a receive stopped scanning early as available (after its reply).
+    fn rescan_pending(&mut self) {
+        for q in core::mem::take(&mut self.rescan_now) {
+            self.mark_notify(q);
+        }
+    }
+
+    /// A receive stopped scanning `q` at its scan limit.
+    pub(super) fn rescan(&mut self, q: u32) {
+        self.rescan_now.push(q);
     }
 
     /// Runs one request to its reply, syncing first when the flush mode requires it. Other
@@ -644,6 +673,7 @@ impl<S: Storage> Broker<S> {
         if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
             self.sync()?;
         }
+        self.rescan_pending();
         Ok(reply)
     }
 
@@ -681,6 +711,11 @@ impl<S: Storage> Broker<S> {
         while self.held.front().is_some_and(|h| h.0 <= upto) {
             if let Some((_, id, reply)) = self.held.pop_front() {
                 self.outputs.push_back(Output::Reply { id, reply });
+            }
+        }
+        while self.rescans.front().is_some_and(|r| r.0 <= upto) {
+            if let Some((_, q)) = self.rescans.pop_front() {
+                self.mark_notify(q);
             }
         }
     }

@@ -49,6 +49,9 @@ impl<S: Storage> Broker<S> {
             }
         }
         // Everything is valid: create the topic and pick queues.
+        if let Err(e) = self.may_create_topic(&messages[0].topic) {
+            return Ok(Err(e));
+        }
         let t = self.topic(&messages[0].topic, self.cfg.default_queues);
         let n = messages.len();
         let mut specs = Vec::with_capacity(n);

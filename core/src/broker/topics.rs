@@ -27,6 +27,24 @@ impl<S: Storage> Broker<S> {
         out
     }
 
+    /// One consumer-visible topic and its queues, `None` when it does not exist (a lookup by
+    /// name: per-request work never grows with the number of topics).
+    #[must_use]
+    pub fn topic_info(&self, name: &str) -> Option<TopicInfo> {
+        let t = &self.topics[*self.topic_ids.get(name)? as usize];
+        t.kind.is_readable().then(|| TopicInfo {
+            name: t.name.clone(),
+            queues: t
+                .queues
+                .iter()
+                .map(|&q| {
+                    let q = &self.queues[q as usize];
+                    (q.queue_id, q.next, q.visible as u64)
+                })
+                .collect(),
+        })
+    }
+
     /// Queues of a topic, `None` when it does not exist.
     #[must_use]
     pub fn topic_queue_count(&self, name: &str) -> Option<u32> {
@@ -103,8 +121,35 @@ impl<S: Storage> Broker<S> {
                 "{queues} queues is not within 1..=1024"
             ))));
         }
+        if let Err(e) = self.may_create_topic(name) {
+            return Ok(Err(e));
+        }
         self.ensure_topic(name, queues)?;
         Ok(Ok(()))
+    }
+
+    /// Whether a client request may name topic `name`: it exists, or one more fits under
+    /// [`Config::max_topics`].
+    pub(super) fn may_create_topic(&self, name: &str) -> Result<(), ClientError> {
+        if self.topic_ids.contains_key(name) || self.topics.len() < self.cfg.max_topics as usize {
+            Ok(())
+        } else {
+            Err(ClientError::TooManyTopics {
+                max: self.cfg.max_topics,
+            })
+        }
+    }
+
+    /// Whether a client request may name group `name`: it exists, or one more fits under
+    /// [`Config::max_groups`]. (Recovery applies whatever the log holds.)
+    pub(super) fn may_create_group(&self, name: &str) -> Result<(), ClientError> {
+        if self.group_ids.contains_key(name) || self.groups.len() < self.cfg.max_groups as usize {
+            Ok(())
+        } else {
+            Err(ClientError::TooManyGroups {
+                max: self.cfg.max_groups,
+            })
+        }
     }
 
     /// The user topic `name` with at least `queues` queues, creating or growing it with a
@@ -193,11 +238,11 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    pub(super) fn group(&mut self, name: &str) -> u16 {
+    pub(super) fn group(&mut self, name: &str) -> u32 {
         if let Some(&g) = self.group_ids.get(name) {
             return g;
         }
-        let g = self.groups.len() as u16;
+        let g = self.groups.len() as u32;
         self.groups.push(Group {
             name: name.into(),
             online: false,

@@ -23,10 +23,30 @@ impl<S: Storage> Broker<S> {
             .collect()
     }
 
+    /// The producer group of a transaction, pending or resolved before; `None` when `txn`
+    /// names no half message. For trusted hosts (an operator's tool, an application that
+    /// embeds the broker) that end a transaction by its id alone: END_TRANSACTION itself
+    /// must name the group.
+    pub fn transaction_group(&mut self, txn: TxnId) -> Res<Option<String>, S> {
+        if let Some(row) = self.txns.get(txn.0) {
+            return Ok(Some(self.groups[row.group as usize].name.clone()));
+        }
+        Ok(match self.log.read_any(txn.0).map_err(Error::Storage)? {
+            Some(r) if r.topic == topic::HALF => r.prop(prop::PGROUP).map(String::from),
+            _ => None,
+        })
+    }
+
     /// Tells the broker whether a producer of `group` can be checked now. Checks of an
-    /// offline group wait (parked) and go out when it comes online.
+    /// offline group wait (parked) and go out when it comes online. A group the broker does
+    /// not know is created only while there is room under [`Config::max_groups`]; past that
+    /// it has no transactions to check (a prepare for it is refused too).
     pub fn set_producer_online(&mut self, now: Millis, group: &str, online: bool) {
         self.tick(now);
+        if !self.group_ids.contains_key(group) && (!online || self.may_create_group(group).is_err())
+        {
+            return;
+        }
         let g = self.group(group);
         self.groups[g as usize].online = online;
         if online {
@@ -54,6 +74,12 @@ impl<S: Storage> Broker<S> {
             return Ok(Err(ClientError::DelayOnTransaction));
         }
         let immunity_s = immunity.map(|ms| ms.div_ceil(1000));
+        if let Err(e) = self
+            .may_create_group(group)
+            .and_then(|()| self.may_create_topic(&m.topic))
+        {
+            return Ok(Err(e));
+        }
         let t = self.topic(&m.topic, self.cfg.default_queues);
         let queue_id = match self.pick_queue(t, &m) {
             Ok(q) => q,
@@ -107,8 +133,31 @@ impl<S: Storage> Broker<S> {
         group: Option<&str>,
         from_check: bool,
     ) -> Res<Result<Reply, ClientError>, S> {
-        let Some(row) = self.txns.get(txn.0).copied() else {
-            // Not pending: resolved before, or never a transaction.
+        // A transaction is ended only by its own producer group, whether it is pending or
+        // was resolved before (a duplicate answer tells of the resolution too).
+        let row = self.txns.get(txn.0).copied();
+        let owner = match row {
+            Some(row) => self.groups[row.group as usize].name.clone(),
+            None => match self.log.read_any(txn.0).map_err(Error::Storage)? {
+                Some(r) if r.topic == topic::HALF => {
+                    String::from(r.prop(prop::PGROUP).unwrap_or(""))
+                }
+                // Not a half message: never a transaction.
+                _ => return Ok(Err(ClientError::UnknownTransaction(txn))),
+            },
+        };
+        let Some(group) = group.filter(|g| !g.is_empty()) else {
+            return Ok(Err(ClientError::ProducerGroupRequired(txn)));
+        };
+        if owner != group {
+            return Ok(Err(ClientError::WrongProducerGroup {
+                txn,
+                expected: owner,
+                got: group.into(),
+            }));
+        }
+        if row.is_none() {
+            // Resolved before.
             let earlier = self
                 .resolved
                 .iter()
@@ -128,33 +177,11 @@ impl<S: Storage> Broker<S> {
                         duplicate: true,
                     }));
                 }
-                return Ok(Err(ClientError::TransactionAlreadyResolved {
-                    txn,
-                    resolution: earlier,
-                }));
             }
-            let was_half = match self.log.read_any(txn.0).map_err(Error::Storage)? {
-                Some(r) => r.topic == topic::HALF,
-                None => false,
-            };
-            return Ok(Err(if was_half {
-                ClientError::TransactionAlreadyResolved {
-                    txn,
-                    resolution: None,
-                }
-            } else {
-                ClientError::UnknownTransaction(txn)
+            return Ok(Err(ClientError::TransactionAlreadyResolved {
+                txn,
+                resolution: earlier,
             }));
-        };
-        if let Some(g) = group {
-            let expected = &self.groups[row.group as usize].name;
-            if !g.is_empty() && g != expected {
-                return Ok(Err(ClientError::WrongProducerGroup {
-                    txn,
-                    expected: expected.clone(),
-                    got: g.into(),
-                }));
-            }
         }
         if from_check {
             self.stats.checks_answered += 1;

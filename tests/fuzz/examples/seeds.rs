@@ -55,7 +55,7 @@ fn log() -> Vec<(u64, Vec<u8>)> {
         let req = Request::EndTransaction {
             txn: *txn,
             resolution: res,
-            group: None,
+            group: Some("PG".into()),
             from_check: false,
         };
         sim.request(req).expect("end");

@@ -238,7 +238,7 @@ impl Harness {
             let req = Request::EndTransaction {
                 txn: c.txn,
                 resolution: answer.into(),
-                group: None,
+                group: Some(c.group.clone()),
                 from_check: true,
             };
             match self.b.execute(self.now, req) {
@@ -445,7 +445,7 @@ impl Harness {
                 let req = Request::EndTransaction {
                     txn,
                     resolution: res.into(),
-                    group: None,
+                    group: Some(PG.into()),
                     from_check: false,
                 };
                 match (self.exec(req), known) {
