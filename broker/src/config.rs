@@ -9,6 +9,7 @@
 //! namesrv_listen = "127.0.0.1:9876"   # its name-server role (`off` to disable)
 //! max_concurrent_streams = 256       # HTTP/2 streams one gRPC connection may have open
 //! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
+//! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -47,6 +48,8 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 /// Default byte budget of receive responses in flight
 /// ([`BrokerConfig::max_inflight_receive_bytes`]): 256 MiB.
 pub const DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES: u64 = 256 << 20;
+/// Default most messages in one send request ([`BrokerConfig::max_batch_messages`]).
+pub const DEFAULT_MAX_BATCH_MESSAGES: u32 = 10_000;
 
 /// An optional listener: `HOST:PORT` or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +143,7 @@ pub struct FileConfig {
     pub namesrv_listen: Option<Listen>,
     pub max_concurrent_streams: Option<u32>,
     pub max_inflight_receive_bytes: Option<u64>,
+    pub max_batch_messages: Option<u32>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -191,6 +195,16 @@ pub struct BrokerConfig {
     /// Default [`DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES`] (256 MiB): 64 responses of a 4 MiB
     /// message, or thousands of ordinary ones being written at once.
     pub max_inflight_receive_bytes: u64,
+    /// Most messages one send request may carry: a gRPC SendMessage or a remoting
+    /// SEND_BATCH_MESSAGE above it is refused whole, naming the limit, before any of it
+    /// reaches the core (whose work per batch grows with its count).
+    ///
+    /// Default [`DEFAULT_MAX_BATCH_MESSAGES`] (10,000). Apache RocketMQ bounds a batch by its
+    /// bytes only (4 MiB, `maxMessageSize`; its proxy sizes the gRPC inbound limit as 32
+    /// messages of 4 MiB plus 2 MiB); 10,000 is what rocklet's remoting always allowed, so no
+    /// v4 client that worked before is refused, while a request of 100,000 one-byte messages
+    /// (which held the core thread for minutes) is.
+    pub max_batch_messages: u32,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -228,6 +242,7 @@ impl BrokerConfig {
             max_inflight_receive_bytes: f
                 .max_inflight_receive_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
+            max_batch_messages: f.max_batch_messages.unwrap_or(DEFAULT_MAX_BATCH_MESSAGES),
             core: f.core,
             topics: f.topics,
         }
@@ -247,6 +262,9 @@ impl BrokerConfig {
         }
         if self.max_inflight_receive_bytes == 0 {
             return Err("invalid config `max_inflight_receive_bytes`: must be above 0 (no receive could ever be answered)".into());
+        }
+        if self.max_batch_messages == 0 {
+            return Err("invalid config `max_batch_messages`: must be above 0 (no send could carry a message)".into());
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
@@ -367,6 +385,11 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("max_inflight_receive_bytes"));
+        let c = BrokerConfig {
+            max_batch_messages: 0,
+            ..BrokerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("max_batch_messages"));
     }
 
     #[test]
@@ -374,6 +397,7 @@ mod tests {
         let c = BrokerConfig::default();
         assert_eq!(c.max_concurrent_streams, 256);
         assert_eq!(c.max_inflight_receive_bytes, 256 << 20);
+        assert_eq!(c.max_batch_messages, 10_000);
         let f =
             FileConfig::parse("max_concurrent_streams = 16\nmax_inflight_receive_bytes = 33554432")
                 .unwrap();

@@ -184,6 +184,17 @@ impl Messaging {
         if n == 0 {
             return (bad_request("SendMessage holds no message"), Vec::new());
         }
+        let limit = self.cfg.max_batch_messages as usize;
+        if n > limit {
+            self.metrics.over_limit("max_batch_messages");
+            return (
+                status(
+                    Code::PayloadTooLarge,
+                    format!("TOO_MANY_MESSAGES: SendMessage holds {n} messages, more than the broker's max_batch_messages of {limit}; send them in smaller batches"),
+                ),
+                Vec::new(),
+            );
+        }
         let mut ids = Vec::with_capacity(n);
         let mut converted = Vec::with_capacity(n);
         let mut any_txn = false;
@@ -911,7 +922,13 @@ impl MessagingService for Messaging {
         let n = req.messages.len();
         let (status, mut entries) = self.send(req, client).await;
         if entries.is_empty() {
-            // One entry per message, each with the failure, as clients read entries.
+            // One entry per message, each with the failure, as clients read entries (one
+            // only for a request refused for its count: its size is the problem).
+            let n = if n > self.cfg.max_batch_messages as usize {
+                1
+            } else {
+                n
+            };
             entries = (0..n.max(1))
                 .map(|_| pb::SendResultEntry {
                     status: Some(status.clone()),

@@ -805,3 +805,63 @@ impl Drop for KillOnDrop {
         let _ = self.0.wait();
     }
 }
+
+/// A SendMessage carrying more messages than `max_batch_messages` is refused whole at once,
+/// naming the limit, before the core sees it (100,000 one-byte messages held the core
+/// thread for minutes); a batch at the limit is stored.
+#[tokio::test]
+async fn a_send_of_more_messages_than_max_batch_messages_is_refused_at_once() {
+    let mut b = TestBroker::start().await;
+    let c = &mut b.client;
+    let huge: Vec<pb::Message> = (0..100_000)
+        .map(|i| msg("Huge", b"x", pb::MessageType::Normal, &format!("H{i}")))
+        .collect();
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(30), send(c, huge))
+        .await
+        .expect("a send of 100,000 messages is answered at once, not after the core worked on it");
+    assert_status(
+        &status_of(&r),
+        pb::Code::PayloadTooLarge,
+        "max_batch_messages of 10000",
+    );
+    assert!(
+        status_of(&r).message.starts_with("TOO_MANY_MESSAGES"),
+        "{}",
+        status_of(&r).message
+    );
+    assert_eq!(
+        r.entries.len(),
+        1,
+        "one entry for a request refused for its count"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused in {:?}",
+        t.elapsed()
+    );
+    nothing_stored(c, "Huge").await;
+    let m = &b.broker.as_ref().unwrap().metrics;
+    assert_eq!(m.over_limit_count("max_batch_messages"), 1);
+    b.stop().await;
+
+    // A configured limit: a batch at it is stored, one above it is refused.
+    let mut b = TestBroker::start_with(|c| c.max_batch_messages = 50).await;
+    let c = &mut b.client;
+    let batch = |n: usize| -> Vec<pb::Message> {
+        (0..n)
+            .map(|i| msg("Fifty", b"y", pb::MessageType::Normal, &format!("F{n}-{i}")))
+            .collect()
+    };
+    let r = send(c, batch(51)).await;
+    assert_status(
+        &status_of(&r),
+        pb::Code::PayloadTooLarge,
+        "max_batch_messages of 50",
+    );
+    nothing_stored(c, "Fifty").await;
+    let r = send(c, batch(50)).await;
+    assert_eq!(status_of(&r).code, OK, "{}", status_of(&r).message);
+    assert_eq!(r.entries.len(), 50);
+    b.stop().await;
+}

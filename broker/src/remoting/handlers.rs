@@ -75,8 +75,6 @@ const PULL_SUSPEND: i32 = 0x2;
 const MAX_PULL: u32 = 1024;
 /// Most messages one pop returns (RocketMQ's brokers take at most 32 too).
 const MAX_POP: u32 = 32;
-/// Largest batch body entry count we decode (the core bounds the bytes).
-const MAX_BATCH: usize = 10_000;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -122,6 +120,13 @@ impl Ctx {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// Counts a request refused by the configured limit named `limit`.
+    pub fn over_limit(&self, limit: &str) {
+        if let Some(m) = &self.metrics {
+            m.over_limit(limit);
+        }
     }
 
     /// The request counters (for the metrics endpoint).
@@ -863,11 +868,14 @@ fn incoming(h: SendHead<'_>, body: Vec<u8>, flag: i32, props: Vec<(String, Strin
 /// The messages of a SEND_BATCH_MESSAGE body (`MessageDecoder.encodeMessages`): per
 /// message TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY length 4 + body, PROPERTIES
 /// length 2 + properties.
-pub fn decode_batch(mut b: &[u8]) -> Result<Vec<(i32, Vec<u8>, String)>, String> {
+/// At most `max` messages are decoded (`max_batch_messages`; the core bounds the bytes).
+pub fn decode_batch(mut b: &[u8], max: usize) -> Result<Vec<(i32, Vec<u8>, String)>, String> {
     let mut out = Vec::new();
     while !b.is_empty() {
-        if out.len() >= MAX_BATCH {
-            return Err(format!("a batch holds at most {MAX_BATCH} messages"));
+        if out.len() >= max {
+            return Err(format!(
+                "TOO_MANY_MESSAGES: the batch holds more than the broker's max_batch_messages of {max}; send it in smaller batches"
+            ));
         }
         if b.len() < 20 {
             return Err(format!(
@@ -962,7 +970,13 @@ async fn send(
         group: header_group,
     };
     let request = if batch {
-        let entries = decode_batch(&req.body).map_err(|e| fail(req, status::MESSAGE_ILLEGAL, e))?;
+        let max = ctx.cfg.max_batch_messages as usize;
+        let entries = decode_batch(&req.body, max).map_err(|e| {
+            if e.starts_with("TOO_MANY_MESSAGES") {
+                ctx.over_limit("max_batch_messages");
+            }
+            fail(req, status::MESSAGE_ILLEGAL, e)
+        })?;
         let mut messages = Vec::with_capacity(entries.len());
         for (flag, body, p) in entries {
             let mut all = parse_properties(props);
@@ -1499,27 +1513,32 @@ mod tests {
     fn batches_decode_and_malformed_ones_are_named() {
         let mut b = entry(b"one", "UNIQ_KEY\u{1}A\u{2}");
         b.extend(entry(b"", ""));
-        let got = decode_batch(&b).unwrap();
+        let got = decode_batch(&b, 100).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(
             got[0],
             (5, b"one".to_vec(), "UNIQ_KEY\u{1}A\u{2}".to_string())
         );
         assert_eq!(got[1].1, b"");
-        assert!(decode_batch(&[]).unwrap_err().contains("no message"));
-        assert!(decode_batch(&b[..b.len() - 1]).is_err());
-        assert!(decode_batch(&b[..10]).unwrap_err().contains("truncated"));
+        assert!(decode_batch(&[], 100).unwrap_err().contains("no message"));
+        assert!(decode_batch(&b, 1)
+            .unwrap_err()
+            .contains("max_batch_messages of 1"));
+        assert!(decode_batch(&b[..b.len() - 1], 100).is_err());
+        assert!(decode_batch(&b[..10], 100)
+            .unwrap_err()
+            .contains("truncated"));
         // a body length past the entry
         let mut bad = entry(b"abc", "");
         bad[16..20].copy_from_slice(&1000u32.to_be_bytes());
-        assert!(decode_batch(&bad).unwrap_err().contains("overruns"));
+        assert!(decode_batch(&bad, 100).unwrap_err().contains("overruns"));
         // a total size past the bytes, and one too small to hold the fixed fields
         let mut bad = entry(b"abc", "");
         bad[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(decode_batch(&bad).unwrap_err().contains("declares"));
+        assert!(decode_batch(&bad, 100).unwrap_err().contains("declares"));
         let mut bad = entry(b"abc", "");
         bad[0..4].copy_from_slice(&3u32.to_be_bytes());
-        assert!(decode_batch(&bad).is_err());
+        assert!(decode_batch(&bad, 100).is_err());
     }
 
     #[test]
