@@ -160,6 +160,11 @@ pub struct Conn {
     writer_gone: AtomicBool,
     /// Woken when queued bytes were written or the writer stopped.
     drained: tokio::sync::Notify,
+    /// The peer closed (or the connection failed): long polls of it end, other requests
+    /// already read are still carried out.
+    gone: AtomicBool,
+    /// Woken when `gone` is set.
+    gone_notify: tokio::sync::Notify,
 }
 
 impl Conn {
@@ -182,6 +187,27 @@ impl Conn {
             queued: AtomicUsize::new(0),
             writer_gone: AtomicBool::new(false),
             drained: tokio::sync::Notify::new(),
+            gone: AtomicBool::new(false),
+            gone_notify: tokio::sync::Notify::new(),
+        }
+    }
+
+    /// Nothing more is read from the peer: long polls waiting for it end now.
+    pub fn peer_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.gone_notify.notify_waiters();
+    }
+
+    /// Completes once the peer is gone ([`Conn::peer_gone`]).
+    pub async fn gone(&self) {
+        loop {
+            let woken = self.gone_notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.gone.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
         }
     }
 
@@ -445,7 +471,7 @@ pub async fn handle(
             send(ctx, conn, checks, &req).await
         }
         code::END_TRANSACTION => end_transaction(ctx, &req).await,
-        code::PULL_MESSAGE => pull(ctx, &req).await,
+        code::PULL_MESSAGE => pull(ctx, conn, &req).await,
         code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
         code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
         code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
@@ -454,7 +480,7 @@ pub async fn handle(
         code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
         code::LOCK_BATCH_MQ => lock_batch(ctx, conn, &req),
         code::UNLOCK_BATCH_MQ => unlock_batch(ctx, &req),
-        code::POP_MESSAGE => pop_message(ctx, &req).await,
+        code::POP_MESSAGE => pop_message(ctx, conn, &req).await,
         code::ACK_MESSAGE => ack_message(ctx, &req).await,
         code::CHANGE_MESSAGE_INVISIBLETIME => change_invisible(ctx, &req).await,
         other => Err(fail(
@@ -1088,8 +1114,9 @@ async fn end_transaction(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     }
 }
 
-/// PULL_MESSAGE, with long polling when the request allows suspending.
-async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+/// PULL_MESSAGE, with long polling when the request allows suspending (cut short when the
+/// peer goes: nobody would read the answer).
+async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topic = required(req, "topic")?.to_string();
     let queue_id: u32 = number(req, "queueId")?;
@@ -1186,11 +1213,17 @@ async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
                 tokio::select! {
                     _ = woken => {}
                     () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {
+                        return Ok(answer(status::PULL_NOT_FOUND, offset, max_offset, Vec::new()));
+                    }
                 }
             }
             Reply::Error(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it (a retry topic, typically): nothing to pull.
-                tokio::time::sleep_until(deadline).await;
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
                 return Ok(answer(status::PULL_NOT_FOUND, offset, 0, Vec::new()));
             }
             Reply::Error(e) => return Err(client_error(req, &e)),
@@ -1327,8 +1360,8 @@ fn popped(
 }
 
 /// POP_MESSAGE: the core's Receive (messages invisible to the group for `invisibleTime`),
-/// long polling up to `pollTime` when nothing is ready.
-async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+/// long polling up to `pollTime` when nothing is ready (cut short when the peer goes).
+async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topic = required(req, "topic")?.to_string();
     let queue_id: i32 = number_or(req, "queueId", -1)?;
@@ -1384,7 +1417,10 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             Reply::Received(_) => {}
             Reply::Error(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it: nothing to pop (yet).
-                tokio::time::sleep_until(deadline).await;
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
                 return Ok(not_found(ctx));
             }
             Reply::Error(e) => return Err(client_error(req, &e)),
@@ -1396,6 +1432,7 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         tokio::select! {
             _ = woken => {}
             () = tokio::time::sleep_until(deadline) => {}
+            () = conn.gone() => return Ok(not_found(ctx)),
         }
     }
 }

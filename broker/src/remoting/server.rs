@@ -3,6 +3,9 @@
 //! request (so a long-polling pull does not hold up the connection). Memory per connection
 //! is bounded: at most [`MAX_IN_FLIGHT`] requests are handled at once, and no request is
 //! read while more than [`MAX_QUEUED_BYTES`] of responses wait for the peer to read them.
+//!
+//! When the peer closes, every request already read still runs to its end (a oneway
+//! END_TRANSACTION sent just before closing commits); long polls (pulls, pops) end at once.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -184,7 +187,11 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
         while tasks.try_join_next().is_some() {}
     }
     debug!(conn = id, "remoting connection closed");
-    tasks.abort_all();
+    // Every request read is carried out (v4 clients send END_TRANSACTION and
+    // UPDATE_CONSUMER_OFFSET oneway and close at once); only long polls end early, as
+    // nobody is left to answer.
+    conn.peer_gone();
+    while tasks.join_next().await.is_some() {}
     handlers::closed(&ctx, &conn);
     drop(checks);
     writer.abort();
