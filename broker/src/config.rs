@@ -10,6 +10,10 @@
 //! max_concurrent_streams = 256       # HTTP/2 streams one gRPC connection may have open
 //! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
 //! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
+//! max_filter_expression_bytes = 65536 # a tag filter expression (receive, pull, pop)
+//! max_name_bytes = 255               # a topic, group or client id name
+//! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
+//! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -50,6 +54,14 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 pub const DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES: u64 = 256 << 20;
 /// Default most messages in one send request ([`BrokerConfig::max_batch_messages`]).
 pub const DEFAULT_MAX_BATCH_MESSAGES: u32 = 10_000;
+/// Default longest tag filter expression ([`BrokerConfig::max_filter_expression_bytes`]).
+pub const DEFAULT_MAX_FILTER_EXPRESSION_BYTES: usize = 64 << 10;
+/// Default longest name ([`BrokerConfig::max_name_bytes`]): RocketMQ's longest group name.
+pub const DEFAULT_MAX_NAME_BYTES: usize = 255;
+/// Default HTTP/2 header list size of a gRPC call ([`BrokerConfig::grpc_max_header_list_bytes`]).
+pub const DEFAULT_GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Default largest remoting header ([`BrokerConfig::remoting_max_header_bytes`]).
+pub const DEFAULT_REMOTING_MAX_HEADER_BYTES: usize = 256 << 10;
 
 /// An optional listener: `HOST:PORT` or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -144,6 +156,10 @@ pub struct FileConfig {
     pub max_concurrent_streams: Option<u32>,
     pub max_inflight_receive_bytes: Option<u64>,
     pub max_batch_messages: Option<u32>,
+    pub max_filter_expression_bytes: Option<usize>,
+    pub max_name_bytes: Option<usize>,
+    pub grpc_max_header_list_bytes: Option<u32>,
+    pub remoting_max_header_bytes: Option<usize>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -205,6 +221,27 @@ pub struct BrokerConfig {
     /// v4 client that worked before is refused, while a request of 100,000 one-byte messages
     /// (which held the core thread for minutes) is.
     pub max_batch_messages: u32,
+    /// Longest tag filter expression of a ReceiveMessage (`filter_expression.expression`), a
+    /// PULL_MESSAGE (`subscription`) or a POP_MESSAGE (`exp`); longer ones are refused
+    /// (`ILLEGAL_FILTER_EXPRESSION` / `SUBSCRIPTION_PARSE_FAILED`, `FILTER_TOO_LONG`) before the
+    /// filter is built or a long poll holds it. Default
+    /// [`DEFAULT_MAX_FILTER_EXPRESSION_BYTES`] (64 KiB: thousands of tags; 16 receives of
+    /// 5.9 MB expressions took 1 GB of RSS).
+    pub max_filter_expression_bytes: usize,
+    /// Longest name the host keeps or holds for a client: a gRPC request's topic and group
+    /// resources, a remoting heartbeat's client id and group names. Default
+    /// [`DEFAULT_MAX_NAME_BYTES`] (255, RocketMQ's longest group name; topics are at most
+    /// 127, which the core checks).
+    pub max_name_bytes: usize,
+    /// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE` of gRPC connections: the metadata of one call.
+    /// Default [`DEFAULT_GRPC_MAX_HEADER_LIST_BYTES`] (16 KiB; RocketMQ clients send under
+    /// 1 KiB, gRPC Java accepts 8 KiB).
+    pub grpc_max_header_list_bytes: u32,
+    /// Largest header (code, remark and extFields) of a remoting frame; a frame with a larger
+    /// one closes the connection like a malformed frame. Default
+    /// [`DEFAULT_REMOTING_MAX_HEADER_BYTES`] (256 KiB: a send's properties field holds at
+    /// most 64 KiB, JSON-escaped).
+    pub remoting_max_header_bytes: usize,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -243,6 +280,16 @@ impl BrokerConfig {
                 .max_inflight_receive_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
             max_batch_messages: f.max_batch_messages.unwrap_or(DEFAULT_MAX_BATCH_MESSAGES),
+            max_filter_expression_bytes: f
+                .max_filter_expression_bytes
+                .unwrap_or(DEFAULT_MAX_FILTER_EXPRESSION_BYTES),
+            max_name_bytes: f.max_name_bytes.unwrap_or(DEFAULT_MAX_NAME_BYTES),
+            grpc_max_header_list_bytes: f
+                .grpc_max_header_list_bytes
+                .unwrap_or(DEFAULT_GRPC_MAX_HEADER_LIST_BYTES),
+            remoting_max_header_bytes: f
+                .remoting_max_header_bytes
+                .unwrap_or(DEFAULT_REMOTING_MAX_HEADER_BYTES),
             core: f.core,
             topics: f.topics,
         }
@@ -266,6 +313,24 @@ impl BrokerConfig {
         if self.max_batch_messages == 0 {
             return Err("invalid config `max_batch_messages`: must be above 0 (no send could carry a message)".into());
         }
+        for (name, v) in [
+            (
+                "max_filter_expression_bytes",
+                self.max_filter_expression_bytes,
+            ),
+            ("max_name_bytes", self.max_name_bytes),
+            (
+                "grpc_max_header_list_bytes",
+                self.grpc_max_header_list_bytes as usize,
+            ),
+        ] {
+            if v == 0 {
+                return Err(format!("invalid config `{name}`: must be above 0"));
+            }
+        }
+        if self.remoting_max_header_bytes < 1024 {
+            return Err("invalid config `remoting_max_header_bytes`: must be at least 1024 (every remoting request has a header)".into());
+        }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {
@@ -284,6 +349,14 @@ impl BrokerConfig {
             }
         }
         Ok(())
+    }
+
+    /// Most bytes one gRPC request message, or a remoting send's body, may decode to: twice
+    /// the largest message or batch (room for properties and framing) plus 1 MiB.
+    #[must_use]
+    pub fn max_request_message_bytes(&self) -> usize {
+        (self.core.max_message_size.max(self.core.max_batch_size) as usize).saturating_mul(2)
+            + (1 << 20)
     }
 
     /// The message types a topic accepts.

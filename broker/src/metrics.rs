@@ -82,7 +82,14 @@ pub const RPCS: [&str; 12] = [
 
 /// The request limits whose refusals are counted by name
 /// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
-pub const LIMITS: [&str; 1] = ["max_batch_messages"];
+pub const LIMITS: [&str; 5] = [
+    "max_batch_messages",
+    "max_filter_expression_bytes",
+    "max_name_bytes",
+    "remoting_max_header_bytes",
+    // A remoting body larger than its request kind carries (none for most).
+    "remoting_request_body",
+];
 
 /// The broker's own metrics (the core's counters are read at scrape time).
 #[derive(Debug, Default)]

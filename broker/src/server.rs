@@ -105,9 +105,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
-    let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize)
-        .saturating_mul(2)
-        + (1 << 20);
+    let max_decode = cfg.max_request_message_bytes();
     let messaging =
         MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
             .max_decoding_message_size(max_decode)
@@ -127,6 +125,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         tonic::transport::Server::builder()
             // Streams one connection may have open (tonic's default is no limit).
             .max_concurrent_streams(cfg.max_concurrent_streams)
+            .http2_max_header_list_size(cfg.grpc_max_header_list_bytes)
             .add_service(messaging)
             .add_service(admin)
             .serve_with_incoming_shutdown(incoming, async {

@@ -372,6 +372,7 @@ struct BrokerProcess {
     child: KillOnDrop,
     addr: std::net::SocketAddr,
     metrics: Option<std::net::SocketAddr>,
+    remoting: Option<std::net::SocketAddr>,
     _dir: tempfile::TempDir,
 }
 
@@ -407,8 +408,12 @@ impl BrokerProcess {
                     .collect(),
             )
         };
+        let mut remoting = None;
         let (addr, metrics) = loop {
             let line = lines.next().expect("broker log").unwrap();
+            if let Some(r) = after(&line, "remoting=Some(") {
+                remoting = r.parse().ok();
+            }
             if let Some(a) = after(&line, "addr=") {
                 let m = after(&line, "metrics=Some(").map(|m| m.parse().unwrap());
                 break (a.parse().unwrap(), m);
@@ -419,6 +424,7 @@ impl BrokerProcess {
             child,
             addr,
             metrics,
+            remoting,
             _dir: dir,
         }
     }
@@ -864,4 +870,139 @@ async fn a_send_of_more_messages_than_max_batch_messages_is_refused_at_once() {
     assert_eq!(status_of(&r).code, OK, "{}", status_of(&r).message);
     assert_eq!(r.entries.len(), 50);
     b.stop().await;
+}
+
+/// A tag expression of `n` bytes made of many short tags (what the parsed filter costs most).
+fn long_tag_expression(n: usize) -> String {
+    let mut e = String::with_capacity(n + 16);
+    let mut i = 0u64;
+    while e.len() < n {
+        if i > 0 {
+            e.push_str("||");
+        }
+        e.push_str(&format!("t{i}"));
+        i += 1;
+    }
+    e
+}
+
+/// Request fields that a long poll holds (filter expressions, names) and remoting bodies of
+/// requests that carry none are bounded before they cost memory: 16 receives with 5.9 MB
+/// tag expressions took the RSS from 8 MB to 1 GB, 96 long-polling pulls with 15 MiB bodies
+/// 1.4 GiB. Now each is refused at once, naming the limit, and the RSS barely moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_memory() {
+    use rocklet_broker::remoting::codec::{self, RemotingCommand};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let broker = BrokerProcess::start("", true);
+    let (addr, pid) = (broker.addr, broker.pid());
+    let remoting = broker.remoting.expect("remoting served");
+    let mut c = connect(addr).await;
+    send_ok(&mut c, msg("Other", b"x", pb::MessageType::Normal, "O1")).await;
+    let baseline = rss_kib(pid);
+
+    // 16 long-polling receives of an empty topic with a 5.9 MB tag expression each.
+    let expression = long_tag_expression(5_900_000);
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        let mut c = c.clone();
+        let mut req = receive_req("QuietFilter", &format!("FG{i}"));
+        req.filter_expression = Some(pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: expression.clone(),
+        });
+        calls.push(tokio::spawn(async move {
+            let t = Instant::now();
+            (receive_status(&mut c, req).await, t.elapsed())
+        }));
+    }
+    // 32 long-polling pulls with a 15 MiB body each, on one remoting connection.
+    let mut s = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    let pull = |opaque: i32, body: Vec<u8>, subscription: &str| {
+        let ext = [
+            ("consumerGroup", "PullG"),
+            ("topic", "QuietPull"),
+            ("queueId", "0"),
+            ("queueOffset", "0"),
+            ("sysFlag", "2"),
+            ("suspendTimeoutMillis", "20000"),
+            ("subscription", subscription),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut r = RemotingCommand::request(11, ext, body);
+        r.opaque = opaque;
+        r.encode()
+    };
+    let fat = vec![b'z'; 15 << 20];
+    for i in 1..=32 {
+        s.write_all(&pull(i, fat.clone(), "*")).await.unwrap();
+    }
+    // And one with a long subscription, one heartbeat with a long client id.
+    s.write_all(&pull(33, Vec::new(), &long_tag_expression(100_000)))
+        .await
+        .unwrap();
+    let hb = serde_json::json!({"clientID": "c".repeat(300), "consumerDataSet": [], "producerDataSet": []});
+    let mut h = RemotingCommand::request(34, Default::default(), serde_json::to_vec(&hb).unwrap());
+    h.opaque = 34;
+    s.write_all(&h.encode()).await.unwrap();
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 34 {
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut len))
+            .await
+            .expect("every refused request is answered at once, not after its long poll")
+            .unwrap();
+        let mut buf = vec![0; codec::frame_length(len).unwrap()];
+        s.read_exact(&mut buf).await.unwrap();
+        let r = codec::decode_frame(&buf).unwrap();
+        answers.insert(r.opaque, (r.code, r.remark.unwrap_or_default()));
+    }
+    for i in 1..=32 {
+        let (code, remark) = &answers[&i];
+        assert_eq!(*code, 1, "{remark}");
+        assert!(remark.contains("PULL_MESSAGE carries no body"), "{remark}");
+    }
+    assert_eq!(answers[&33].0, 23, "{}", answers[&33].1);
+    assert!(
+        answers[&33]
+            .1
+            .contains("max_filter_expression_bytes of 65536"),
+        "{}",
+        answers[&33].1
+    );
+    assert_eq!(answers[&34].0, 1, "{}", answers[&34].1);
+    assert!(
+        answers[&34].1.contains("max_name_bytes of 255"),
+        "{}",
+        answers[&34].1
+    );
+    for call in calls {
+        let (st, took) = call.await.unwrap();
+        assert_status(
+            &st,
+            pb::Code::IllegalFilterExpression,
+            "max_filter_expression_bytes of 65536",
+        );
+        assert!(took < Duration::from_secs(10), "refused after {took:?}");
+    }
+    let after = rss_kib(pid);
+    eprintln!("broker RSS: {baseline} KiB before, {after} KiB after 16 receives with 5.9 MB filters and 32 pulls with 15 MiB bodies");
+    assert!(
+        after < baseline + 96 * 1024,
+        "the refused requests grew the RSS from {baseline} KiB to {after} KiB"
+    );
+    // A name longer than max_name_bytes is refused too.
+    let st = receive_status(&mut c, receive_req("QuietFilter", &"g".repeat(300))).await;
+    assert_status(&st, pb::Code::BadRequest, "max_name_bytes of 255");
+    assert!(
+        broker.metric("rocklet_requests_over_limit_total{limit=\"max_filter_expression_bytes\"}")
+            >= 17
+    );
+    assert!(
+        broker.metric("rocklet_requests_over_limit_total{limit=\"remoting_request_body\"}") >= 32
+    );
+    // Still serving.
+    send_ok(&mut c, msg("Other", b"y", pb::MessageType::Normal, "O2")).await;
 }

@@ -417,6 +417,10 @@ async fn malformed_frames_close_the_connection_and_the_broker_keeps_serving() {
         f.extend_from_slice(h);
         closed(remoting, &f).await;
     }
+    // A header above remoting_max_header_bytes (256 KiB) closes before it is read.
+    let mut f = (4 + (300u32 << 10)).to_be_bytes().to_vec();
+    f.extend_from_slice(&(300u32 << 10).to_be_bytes());
+    closed(remoting, &f).await;
     // A declared 16 MiB frame that never comes: the connection just waits, then closes
     // when the client goes (nothing is allocated up front).
     {

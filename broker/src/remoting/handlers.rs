@@ -61,6 +61,7 @@ pub mod status {
     pub const PULL_NOT_FOUND: i32 = 19;
     pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
     pub const QUERY_NOT_FOUND: i32 = 22;
+    pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
     pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
 }
 
@@ -454,6 +455,83 @@ fn number_or<T: std::str::FromStr>(
     }
 }
 
+/// Most body bytes of a request whose body is JSON (HEART_BEAT, LOCK_BATCH_MQ,
+/// UNLOCK_BATCH_MQ): a heartbeat of a client with thousands of subscriptions is far below it.
+pub const MAX_JSON_BODY: usize = 4 << 20;
+
+/// Most body bytes a request of `request_code` may carry: sends their message or batch (as
+/// much as a gRPC SendMessage may decode), JSON requests [`MAX_JSON_BODY`], every other
+/// served request none (a body there was only held, never read: 96 long-polling pulls with
+/// 15 MiB bodies held 1.4 GiB). Codes rocklet does not serve are answered whatever they carry.
+#[must_use]
+pub fn max_body(cfg: &BrokerConfig, request_code: i32) -> usize {
+    match request_code {
+        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
+            cfg.max_request_message_bytes()
+        }
+        code::HEART_BEAT | code::LOCK_BATCH_MQ | code::UNLOCK_BATCH_MQ => MAX_JSON_BODY,
+        c if super::stats::code_name(c) == "OTHER" => super::codec::MAX_FRAME,
+        _ => 0,
+    }
+}
+
+/// The answer to a request whose body of `body_len` bytes is more than its kind carries
+/// ([`max_body`]), or `None` when it fits.
+#[must_use]
+pub fn body_refusal(ctx: &Ctx, req: &RemotingCommand, body_len: usize) -> Option<RemotingCommand> {
+    let max = max_body(&ctx.cfg, req.code);
+    if body_len <= max {
+        return None;
+    }
+    let name = super::stats::code_name(req.code);
+    ctx.over_limit("remoting_request_body");
+    Some(if max == 0 {
+        fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("BODY_NOT_EXPECTED: {name} carries no body; this one has {body_len} bytes (refused unread)"),
+        )
+    } else {
+        fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            format!("BODY_TOO_LARGE: the body of {name} is {body_len} bytes, more than the {max} it may carry (refused unread)"),
+        )
+    })
+}
+
+/// A request refused before it was handled: counted, and answered unless it is oneway.
+pub fn refused(ctx: &Ctx, conn: &Conn, req: &RemotingCommand, answer: RemotingCommand) {
+    ctx.stats.count(req.code, false);
+    if let Some(m) = &ctx.metrics {
+        m.request_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    debug!(code = req.code, remark = ?answer.remark, "remoting request refused unread");
+    if !req.is_oneway() {
+        conn.send(&answer);
+    }
+}
+
+/// A tag filter header field (`subscription` of pulls, `exp` of pops), at most
+/// `max_filter_expression_bytes` long.
+fn filter_field<'a>(
+    ctx: &Ctx,
+    req: &'a RemotingCommand,
+    name: &str,
+) -> Result<&'a str, RemotingCommand> {
+    let v = field(req, name).unwrap_or("*");
+    let max = ctx.cfg.max_filter_expression_bytes;
+    if v.len() > max {
+        ctx.over_limit("max_filter_expression_bytes");
+        return Err(fail(
+            req,
+            status::SUBSCRIPTION_PARSE_FAILED,
+            format!("FILTER_TOO_LONG: `{name}` is {} bytes, more than the broker's max_filter_expression_bytes of {max}", v.len()),
+        ));
+    }
+    Ok(v)
+}
+
 /// Handles one request; `None` when nothing is to be answered.
 pub async fn handle(
     ctx: &Ctx,
@@ -624,6 +702,23 @@ fn heartbeat(
     };
     let producers = names("producerDataSet");
     let consumers = names("consumerDataSet");
+    // Names are kept for as long as the connection lives: bounded like every other name.
+    let max = ctx.cfg.max_name_bytes;
+    if let Some(long) = std::iter::once(&client)
+        .chain(&producers)
+        .chain(&consumers)
+        .find(|n| n.len() > max)
+    {
+        ctx.over_limit("max_name_bytes");
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!(
+                "NAME_TOO_LONG: a name in the heartbeat is {} bytes, more than the broker's max_name_bytes of {max}",
+                long.len()
+            ),
+        ));
+    }
     if !producers.is_empty() {
         set_groups(ctx, conn, checks, |g| {
             let mut changed = false;
@@ -1125,7 +1220,7 @@ async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let flags: i32 = number_or(req, "sysFlag", 0)?;
     let commit: i64 = number_or(req, "commitOffset", -1i64)?;
     let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
-    let filter = TagFilter::parse(field(req, "subscription").unwrap_or("*"));
+    let filter = TagFilter::parse(filter_field(ctx, req, "subscription")?);
     if flags & PULL_COMMIT_OFFSET != 0 {
         if let Ok(c) = u64::try_from(commit) {
             let r = ctx
@@ -1319,9 +1414,9 @@ async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 }
 
 /// Pop consumers' filter: a tag expression (`expType` TAG, or none).
-fn pop_filter(req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
+fn pop_filter(ctx: &Ctx, req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
     match field(req, "expType") {
-        None | Some("" | "TAG") => Ok(TagFilter::parse(field(req, "exp").unwrap_or("*"))),
+        None | Some("" | "TAG") => Ok(TagFilter::parse(filter_field(ctx, req, "exp")?)),
         Some(other) => Err(fail(
             req,
             status::MESSAGE_ILLEGAL,
@@ -1382,7 +1477,7 @@ async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
             "orderly pop (order = true) is not supported: use an orderly push consumer",
         ));
     }
-    let filter = pop_filter(req)?;
+    let filter = pop_filter(ctx, req)?;
     let poll_ms: u64 = number_or(req, "pollTime", 0u64)?;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(poll_ms.min(ctx.cfg.max_long_polling_ms));

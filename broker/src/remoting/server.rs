@@ -154,24 +154,60 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
                 break;
             }
         };
-        // Grows only as bytes arrive: a declared length costs nothing until it is sent.
-        let mut frame = Vec::with_capacity(n.min(64 * 1024));
-        match (&mut rd).take(n as u64).read_to_end(&mut frame).await {
-            Ok(got) if got == n => {}
-            _ => break,
+        // The header first: what the request is decides how much body it may carry, and a
+        // body it may not carry is skipped as it arrives instead of being held.
+        let mut field = [0u8; 4];
+        if rd.read_exact(&mut field).await.is_err() {
+            break;
         }
-        let cmd = match codec::decode_frame(&frame) {
+        let (ty, header_len) = match codec::header_length(field, n) {
+            Ok(x) => x,
+            Err(e) => {
+                info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
+                break;
+            }
+        };
+        if header_len > ctx.cfg.remoting_max_header_bytes {
+            ctx.over_limit("remoting_max_header_bytes");
+            info!(conn = id, %peer, header_len, limit = ctx.cfg.remoting_max_header_bytes, "closing remoting connection: header above remoting_max_header_bytes");
+            break;
+        }
+        let mut header = vec![0u8; header_len];
+        if rd.read_exact(&mut header).await.is_err() {
+            break;
+        }
+        let mut cmd = match codec::decode_header(ty, &header) {
             Ok(c) => c,
             Err(e) => {
                 info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
                 break;
             }
         };
-        drop(frame);
-        if cmd.is_response() {
-            // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway): nothing waits.
+        drop(header);
+        let body_len = n - 4 - header_len;
+        let refusal = if cmd.is_response() {
+            None
+        } else {
+            handlers::body_refusal(&ctx, &cmd, body_len)
+        };
+        if cmd.is_response() || refusal.is_some() {
+            // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway) have nothing
+            // waiting for them; a refused body is not kept either.
+            if !skip(&mut rd, body_len).await {
+                break;
+            }
+            if let Some(r) = refusal {
+                handlers::refused(&ctx, &conn, &cmd, r);
+            }
             continue;
         }
+        // Grows only as bytes arrive: a declared length costs nothing until it is sent.
+        let mut body = Vec::with_capacity(body_len.min(64 * 1024));
+        match (&mut rd).take(body_len as u64).read_to_end(&mut body).await {
+            Ok(got) if got == body_len => {}
+            _ => break,
+        }
+        cmd.body = body;
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
@@ -195,4 +231,10 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     handlers::closed(&ctx, &conn);
     drop(checks);
     writer.abort();
+}
+
+/// Reads and drops `n` bytes; `false` when the connection ended first.
+async fn skip(rd: &mut (impl tokio::io::AsyncRead + Unpin), n: usize) -> bool {
+    let mut limited = rd.take(n as u64);
+    matches!(tokio::io::copy(&mut limited, &mut tokio::io::sink()).await, Ok(k) if k == n as u64)
 }
