@@ -14,6 +14,7 @@
 //! max_name_bytes = 255               # a topic, group or client id name
 //! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
 //! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
+//! max_connections = 10000            # gRPC + remoting + name server connections together
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -60,6 +61,8 @@ pub const DEFAULT_MAX_FILTER_EXPRESSION_BYTES: usize = 64 << 10;
 pub const DEFAULT_MAX_NAME_BYTES: usize = 255;
 /// Default HTTP/2 header list size of a gRPC call ([`BrokerConfig::grpc_max_header_list_bytes`]).
 pub const DEFAULT_GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Default connection cap ([`BrokerConfig::max_connections`]).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default largest remoting header ([`BrokerConfig::remoting_max_header_bytes`]).
 pub const DEFAULT_REMOTING_MAX_HEADER_BYTES: usize = 256 << 10;
 
@@ -160,6 +163,7 @@ pub struct FileConfig {
     pub max_name_bytes: Option<usize>,
     pub grpc_max_header_list_bytes: Option<u32>,
     pub remoting_max_header_bytes: Option<usize>,
+    pub max_connections: Option<usize>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -242,6 +246,13 @@ pub struct BrokerConfig {
     /// [`DEFAULT_REMOTING_MAX_HEADER_BYTES`] (256 KiB: a send's properties field holds at
     /// most 64 KiB, JSON-escaped).
     pub remoting_max_header_bytes: usize,
+    /// Most connections open at once, gRPC, remoting and name server together; one accepted
+    /// above it is closed at once. The broker lowers it further to what its file descriptor
+    /// limit (the soft `RLIMIT_NOFILE`, raised to the hard limit at start) leaves after the
+    /// descriptors open at start and a reserve of 128 for storage and the runtime, so clients
+    /// can never take the descriptors the log needs. Default [`DEFAULT_MAX_CONNECTIONS`]
+    /// (10,000).
+    pub max_connections: usize,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -290,6 +301,7 @@ impl BrokerConfig {
             remoting_max_header_bytes: f
                 .remoting_max_header_bytes
                 .unwrap_or(DEFAULT_REMOTING_MAX_HEADER_BYTES),
+            max_connections: f.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
             core: f.core,
             topics: f.topics,
         }
@@ -319,6 +331,7 @@ impl BrokerConfig {
                 self.max_filter_expression_bytes,
             ),
             ("max_name_bytes", self.max_name_bytes),
+            ("max_connections", self.max_connections),
             (
                 "grpc_max_header_list_bytes",
                 self.grpc_max_header_list_bytes as usize,

@@ -82,13 +82,14 @@ pub const RPCS: [&str; 12] = [
 
 /// The request limits whose refusals are counted by name
 /// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
-pub const LIMITS: [&str; 5] = [
+pub const LIMITS: [&str; 6] = [
     "max_batch_messages",
     "max_filter_expression_bytes",
     "max_name_bytes",
     "remoting_max_header_bytes",
     // A remoting body larger than its request kind carries (none for most).
     "remoting_request_body",
+    "max_connections",
 ];
 
 /// The broker's own metrics (the core's counters are read at scrape time).
@@ -109,6 +110,8 @@ pub struct Metrics {
     pub receive_bytes_in_flight: AtomicU64,
     /// Receives refused (`TOO_MANY_REQUESTS`) because those bytes used up the budget.
     pub receives_over_budget: AtomicU64,
+    /// Connections open (gRPC, remoting and name server together).
+    pub connections_open: AtomicU64,
     /// Requests (both protocols) refused by one of the [`LIMITS`], by limit.
     pub over_limit: [AtomicU64; LIMITS.len()],
     /// RocketMQ 4 remoting request counters, once remoting serves.
@@ -357,6 +360,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     );
     gauge(
         &mut out,
+        "rocklet_connections_open",
+        "Connections open (gRPC, remoting and name server together)",
+        m.connections_open.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
         "rocklet_telemetry_streams",
         "Open telemetry streams",
         m.telemetry_streams.load(Ordering::Relaxed),
@@ -388,8 +397,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
 /// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 until the task is dropped.
 pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics>) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
+        let (mut sock, _) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                crate::net::accept_failed(&e, "metrics").await;
+                continue;
+            }
         };
         let (core, metrics) = (core.clone(), metrics.clone());
         tokio::spawn(async move {

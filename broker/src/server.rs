@@ -8,8 +8,7 @@ use rocklet_core::{AnyStorage, Broker, FileStorage};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
@@ -17,6 +16,7 @@ use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::driver::{self, CoreHandle};
 use crate::metrics::{self, Metrics};
+use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
 use crate::remoting::handlers::Ctx as RemotingCtx;
@@ -48,6 +48,8 @@ pub struct RunningBroker {
 /// Opens the data directory (recovering the log) and starts serving.
 pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<RunningBroker, String> {
     cfg.validate()?;
+    // Descriptors: as many as the hard limit allows; connections are capped below them.
+    let fd_limit = net::raise_fd_limit();
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -102,6 +104,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
 
     let m = Arc::new(Metrics::default());
+    let open = net::open_fds();
+    let cap = net::connection_cap(cfg.max_connections, fd_limit, open);
+    if cap < cfg.max_connections {
+        warn!(max_connections = cfg.max_connections, cap, fd_limit = ?fd_limit, fds_open = open, reserve = net::FD_RESERVE, "the file descriptor limit caps connections below max_connections");
+    }
+    let conn_limit = Arc::new(ConnLimit::new(cap, m.clone()));
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
@@ -112,15 +120,9 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .max_encoding_message_size(max_decode);
     let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    // Small replies (receives, acks) must not wait for Nagle's algorithm: set TCP_NODELAY on
-    // every accepted connection (the builder's own setting covers only listeners it binds).
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|s| {
-            if let Err(e) = s.set_nodelay(true) {
-                warn!("cannot set TCP_NODELAY: {e}");
-            }
-        })
-    });
+    // Our own accept loop: the connection cap, TCP_NODELAY, and a pause when out of
+    // descriptors (tonic's stream over the listener retried at once, spinning a core).
+    let incoming = ReceiverStream::new(net::grpc_incoming(listener, conn_limit.clone()));
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             // Streams one connection may have open (tonic's default is no limit).
@@ -145,7 +147,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
             .with_clock(clock.clone())
-            .with_metrics(m.clone());
+            .with_metrics(m.clone())
+            .with_conn_limit(conn_limit.clone());
         let _ = m.remoting.set(ctx.stats());
         let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
         match r {
@@ -162,7 +165,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     } else {
         None
     };
-    info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
+    info!(%addr, metrics = ?metrics_addr, max_connections = cap, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     Ok(RunningBroker {
         addr,
         metrics_addr,

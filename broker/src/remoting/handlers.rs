@@ -97,6 +97,8 @@ pub struct Ctx {
     stats: Arc<RemotingStats>,
     /// The broker's metrics: non-SUCCESS answers count in its `request_errors` too.
     metrics: Option<Arc<Metrics>>,
+    /// The broker-wide connection cap (none: unlimited).
+    pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
 }
 
 impl Ctx {
@@ -113,6 +115,7 @@ impl Ctx {
             clock: Arc::new(SystemClock),
             stats: Arc::new(RemotingStats::default()),
             metrics: None,
+            conn_limit: None,
         }
     }
 
@@ -120,6 +123,13 @@ impl Ctx {
     #[must_use]
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
+        self
+    }
+
+    /// The same context under a connection cap shared with the other listeners.
+    #[must_use]
+    pub fn with_conn_limit(mut self, limit: Arc<crate::net::ConnLimit>) -> Self {
+        self.conn_limit = Some(limit);
         self
     }
 

@@ -104,13 +104,25 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
         tokio::select! {
             r = l.accept() => match r {
                 Ok((s, peer)) => {
+                    let permit = match &ctx.conn_limit {
+                        Some(limit) => match limit.admit() {
+                            Some(p) => Some(p),
+                            None => {
+                                debug!(%peer, max = limit.max(), "remoting connection refused: max_connections reached");
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
                     let id = next.fetch_add(1, Ordering::Relaxed);
-                    conns.spawn(serve(s, peer, id, ctx.clone()));
+                    let ctx = ctx.clone();
+                    conns.spawn(async move {
+                        serve(s, peer, id, ctx).await;
+                        drop(permit);
+                    });
                 }
-                Err(e) => {
-                    debug!(error = %e, "remoting accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
+                // Out of descriptors: pause instead of failing again at once.
+                Err(e) => crate::net::accept_failed(&e, "remoting").await,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
