@@ -15,6 +15,10 @@
 //! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
 //! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
 //! max_connections = 10000            # gRPC + remoting + name server connections together
+//! idle_timeout_ms = 120000           # close a connection silent for this long
+//! request_read_timeout_ms = 30000    # longest a request may take to arrive once begun
+//! http2_keepalive_interval_ms = 30000 # gRPC: ping every connection this often
+//! http2_keepalive_timeout_ms = 20000 # gRPC: close it when a ping is not answered in time
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -63,6 +67,14 @@ pub const DEFAULT_MAX_NAME_BYTES: usize = 255;
 pub const DEFAULT_GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 /// Default connection cap ([`BrokerConfig::max_connections`]).
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default idle timeout of a connection ([`BrokerConfig::idle_timeout_ms`]).
+pub const DEFAULT_IDLE_TIMEOUT_MS: Millis = 120_000;
+/// Default request read deadline ([`BrokerConfig::request_read_timeout_ms`]).
+pub const DEFAULT_REQUEST_READ_TIMEOUT_MS: Millis = 30_000;
+/// Default HTTP/2 keepalive ping interval ([`BrokerConfig::http2_keepalive_interval_ms`]).
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS: Millis = 30_000;
+/// Default HTTP/2 keepalive ping timeout ([`BrokerConfig::http2_keepalive_timeout_ms`]).
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS: Millis = 20_000;
 /// Default largest remoting header ([`BrokerConfig::remoting_max_header_bytes`]).
 pub const DEFAULT_REMOTING_MAX_HEADER_BYTES: usize = 256 << 10;
 
@@ -164,6 +176,10 @@ pub struct FileConfig {
     pub grpc_max_header_list_bytes: Option<u32>,
     pub remoting_max_header_bytes: Option<usize>,
     pub max_connections: Option<usize>,
+    pub idle_timeout_ms: Option<Millis>,
+    pub request_read_timeout_ms: Option<Millis>,
+    pub http2_keepalive_interval_ms: Option<Millis>,
+    pub http2_keepalive_timeout_ms: Option<Millis>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -253,6 +269,24 @@ pub struct BrokerConfig {
     /// can never take the descriptors the log needs. Default [`DEFAULT_MAX_CONNECTIONS`]
     /// (10,000).
     pub max_connections: usize,
+    /// A connection is closed after this long without a sign of its peer: remoting, no
+    /// request read while none is being handled (v4 clients heartbeat every 30 s; RocketMQ
+    /// closes idle channels after 120 s); gRPC, nothing read at all (a live client answers
+    /// the keepalive pings, so this closes peers that never sent their HTTP/2 preface or
+    /// vanished). Default [`DEFAULT_IDLE_TIMEOUT_MS`] (120 s); above the keepalive interval.
+    pub idle_timeout_ms: Millis,
+    /// Longest a request may take to arrive once it began: a remoting frame from its first
+    /// byte (then the connection is closed), a gRPC call's request message from the call's
+    /// start (then the call fails with `DEADLINE_EXCEEDED`, `REQUEST_READ_TIMEOUT`). Telemetry
+    /// streams are exempt. Default [`DEFAULT_REQUEST_READ_TIMEOUT_MS`] (30 s: a 9 MiB request
+    /// at 3 Mbit/s).
+    pub request_read_timeout_ms: Millis,
+    /// gRPC: HTTP/2 PING every connection this often. Default
+    /// [`DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS`] (30 s, RocketMQ's proxy's keepalive period).
+    pub http2_keepalive_interval_ms: Millis,
+    /// gRPC: close a connection whose PING is not acknowledged within this. Default
+    /// [`DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS`] (20 s, tonic's default).
+    pub http2_keepalive_timeout_ms: Millis,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -302,6 +336,16 @@ impl BrokerConfig {
                 .remoting_max_header_bytes
                 .unwrap_or(DEFAULT_REMOTING_MAX_HEADER_BYTES),
             max_connections: f.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            idle_timeout_ms: f.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
+            request_read_timeout_ms: f
+                .request_read_timeout_ms
+                .unwrap_or(DEFAULT_REQUEST_READ_TIMEOUT_MS),
+            http2_keepalive_interval_ms: f
+                .http2_keepalive_interval_ms
+                .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS),
+            http2_keepalive_timeout_ms: f
+                .http2_keepalive_timeout_ms
+                .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS),
             core: f.core,
             topics: f.topics,
         }
@@ -332,6 +376,19 @@ impl BrokerConfig {
             ),
             ("max_name_bytes", self.max_name_bytes),
             ("max_connections", self.max_connections),
+            ("idle_timeout_ms", self.idle_timeout_ms as usize),
+            (
+                "request_read_timeout_ms",
+                self.request_read_timeout_ms as usize,
+            ),
+            (
+                "http2_keepalive_interval_ms",
+                self.http2_keepalive_interval_ms as usize,
+            ),
+            (
+                "http2_keepalive_timeout_ms",
+                self.http2_keepalive_timeout_ms as usize,
+            ),
             (
                 "grpc_max_header_list_bytes",
                 self.grpc_max_header_list_bytes as usize,
@@ -340,6 +397,9 @@ impl BrokerConfig {
             if v == 0 {
                 return Err(format!("invalid config `{name}`: must be above 0"));
             }
+        }
+        if self.http2_keepalive_interval_ms >= self.idle_timeout_ms {
+            return Err("invalid config `idle_timeout_ms`: must be above `http2_keepalive_interval_ms` (a live gRPC client would be closed between two pings)".into());
         }
         if self.remoting_max_header_bytes < 1024 {
             return Err("invalid config `remoting_max_header_bytes`: must be at least 1024 (every remoting request has a header)".into());

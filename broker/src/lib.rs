@@ -8,6 +8,7 @@
 //! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
+//! - [`gate`]: what a gRPC call passes before it is decoded (the request read deadline).
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
@@ -21,6 +22,7 @@ pub mod config;
 pub mod convert;
 pub mod driver;
 pub mod error;
+pub mod gate;
 pub mod metrics;
 pub mod net;
 pub mod remoting;

@@ -82,7 +82,7 @@ pub const RPCS: [&str; 12] = [
 
 /// The request limits whose refusals are counted by name
 /// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
-pub const LIMITS: [&str; 6] = [
+pub const LIMITS: [&str; 8] = [
     "max_batch_messages",
     "max_filter_expression_bytes",
     "max_name_bytes",
@@ -90,6 +90,9 @@ pub const LIMITS: [&str; 6] = [
     // A remoting body larger than its request kind carries (none for most).
     "remoting_request_body",
     "max_connections",
+    // Connections closed after nothing was read from them (gRPC) or no request came (remoting).
+    "idle_timeout_ms",
+    "request_read_timeout_ms",
 ];
 
 /// The broker's own metrics (the core's counters are read at scrape time).

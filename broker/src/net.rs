@@ -10,6 +10,7 @@
 //! A connection accepted above the cap is closed at once (and counted): a client sees the
 //! close and retries, and nothing the broker already serves is starved of descriptors.
 
+use std::future::Future as _;
 use std::io;
 use std::pin::Pin;
 use std::sync::atomic::Ordering;
@@ -154,11 +155,18 @@ pub async fn accept_failed(e: &io::Error, listener: &str) {
     }
 }
 
-/// An accepted gRPC connection holding its place under the cap.
+/// An accepted gRPC connection holding its place under the cap, closed once nothing at all
+/// (no frame, no ping acknowledgement) was read from it for the idle timeout. A live HTTP/2
+/// peer answers the broker's keepalive pings, so only a silent or dead one goes (one that
+/// never sent its preface, or vanished).
 #[derive(Debug)]
 pub struct GrpcConn {
     io: TcpStream,
     _permit: ConnPermit,
+    idle: Duration,
+    last_read: tokio::time::Instant,
+    timer: Pin<Box<tokio::time::Sleep>>,
+    metrics: Arc<Metrics>,
 }
 
 impl tonic::transport::server::Connected for GrpcConn {
@@ -175,7 +183,33 @@ impl AsyncRead for GrpcConn {
         cx: &mut Context<'_>,
         buf: &mut ReadBuf<'_>,
     ) -> Poll<io::Result<()>> {
-        Pin::new(&mut self.get_mut().io).poll_read(cx, buf)
+        let this = self.get_mut();
+        let before = buf.filled().len();
+        match Pin::new(&mut this.io).poll_read(cx, buf) {
+            Poll::Ready(r) => {
+                if buf.filled().len() > before {
+                    this.last_read = tokio::time::Instant::now();
+                }
+                Poll::Ready(r)
+            }
+            Poll::Pending => loop {
+                // The timer is moved on only when it fires (not at every read).
+                match this.timer.as_mut().poll(cx) {
+                    Poll::Pending => return Poll::Pending,
+                    Poll::Ready(()) => {
+                        let due = this.last_read + this.idle;
+                        if tokio::time::Instant::now() >= due {
+                            this.metrics.over_limit("idle_timeout_ms");
+                            return Poll::Ready(Err(io::Error::new(
+                                io::ErrorKind::TimedOut,
+                                "nothing read for idle_timeout_ms",
+                            )));
+                        }
+                        this.timer.as_mut().reset(due);
+                    }
+                }
+            },
+        }
     }
 }
 
@@ -215,6 +249,8 @@ impl AsyncWrite for GrpcConn {
 pub fn grpc_incoming(
     listener: TcpListener,
     limit: Arc<ConnLimit>,
+    idle: Duration,
+    metrics: Arc<Metrics>,
 ) -> mpsc::Receiver<io::Result<GrpcConn>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -232,9 +268,14 @@ pub fn grpc_incoming(
                     if let Err(e) = io.set_nodelay(true) {
                         warn!("cannot set TCP_NODELAY: {e}");
                     }
+                    let now = tokio::time::Instant::now();
                     let conn = GrpcConn {
                         io,
                         _permit: permit,
+                        idle,
+                        last_read: now,
+                        timer: Box::pin(tokio::time::sleep_until(now + idle)),
+                        metrics: metrics.clone(),
                     };
                     if tx.send(Ok(conn)).await.is_err() {
                         return;

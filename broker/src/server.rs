@@ -15,6 +15,7 @@ use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::driver::{self, CoreHandle};
+use crate::gate::GateLayer;
 use crate::metrics::{self, Metrics};
 use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
@@ -122,12 +123,23 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // Our own accept loop: the connection cap, TCP_NODELAY, and a pause when out of
     // descriptors (tonic's stream over the listener retried at once, spinning a core).
-    let incoming = ReceiverStream::new(net::grpc_incoming(listener, conn_limit.clone()));
+    let idle = std::time::Duration::from_millis(cfg.idle_timeout_ms);
+    let incoming = ReceiverStream::new(net::grpc_incoming(
+        listener,
+        conn_limit.clone(),
+        idle,
+        m.clone(),
+    ));
+    let ms = std::time::Duration::from_millis;
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             // Streams one connection may have open (tonic's default is no limit).
             .max_concurrent_streams(cfg.max_concurrent_streams)
             .http2_max_header_list_size(cfg.grpc_max_header_list_bytes)
+            // Dead peers go: a PING every interval, closed when one is not answered in time.
+            .http2_keepalive_interval(Some(ms(cfg.http2_keepalive_interval_ms)))
+            .http2_keepalive_timeout(Some(ms(cfg.http2_keepalive_timeout_ms)))
+            .layer(GateLayer::new(ms(cfg.request_read_timeout_ms), m.clone()))
             .add_service(messaging)
             .add_service(admin)
             .serve_with_incoming_shutdown(incoming, async {

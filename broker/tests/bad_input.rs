@@ -1006,3 +1006,138 @@ async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_m
     // Still serving.
     send_ok(&mut c, msg("Other", b"y", pb::MessageType::Normal, "O2")).await;
 }
+
+/// Whether the broker closes `s` within `within` (reads end, or the connection is reset).
+async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {} // the server's HTTP/2 settings, then nothing
+        }
+    }
+}
+
+/// Connections that say nothing are closed after `idle_timeout_ms`, requests that begin and
+/// never finish after `request_read_timeout_ms` (a slowloris stream gets DEADLINE_EXCEEDED),
+/// while live clients (which answer the HTTP/2 keepalive pings, or wait on a long poll) are
+/// kept however long they are quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_peers_are_closed_and_quiet_live_ones_kept() {
+    use tokio::io::AsyncWriteExt;
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.idle_timeout_ms = 800;
+        c.request_read_timeout_ms = 600;
+        c.http2_keepalive_interval_ms = 200;
+        c.http2_keepalive_timeout_ms = 1_000;
+    })
+    .await;
+    let (grpc, remoting) = (b.addr(), b.broker.as_ref().unwrap().remoting_addr.unwrap());
+    let m = b.broker.as_ref().unwrap().metrics.clone();
+    let mut live = connect(grpc).await;
+    send_ok(&mut live, msg("Quiet", b"q", pb::MessageType::Normal, "Q0")).await;
+
+    // Silent TCP connections (no HTTP/2 preface, no remoting frame) are closed.
+    let t = Instant::now();
+    let mut silent_grpc = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let mut silent_remoting = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    assert!(
+        closed_within(&mut silent_grpc, Duration::from_secs(5)).await,
+        "a silent gRPC connection stays open"
+    );
+    assert!(
+        closed_within(&mut silent_remoting, Duration::from_secs(5)).await,
+        "a silent remoting connection stays open"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "closed before the idle timeout: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(m.over_limit_count("idle_timeout_ms"), 2);
+
+    // A remoting frame that starts and never finishes closes its connection.
+    let mut slow = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    slow.write_all(&100u32.to_be_bytes()).await.unwrap();
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)).await,
+        "a half-sent remoting frame holds its connection"
+    );
+    assert_eq!(m.over_limit_count("request_read_timeout_ms"), 1);
+
+    // A gRPC call whose request never finishes fails with DEADLINE_EXCEEDED, on a connection
+    // that answers pings (and so is not idle).
+    let tcp = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let (mut h2c, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{grpc}/apache.rocketmq.v2.MessagingService/SendMessage"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut body) = h2c.send_request(req, false).unwrap();
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0]), false)
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .expect("a half-sent request is answered once its read deadline passes")
+        .unwrap();
+    let (parts, mut rbody) = resp.into_parts();
+    let (code, message) = match parts.headers.get("grpc-status") {
+        Some(c) => (c.clone(), parts.headers.get("grpc-message").cloned()),
+        None => {
+            let t = rbody.trailers().await.unwrap().expect("trailers");
+            (t["grpc-status"].clone(), t.get("grpc-message").cloned())
+        }
+    };
+    assert_eq!(code, "4", "DEADLINE_EXCEEDED, with {message:?}");
+    let message = message
+        .map(|m| m.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    assert!(message.contains("request_read_timeout_ms"), "{message}");
+    assert_eq!(m.over_limit_count("request_read_timeout_ms"), 2);
+
+    // Quiet live clients stay: a gRPC client idle for 2 idle timeouts still has its
+    // connection (it answered the pings), a remoting pull waits 1.5 s and is answered.
+    let mut pulling = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    let ext = [
+        ("consumerGroup", "QuietG"),
+        ("topic", "QuietPull"),
+        ("queueId", "0"),
+        ("queueOffset", "0"),
+        ("sysFlag", "2"),
+        ("suspendTimeoutMillis", "1500"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut pull = rocklet_broker::remoting::codec::RemotingCommand::request(11, ext, Vec::new());
+    pull.opaque = 1;
+    pulling.write_all(&pull.encode()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    {
+        use tokio::io::AsyncReadExt;
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(1), pulling.read_exact(&mut len))
+            .await
+            .expect("the long poll was answered")
+            .expect("on its connection, still open");
+    }
+    send_ok(&mut live, msg("Quiet", b"q", pb::MessageType::Normal, "Q1")).await;
+    assert_eq!(
+        m.over_limit_count("idle_timeout_ms"),
+        2,
+        "a live connection was closed as idle"
+    );
+    drop(b);
+}

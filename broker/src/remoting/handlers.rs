@@ -176,6 +176,8 @@ pub struct Conn {
     gone: AtomicBool,
     /// Woken when `gone` is set.
     gone_notify: tokio::sync::Notify,
+    /// When a request was last read or an answer last written (the idle timeout's start).
+    last_active: Mutex<tokio::time::Instant>,
 }
 
 impl Conn {
@@ -200,7 +202,19 @@ impl Conn {
             drained: tokio::sync::Notify::new(),
             gone: AtomicBool::new(false),
             gone_notify: tokio::sync::Notify::new(),
+            last_active: Mutex::new(tokio::time::Instant::now()),
         }
+    }
+
+    /// Something was read from or written to the peer just now.
+    pub fn active(&self) {
+        *lock(&self.last_active) = tokio::time::Instant::now();
+    }
+
+    /// When something was last read from or written to the peer.
+    #[must_use]
+    pub fn last_active(&self) -> tokio::time::Instant {
+        *lock(&self.last_active)
     }
 
     /// Nothing more is read from the peer: long polls waiting for it end now.
@@ -234,6 +248,7 @@ impl Conn {
 
     /// The writer wrote a frame of `n` bytes (or dropped it unwritten).
     pub fn written(&self, n: usize) {
+        self.active();
         self.queued.fetch_sub(n, Ordering::AcqRel);
         self.drained.notify_waiters();
     }
