@@ -9,6 +9,16 @@
 //! namesrv_listen = "127.0.0.1:9876"   # its name-server role (`off` to disable)
 //! max_concurrent_streams = 256       # HTTP/2 streams one gRPC connection may have open
 //! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
+//! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
+//! max_filter_expression_bytes = 65536 # a tag filter expression (receive, pull, pop)
+//! max_name_bytes = 255               # a topic, group or client id name
+//! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
+//! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
+//! max_connections = 10000            # gRPC + remoting + name server connections together
+//! idle_timeout_ms = 120000           # close a connection silent for this long
+//! request_read_timeout_ms = 30000    # longest a request may take to arrive once begun
+//! http2_keepalive_interval_ms = 30000 # gRPC: ping every connection this often
+//! http2_keepalive_timeout_ms = 20000 # gRPC: close it when a ping is not answered in time
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -47,6 +57,26 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 /// Default byte budget of receive responses in flight
 /// ([`BrokerConfig::max_inflight_receive_bytes`]): 256 MiB.
 pub const DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES: u64 = 256 << 20;
+/// Default most messages in one send request ([`BrokerConfig::max_batch_messages`]).
+pub const DEFAULT_MAX_BATCH_MESSAGES: u32 = 10_000;
+/// Default longest tag filter expression ([`BrokerConfig::max_filter_expression_bytes`]).
+pub const DEFAULT_MAX_FILTER_EXPRESSION_BYTES: usize = 64 << 10;
+/// Default longest name ([`BrokerConfig::max_name_bytes`]): RocketMQ's longest group name.
+pub const DEFAULT_MAX_NAME_BYTES: usize = 255;
+/// Default HTTP/2 header list size of a gRPC call ([`BrokerConfig::grpc_max_header_list_bytes`]).
+pub const DEFAULT_GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
+/// Default connection cap ([`BrokerConfig::max_connections`]).
+pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
+/// Default idle timeout of a connection ([`BrokerConfig::idle_timeout_ms`]).
+pub const DEFAULT_IDLE_TIMEOUT_MS: Millis = 120_000;
+/// Default request read deadline ([`BrokerConfig::request_read_timeout_ms`]).
+pub const DEFAULT_REQUEST_READ_TIMEOUT_MS: Millis = 30_000;
+/// Default HTTP/2 keepalive ping interval ([`BrokerConfig::http2_keepalive_interval_ms`]).
+pub const DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS: Millis = 30_000;
+/// Default HTTP/2 keepalive ping timeout ([`BrokerConfig::http2_keepalive_timeout_ms`]).
+pub const DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS: Millis = 20_000;
+/// Default largest remoting header ([`BrokerConfig::remoting_max_header_bytes`]).
+pub const DEFAULT_REMOTING_MAX_HEADER_BYTES: usize = 256 << 10;
 
 /// An optional listener: `HOST:PORT` or `off`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -140,6 +170,16 @@ pub struct FileConfig {
     pub namesrv_listen: Option<Listen>,
     pub max_concurrent_streams: Option<u32>,
     pub max_inflight_receive_bytes: Option<u64>,
+    pub max_batch_messages: Option<u32>,
+    pub max_filter_expression_bytes: Option<usize>,
+    pub max_name_bytes: Option<usize>,
+    pub grpc_max_header_list_bytes: Option<u32>,
+    pub remoting_max_header_bytes: Option<usize>,
+    pub max_connections: Option<usize>,
+    pub idle_timeout_ms: Option<Millis>,
+    pub request_read_timeout_ms: Option<Millis>,
+    pub http2_keepalive_interval_ms: Option<Millis>,
+    pub http2_keepalive_timeout_ms: Option<Millis>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
 }
@@ -191,6 +231,62 @@ pub struct BrokerConfig {
     /// Default [`DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES`] (256 MiB): 64 responses of a 4 MiB
     /// message, or thousands of ordinary ones being written at once.
     pub max_inflight_receive_bytes: u64,
+    /// Most messages one send request may carry: a gRPC SendMessage or a remoting
+    /// SEND_BATCH_MESSAGE above it is refused whole, naming the limit, before any of it
+    /// reaches the core (whose work per batch grows with its count).
+    ///
+    /// Default [`DEFAULT_MAX_BATCH_MESSAGES`] (10,000). Apache RocketMQ bounds a batch by its
+    /// bytes only (4 MiB, `maxMessageSize`; its proxy sizes the gRPC inbound limit as 32
+    /// messages of 4 MiB plus 2 MiB); 10,000 is what rocklet's remoting always allowed, so no
+    /// v4 client that worked before is refused, while a request of 100,000 one-byte messages
+    /// (which held the core thread for minutes) is.
+    pub max_batch_messages: u32,
+    /// Longest tag filter expression of a ReceiveMessage (`filter_expression.expression`), a
+    /// PULL_MESSAGE (`subscription`) or a POP_MESSAGE (`exp`); longer ones are refused
+    /// (`ILLEGAL_FILTER_EXPRESSION` / `SUBSCRIPTION_PARSE_FAILED`, `FILTER_TOO_LONG`) before the
+    /// filter is built or a long poll holds it. Default
+    /// [`DEFAULT_MAX_FILTER_EXPRESSION_BYTES`] (64 KiB: thousands of tags; 16 receives of
+    /// 5.9 MB expressions took 1 GB of RSS).
+    pub max_filter_expression_bytes: usize,
+    /// Longest name the host keeps or holds for a client: a gRPC request's topic and group
+    /// resources, a remoting heartbeat's client id and group names. Default
+    /// [`DEFAULT_MAX_NAME_BYTES`] (255, RocketMQ's longest group name; topics are at most
+    /// 127, which the core checks).
+    pub max_name_bytes: usize,
+    /// HTTP/2 `SETTINGS_MAX_HEADER_LIST_SIZE` of gRPC connections: the metadata of one call.
+    /// Default [`DEFAULT_GRPC_MAX_HEADER_LIST_BYTES`] (16 KiB; RocketMQ clients send under
+    /// 1 KiB, gRPC Java accepts 8 KiB).
+    pub grpc_max_header_list_bytes: u32,
+    /// Largest header (code, remark and extFields) of a remoting frame; a frame with a larger
+    /// one closes the connection like a malformed frame. Default
+    /// [`DEFAULT_REMOTING_MAX_HEADER_BYTES`] (256 KiB: a send's properties field holds at
+    /// most 64 KiB, JSON-escaped).
+    pub remoting_max_header_bytes: usize,
+    /// Most connections open at once, gRPC, remoting and name server together; one accepted
+    /// above it is closed at once. The broker lowers it further to what its file descriptor
+    /// limit (the soft `RLIMIT_NOFILE`, raised to the hard limit at start) leaves after the
+    /// descriptors open at start and a reserve of 128 for storage and the runtime, so clients
+    /// can never take the descriptors the log needs. Default [`DEFAULT_MAX_CONNECTIONS`]
+    /// (10,000).
+    pub max_connections: usize,
+    /// A connection is closed after this long without a sign of its peer: remoting, no
+    /// request read while none is being handled (v4 clients heartbeat every 30 s; RocketMQ
+    /// closes idle channels after 120 s); gRPC, nothing read at all (a live client answers
+    /// the keepalive pings, so this closes peers that never sent their HTTP/2 preface or
+    /// vanished). Default [`DEFAULT_IDLE_TIMEOUT_MS`] (120 s); above the keepalive interval.
+    pub idle_timeout_ms: Millis,
+    /// Longest a request may take to arrive once it began: a remoting frame from its first
+    /// byte (then the connection is closed), a gRPC call's request message from the call's
+    /// start (then the call fails with `DEADLINE_EXCEEDED`, `REQUEST_READ_TIMEOUT`). Telemetry
+    /// streams are exempt. Default [`DEFAULT_REQUEST_READ_TIMEOUT_MS`] (30 s: a 9 MiB request
+    /// at 3 Mbit/s).
+    pub request_read_timeout_ms: Millis,
+    /// gRPC: HTTP/2 PING every connection this often. Default
+    /// [`DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS`] (30 s, RocketMQ's proxy's keepalive period).
+    pub http2_keepalive_interval_ms: Millis,
+    /// gRPC: close a connection whose PING is not acknowledged within this. Default
+    /// [`DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS`] (20 s, tonic's default).
+    pub http2_keepalive_timeout_ms: Millis,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
     /// Open a damaged log by moving the damage to `quarantine/` in the data directory
@@ -232,6 +328,28 @@ impl BrokerConfig {
             max_inflight_receive_bytes: f
                 .max_inflight_receive_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
+            max_batch_messages: f.max_batch_messages.unwrap_or(DEFAULT_MAX_BATCH_MESSAGES),
+            max_filter_expression_bytes: f
+                .max_filter_expression_bytes
+                .unwrap_or(DEFAULT_MAX_FILTER_EXPRESSION_BYTES),
+            max_name_bytes: f.max_name_bytes.unwrap_or(DEFAULT_MAX_NAME_BYTES),
+            grpc_max_header_list_bytes: f
+                .grpc_max_header_list_bytes
+                .unwrap_or(DEFAULT_GRPC_MAX_HEADER_LIST_BYTES),
+            remoting_max_header_bytes: f
+                .remoting_max_header_bytes
+                .unwrap_or(DEFAULT_REMOTING_MAX_HEADER_BYTES),
+            max_connections: f.max_connections.unwrap_or(DEFAULT_MAX_CONNECTIONS),
+            idle_timeout_ms: f.idle_timeout_ms.unwrap_or(DEFAULT_IDLE_TIMEOUT_MS),
+            request_read_timeout_ms: f
+                .request_read_timeout_ms
+                .unwrap_or(DEFAULT_REQUEST_READ_TIMEOUT_MS),
+            http2_keepalive_interval_ms: f
+                .http2_keepalive_interval_ms
+                .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_INTERVAL_MS),
+            http2_keepalive_timeout_ms: f
+                .http2_keepalive_timeout_ms
+                .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS),
             core: f.core,
             topics: f.topics,
             repair: false,
@@ -253,6 +371,44 @@ impl BrokerConfig {
         if self.max_inflight_receive_bytes == 0 {
             return Err("invalid config `max_inflight_receive_bytes`: must be above 0 (no receive could ever be answered)".into());
         }
+        if self.max_batch_messages == 0 {
+            return Err("invalid config `max_batch_messages`: must be above 0 (no send could carry a message)".into());
+        }
+        for (name, v) in [
+            (
+                "max_filter_expression_bytes",
+                self.max_filter_expression_bytes,
+            ),
+            ("max_name_bytes", self.max_name_bytes),
+            ("max_connections", self.max_connections),
+            ("idle_timeout_ms", self.idle_timeout_ms as usize),
+            (
+                "request_read_timeout_ms",
+                self.request_read_timeout_ms as usize,
+            ),
+            (
+                "http2_keepalive_interval_ms",
+                self.http2_keepalive_interval_ms as usize,
+            ),
+            (
+                "http2_keepalive_timeout_ms",
+                self.http2_keepalive_timeout_ms as usize,
+            ),
+            (
+                "grpc_max_header_list_bytes",
+                self.grpc_max_header_list_bytes as usize,
+            ),
+        ] {
+            if v == 0 {
+                return Err(format!("invalid config `{name}`: must be above 0"));
+            }
+        }
+        if self.http2_keepalive_interval_ms >= self.idle_timeout_ms {
+            return Err("invalid config `idle_timeout_ms`: must be above `http2_keepalive_interval_ms` (a live gRPC client would be closed between two pings)".into());
+        }
+        if self.remoting_max_header_bytes < 1024 {
+            return Err("invalid config `remoting_max_header_bytes`: must be at least 1024 (every remoting request has a header)".into());
+        }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {
@@ -271,6 +427,14 @@ impl BrokerConfig {
             }
         }
         Ok(())
+    }
+
+    /// Most bytes one gRPC request message, or a remoting send's body, may decode to: twice
+    /// the largest message or batch (room for properties and framing) plus 1 MiB.
+    #[must_use]
+    pub fn max_request_message_bytes(&self) -> usize {
+        (self.core.max_message_size.max(self.core.max_batch_size) as usize).saturating_mul(2)
+            + (1 << 20)
     }
 
     /// The message types a topic accepts.
@@ -372,6 +536,11 @@ mod tests {
             .validate()
             .unwrap_err()
             .contains("max_inflight_receive_bytes"));
+        let c = BrokerConfig {
+            max_batch_messages: 0,
+            ..BrokerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("max_batch_messages"));
     }
 
     #[test]
@@ -379,6 +548,7 @@ mod tests {
         let c = BrokerConfig::default();
         assert_eq!(c.max_concurrent_streams, 256);
         assert_eq!(c.max_inflight_receive_bytes, 256 << 20);
+        assert_eq!(c.max_batch_messages, 10_000);
         let f =
             FileConfig::parse("max_concurrent_streams = 16\nmax_inflight_receive_bytes = 33554432")
                 .unwrap();

@@ -8,7 +8,9 @@
 //! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
+//! - [`gate`]: what a gRPC call passes before it is decoded (the request read deadline).
 //! - [`metrics`]: Prometheus text over HTTP.
+//! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
 //! - [`server`]: opening the data directory and running everything until a signal.
 //! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
@@ -20,7 +22,9 @@ pub mod config;
 pub mod convert;
 pub mod driver;
 pub mod error;
+pub mod gate;
 pub mod metrics;
+pub mod net;
 pub mod remoting;
 pub mod server;
 pub mod service;

@@ -80,6 +80,21 @@ pub const RPCS: [&str; 12] = [
     "Admin",
 ];
 
+/// The request limits whose refusals are counted by name
+/// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
+pub const LIMITS: [&str; 8] = [
+    "max_batch_messages",
+    "max_filter_expression_bytes",
+    "max_name_bytes",
+    "remoting_max_header_bytes",
+    // A remoting body larger than its request kind carries (none for most).
+    "remoting_request_body",
+    "max_connections",
+    // Connections closed after nothing was read from them (gRPC) or no request came (remoting).
+    "idle_timeout_ms",
+    "request_read_timeout_ms",
+];
+
 /// The broker's own metrics (the core's counters are read at scrape time).
 #[derive(Debug, Default)]
 pub struct Metrics {
@@ -98,6 +113,10 @@ pub struct Metrics {
     pub receive_bytes_in_flight: AtomicU64,
     /// Receives refused (`TOO_MANY_REQUESTS`) because those bytes used up the budget.
     pub receives_over_budget: AtomicU64,
+    /// Connections open (gRPC, remoting and name server together).
+    pub connections_open: AtomicU64,
+    /// Requests (both protocols) refused by one of the [`LIMITS`], by limit.
+    pub over_limit: [AtomicU64; LIMITS.len()],
     /// RocketMQ 4 remoting request counters, once remoting serves.
     pub remoting: std::sync::OnceLock<Arc<crate::remoting::stats::RemotingStats>>,
 }
@@ -108,6 +127,22 @@ impl Metrics {
         if let Some(i) = RPCS.iter().position(|r| *r == rpc) {
             self.requests[i].fetch_add(1, Ordering::Relaxed);
         }
+    }
+
+    /// Counts one request refused by the limit named `limit` (one of [`LIMITS`]).
+    pub fn over_limit(&self, limit: &str) {
+        debug_assert!(LIMITS.contains(&limit), "unknown limit {limit}");
+        if let Some(i) = LIMITS.iter().position(|l| *l == limit) {
+            self.over_limit[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Refusals counted for the limit named `limit`.
+    pub fn over_limit_count(&self, limit: &str) -> u64 {
+        LIMITS
+            .iter()
+            .position(|l| *l == limit)
+            .map_or(0, |i| self.over_limit[i].load(Ordering::Relaxed))
     }
 }
 
@@ -154,6 +189,17 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "Requests answered with a non-OK status",
         m.request_errors.load(Ordering::Relaxed),
     );
+    let _ = writeln!(
+        out,
+        "# HELP rocklet_requests_over_limit_total Requests (gRPC and remoting) refused by a configured limit, by the config field\n# TYPE rocklet_requests_over_limit_total counter"
+    );
+    for (i, limit) in LIMITS.iter().enumerate() {
+        let _ = writeln!(
+            out,
+            "rocklet_requests_over_limit_total{{limit=\"{limit}\"}} {}",
+            m.over_limit[i].load(Ordering::Relaxed)
+        );
+    }
     if let Some(r) = m.remoting.get() {
         r.render(&mut out);
     }
@@ -317,6 +363,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     );
     gauge(
         &mut out,
+        "rocklet_connections_open",
+        "Connections open (gRPC, remoting and name server together)",
+        m.connections_open.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
         "rocklet_telemetry_streams",
         "Open telemetry streams",
         m.telemetry_streams.load(Ordering::Relaxed),
@@ -348,8 +400,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
 /// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 until the task is dropped.
 pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics>) {
     loop {
-        let Ok((mut sock, _)) = listener.accept().await else {
-            continue;
+        let (mut sock, _) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                crate::net::accept_failed(&e, "metrics").await;
+                continue;
+            }
         };
         let (core, metrics) = (core.clone(), metrics.clone());
         tokio::spawn(async move {

@@ -8,15 +8,16 @@ use rocklet_core::{AnyStorage, Broker, FileStorage};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
-use tokio_stream::wrappers::TcpListenerStream;
-use tokio_stream::StreamExt;
+use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::driver::{self, CoreHandle};
+use crate::gate::GateLayer;
 use crate::metrics::{self, Metrics};
+use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
 use crate::remoting::handlers::Ctx as RemotingCtx;
@@ -48,6 +49,8 @@ pub struct RunningBroker {
 /// Opens the data directory (recovering the log) and starts serving.
 pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<RunningBroker, String> {
     cfg.validate()?;
+    // Descriptors: as many as the hard limit allows; connections are capped below them.
+    let fd_limit = net::raise_fd_limit();
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -127,31 +130,41 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
 
     let m = Arc::new(Metrics::default());
+    let open = net::open_fds();
+    let cap = net::connection_cap(cfg.max_connections, fd_limit, open);
+    if cap < cfg.max_connections {
+        warn!(max_connections = cfg.max_connections, cap, fd_limit = ?fd_limit, fds_open = open, reserve = net::FD_RESERVE, "the file descriptor limit caps connections below max_connections");
+    }
+    let conn_limit = Arc::new(ConnLimit::new(cap, m.clone()));
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
-    let max_decode = (cfg.core.max_message_size.max(cfg.core.max_batch_size) as usize)
-        .saturating_mul(2)
-        + (1 << 20);
+    let max_decode = cfg.max_request_message_bytes();
     let messaging =
         MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
             .max_decoding_message_size(max_decode)
             .max_encoding_message_size(max_decode);
     let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
-    // Small replies (receives, acks) must not wait for Nagle's algorithm: set TCP_NODELAY on
-    // every accepted connection (the builder's own setting covers only listeners it binds).
-    let incoming = TcpListenerStream::new(listener).map(|conn| {
-        conn.inspect(|s| {
-            if let Err(e) = s.set_nodelay(true) {
-                warn!("cannot set TCP_NODELAY: {e}");
-            }
-        })
-    });
+    // Our own accept loop: the connection cap, TCP_NODELAY, and a pause when out of
+    // descriptors (tonic's stream over the listener retried at once, spinning a core).
+    let idle = std::time::Duration::from_millis(cfg.idle_timeout_ms);
+    let incoming = ReceiverStream::new(net::grpc_incoming(
+        listener,
+        conn_limit.clone(),
+        idle,
+        m.clone(),
+    ));
+    let ms = std::time::Duration::from_millis;
     let server = tokio::spawn(
         tonic::transport::Server::builder()
             // Streams one connection may have open (tonic's default is no limit).
             .max_concurrent_streams(cfg.max_concurrent_streams)
+            .http2_max_header_list_size(cfg.grpc_max_header_list_bytes)
+            // Dead peers go: a PING every interval, closed when one is not answered in time.
+            .http2_keepalive_interval(Some(ms(cfg.http2_keepalive_interval_ms)))
+            .http2_keepalive_timeout(Some(ms(cfg.http2_keepalive_timeout_ms)))
+            .layer(GateLayer::new(ms(cfg.request_read_timeout_ms), m.clone()))
             .add_service(messaging)
             .add_service(admin)
             .serve_with_incoming_shutdown(incoming, async {
@@ -171,7 +184,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
             .with_clock(clock.clone())
-            .with_metrics(m.clone());
+            .with_metrics(m.clone())
+            .with_conn_limit(conn_limit.clone());
         let _ = m.remoting.set(ctx.stats());
         let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
         match r {
@@ -188,7 +202,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     } else {
         None
     };
-    info!(%addr, metrics = ?metrics_addr, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
+    info!(%addr, metrics = ?metrics_addr, max_connections = cap, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     Ok(RunningBroker {
         addr,
         metrics_addr,

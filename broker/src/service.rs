@@ -82,6 +82,20 @@ impl Messaging {
         }
     }
 
+    /// A resource's name, refused when missing or longer than `max_name_bytes`.
+    fn name(&self, r: Option<&pb::Resource>, field: &str) -> Result<String, Status> {
+        let name = resource_name(r, field)?;
+        let max = self.cfg.max_name_bytes;
+        if name.len() > max {
+            self.metrics.over_limit("max_name_bytes");
+            return Err(bad_request(format!(
+                "`{field}` is {} bytes, more than the broker's max_name_bytes of {max}",
+                name.len()
+            )));
+        }
+        Ok(name)
+    }
+
     fn counted(&self, rpc: &str, s: &Status) {
         self.metrics.request(rpc);
         self.refused(rpc, s);
@@ -178,6 +192,17 @@ impl Messaging {
         let n = req.messages.len();
         if n == 0 {
             return (bad_request("SendMessage holds no message"), Vec::new());
+        }
+        let limit = self.cfg.max_batch_messages as usize;
+        if n > limit {
+            self.metrics.over_limit("max_batch_messages");
+            return (
+                status(
+                    Code::PayloadTooLarge,
+                    format!("TOO_MANY_MESSAGES: SendMessage holds {n} messages, more than the broker's max_batch_messages of {limit}; send them in smaller batches"),
+                ),
+                Vec::new(),
+            );
         }
         let mut ids = Vec::with_capacity(n);
         let mut converted = Vec::with_capacity(n);
@@ -306,11 +331,11 @@ impl Messaging {
                 None,
             )
         };
-        let group = match resource_name(req.group.as_ref(), "group") {
+        let group = match self.name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => return one(s),
         };
-        let topic = match resource_name(
+        let topic = match self.name(
             req.message_queue.as_ref().and_then(|q| q.topic.as_ref()),
             "message_queue.topic",
         ) {
@@ -323,6 +348,17 @@ impl Messaging {
                 Code::IllegalFilterExpression,
                 "ILLEGAL_FILTER_EXPRESSION: SQL92 filters are not supported; use a tag expression",
             )),
+            Some(f) if f.expression.len() > self.cfg.max_filter_expression_bytes => {
+                self.metrics.over_limit("max_filter_expression_bytes");
+                return one(status(
+                    Code::IllegalFilterExpression,
+                    format!(
+                        "FILTER_TOO_LONG: filter_expression.expression is {} bytes, more than the broker's max_filter_expression_bytes of {}",
+                        f.expression.len(),
+                        self.cfg.max_filter_expression_bytes
+                    ),
+                ));
+            }
             Some(f) => TagFilter::parse(&f.expression),
         };
         let invisible_ms = match (&req.invisible_duration, req.auto_renew) {
@@ -423,7 +459,7 @@ impl Messaging {
     }
 
     async fn ack(&self, req: pb::AckMessageRequest) -> pb::AckMessageResponse {
-        let group = match resource_name(req.group.as_ref(), "group") {
+        let group = match self.name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => {
                 return pb::AckMessageResponse {
@@ -486,7 +522,7 @@ impl Messaging {
             status: Some(s),
             receipt_handle: String::new(),
         };
-        let group = match resource_name(req.group.as_ref(), "group") {
+        let group = match self.name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => return fail(s),
         };
@@ -520,7 +556,7 @@ impl Messaging {
     }
 
     async fn forward_to_dlq(&self, req: pb::ForwardMessageToDeadLetterQueueRequest) -> Status {
-        let group = match resource_name(req.group.as_ref(), "group") {
+        let group = match self.name(req.group.as_ref(), "group") {
             Ok(g) => g,
             Err(s) => return s,
         };
@@ -867,7 +903,7 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::QueryRouteRequest>,
     ) -> Result<Response<pb::QueryRouteResponse>, GrpcStatus> {
         let req = request.into_inner();
-        let resp = match resource_name(req.topic.as_ref(), "topic") {
+        let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryRouteResponse {
                 status: Some(s),
                 message_queues: Vec::new(),
@@ -906,7 +942,13 @@ impl MessagingService for Messaging {
         let n = req.messages.len();
         let (status, mut entries) = self.send(req, client).await;
         if entries.is_empty() {
-            // One entry per message, each with the failure, as clients read entries.
+            // One entry per message, each with the failure, as clients read entries (one
+            // only for a request refused for its count: its size is the problem).
+            let n = if n > self.cfg.max_batch_messages as usize {
+                1
+            } else {
+                n
+            };
             entries = (0..n.max(1))
                 .map(|_| pb::SendResultEntry {
                     status: Some(status.clone()),
@@ -927,7 +969,7 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, GrpcStatus> {
         let req = request.into_inner();
-        let resp = match resource_name(req.topic.as_ref(), "topic") {
+        let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryAssignmentResponse {
                 status: Some(s),
                 assignments: Vec::new(),

@@ -372,6 +372,7 @@ struct BrokerProcess {
     child: KillOnDrop,
     addr: std::net::SocketAddr,
     metrics: Option<std::net::SocketAddr>,
+    remoting: Option<std::net::SocketAddr>,
     _dir: tempfile::TempDir,
 }
 
@@ -407,8 +408,12 @@ impl BrokerProcess {
                     .collect(),
             )
         };
+        let mut remoting = None;
         let (addr, metrics) = loop {
             let line = lines.next().expect("broker log").unwrap();
+            if let Some(r) = after(&line, "remoting=Some(") {
+                remoting = r.parse().ok();
+            }
             if let Some(a) = after(&line, "addr=") {
                 let m = after(&line, "metrics=Some(").map(|m| m.parse().unwrap());
                 break (a.parse().unwrap(), m);
@@ -419,6 +424,7 @@ impl BrokerProcess {
             child,
             addr,
             metrics,
+            remoting,
             _dir: dir,
         }
     }
@@ -804,4 +810,334 @@ impl Drop for KillOnDrop {
         let _ = self.0.kill();
         let _ = self.0.wait();
     }
+}
+
+/// A SendMessage carrying more messages than `max_batch_messages` is refused whole at once,
+/// naming the limit, before the core sees it (100,000 one-byte messages held the core
+/// thread for minutes); a batch at the limit is stored.
+#[tokio::test]
+async fn a_send_of_more_messages_than_max_batch_messages_is_refused_at_once() {
+    let mut b = TestBroker::start().await;
+    let c = &mut b.client;
+    let huge: Vec<pb::Message> = (0..100_000)
+        .map(|i| msg("Huge", b"x", pb::MessageType::Normal, &format!("H{i}")))
+        .collect();
+    let t = Instant::now();
+    let r = tokio::time::timeout(Duration::from_secs(30), send(c, huge))
+        .await
+        .expect("a send of 100,000 messages is answered at once, not after the core worked on it");
+    assert_status(
+        &status_of(&r),
+        pb::Code::PayloadTooLarge,
+        "max_batch_messages of 10000",
+    );
+    assert!(
+        status_of(&r).message.starts_with("TOO_MANY_MESSAGES"),
+        "{}",
+        status_of(&r).message
+    );
+    assert_eq!(
+        r.entries.len(),
+        1,
+        "one entry for a request refused for its count"
+    );
+    assert!(
+        t.elapsed() < Duration::from_secs(10),
+        "refused in {:?}",
+        t.elapsed()
+    );
+    nothing_stored(c, "Huge").await;
+    let m = &b.broker.as_ref().unwrap().metrics;
+    assert_eq!(m.over_limit_count("max_batch_messages"), 1);
+    b.stop().await;
+
+    // A configured limit: a batch at it is stored, one above it is refused.
+    let mut b = TestBroker::start_with(|c| c.max_batch_messages = 50).await;
+    let c = &mut b.client;
+    let batch = |n: usize| -> Vec<pb::Message> {
+        (0..n)
+            .map(|i| msg("Fifty", b"y", pb::MessageType::Normal, &format!("F{n}-{i}")))
+            .collect()
+    };
+    let r = send(c, batch(51)).await;
+    assert_status(
+        &status_of(&r),
+        pb::Code::PayloadTooLarge,
+        "max_batch_messages of 50",
+    );
+    nothing_stored(c, "Fifty").await;
+    let r = send(c, batch(50)).await;
+    assert_eq!(status_of(&r).code, OK, "{}", status_of(&r).message);
+    assert_eq!(r.entries.len(), 50);
+    b.stop().await;
+}
+
+/// A tag expression of `n` bytes made of many short tags (what the parsed filter costs most).
+fn long_tag_expression(n: usize) -> String {
+    let mut e = String::with_capacity(n + 16);
+    let mut i = 0u64;
+    while e.len() < n {
+        if i > 0 {
+            e.push_str("||");
+        }
+        e.push_str(&format!("t{i}"));
+        i += 1;
+    }
+    e
+}
+
+/// Request fields that a long poll holds (filter expressions, names) and remoting bodies of
+/// requests that carry none are bounded before they cost memory: 16 receives with 5.9 MB
+/// tag expressions took the RSS from 8 MB to 1 GB, 96 long-polling pulls with 15 MiB bodies
+/// 1.4 GiB. Now each is refused at once, naming the limit, and the RSS barely moves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_memory() {
+    use rocklet_broker::remoting::codec::{self, RemotingCommand};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let broker = BrokerProcess::start("", true);
+    let (addr, pid) = (broker.addr, broker.pid());
+    let remoting = broker.remoting.expect("remoting served");
+    let mut c = connect(addr).await;
+    send_ok(&mut c, msg("Other", b"x", pb::MessageType::Normal, "O1")).await;
+    let baseline = rss_kib(pid);
+
+    // 16 long-polling receives of an empty topic with a 5.9 MB tag expression each.
+    let expression = long_tag_expression(5_900_000);
+    let mut calls = Vec::new();
+    for i in 0..16 {
+        let mut c = c.clone();
+        let mut req = receive_req("QuietFilter", &format!("FG{i}"));
+        req.filter_expression = Some(pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: expression.clone(),
+        });
+        calls.push(tokio::spawn(async move {
+            let t = Instant::now();
+            (receive_status(&mut c, req).await, t.elapsed())
+        }));
+    }
+    // 32 long-polling pulls with a 15 MiB body each, on one remoting connection.
+    let mut s = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    let pull = |opaque: i32, body: Vec<u8>, subscription: &str| {
+        let ext = [
+            ("consumerGroup", "PullG"),
+            ("topic", "QuietPull"),
+            ("queueId", "0"),
+            ("queueOffset", "0"),
+            ("sysFlag", "2"),
+            ("suspendTimeoutMillis", "20000"),
+            ("subscription", subscription),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut r = RemotingCommand::request(11, ext, body);
+        r.opaque = opaque;
+        r.encode()
+    };
+    let fat = vec![b'z'; 15 << 20];
+    for i in 1..=32 {
+        s.write_all(&pull(i, fat.clone(), "*")).await.unwrap();
+    }
+    // And one with a long subscription, one heartbeat with a long client id.
+    s.write_all(&pull(33, Vec::new(), &long_tag_expression(100_000)))
+        .await
+        .unwrap();
+    let hb = serde_json::json!({"clientID": "c".repeat(300), "consumerDataSet": [], "producerDataSet": []});
+    let mut h = RemotingCommand::request(34, Default::default(), serde_json::to_vec(&hb).unwrap());
+    h.opaque = 34;
+    s.write_all(&h.encode()).await.unwrap();
+    let mut answers = std::collections::BTreeMap::new();
+    while answers.len() < 34 {
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(20), s.read_exact(&mut len))
+            .await
+            .expect("every refused request is answered at once, not after its long poll")
+            .unwrap();
+        let mut buf = vec![0; codec::frame_length(len).unwrap()];
+        s.read_exact(&mut buf).await.unwrap();
+        let r = codec::decode_frame(&buf).unwrap();
+        answers.insert(r.opaque, (r.code, r.remark.unwrap_or_default()));
+    }
+    for i in 1..=32 {
+        let (code, remark) = &answers[&i];
+        assert_eq!(*code, 1, "{remark}");
+        assert!(remark.contains("PULL_MESSAGE carries no body"), "{remark}");
+    }
+    assert_eq!(answers[&33].0, 23, "{}", answers[&33].1);
+    assert!(
+        answers[&33]
+            .1
+            .contains("max_filter_expression_bytes of 65536"),
+        "{}",
+        answers[&33].1
+    );
+    assert_eq!(answers[&34].0, 1, "{}", answers[&34].1);
+    assert!(
+        answers[&34].1.contains("max_name_bytes of 255"),
+        "{}",
+        answers[&34].1
+    );
+    for call in calls {
+        let (st, took) = call.await.unwrap();
+        assert_status(
+            &st,
+            pb::Code::IllegalFilterExpression,
+            "max_filter_expression_bytes of 65536",
+        );
+        assert!(took < Duration::from_secs(10), "refused after {took:?}");
+    }
+    let after = rss_kib(pid);
+    eprintln!("broker RSS: {baseline} KiB before, {after} KiB after 16 receives with 5.9 MB filters and 32 pulls with 15 MiB bodies");
+    assert!(
+        after < baseline + 96 * 1024,
+        "the refused requests grew the RSS from {baseline} KiB to {after} KiB"
+    );
+    // A name longer than max_name_bytes is refused too.
+    let st = receive_status(&mut c, receive_req("QuietFilter", &"g".repeat(300))).await;
+    assert_status(&st, pb::Code::BadRequest, "max_name_bytes of 255");
+    assert!(
+        broker.metric("rocklet_requests_over_limit_total{limit=\"max_filter_expression_bytes\"}")
+            >= 17
+    );
+    assert!(
+        broker.metric("rocklet_requests_over_limit_total{limit=\"remoting_request_body\"}") >= 32
+    );
+    // Still serving.
+    send_ok(&mut c, msg("Other", b"y", pb::MessageType::Normal, "O2")).await;
+}
+
+/// Whether the broker closes `s` within `within` (reads end, or the connection is reset).
+async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {} // the server's HTTP/2 settings, then nothing
+        }
+    }
+}
+
+/// Connections that say nothing are closed after `idle_timeout_ms`, requests that begin and
+/// never finish after `request_read_timeout_ms` (a slowloris stream gets DEADLINE_EXCEEDED),
+/// while live clients (which answer the HTTP/2 keepalive pings, or wait on a long poll) are
+/// kept however long they are quiet.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn silent_and_slow_peers_are_closed_and_quiet_live_ones_kept() {
+    use tokio::io::AsyncWriteExt;
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.idle_timeout_ms = 800;
+        c.request_read_timeout_ms = 600;
+        c.http2_keepalive_interval_ms = 200;
+        c.http2_keepalive_timeout_ms = 1_000;
+    })
+    .await;
+    let (grpc, remoting) = (b.addr(), b.broker.as_ref().unwrap().remoting_addr.unwrap());
+    let m = b.broker.as_ref().unwrap().metrics.clone();
+    let mut live = connect(grpc).await;
+    send_ok(&mut live, msg("Quiet", b"q", pb::MessageType::Normal, "Q0")).await;
+
+    // Silent TCP connections (no HTTP/2 preface, no remoting frame) are closed.
+    let t = Instant::now();
+    let mut silent_grpc = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let mut silent_remoting = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    assert!(
+        closed_within(&mut silent_grpc, Duration::from_secs(5)).await,
+        "a silent gRPC connection stays open"
+    );
+    assert!(
+        closed_within(&mut silent_remoting, Duration::from_secs(5)).await,
+        "a silent remoting connection stays open"
+    );
+    assert!(
+        t.elapsed() >= Duration::from_millis(700),
+        "closed before the idle timeout: {:?}",
+        t.elapsed()
+    );
+    assert_eq!(m.over_limit_count("idle_timeout_ms"), 2);
+
+    // A remoting frame that starts and never finishes closes its connection.
+    let mut slow = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    slow.write_all(&100u32.to_be_bytes()).await.unwrap();
+    assert!(
+        closed_within(&mut slow, Duration::from_secs(5)).await,
+        "a half-sent remoting frame holds its connection"
+    );
+    assert_eq!(m.over_limit_count("request_read_timeout_ms"), 1);
+
+    // A gRPC call whose request never finishes fails with DEADLINE_EXCEEDED, on a connection
+    // that answers pings (and so is not idle).
+    let tcp = tokio::net::TcpStream::connect(grpc).await.unwrap();
+    let (mut h2c, conn) = h2::client::handshake(tcp).await.unwrap();
+    tokio::spawn(async move {
+        let _ = conn.await;
+    });
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{grpc}/apache.rocketmq.v2.MessagingService/SendMessage"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let (resp, mut body) = h2c.send_request(req, false).unwrap();
+    body.send_data(bytes::Bytes::from_static(&[0, 0, 0]), false)
+        .unwrap();
+    let resp = tokio::time::timeout(Duration::from_secs(5), resp)
+        .await
+        .expect("a half-sent request is answered once its read deadline passes")
+        .unwrap();
+    let (parts, mut rbody) = resp.into_parts();
+    let (code, message) = match parts.headers.get("grpc-status") {
+        Some(c) => (c.clone(), parts.headers.get("grpc-message").cloned()),
+        None => {
+            let t = rbody.trailers().await.unwrap().expect("trailers");
+            (t["grpc-status"].clone(), t.get("grpc-message").cloned())
+        }
+    };
+    assert_eq!(code, "4", "DEADLINE_EXCEEDED, with {message:?}");
+    let message = message
+        .map(|m| m.to_str().unwrap().to_string())
+        .unwrap_or_default();
+    assert!(message.contains("request_read_timeout_ms"), "{message}");
+    assert_eq!(m.over_limit_count("request_read_timeout_ms"), 2);
+
+    // Quiet live clients stay: a gRPC client idle for 2 idle timeouts still has its
+    // connection (it answered the pings), a remoting pull waits 1.5 s and is answered.
+    let mut pulling = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    let ext = [
+        ("consumerGroup", "QuietG"),
+        ("topic", "QuietPull"),
+        ("queueId", "0"),
+        ("queueOffset", "0"),
+        ("sysFlag", "2"),
+        ("suspendTimeoutMillis", "1500"),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut pull = rocklet_broker::remoting::codec::RemotingCommand::request(11, ext, Vec::new());
+    pull.opaque = 1;
+    pulling.write_all(&pull.encode()).await.unwrap();
+    tokio::time::sleep(Duration::from_millis(1_900)).await;
+    {
+        use tokio::io::AsyncReadExt;
+        let mut len = [0u8; 4];
+        tokio::time::timeout(Duration::from_secs(1), pulling.read_exact(&mut len))
+            .await
+            .expect("the long poll was answered")
+            .expect("on its connection, still open");
+    }
+    send_ok(&mut live, msg("Quiet", b"q", pb::MessageType::Normal, "Q1")).await;
+    assert_eq!(
+        m.over_limit_count("idle_timeout_ms"),
+        2,
+        "a live connection was closed as idle"
+    );
+    drop(b);
 }

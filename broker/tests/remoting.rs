@@ -417,6 +417,10 @@ async fn malformed_frames_close_the_connection_and_the_broker_keeps_serving() {
         f.extend_from_slice(h);
         closed(remoting, &f).await;
     }
+    // A header above remoting_max_header_bytes (256 KiB) closes before it is read.
+    let mut f = (4 + (300u32 << 10)).to_be_bytes().to_vec();
+    f.extend_from_slice(&(300u32 << 10).to_be_bytes());
+    closed(remoting, &f).await;
     // A declared 16 MiB frame that never comes: the connection just waits, then closes
     // when the client goes (nothing is allocated up front).
     {
@@ -1195,4 +1199,119 @@ async fn remoting_requests_show_in_the_metrics() {
         assert!(text.contains(needle), "missing `{needle}` in\n{text}");
     }
     b.stop().await;
+}
+
+/// v4 clients send END_TRANSACTION and UPDATE_CONSUMER_OFFSET oneway and close the
+/// connection right after (at shutdown): every request fully read is carried out, even
+/// though its connection is gone by the time it runs.
+#[tokio::test]
+async fn oneway_requests_are_carried_out_after_their_connection_closes() {
+    let (_b, remoting, _) = start().await;
+    let mut p = V4::connect(remoting, SerializeType::Json).await;
+    let mut offsets = Vec::new();
+    for i in 0..5 {
+        let id = format!("T{i}");
+        let r = send(
+            &mut p,
+            "V4OnewayTxn",
+            &id,
+            &[
+                ("TRAN_MSG", "true"),
+                ("PGROUP", "OnewayPG"),
+                ("UNIQ_KEY", &id),
+            ],
+        )
+        .await;
+        let off = u64::from_str_radix(&r.ext["msgId"][16..], 16).unwrap();
+        offsets.push((off, r.ext["queueOffset"].clone()));
+    }
+    send(&mut p, "V4OnewayOffset", "o", &[]).await;
+    // One write: five oneway commits and a oneway offset update, then the socket closes.
+    let mut bytes = Vec::new();
+    for (i, (off, qo)) in offsets.iter().enumerate() {
+        let mut c = RemotingCommand::request(
+            37,
+            fields(&[
+                ("producerGroup", "OnewayPG"),
+                ("tranStateTableOffset", qo),
+                ("commitLogOffset", &off.to_string()),
+                ("commitOrRollback", "8"),
+                ("fromTransactionCheck", "false"),
+            ]),
+            Vec::new(),
+        );
+        c.flag = codec::FLAG_ONEWAY;
+        c.opaque = 100 + i as i32;
+        bytes.extend(c.encode());
+    }
+    let mut c = RemotingCommand::request(
+        15,
+        fields(&[
+            ("consumerGroup", "OnewayCG"),
+            ("topic", "V4OnewayOffset"),
+            ("queueId", "0"),
+            ("commitOffset", "1"),
+        ]),
+        Vec::new(),
+    );
+    c.flag = codec::FLAG_ONEWAY;
+    c.opaque = 200;
+    bytes.extend(c.encode());
+    {
+        let mut s = TcpStream::connect(remoting).await.unwrap();
+        s.write_all(&bytes).await.unwrap();
+    }
+    // Every transaction committed, the offset stored.
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let deadline = Instant::now() + Duration::from_secs(10);
+    let mut got = Vec::new();
+    while got.len() < 5 {
+        assert!(
+            Instant::now() < deadline,
+            "only {got:?} of 5 oneway commits were carried out after the connection closed"
+        );
+        let r = pull(&mut c, "V4OnewayTxn", got.len() as u64, 500).await;
+        got.extend(records(&r.body).into_iter().map(|r| r.1));
+    }
+    assert_eq!(got, [b"T0", b"T1", b"T2", b"T3", b"T4"]);
+    let q = [
+        ("consumerGroup", "OnewayCG"),
+        ("topic", "V4OnewayOffset"),
+        ("queueId", "0"),
+    ];
+    let r = c.call(14, &q, Vec::new()).await;
+    assert_eq!(
+        (r.code, r.ext["offset"].as_str()),
+        (0, "1"),
+        "the oneway offset update was stored"
+    );
+    // Long polls are not waited for: a connection closing with a 20 s pull pending is
+    // cleaned up at once (its queue lock is free for another client).
+    let mut a = V4::connect(remoting, SerializeType::Json).await;
+    assert_eq!(lock(&mut a, "LockG", "holder", &[0]).await, [0]);
+    let mut poll = RemotingCommand::request(
+        11,
+        fields(&[
+            ("consumerGroup", "LockG"),
+            ("topic", "V4Lock"),
+            ("queueId", "0"),
+            ("queueOffset", "0"),
+            ("sysFlag", "2"),
+            ("suspendTimeoutMillis", "20000"),
+        ]),
+        Vec::new(),
+    );
+    poll.opaque = 99;
+    a.write(&poll).await;
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    drop(a);
+    let t = Instant::now();
+    let mut b = V4::connect(remoting, SerializeType::Json).await;
+    while lock(&mut b, "LockG", "other", &[0]).await.is_empty() {
+        assert!(
+            t.elapsed() < Duration::from_secs(5),
+            "the closed connection's long poll held up its clean-up"
+        );
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }

@@ -224,27 +224,38 @@ pub fn frame_length(prefix: [u8; 4]) -> Result<usize, CodecError> {
     Ok(n)
 }
 
+/// Reads the HEADER LEN field of a frame of `frame` bytes (LENGTH): the serialization type
+/// and the header length, checked to fit in the frame. The body is the rest of the frame.
+pub fn header_length(field: [u8; 4], frame: usize) -> Result<(u8, usize), CodecError> {
+    let ori = u32::from_be_bytes(field);
+    let ty = (ori >> 24) as u8;
+    let header_len = (ori & 0x00FF_FFFF) as usize;
+    if header_len > frame.saturating_sub(4) {
+        return Err(CodecError::BadHeaderLength {
+            header: header_len,
+            frame,
+        });
+    }
+    Ok((ty, header_len))
+}
+
+/// Decodes a header of serialization type `ty` (the command without its body).
+pub fn decode_header(ty: u8, header: &[u8]) -> Result<RemotingCommand, CodecError> {
+    match ty {
+        0 => decode_json(header),
+        1 => decode_binary(header),
+        t => Err(CodecError::UnknownSerialization(t)),
+    }
+}
+
 /// Decodes the bytes after the LENGTH field (exactly LENGTH of them).
 pub fn decode_frame(frame: &[u8]) -> Result<RemotingCommand, CodecError> {
     if frame.len() < 4 || frame.len() > MAX_FRAME {
         return Err(CodecError::BadLength(frame.len()));
     }
-    let ori = u32::from_be_bytes([frame[0], frame[1], frame[2], frame[3]]);
-    let ty = (ori >> 24) as u8;
-    let header_len = (ori & 0x00FF_FFFF) as usize;
-    let rest = &frame[4..];
-    if header_len > rest.len() {
-        return Err(CodecError::BadHeaderLength {
-            header: header_len,
-            frame: frame.len(),
-        });
-    }
-    let (header, body) = rest.split_at(header_len);
-    let mut cmd = match ty {
-        0 => decode_json(header)?,
-        1 => decode_binary(header)?,
-        t => return Err(CodecError::UnknownSerialization(t)),
-    };
+    let (ty, header_len) = header_length([frame[0], frame[1], frame[2], frame[3]], frame.len())?;
+    let (header, body) = frame[4..].split_at(header_len);
+    let mut cmd = decode_header(ty, header)?;
     cmd.body = body.to_vec();
     Ok(cmd)
 }

@@ -61,6 +61,7 @@ pub mod status {
     pub const PULL_NOT_FOUND: i32 = 19;
     pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
     pub const QUERY_NOT_FOUND: i32 = 22;
+    pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
     pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
 }
 
@@ -75,8 +76,6 @@ const PULL_SUSPEND: i32 = 0x2;
 const MAX_PULL: u32 = 1024;
 /// Most messages one pop returns (RocketMQ's brokers take at most 32 too).
 const MAX_POP: u32 = 32;
-/// Largest batch body entry count we decode (the core bounds the bytes).
-const MAX_BATCH: usize = 10_000;
 
 /// What every connection shares.
 #[derive(Debug)]
@@ -98,6 +97,8 @@ pub struct Ctx {
     stats: Arc<RemotingStats>,
     /// The broker's metrics: non-SUCCESS answers count in its `request_errors` too.
     metrics: Option<Arc<Metrics>>,
+    /// The broker-wide connection cap (none: unlimited).
+    pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
 }
 
 impl Ctx {
@@ -114,6 +115,7 @@ impl Ctx {
             clock: Arc::new(SystemClock),
             stats: Arc::new(RemotingStats::default()),
             metrics: None,
+            conn_limit: None,
         }
     }
 
@@ -122,6 +124,20 @@ impl Ctx {
     pub fn with_metrics(mut self, metrics: Arc<Metrics>) -> Self {
         self.metrics = Some(metrics);
         self
+    }
+
+    /// The same context under a connection cap shared with the other listeners.
+    #[must_use]
+    pub fn with_conn_limit(mut self, limit: Arc<crate::net::ConnLimit>) -> Self {
+        self.conn_limit = Some(limit);
+        self
+    }
+
+    /// Counts a request refused by the configured limit named `limit`.
+    pub fn over_limit(&self, limit: &str) {
+        if let Some(m) = &self.metrics {
+            m.over_limit(limit);
+        }
     }
 
     /// The request counters (for the metrics endpoint).
@@ -155,6 +171,13 @@ pub struct Conn {
     writer_gone: AtomicBool,
     /// Woken when queued bytes were written or the writer stopped.
     drained: tokio::sync::Notify,
+    /// The peer closed (or the connection failed): long polls of it end, other requests
+    /// already read are still carried out.
+    gone: AtomicBool,
+    /// Woken when `gone` is set.
+    gone_notify: tokio::sync::Notify,
+    /// When a request was last read or an answer last written (the idle timeout's start).
+    last_active: Mutex<tokio::time::Instant>,
 }
 
 impl Conn {
@@ -177,6 +200,39 @@ impl Conn {
             queued: AtomicUsize::new(0),
             writer_gone: AtomicBool::new(false),
             drained: tokio::sync::Notify::new(),
+            gone: AtomicBool::new(false),
+            gone_notify: tokio::sync::Notify::new(),
+            last_active: Mutex::new(tokio::time::Instant::now()),
+        }
+    }
+
+    /// Something was read from or written to the peer just now.
+    pub fn active(&self) {
+        *lock(&self.last_active) = tokio::time::Instant::now();
+    }
+
+    /// When something was last read from or written to the peer.
+    #[must_use]
+    pub fn last_active(&self) -> tokio::time::Instant {
+        *lock(&self.last_active)
+    }
+
+    /// Nothing more is read from the peer: long polls waiting for it end now.
+    pub fn peer_gone(&self) {
+        self.gone.store(true, Ordering::Release);
+        self.gone_notify.notify_waiters();
+    }
+
+    /// Completes once the peer is gone ([`Conn::peer_gone`]).
+    pub async fn gone(&self) {
+        loop {
+            let woken = self.gone_notify.notified();
+            tokio::pin!(woken);
+            woken.as_mut().enable();
+            if self.gone.load(Ordering::Acquire) {
+                return;
+            }
+            woken.await;
         }
     }
 
@@ -192,6 +248,7 @@ impl Conn {
 
     /// The writer wrote a frame of `n` bytes (or dropped it unwritten).
     pub fn written(&self, n: usize) {
+        self.active();
         self.queued.fetch_sub(n, Ordering::AcqRel);
         self.drained.notify_waiters();
     }
@@ -427,6 +484,83 @@ fn number_or<T: std::str::FromStr>(
     }
 }
 
+/// Most body bytes of a request whose body is JSON (HEART_BEAT, LOCK_BATCH_MQ,
+/// UNLOCK_BATCH_MQ): a heartbeat of a client with thousands of subscriptions is far below it.
+pub const MAX_JSON_BODY: usize = 4 << 20;
+
+/// Most body bytes a request of `request_code` may carry: sends their message or batch (as
+/// much as a gRPC SendMessage may decode), JSON requests [`MAX_JSON_BODY`], every other
+/// served request none (a body there was only held, never read: 96 long-polling pulls with
+/// 15 MiB bodies held 1.4 GiB). Codes rocklet does not serve are answered whatever they carry.
+#[must_use]
+pub fn max_body(cfg: &BrokerConfig, request_code: i32) -> usize {
+    match request_code {
+        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
+            cfg.max_request_message_bytes()
+        }
+        code::HEART_BEAT | code::LOCK_BATCH_MQ | code::UNLOCK_BATCH_MQ => MAX_JSON_BODY,
+        c if super::stats::code_name(c) == "OTHER" => super::codec::MAX_FRAME,
+        _ => 0,
+    }
+}
+
+/// The answer to a request whose body of `body_len` bytes is more than its kind carries
+/// ([`max_body`]), or `None` when it fits.
+#[must_use]
+pub fn body_refusal(ctx: &Ctx, req: &RemotingCommand, body_len: usize) -> Option<RemotingCommand> {
+    let max = max_body(&ctx.cfg, req.code);
+    if body_len <= max {
+        return None;
+    }
+    let name = super::stats::code_name(req.code);
+    ctx.over_limit("remoting_request_body");
+    Some(if max == 0 {
+        fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("BODY_NOT_EXPECTED: {name} carries no body; this one has {body_len} bytes (refused unread)"),
+        )
+    } else {
+        fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            format!("BODY_TOO_LARGE: the body of {name} is {body_len} bytes, more than the {max} it may carry (refused unread)"),
+        )
+    })
+}
+
+/// A request refused before it was handled: counted, and answered unless it is oneway.
+pub fn refused(ctx: &Ctx, conn: &Conn, req: &RemotingCommand, answer: RemotingCommand) {
+    ctx.stats.count(req.code, false);
+    if let Some(m) = &ctx.metrics {
+        m.request_errors.fetch_add(1, Ordering::Relaxed);
+    }
+    debug!(code = req.code, remark = ?answer.remark, "remoting request refused unread");
+    if !req.is_oneway() {
+        conn.send(&answer);
+    }
+}
+
+/// A tag filter header field (`subscription` of pulls, `exp` of pops), at most
+/// `max_filter_expression_bytes` long.
+fn filter_field<'a>(
+    ctx: &Ctx,
+    req: &'a RemotingCommand,
+    name: &str,
+) -> Result<&'a str, RemotingCommand> {
+    let v = field(req, name).unwrap_or("*");
+    let max = ctx.cfg.max_filter_expression_bytes;
+    if v.len() > max {
+        ctx.over_limit("max_filter_expression_bytes");
+        return Err(fail(
+            req,
+            status::SUBSCRIPTION_PARSE_FAILED,
+            format!("FILTER_TOO_LONG: `{name}` is {} bytes, more than the broker's max_filter_expression_bytes of {max}", v.len()),
+        ));
+    }
+    Ok(v)
+}
+
 /// Handles one request; `None` when nothing is to be answered.
 pub async fn handle(
     ctx: &Ctx,
@@ -444,7 +578,7 @@ pub async fn handle(
             send(ctx, conn, checks, &req).await
         }
         code::END_TRANSACTION => end_transaction(ctx, &req).await,
-        code::PULL_MESSAGE => pull(ctx, &req).await,
+        code::PULL_MESSAGE => pull(ctx, conn, &req).await,
         code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
         code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
         code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
@@ -453,7 +587,7 @@ pub async fn handle(
         code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
         code::LOCK_BATCH_MQ => lock_batch(ctx, conn, &req),
         code::UNLOCK_BATCH_MQ => unlock_batch(ctx, &req),
-        code::POP_MESSAGE => pop_message(ctx, &req).await,
+        code::POP_MESSAGE => pop_message(ctx, conn, &req).await,
         code::ACK_MESSAGE => ack_message(ctx, &req).await,
         code::CHANGE_MESSAGE_INVISIBLETIME => change_invisible(ctx, &req).await,
         other => Err(fail(
@@ -597,6 +731,23 @@ fn heartbeat(
     };
     let producers = names("producerDataSet");
     let consumers = names("consumerDataSet");
+    // Names are kept for as long as the connection lives: bounded like every other name.
+    let max = ctx.cfg.max_name_bytes;
+    if let Some(long) = std::iter::once(&client)
+        .chain(&producers)
+        .chain(&consumers)
+        .find(|n| n.len() > max)
+    {
+        ctx.over_limit("max_name_bytes");
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!(
+                "NAME_TOO_LONG: a name in the heartbeat is {} bytes, more than the broker's max_name_bytes of {max}",
+                long.len()
+            ),
+        ));
+    }
     if !producers.is_empty() {
         set_groups(ctx, conn, checks, |g| {
             let mut changed = false;
@@ -867,11 +1018,14 @@ fn incoming(h: SendHead<'_>, body: Vec<u8>, flag: i32, props: Vec<(String, Strin
 /// The messages of a SEND_BATCH_MESSAGE body (`MessageDecoder.encodeMessages`): per
 /// message TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, FLAG 4, BODY length 4 + body, PROPERTIES
 /// length 2 + properties.
-pub fn decode_batch(mut b: &[u8]) -> Result<Vec<(i32, Vec<u8>, String)>, String> {
+/// At most `max` messages are decoded (`max_batch_messages`; the core bounds the bytes).
+pub fn decode_batch(mut b: &[u8], max: usize) -> Result<Vec<(i32, Vec<u8>, String)>, String> {
     let mut out = Vec::new();
     while !b.is_empty() {
-        if out.len() >= MAX_BATCH {
-            return Err(format!("a batch holds at most {MAX_BATCH} messages"));
+        if out.len() >= max {
+            return Err(format!(
+                "TOO_MANY_MESSAGES: the batch holds more than the broker's max_batch_messages of {max}; send it in smaller batches"
+            ));
         }
         if b.len() < 20 {
             return Err(format!(
@@ -966,7 +1120,13 @@ async fn send(
         group: header_group,
     };
     let request = if batch {
-        let entries = decode_batch(&req.body).map_err(|e| fail(req, status::MESSAGE_ILLEGAL, e))?;
+        let max = ctx.cfg.max_batch_messages as usize;
+        let entries = decode_batch(&req.body, max).map_err(|e| {
+            if e.starts_with("TOO_MANY_MESSAGES") {
+                ctx.over_limit("max_batch_messages");
+            }
+            fail(req, status::MESSAGE_ILLEGAL, e)
+        })?;
         let mut messages = Vec::with_capacity(entries.len());
         for (flag, body, p) in entries {
             let mut all = parse_properties(props);
@@ -1078,8 +1238,9 @@ async fn end_transaction(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     }
 }
 
-/// PULL_MESSAGE, with long polling when the request allows suspending.
-async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+/// PULL_MESSAGE, with long polling when the request allows suspending (cut short when the
+/// peer goes: nobody would read the answer).
+async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topic = required(req, "topic")?.to_string();
     let queue_id: u32 = number(req, "queueId")?;
@@ -1088,7 +1249,7 @@ async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let flags: i32 = number_or(req, "sysFlag", 0)?;
     let commit: i64 = number_or(req, "commitOffset", -1i64)?;
     let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
-    let filter = TagFilter::parse(field(req, "subscription").unwrap_or("*"));
+    let filter = TagFilter::parse(filter_field(ctx, req, "subscription")?);
     if flags & PULL_COMMIT_OFFSET != 0 {
         if let Ok(c) = u64::try_from(commit) {
             let r = ctx
@@ -1176,11 +1337,17 @@ async fn pull(ctx: &Ctx, req: &RemotingCommand) -> Answer {
                 tokio::select! {
                     _ = woken => {}
                     () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {
+                        return Ok(answer(status::PULL_NOT_FOUND, offset, max_offset, Vec::new()));
+                    }
                 }
             }
             Reply::Error(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it (a retry topic, typically): nothing to pull.
-                tokio::time::sleep_until(deadline).await;
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
                 return Ok(answer(status::PULL_NOT_FOUND, offset, 0, Vec::new()));
             }
             Reply::Error(e) => return Err(client_error(req, &e)),
@@ -1274,9 +1441,9 @@ async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 }
 
 /// Pop consumers' filter: a tag expression (`expType` TAG, or none).
-fn pop_filter(req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
+fn pop_filter(ctx: &Ctx, req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
     match field(req, "expType") {
-        None | Some("" | "TAG") => Ok(TagFilter::parse(field(req, "exp").unwrap_or("*"))),
+        None | Some("" | "TAG") => Ok(TagFilter::parse(filter_field(ctx, req, "exp")?)),
         Some(other) => Err(fail(
             req,
             status::MESSAGE_ILLEGAL,
@@ -1315,8 +1482,8 @@ fn popped(
 }
 
 /// POP_MESSAGE: the core's Receive (messages invisible to the group for `invisibleTime`),
-/// long polling up to `pollTime` when nothing is ready.
-async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+/// long polling up to `pollTime` when nothing is ready (cut short when the peer goes).
+async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topic = required(req, "topic")?.to_string();
     let queue_id: i32 = number_or(req, "queueId", -1)?;
@@ -1337,7 +1504,7 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             "orderly pop (order = true) is not supported: use an orderly push consumer",
         ));
     }
-    let filter = pop_filter(req)?;
+    let filter = pop_filter(ctx, req)?;
     let poll_ms: u64 = number_or(req, "pollTime", 0u64)?;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(poll_ms.min(ctx.cfg.max_long_polling_ms));
@@ -1372,7 +1539,10 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             Reply::Received(_) => {}
             Reply::Error(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it: nothing to pop (yet).
-                tokio::time::sleep_until(deadline).await;
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
                 return Ok(not_found(ctx));
             }
             Reply::Error(e) => return Err(client_error(req, &e)),
@@ -1384,6 +1554,7 @@ async fn pop_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         tokio::select! {
             _ = woken => {}
             () = tokio::time::sleep_until(deadline) => {}
+            () = conn.gone() => return Ok(not_found(ctx)),
         }
     }
 }
@@ -1501,27 +1672,32 @@ mod tests {
     fn batches_decode_and_malformed_ones_are_named() {
         let mut b = entry(b"one", "UNIQ_KEY\u{1}A\u{2}");
         b.extend(entry(b"", ""));
-        let got = decode_batch(&b).unwrap();
+        let got = decode_batch(&b, 100).unwrap();
         assert_eq!(got.len(), 2);
         assert_eq!(
             got[0],
             (5, b"one".to_vec(), "UNIQ_KEY\u{1}A\u{2}".to_string())
         );
         assert_eq!(got[1].1, b"");
-        assert!(decode_batch(&[]).unwrap_err().contains("no message"));
-        assert!(decode_batch(&b[..b.len() - 1]).is_err());
-        assert!(decode_batch(&b[..10]).unwrap_err().contains("truncated"));
+        assert!(decode_batch(&[], 100).unwrap_err().contains("no message"));
+        assert!(decode_batch(&b, 1)
+            .unwrap_err()
+            .contains("max_batch_messages of 1"));
+        assert!(decode_batch(&b[..b.len() - 1], 100).is_err());
+        assert!(decode_batch(&b[..10], 100)
+            .unwrap_err()
+            .contains("truncated"));
         // a body length past the entry
         let mut bad = entry(b"abc", "");
         bad[16..20].copy_from_slice(&1000u32.to_be_bytes());
-        assert!(decode_batch(&bad).unwrap_err().contains("overruns"));
+        assert!(decode_batch(&bad, 100).unwrap_err().contains("overruns"));
         // a total size past the bytes, and one too small to hold the fixed fields
         let mut bad = entry(b"abc", "");
         bad[0..4].copy_from_slice(&u32::MAX.to_be_bytes());
-        assert!(decode_batch(&bad).unwrap_err().contains("declares"));
+        assert!(decode_batch(&bad, 100).unwrap_err().contains("declares"));
         let mut bad = entry(b"abc", "");
         bad[0..4].copy_from_slice(&3u32.to_be_bytes());
-        assert!(decode_batch(&bad).is_err());
+        assert!(decode_batch(&bad, 100).is_err());
     }
 
     #[test]

@@ -3,12 +3,17 @@
 //! request (so a long-polling pull does not hold up the connection). Memory per connection
 //! is bounded: at most [`MAX_IN_FLIGHT`] requests are handled at once, and no request is
 //! read while more than [`MAX_QUEUED_BYTES`] of responses wait for the peer to read them.
+//!
+//! When the peer closes, every request already read still runs to its end (a oneway
+//! END_TRANSACTION sent just before closing commits); long polls (pulls, pops) end at once.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use std::time::Duration;
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::tcp::OwnedReadHalf;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
@@ -101,13 +106,25 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
         tokio::select! {
             r = l.accept() => match r {
                 Ok((s, peer)) => {
+                    let permit = match &ctx.conn_limit {
+                        Some(limit) => match limit.admit() {
+                            Some(p) => Some(p),
+                            None => {
+                                debug!(%peer, max = limit.max(), "remoting connection refused: max_connections reached");
+                                continue;
+                            }
+                        },
+                        None => None,
+                    };
                     let id = next.fetch_add(1, Ordering::Relaxed);
-                    conns.spawn(serve(s, peer, id, ctx.clone()));
+                    let ctx = ctx.clone();
+                    conns.spawn(async move {
+                        serve(s, peer, id, ctx).await;
+                        drop(permit);
+                    });
                 }
-                Err(e) => {
-                    debug!(error = %e, "remoting accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(50)).await;
-                }
+                // Out of descriptors: pause instead of failing again at once.
+                Err(e) => crate::net::accept_failed(&e, "remoting").await,
             },
             Some(_) = conns.join_next(), if !conns.is_empty() => {}
         }
@@ -135,40 +152,51 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
     debug!(conn = id, %peer, "remoting connection");
-    loop {
+    let idle = Duration::from_millis(ctx.cfg.idle_timeout_ms);
+    let read_timeout = Duration::from_millis(ctx.cfg.request_read_timeout_ms);
+    'conn: loop {
         // A peer that does not read its responses gets no more of them made.
         if !conn.drained_to(MAX_QUEUED_BYTES).await {
             break;
         }
-        let mut prefix = [0u8; 4];
-        if rd.read_exact(&mut prefix).await.is_err() {
-            break;
+        // Idle: nothing read or written for idle_timeout_ms while no request is being handled
+        // closes it. (A peek waits for a byte without taking it: giving up on it loses nothing.)
+        let mut first = [0u8; 1];
+        loop {
+            let due = conn.last_active() + idle;
+            match tokio::time::timeout_at(due, rd.peek(&mut first)).await {
+                Ok(Ok(0) | Err(_)) => break 'conn,
+                Ok(Ok(_)) => break,
+                Err(_)
+                    if slots.available_permits() == MAX_IN_FLIGHT
+                        && conn.last_active() + idle <= tokio::time::Instant::now() =>
+                {
+                    ctx.over_limit("idle_timeout_ms");
+                    info!(conn = id, %peer, idle_ms = ctx.cfg.idle_timeout_ms, "closing idle remoting connection");
+                    break 'conn;
+                }
+                // Busy (a long poll) or active since: look again a timeout after the last sign.
+                Err(_) if conn.last_active() + idle <= tokio::time::Instant::now() => {
+                    conn.active();
+                }
+                Err(_) => {}
+            }
         }
-        let n = match codec::frame_length(prefix) {
-            Ok(n) => n,
-            Err(e) => {
-                info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
+        // A request that began must arrive within request_read_timeout_ms.
+        let cmd = match tokio::time::timeout(read_timeout, read_request(&mut rd, &ctx, &conn)).await
+        {
+            Ok(Next::Request(cmd)) => {
+                conn.active();
+                cmd
+            }
+            Ok(Next::Skip) => continue,
+            Ok(Next::Close) => break,
+            Err(_) => {
+                ctx.over_limit("request_read_timeout_ms");
+                info!(conn = id, %peer, timeout_ms = ctx.cfg.request_read_timeout_ms, "closing remoting connection: a request did not arrive in time");
                 break;
             }
         };
-        // Grows only as bytes arrive: a declared length costs nothing until it is sent.
-        let mut frame = Vec::with_capacity(n.min(64 * 1024));
-        match (&mut rd).take(n as u64).read_to_end(&mut frame).await {
-            Ok(got) if got == n => {}
-            _ => break,
-        }
-        let cmd = match codec::decode_frame(&frame) {
-            Ok(c) => c,
-            Err(e) => {
-                info!(conn = id, %peer, error = %e, "closing remoting connection: bad frame");
-                break;
-            }
-        };
-        drop(frame);
-        if cmd.is_response() {
-            // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway): nothing waits.
-            continue;
-        }
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
@@ -184,8 +212,96 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
         while tasks.try_join_next().is_some() {}
     }
     debug!(conn = id, "remoting connection closed");
-    tasks.abort_all();
+    // Every request read is carried out (v4 clients send END_TRANSACTION and
+    // UPDATE_CONSUMER_OFFSET oneway and close at once); only long polls end early, as
+    // nobody is left to answer.
+    conn.peer_gone();
+    while tasks.join_next().await.is_some() {}
     handlers::closed(&ctx, &conn);
     drop(checks);
     writer.abort();
+}
+
+/// Reads and drops `n` bytes; `false` when the connection ended first.
+async fn skip(rd: &mut (impl tokio::io::AsyncRead + Unpin), n: usize) -> bool {
+    let mut limited = rd.take(n as u64);
+    matches!(tokio::io::copy(&mut limited, &mut tokio::io::sink()).await, Ok(k) if k == n as u64)
+}
+
+/// What reading the next frame gave.
+enum Next {
+    Request(RemotingCommand),
+    /// A response, or a request refused unread: nothing to handle.
+    Skip,
+    /// The connection is finished (closed, or a malformed frame).
+    Close,
+}
+
+/// Reads one frame: the header first (what the request is decides how much body it may
+/// carry, and a body it may not carry is skipped as it arrives instead of being held).
+async fn read_request(rd: &mut OwnedReadHalf, ctx: &Ctx, conn: &Conn) -> Next {
+    let mut prefix = [0u8; 4];
+    if rd.read_exact(&mut prefix).await.is_err() {
+        return Next::Close;
+    }
+    let n = match codec::frame_length(prefix) {
+        Ok(n) => n,
+        Err(e) => {
+            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            return Next::Close;
+        }
+    };
+    let mut field = [0u8; 4];
+    if rd.read_exact(&mut field).await.is_err() {
+        return Next::Close;
+    }
+    let (ty, header_len) = match codec::header_length(field, n) {
+        Ok(x) => x,
+        Err(e) => {
+            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            return Next::Close;
+        }
+    };
+    if header_len > ctx.cfg.remoting_max_header_bytes {
+        ctx.over_limit("remoting_max_header_bytes");
+        info!(conn = conn.id, peer = %conn.peer, header_len, limit = ctx.cfg.remoting_max_header_bytes, "closing remoting connection: header above remoting_max_header_bytes");
+        return Next::Close;
+    }
+    let mut header = vec![0u8; header_len];
+    if rd.read_exact(&mut header).await.is_err() {
+        return Next::Close;
+    }
+    let mut cmd = match codec::decode_header(ty, &header) {
+        Ok(c) => c,
+        Err(e) => {
+            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            return Next::Close;
+        }
+    };
+    drop(header);
+    let body_len = n - 4 - header_len;
+    let refusal = if cmd.is_response() {
+        None
+    } else {
+        handlers::body_refusal(ctx, &cmd, body_len)
+    };
+    if cmd.is_response() || refusal.is_some() {
+        // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway) have nothing
+        // waiting for them; a refused body is not kept either.
+        if !skip(rd, body_len).await {
+            return Next::Close;
+        }
+        if let Some(r) = refusal {
+            handlers::refused(ctx, conn, &cmd, r);
+        }
+        return Next::Skip;
+    }
+    // Grows only as bytes arrive: a declared length costs nothing until it is sent.
+    let mut body = Vec::with_capacity(body_len.min(64 * 1024));
+    match rd.take(body_len as u64).read_to_end(&mut body).await {
+        Ok(got) if got == body_len => {}
+        _ => return Next::Close,
+    }
+    cmd.body = body;
+    Next::Request(cmd)
 }
