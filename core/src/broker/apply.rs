@@ -8,7 +8,7 @@ impl<S: Storage> Broker<S> {
         let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
         let topic = match op {
             StateOp::Offset { .. } => topic::OFFSETS,
-            StateOp::Topic { .. } => topic::TOPICS,
+            StateOp::Topic { .. } | StateOp::Group { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
@@ -286,12 +286,19 @@ impl<S: Storage> Broker<S> {
             | StateOp::Ck { queue_id, .. }
             | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
             StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
+            StateOp::Group { .. } => false,
         };
         if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
             return;
         }
         match op {
+            StateOp::Group { name, fifo } => {
+                if topic::validate_group(name).is_ok() {
+                    let g = self.group(name);
+                    self.groups[g as usize].fifo = fifo;
+                }
+            }
             StateOp::Topic { name, queues } => {
                 if topic::validate_user_topic(name).is_ok() {
                     self.topic_with(name, queues, false);

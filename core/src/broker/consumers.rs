@@ -26,6 +26,38 @@ impl<S: Storage> Broker<S> {
             .sum()
     }
 
+    /// Declares a consumer group, durably (RocketMQ's subscription group config, for hosts
+    /// that declare groups: a config file, an admin command, `mqadmin updateSubGroup`).
+    /// `fifo` (RocketMQ's consumeMessageOrderly): its receives are orderly — a queue's
+    /// messages in queue order, never a message of a queue while an earlier batch of that
+    /// queue is in flight for the group, and a message whose invisible time runs out (or is
+    /// changed to 0, a nack) delivered again before anything after it, until the maximum
+    /// attempts send it to `%DLQ%<group>`. `Ok(Err(_))`: the name cannot be used, or no group
+    /// fits under [`Config::max_groups`].
+    pub fn declare_group(&mut self, name: &str, fifo: bool) -> Res<Result<(), ClientError>, S> {
+        self.check_failed()?;
+        if let Err(e) = topic::validate_group(name).and_then(|()| self.may_create_group(name)) {
+            return Ok(Err(e));
+        }
+        if self
+            .group_ids
+            .get(name)
+            .is_some_and(|&g| self.groups[g as usize].fifo == fifo)
+        {
+            return Ok(Ok(()));
+        }
+        self.write_state(&StateOp::Group { name, fifo })?;
+        Ok(Ok(()))
+    }
+
+    /// Whether `group` was declared FIFO ([`Broker::declare_group`]).
+    #[must_use]
+    pub fn group_is_fifo(&self, group: &str) -> bool {
+        self.group_ids
+            .get(group)
+            .is_some_and(|&g| self.groups[g as usize].fifo)
+    }
+
     #[allow(clippy::too_many_arguments)]
     pub(super) fn pull(
         &mut self,
@@ -189,6 +221,7 @@ impl<S: Storage> Broker<S> {
         let mut out = Vec::new();
         let n = queues.len() as u32;
         let cursor = g.map_or(0, |g| *self.pop_cursor.get(&(g, queues[0])).unwrap_or(&0));
+        let fifo = g.is_some_and(|g| self.groups[g as usize].fifo);
         let empty = PopQueue::default();
         for i in 0..queues.len() {
             if out.len() >= max || full || scanned >= scan_limit {
@@ -197,6 +230,12 @@ impl<S: Storage> Broker<S> {
             let q = queues[((cursor + i as u32) % n) as usize];
             let mut entries: Vec<(u64, u32)> = Vec::new();
             let pq = g.and_then(|g| self.pops.get(&(g, q))).unwrap_or(&empty);
+            // FIFO: a queue with a batch in flight is locked for the group; one whose batch
+            // timed out (or was nacked) gives that batch again, in order, and nothing after it.
+            if fifo && pq.inflight.keys().any(|k| !pq.ready.contains(k)) {
+                continue;
+            }
+            let redeliver_only = fifo && !pq.ready.is_empty();
             let units = &self.queues[q as usize].units;
             // Expired deliveries first, then new messages.
             let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
@@ -222,7 +261,7 @@ impl<S: Storage> Broker<S> {
                 };
                 msgs.push(self.read_message(q, qoff, unit)?);
             }
-            while !full && next < visible && entries.len() + out.len() < max {
+            while !redeliver_only && !full && next < visible && entries.len() + out.len() < max {
                 if scanned >= scan_limit {
                     self.rescan(q);
                     break;

@@ -107,6 +107,9 @@ enum StateOp<'a> {
     /// exactly as many. (Auto-created topics need no record: recovery gives them the
     /// configured `default_queues`, or more if their records name more.)
     Topic { name: &'a str, queues: u32 },
+    /// A consumer group declared by a host (RocketMQ's subscription group config): `fifo`
+    /// (consumeMessageOrderly) makes its receives orderly. The last record wins.
+    Group { name: &'a str, fifo: bool },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -163,6 +166,9 @@ struct Group {
     name: String,
     online: bool,
     parked: Vec<u64>,
+    /// Receives are orderly (FIFO): a queue's messages in queue order, one batch in flight
+    /// per queue, redelivered in place.
+    fifo: bool,
 }
 
 const DEAD: u32 = u32::MAX;

@@ -247,6 +247,7 @@ impl<S: Storage> Broker<S> {
             name: name.into(),
             online: false,
             parked: Vec::new(),
+            fifo: false,
         });
         self.group_ids.insert(name.into(), g);
         g
