@@ -310,6 +310,7 @@ impl<S: Storage> Log<S> {
             end: 0,
             report,
             repair,
+            closed: false,
         })
     }
 
@@ -321,11 +322,10 @@ impl<S: Storage> Log<S> {
         }
         self.end = end;
         self.synced = end;
-        if let Some(&last) = self.segments.last() {
-            if end > last {
-                // The last segment was closed by a blank: appends go to the next one.
-                self.segments.push(end);
-            }
+        if rec.closed && !self.segments.is_empty() {
+            // The last segment was closed by a blank: appends go to the next one (on the
+            // grid: the blank took the segment to its size). Otherwise they continue in it.
+            self.segments.push(end);
         }
         rec.report
     }
@@ -355,6 +355,8 @@ pub(crate) struct Recovery {
     end: u64,
     report: RecoveryReport,
     repair: bool,
+    /// The segment last read ended with an end-of-segment blank.
+    closed: bool,
 }
 
 /// A recovered record: (log offset, bytes).
@@ -424,6 +426,7 @@ impl Recovery {
                 None => {
                     let l = log.storage.len(base)?;
                     self.seg_len = Some(l);
+                    self.closed = false;
                     self.seek(0);
                     l
                 }
@@ -487,6 +490,7 @@ impl Recovery {
                         Some("segment ends inside an atomic group".into())
                     } else {
                         self.end = base + self.pos + u64::from(len);
+                        self.closed = true;
                         self.next_segment();
                         None
                     }

@@ -763,3 +763,34 @@ fn file_storage_refuses_damage_untouched_and_repairs_into_quarantine() {
     assert!(b.recovery_report().quarantined.is_empty() && b.recovery_report().cuts.is_empty());
     assert_eq!(probe::visible(&mut b, 0).remove("Q").unwrap().len(), 20);
 }
+
+#[test]
+fn a_restart_continues_in_the_current_segment() {
+    // Every restart used to start a new segment at the log's end (off the segment grid),
+    // which RocketMQ's recovery never reaches.
+    let cfg = Config {
+        segment_size: 64 << 10,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+    send(&mut b, 0, "R", "before");
+    for i in 1..4 {
+        let mut again = Broker::open(cfg.clone(), b.into_storage(), i).unwrap();
+        send(&mut again, i, "R", &format!("after restart {i}"));
+        assert_eq!(again.segment_count(), 1, "restart {i} opened a new segment");
+        b = again;
+    }
+    // Filling the segment rolls over to the next one on the grid, and that survives too.
+    while b.segment_count() < 2 {
+        send(&mut b, 10, "R", &"x".repeat(1000));
+    }
+    let mem = b.into_storage();
+    let mut m = mem.clone();
+    assert_eq!(m.segments().unwrap(), vec![0, 64 << 10]);
+    let mut b = Broker::open(cfg.clone(), mem, 20).unwrap();
+    send(&mut b, 20, "R", "last");
+    let mut m = b.into_storage();
+    assert_eq!(m.segments().unwrap(), vec![0, 64 << 10]);
+    let mut b = Broker::open(cfg, m, 30).unwrap();
+    assert!(probe::visible(&mut b, 30)["R"].contains(&b"last".to_vec()));
+}
