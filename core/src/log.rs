@@ -708,7 +708,7 @@ fn scan_after<S: Storage>(
                 if closes || (q + total < seg_len && valid_record_at(log, base, q + total)?) {
                     return Ok(After::Valid(q));
                 }
-            } else if magic == record::MESSAGE_MAGIC
+            } else if (magic == record::MESSAGE_MAGIC || magic == record::MESSAGE_MAGIC_V2)
                 && i + 36 <= n
                 && u64::from_be_bytes(w[i + 28..i + 36].try_into().expect("8 bytes")) == base + q
                 && valid_record_at(log, base, q)?
@@ -766,9 +766,6 @@ fn quarantine<S: Storage>(
     Ok(())
 }
 
-/// RocketMQ's MESSAGE_MAGIC_CODE_V2 (a two-byte topic length).
-const MESSAGE_MAGIC_V2: u32 = 0xDAA3_20AB;
-
 /// The length of a whole record of RocketMQ's layout at segment position `pos`, whatever
 /// its CRCs say: the lengths add up, the record fits in the segment and its PHYSICALOFFSET
 /// names this position. Rocklet's own records and RocketMQ's (with or without Rocklet's CRC
@@ -797,7 +794,7 @@ fn whole_record_at<S: Storage>(
     }
     let topic_len_bytes = match magic {
         record::MESSAGE_MAGIC => 1,
-        MESSAGE_MAGIC_V2 => 2,
+        record::MESSAGE_MAGIC_V2 => 2,
         _ => return Ok(None),
     };
     let mut buf = vec![0u8; len as usize];

@@ -21,9 +21,15 @@
 //!       .    1  TOPIC length, then the topic
 //!       .    2  PROPERTIES length, then `key\x01value\x02` pairs; the last pair is always
 //!               `__CRC32#\x01dddddddddd\x02`: ten decimal digits of the masked CRC-32 of every
-//!               byte of the record before that pair (RocketMQ 5's CRC32 property), so a torn
+//!               byte of the record before that pair (RocketMQ 5's CRC32 property, as its
+//!               `enabledAppendPropCRC` writes it: least significant digit first), so a torn
 //!               or flipped byte anywhere in the record is detected, not only in the body.
 //! ```
+//!
+//! Reading, the decoder also takes what other writers wrote: records without the CRC
+//! property (Apache RocketMQ's default), checked by BODYCRC alone as RocketMQ checks them;
+//! the digits most significant first (Rocklet's format 1, before 0.2); and
+//! MESSAGE_MAGIC_CODE_V2 (0xDAA320AB), whose TOPIC length takes two bytes.
 //!
 //! With IPv4 hosts the fixed part is 91 bytes. The end-of-segment blank is only its first
 //! eight bytes (TOTALSIZE = the rest of the segment, MAGICCODE = 0xCBD43194); whatever
@@ -34,6 +40,9 @@ use core::fmt;
 
 /// MAGICCODE of a message record (RocketMQ's MESSAGE_MAGIC_CODE, v1).
 pub const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
+/// MAGICCODE of a v2 record (RocketMQ's MESSAGE_MAGIC_CODE_V2): a two-byte TOPIC length.
+/// Read, never written.
+pub const MESSAGE_MAGIC_V2: u32 = 0xDAA3_20AB;
 /// MAGICCODE of the filler at the end of a segment (RocketMQ's BLANK_MAGIC_CODE).
 pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
 /// Smallest blank: TOTALSIZE + MAGICCODE.
@@ -227,9 +236,10 @@ pub fn encode(
     Ok(total)
 }
 
+/// Ten decimal digits, least significant first (RocketMQ's `MessageDecoder.createCrc32`).
 fn push_decimal10(out: &mut Vec<u8>, mut v: u32) {
     let mut digits = [b'0'; 10];
-    for d in digits.iter_mut().rev() {
+    for d in &mut digits {
         *d = b'0' + (v % 10) as u8;
         v /= 10;
     }
@@ -439,10 +449,11 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
             }
             return Ok(Decoded::Blank { len: total });
         }
-        MESSAGE_MAGIC => {}
+        MESSAGE_MAGIC | MESSAGE_MAGIC_V2 => {}
         other => return Err(Corruption::BadMagic(other)),
     }
-    if (total as usize) < FIXED_LEN_V4 + CRC_RESERVED || total > max_size {
+    let topic_len_bytes = if magic == MESSAGE_MAGIC_V2 { 2 } else { 1 };
+    if (total as usize) < FIXED_LEN_V4 || total > max_size {
         return Err(Corruption::BadTotalSize(total));
     }
     let total_us = total as usize;
@@ -464,7 +475,7 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
         } else {
             0
         };
-    if total_us < fixed + CRC_RESERVED {
+    if total_us < fixed + topic_len_bytes - 1 {
         return Err(Corruption::BadTotalSize(total));
     }
     let (born_host, at) = host(b, 48, sys & sys_flag::BORNHOST_V6 != 0)?;
@@ -479,8 +490,15 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
         return Err(Corruption::BadLengths);
     }
     let topic_len_at = body_at + body_len;
-    let topic_len = b[topic_len_at] as usize;
-    let topic_at = topic_len_at + 1;
+    if topic_len_at + topic_len_bytes > total_us {
+        return Err(Corruption::BadLengths);
+    }
+    let topic_len = if topic_len_bytes == 2 {
+        usize::from(u16::from_be_bytes([b[topic_len_at], b[topic_len_at + 1]]))
+    } else {
+        usize::from(b[topic_len_at])
+    };
+    let topic_at = topic_len_at + topic_len_bytes;
     if topic_at + topic_len + 2 > total_us {
         return Err(Corruption::BadLengths);
     }
@@ -490,26 +508,37 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
     if props_at + props_len != total_us {
         return Err(Corruption::BadLengths);
     }
-    if props_len < CRC_RESERVED {
-        return Err(Corruption::MissingCrc);
-    }
+    // The CRC pair, when the record carries one, is the last `key\x01value\x02` pair.
     let crc_at = total_us - CRC_RESERVED;
-    if &b[crc_at..crc_at + CRC_KEY.len()] != CRC_KEY.as_bytes()
-        || b[crc_at + CRC_KEY.len()] != NAME_VALUE_SEPARATOR
-        || b[total_us - 1] != PROPERTY_SEPARATOR
-    {
-        return Err(Corruption::MissingCrc);
-    }
-    let digits = &b[crc_at + CRC_KEY.len() + 1..total_us - 1];
-    let mut stored_crc: u64 = 0;
-    for &d in digits {
-        if !d.is_ascii_digit() {
+    let crc_pair = props_len >= CRC_RESERVED
+        && &b[crc_at..crc_at + CRC_KEY.len()] == CRC_KEY.as_bytes()
+        && b[crc_at + CRC_KEY.len()] == NAME_VALUE_SEPARATOR
+        && b[total_us - 1] == PROPERTY_SEPARATOR;
+    let properties_end = if crc_pair { crc_at } else { total_us };
+    if crc_pair {
+        let digits = &b[crc_at + CRC_KEY.len() + 1..total_us - 1];
+        if !digits.iter().all(u8::is_ascii_digit) {
             return Err(Corruption::MissingCrc);
         }
-        stored_crc = stored_crc * 10 + u64::from(d - b'0');
-    }
-    if verify && stored_crc != u64::from(crc32(&b[..crc_at])) {
-        return Err(Corruption::RecordCrc);
+        if verify {
+            // Least significant digit first (RocketMQ, and Rocklet from format 2), or most
+            // significant first (Rocklet's format 1).
+            let lsd_first = digits
+                .iter()
+                .rev()
+                .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+            let msd_first = digits
+                .iter()
+                .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
+            let actual = u64::from(crc32(&b[..crc_at]));
+            if lsd_first != actual && msd_first != actual {
+                return Err(Corruption::RecordCrc);
+            }
+        }
+    } else if verify && last_key_is_a_damaged_crc_key(&b[props_at..total_us]) {
+        // Without the pair, BODYCRC alone vouches for the record (as RocketMQ checks its
+        // own); a CRC key one byte off is damage to a record that had one, not such a record.
+        return Err(Corruption::MissingCrc);
     }
     let body = &b[body_at..body_at + body_len];
     let body_crc = be32(b, 8);
@@ -518,7 +547,7 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
     }
     let topic = core::str::from_utf8(&b[topic_at..topic_at + topic_len])
         .map_err(|_| Corruption::BadTopic)?;
-    let properties = &b[props_at..crc_at];
+    let properties = &b[props_at..properties_end];
     if verify && !validate_props(properties) {
         return Err(Corruption::BadProperties);
     }
@@ -542,6 +571,30 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
         topic,
         properties,
     }))
+}
+
+/// Whether the last pair of a property string has a key of the CRC key's length that
+/// differs from it in exactly one byte (a flipped bit in a record that carried the CRC).
+fn last_key_is_a_damaged_crc_key(props: &[u8]) -> bool {
+    let Some(body) = props.strip_suffix(&[PROPERTY_SEPARATOR]) else {
+        return false;
+    };
+    let start = body
+        .iter()
+        .rposition(|&b| b == PROPERTY_SEPARATOR)
+        .map_or(0, |p| p + 1);
+    let pair = &body[start..];
+    let Some(sep) = pair.iter().position(|&b| b == NAME_VALUE_SEPARATOR) else {
+        return false;
+    };
+    let key = &pair[..sep];
+    key.len() == CRC_KEY.len()
+        && key
+            .iter()
+            .zip(CRC_KEY.as_bytes())
+            .filter(|(a, b)| a != b)
+            .count()
+            == 1
 }
 
 /// Appends `key\x01value\x02` to a property string.

@@ -670,27 +670,40 @@ fn rocketmq_log(n: usize, v2: bool) -> Vec<u8> {
 }
 
 #[test]
-fn another_programs_log_is_refused_not_truncated() {
-    // An Apache RocketMQ commit log (its records lack Rocklet's CRC property), in a
-    // preallocated file: whole records are not a torn write, whatever the format.
+fn rocketmq_records_are_read_and_whole_records_that_fail_are_not_cut() {
+    // Apache RocketMQ's own records (no Rocklet CRC property, v1 or v2 magic) in a
+    // preallocated file: read, every one of them.
     for v2 in [false, true] {
         let mut seg = rocketmq_log(5, v2);
+        let data = seg.len() as u64;
         seg.resize(64 << 10, 0);
-        match Broker::open(cfg(), with_segment(&seg), 0) {
-            Err(rocklet_core::Error::Corrupted { offset, reason }) => {
-                assert_eq!(offset, 0);
-                assert!(reason.contains("not a torn write"), "{reason}");
-            }
-            Err(e) => panic!("{e}"),
-            Ok(b) => panic!("opened another program's log: {:?}", b.recovery_report()),
-        }
-        // Repair keeps those bytes too (in quarantine), it never drops them.
-        let b = Broker::open_repairing(cfg(), with_segment(&seg), 0).unwrap();
-        let q = &b.recovery_report().quarantined;
-        assert_eq!(q.len(), 1, "{q:?}");
-        let kept = &b.storage().quarantined()[&q[0].name];
-        assert!(seg.starts_with(kept) && kept.len() >= rocketmq_log(5, v2).len());
+        let mut b = open(with_segment(&seg));
+        assert_eq!(b.recovery_report().records, 5, "v2 {v2}");
+        assert_eq!(b.log_end(), data);
+        assert_eq!(probe::visible(&mut b, 0)["TopicTest"].len(), 5);
     }
+    // Whole records whose CRCs all fail are not a torn write: refused, nothing cut; a repair
+    // keeps their bytes in quarantine.
+    let (mem, _) = scripted_log();
+    let full = mem.segment(0).unwrap().to_vec();
+    let recs = probe::records(&full);
+    let mut bad = full.clone();
+    for r in &recs[recs.len() - 3..] {
+        bad[r.offset as usize + 44] ^= 0x40; // BORNTIMESTAMP
+    }
+    let first = recs[recs.len() - 3].offset;
+    match Broker::open(cfg(), with_segment(&bad), 0) {
+        Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+            assert_eq!(offset, first);
+            assert!(reason.contains("not a torn write"), "{reason}");
+        }
+        Err(e) => panic!("{e}"),
+        Ok(b) => panic!("damaged whole records were cut: {:?}", b.recovery_report()),
+    }
+    let b = Broker::open_repairing(cfg(), with_segment(&bad), 0).unwrap();
+    let q = &b.recovery_report().quarantined;
+    assert_eq!(q.len(), 1, "{q:?}");
+    assert_eq!(b.storage().quarantined()[&q[0].name], bad[first as usize..]);
 }
 
 #[test]

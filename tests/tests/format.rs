@@ -2,6 +2,10 @@
 //! field in the `.json` beside it, and `log/corrupt/*.bin`, which must be rejected cleanly
 //! by `record::decode` and cut by recovery.
 //!
+//! The top-level vectors are format 2, what the broker writes: the `__CRC32#` digits least
+//! significant first, as RocketMQ writes them. `log/format1/` holds format 1 (Rocklet 0.1:
+//! most significant digit first), which every later release must still read.
+//!
 //! `ROCKLET_BLESS_LOG=1 cargo test -p rocklet-conformance --test format` writes the files
 //! (only do that on a deliberate format change; review the diff).
 
@@ -42,16 +46,26 @@ fn parse_host(s: &str) -> Host {
     Host::V4(ip.octets(), port.parse().expect("port"))
 }
 
-/// The decoded fields of a golden file as JSON.
+/// The decoded fields of a golden file as JSON (format 2 digits).
 fn describe(bytes: &[u8]) -> Value {
+    describe_as(bytes, false)
+}
+
+/// The decoded fields; `msd_first`: the CRC digits of format 1.
+fn describe_as(bytes: &[u8], msd_first: bool) -> Value {
     match record::decode(bytes, MAX).expect("golden record decodes") {
         Decoded::Blank { len } => {
             json!({ "kind": "blank", "total_size": len, "magic": "0xCBD43194" })
         }
         Decoded::Incomplete { .. } => panic!("golden record is incomplete"),
         Decoded::Record(r) => {
-            let crc_digits =
-                std::str::from_utf8(&bytes[bytes.len() - 11..bytes.len() - 1]).expect("digits");
+            let mut crc_digits: String =
+                std::str::from_utf8(&bytes[bytes.len() - 11..bytes.len() - 1])
+                    .expect("digits")
+                    .into();
+            if !msd_first {
+                crc_digits = crc_digits.chars().rev().collect();
+            }
             json!({
                 "kind": "message",
                 "total_size": r.total_size,
@@ -193,12 +207,7 @@ fn golden_records_encode_and_decode_byte_for_byte() {
             std::fs::write(dir.join(format!("{name}.json")), text).unwrap();
         }
     }
-    let mut names: Vec<PathBuf> = std::fs::read_dir(&dir)
-        .unwrap()
-        .map(|e| e.unwrap().path())
-        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
-        .collect();
-    names.sort();
+    let names = bins(&dir);
     assert!(
         names.len() >= 4,
         "expected at least 4 golden records, found {}",
@@ -242,8 +251,12 @@ fn golden_records_encode_and_decode_byte_for_byte() {
                 crc32_ref(body) & 0x7FFF_FFFF,
                 "BODYCRC"
             );
+            // Ten digits, least significant first (RocketMQ's MessageDecoder.createCrc32).
             let stored: u64 = std::str::from_utf8(&bytes[bytes.len() - 11..bytes.len() - 1])
                 .unwrap()
+                .chars()
+                .rev()
+                .collect::<String>()
                 .parse()
                 .unwrap();
             assert_eq!(
@@ -256,6 +269,82 @@ fn golden_records_encode_and_decode_byte_for_byte() {
             );
         }
     }
+}
+
+fn bins(dir: &Path) -> Vec<PathBuf> {
+    let mut names: Vec<PathBuf> = std::fs::read_dir(dir)
+        .unwrap()
+        .map(|e| e.unwrap().path())
+        .filter(|p| p.extension().is_some_and(|x| x == "bin"))
+        .collect();
+    names.sort();
+    names
+}
+
+#[test]
+fn format_1_records_are_still_read() {
+    // Rocklet 0.1 wrote the CRC digits most significant first. They decode to the same
+    // fields, and the broker opens a log of them.
+    let dir = log_dir().join("format1");
+    let names = bins(&dir);
+    assert_eq!(names.len(), 4);
+    let mut log = Vec::new();
+    for bin in names {
+        let bytes = std::fs::read(&bin).unwrap();
+        let desc: Value =
+            serde_json::from_str(&std::fs::read_to_string(bin.with_extension("json")).unwrap())
+                .unwrap();
+        assert_eq!(describe_as(&bytes, true), desc, "{}", bin.display());
+        let now = log_dir().join(bin.file_name().unwrap());
+        if desc["kind"] == "message" {
+            // The same record in format 2 differs only in the order of the ten digits.
+            let two = std::fs::read(&now).unwrap();
+            assert_eq!(two.len(), bytes.len());
+            let n = bytes.len();
+            assert_eq!(two[..n - 11], bytes[..n - 11]);
+            let mut digits = bytes[n - 11..n - 1].to_vec();
+            digits.reverse();
+            assert_eq!(two[n - 11..n - 1], digits[..]);
+            log.push((desc["phys_offset"].as_u64().unwrap(), bytes));
+        }
+    }
+    log.sort();
+    let mut mem = MemStorage::new();
+    mem.set_segment(0, log.into_iter().flat_map(|(_, b)| b).collect());
+    let b = Broker::open(Config::default(), mem, T0 + 10).unwrap();
+    assert_eq!(b.recovery_report().records, 3);
+    assert!(b.recovery_report().cuts.is_empty());
+}
+
+#[test]
+fn records_without_the_crc_property_are_read_by_their_body_crc() {
+    // Apache RocketMQ's default: no __CRC32# pair. BODYCRC vouches for the record.
+    let good = broker_records().remove(0).1;
+    let n = good.len();
+    let mut plain = good[..n - 20].to_vec();
+    let body_len = u32::from_be_bytes(good[84..88].try_into().unwrap()) as usize;
+    let topic_len_at = 88 + body_len;
+    let props_len_at = topic_len_at + 1 + good[topic_len_at] as usize;
+    let pl = props_len(&good) - 20;
+    plain[props_len_at..props_len_at + 2].copy_from_slice(&(pl as u16).to_be_bytes());
+    let len = plain.len() as u32;
+    plain[..4].copy_from_slice(&len.to_be_bytes());
+    let Decoded::Record(r) = record::decode(&plain, MAX).unwrap() else {
+        panic!("not a record")
+    };
+    assert_eq!(r.body, b"Hello RocketMQ");
+    assert_eq!(r.prop("TAGS"), Some("TagA"));
+    let mut bad_body = plain.clone();
+    bad_body[90] ^= 1;
+    assert_eq!(record::decode(&bad_body, MAX), Err(Corruption::BodyCrc));
+}
+
+/// PROPERTIES length of an encoded IPv4 record.
+fn props_len(rec: &[u8]) -> usize {
+    let body_len = u32::from_be_bytes(rec[84..88].try_into().unwrap()) as usize;
+    let topic_len_at = 88 + body_len;
+    let at = topic_len_at + 1 + rec[topic_len_at] as usize;
+    u16::from_be_bytes([rec[at], rec[at + 1]]) as usize
 }
 
 #[test]
@@ -329,11 +418,13 @@ fn crc32_ref(data: &[u8]) -> u32 {
 
 // ---- corrupt vectors ------------------------------------------------------------------------
 
-/// Rewrites the trailing CRC digits so only the damage under test remains.
+/// Rewrites the trailing CRC digits (least significant first) so only the damage under test
+/// remains.
 fn fix_crc(b: &mut [u8]) {
     let n = b.len();
     let crc = record::crc32(&b[..n - 20]);
-    b[n - 11..n - 1].copy_from_slice(format!("{crc:010}").as_bytes());
+    let digits: String = format!("{crc:010}").chars().rev().collect();
+    b[n - 11..n - 1].copy_from_slice(digits.as_bytes());
 }
 
 fn be32_set(b: &mut [u8], at: usize, v: u32) {

@@ -460,3 +460,26 @@ fn a_tag_filter_that_matches_nothing_scans_a_bounded_number_of_units() {
     let h: &ReceiptHandle = &found[0].handle;
     assert_eq!(h.queue_offset, 1_000);
 }
+
+// ---- issue #15: an offset that did not change is not written again -------------------------
+
+#[test]
+fn an_unchanged_offset_commit_writes_nothing() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    send(&mut b, "T", "m");
+    let commit = |offset| Request::CommitOffset {
+        group: "G".into(),
+        topic: "T".into(),
+        queue_id: 0,
+        offset,
+    };
+    assert!(matches!(exec(&mut b, 0, commit(1)), Reply::OffsetCommitted));
+    let end = b.log_end();
+    for _ in 0..10 {
+        assert!(matches!(exec(&mut b, 0, commit(1)), Reply::OffsetCommitted));
+    }
+    assert_eq!(b.log_end(), end, "unchanged offsets were written again");
+    assert!(matches!(exec(&mut b, 0, commit(0)), Reply::OffsetCommitted));
+    assert!(b.log_end() > end, "a changed offset must be written");
+    assert_eq!(b.committed_offset("G", "T", 0), Some(0));
+}

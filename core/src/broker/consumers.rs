@@ -156,6 +156,18 @@ impl<S: Storage> Broker<S> {
             Ok(None) => return Ok(Err(ClientError::UnknownTopic(topic_name.into()))),
             Err(e) => return Ok(Err(e)),
         }
+        // Clients persist offsets on a timer (the Go client every 5 s): an offset that did
+        // not change is not written again.
+        let q = self.queue_index(topic_name, queue_id);
+        let unchanged = self
+            .group_ids
+            .get(group)
+            .zip(q)
+            .and_then(|(g, q)| self.offsets.get(&(*g, q)))
+            == Some(&offset);
+        if unchanged {
+            return Ok(Ok(Reply::OffsetCommitted));
+        }
         if let Err(e) = self.may_create_group(group) {
             return Ok(Err(e));
         }
