@@ -65,7 +65,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         _ => format!("cannot open data directory {}: {e}", dir.display()),
     })?;
     let started = std::time::Instant::now();
-    let storage = AnyStorage::File(storage);
+    // Segment files as RocketMQ's commit log has them: exactly segment_size long.
+    let storage = AnyStorage::File(storage.preallocate(core_cfg.segment_size));
     let opened = if cfg.repair {
         Broker::open_repairing(core_cfg, storage, clock.now_ms())
     } else {

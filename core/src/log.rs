@@ -191,16 +191,18 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
-    /// An append to a segment that holds `len` bytes. When it fails, the segment must still
-    /// hold exactly `len` (a storage removes what it wrote of a failed append); when it does
-    /// not, or cannot say, the log is torn: bytes nobody will overwrite sit where the next
-    /// record goes, and [`Log::torn`] says so.
-    fn storage_append(&mut self, base: u64, len: u64, bytes: &[u8]) -> Result<(), S::Error> {
-        let Err(e) = self.storage.append(base, bytes) else {
+    /// A write at the end of a segment's data, at `pos`. When it fails, the bytes at `pos`
+    /// must read as before (zeros, or nothing: a storage undoes what it wrote of a failed
+    /// write); when they do not, or the storage cannot say, the log is torn: a partial record
+    /// sits where the next one goes, and [`Log::torn`] says so.
+    fn storage_append(&mut self, base: u64, pos: u64, bytes: &[u8]) -> Result<(), S::Error> {
+        let Err(e) = self.storage.write(base, pos, bytes) else {
             return Ok(());
         };
-        if !matches!(self.storage.len(base), Ok(l) if l == len) {
-            self.torn = true;
+        let mut head = [0u8; 8];
+        match self.storage.read(base, pos, &mut head) {
+            Ok(n) if head[..n].iter().all(|&b| b == 0) => {}
+            _ => self.torn = true,
         }
         Err(e)
     }
@@ -373,6 +375,7 @@ enum Step {
 }
 
 /// What follows bad bytes in a segment.
+#[derive(Clone, Copy)]
 enum After {
     /// A valid record (or a blank that fits) starts at this segment position.
     Valid(u64),
@@ -561,12 +564,21 @@ impl Recovery {
             None => false,
         };
         let torn_limit = u64::from(log.max_record);
+        if let After::Nothing { nonzero_end } = after {
+            if nonzero_end <= bad_at && self.group.is_none() {
+                // Zeros to the end: the end of the data (a preallocated segment, or one
+                // extended and never written). Nothing is cut; the next record goes here.
+                self.end = base + bad_at;
+                self.next_segment();
+                return Ok(());
+            }
+        }
         if let (After::Nothing { nonzero_end }, true) = (&after, last) {
             if !foreign && nonzero_end.saturating_sub(bad_at) <= torn_limit {
                 // A torn tail: cut it. Its bytes cannot hold anything acknowledged (a sync
                 // would have covered them whole); what is not zero is kept in quarantine all
                 // the same, so no byte of the log is ever lost to a misjudgement.
-                let bytes = seg_len.saturating_sub(cut_at);
+                let bytes = (*nonzero_end).max(bad_at) - cut_at;
                 let mut kept_as = None;
                 if *nonzero_end > cut_at {
                     let name =
@@ -639,7 +651,7 @@ impl Recovery {
         match after {
             After::Valid(q) => {
                 record::encode_blank(&mut blank, (q - cut_at) as u32);
-                log.storage.write_at(base, cut_at, &blank)?;
+                log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
                 self.seek(q);
             }
@@ -659,7 +671,7 @@ impl Recovery {
                     .clamp(BLANK_LEN as u64, u64::from(u32::MAX));
                 record::encode_blank(&mut blank, rest as u32);
                 log.storage.truncate(base, cut_at)?;
-                log.storage.append(base, &blank)?;
+                log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
                 self.next_segment();
             }
@@ -683,14 +695,29 @@ fn scan_after<S: Storage>(
     let mut nonzero_end = from;
     let mut at = from;
     while at < seg_len {
+        // Skip a hole (a preallocated file's unwritten rest) at once.
+        match log.storage.data_from(base, at)? {
+            None => break,
+            Some(next) if next > at => {
+                at = next;
+                continue;
+            }
+            Some(_) => {}
+        }
         let n = log.storage.read(base, at, &mut window)?;
         if n == 0 {
             break;
         }
         let w = &window[..n];
-        if let Some(i) = w.iter().rposition(|&b| b != 0) {
-            nonzero_end = nonzero_end.max(at + i as u64 + 1);
-        }
+        let Some(last_nonzero) = w.iter().rposition(|&b| b != 0) else {
+            // Zeros only: nothing starts here.
+            if n <= SCAN_WINDOW {
+                break;
+            }
+            at += SCAN_WINDOW as u64;
+            continue;
+        };
+        nonzero_end = nonzero_end.max(at + last_nonzero as u64 + 1);
         // Candidates start in this window's first SCAN_WINDOW bytes; the rest is overlap.
         let limit = n.min(SCAN_WINDOW);
         for i in 0..limit {

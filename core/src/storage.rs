@@ -1,8 +1,11 @@
-//! Where the log's bytes live: a pluggable, segmented, append-only store.
+//! Where the log's bytes live: a pluggable, segmented store.
 //!
 //! A segment is named by the log offset of its first byte (its *base*), as RocketMQ names
-//! its commit-log files. The core only ever appends to the newest segment, reads anywhere,
-//! truncates a torn tail on open and syncs when the host asks it to.
+//! its commit-log files. The core writes only at the end of the newest segment's data (a
+//! repair on open also lays a blank over damage), reads anywhere, cuts a torn tail on open
+//! and syncs when the host asks it to. A segment may be longer than its data: a file
+//! preallocated to the segment size, as RocketMQ's are, holds zeros after it, and recovery
+//! takes zeros as the end of the data.
 
 use alloc::collections::BTreeMap;
 use alloc::string::String;
@@ -16,22 +19,29 @@ pub trait Storage {
 
     /// Bases of every segment, ascending.
     fn segments(&mut self) -> Result<Vec<u64>, Self::Error>;
-    /// Length in bytes of a segment.
+    /// Length in bytes of a segment (its data, and any preallocated zeros after it).
     fn len(&mut self, base: u64) -> Result<u64, Self::Error>;
     /// Reads up to `buf.len()` bytes at `pos` within a segment; returns how many were read
     /// (fewer only at the segment's end).
     fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Self::Error>;
-    /// Appends bytes to a segment, creating it if it does not exist.
-    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Self::Error>;
-    /// Makes every appended byte durable.
+    /// Writes bytes at `pos` of a segment, creating it if it does not exist. When it fails,
+    /// the bytes at `pos` must read as before (zero, or nothing): the storage undoes what it
+    /// wrote of them.
+    fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Self::Error>;
+    /// Makes every written byte durable.
     fn sync(&mut self) -> Result<(), Self::Error>;
-    /// Cuts a segment to `len` bytes.
+    /// Cuts a segment's data at `len` bytes: nothing after it reads as data any more (a
+    /// preallocated file keeps its length and holds zeros from there on).
     fn truncate(&mut self, base: u64, len: u64) -> Result<(), Self::Error>;
     /// Deletes a segment.
     fn remove(&mut self, base: u64) -> Result<(), Self::Error>;
-    /// Overwrites bytes inside a segment. Only a repair on open does this: it lays a blank
-    /// over damage it has moved to quarantine.
-    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Self::Error>;
+    /// Where bytes that may not be zero start again at or after `pos`, or `None` when only
+    /// zeros follow: a storage that knows its holes (a sparse, preallocated file) lets
+    /// recovery skip them. The default knows none.
+    fn data_from(&mut self, base: u64, pos: u64) -> Result<Option<u64>, Self::Error> {
+        let _ = base;
+        Ok(Some(pos))
+    }
     /// Appends `data` to the quarantine entry `name` (created if new), durably before it
     /// returns. Quarantine holds bytes recovery took out of the log; the log never reads it.
     fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Self::Error>;
@@ -114,11 +124,13 @@ impl Storage for MemStorage {
         buf[..n].copy_from_slice(&seg[pos..pos + n]);
         Ok(n)
     }
-    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Infallible> {
-        self.segments
-            .entry(base)
-            .or_default()
-            .extend_from_slice(data);
+    fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Infallible> {
+        let seg = self.segments.entry(base).or_default();
+        let pos = pos as usize;
+        if seg.len() < pos + data.len() {
+            seg.resize(pos + data.len(), 0);
+        }
+        seg[pos..pos + data.len()].copy_from_slice(data);
         Ok(())
     }
     fn sync(&mut self) -> Result<(), Infallible> {
@@ -132,15 +144,6 @@ impl Storage for MemStorage {
     }
     fn remove(&mut self, base: u64) -> Result<(), Infallible> {
         self.segments.remove(&base);
-        Ok(())
-    }
-    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Infallible> {
-        let seg = self.segments.entry(base).or_default();
-        let pos = pos as usize;
-        if seg.len() < pos + data.len() {
-            seg.resize(pos + data.len(), 0);
-        }
-        seg[pos..pos + data.len()].copy_from_slice(data);
         Ok(())
     }
     fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Infallible> {
@@ -182,6 +185,9 @@ mod file {
         dir_dirty: u64,
         /// Appends, creations and removals so far.
         writes: u64,
+        /// New segments are created this long (zeros after the data), as RocketMQ's mapped
+        /// files are; 0: as long as their data.
+        preallocate: u64,
         _lock: File,
     }
 
@@ -239,8 +245,18 @@ mod file {
                 dirty: Vec::new(),
                 dir_dirty: 0,
                 writes: 0,
+                preallocate: 0,
                 _lock: lock,
             })
+        }
+
+        /// Creates new segment files `bytes` long, zeros after their data, as RocketMQ
+        /// preallocates its commit-log files (pass the segment size). Files are sparse until
+        /// written.
+        #[must_use]
+        pub fn preallocate(mut self, bytes: u64) -> Self {
+            self.preallocate = bytes;
+            self
         }
 
         /// The directory.
@@ -295,17 +311,22 @@ mod file {
                 return Ok(Some(&self.open[i].1));
             }
             let path = self.path(base);
+            let existed = create && path.exists();
             let file = match OpenOptions::new()
                 .read(true)
-                .append(true)
+                .write(true)
                 .create(create)
+                .truncate(false)
                 .open(&path)
             {
                 Ok(f) => f,
                 Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
                 Err(e) => return Err(e),
             };
-            if create {
+            if create && !existed {
+                if self.preallocate > 0 {
+                    file.set_len(self.preallocate)?;
+                }
                 self.touch_dir();
             }
             // Keep the few newest segments open: appends go to the last one, reads mostly near it.
@@ -358,12 +379,19 @@ mod file {
             Ok(done)
         }
 
-        fn append(&mut self, base: u64, data: &[u8]) -> io::Result<()> {
-            let mut f = self.file(base, true)?.expect("created");
-            let before = f.metadata()?.len();
-            if let Err(e) = f.write_all(data) {
-                // Leave no partial append behind: the caller reports the failure and moves on.
-                let _ = f.set_len(before);
+        fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+            let preallocated = self.preallocate > 0;
+            let f = self.file(base, true)?.expect("created");
+            if let Err(e) = f.write_all_at(data, pos) {
+                // Leave no partial record behind: the caller reports the failure and goes on
+                // (a full disk), and the next record goes to the same place.
+                let len = f.metadata()?.len();
+                if len <= pos + data.len() as u64 && !preallocated {
+                    let _ = f.set_len(pos.min(len));
+                } else {
+                    let zeros = alloc::vec![0u8; data.len()];
+                    let _ = f.write_all_at(&zeros, pos);
+                }
                 return Err(e);
             }
             self.writes += 1;
@@ -389,8 +417,13 @@ mod file {
         }
 
         fn truncate(&mut self, base: u64, len: u64) -> io::Result<()> {
+            let preallocate = self.preallocate;
             if let Some(f) = self.file(base, false)? {
+                // Cutting and growing back leaves zeros, and the length RocketMQ expects.
                 f.set_len(len)?;
+                if preallocate > len {
+                    f.set_len(preallocate)?;
+                }
                 f.sync_all()?;
             }
             Ok(())
@@ -409,11 +442,17 @@ mod file {
             }
         }
 
-        fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
-            // The segment handles append (O_APPEND ignores the offset): a handle of its own.
-            let f = OpenOptions::new().write(true).open(self.path(base))?;
-            f.write_all_at(data, pos)?;
-            f.sync_data()
+        fn data_from(&mut self, base: u64, pos: u64) -> io::Result<Option<u64>> {
+            let Some(f) = self.file(base, false)? else {
+                return Ok(None);
+            };
+            match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+                Ok(at) => Ok(Some(at)),
+                // ENXIO: no data at or after `pos`, only a hole to the end.
+                Err(rustix::io::Errno::NXIO) => Ok(None),
+                // A file system without SEEK_DATA: everything may be data.
+                Err(_) => Ok(Some(pos)),
+            }
         }
 
         fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
@@ -502,10 +541,10 @@ mod file {
                 AnyStorage::File(f) => f.read(base, pos, buf),
             }
         }
-        fn append(&mut self, base: u64, data: &[u8]) -> io::Result<()> {
+        fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
             match self {
-                AnyStorage::Mem(m) => m.append(base, data).map_err(never),
-                AnyStorage::File(f) => f.append(base, data),
+                AnyStorage::Mem(m) => m.write(base, pos, data).map_err(never),
+                AnyStorage::File(f) => f.write(base, pos, data),
             }
         }
         fn sync(&mut self) -> io::Result<()> {
@@ -526,10 +565,10 @@ mod file {
                 AnyStorage::File(f) => f.remove(base),
             }
         }
-        fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+        fn data_from(&mut self, base: u64, pos: u64) -> io::Result<Option<u64>> {
             match self {
-                AnyStorage::Mem(m) => m.write_at(base, pos, data).map_err(never),
-                AnyStorage::File(f) => f.write_at(base, pos, data),
+                AnyStorage::Mem(m) => m.data_from(base, pos).map_err(never),
+                AnyStorage::File(f) => f.data_from(base, pos),
             }
         }
         fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {

@@ -141,7 +141,7 @@ impl Storage for CrashStorage {
     fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> Result<usize, Injected> {
         Ok(self.live.read(base, pos, buf).unwrap_or(0))
     }
-    fn append(&mut self, base: u64, data: &[u8]) -> Result<(), Injected> {
+    fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Injected> {
         if self.fail_appends {
             return Err(Injected("no space left on device".into()));
         }
@@ -150,7 +150,7 @@ impl Storage for CrashStorage {
             None => data.len(),
         };
         self.appended += data.len() as u64;
-        let _ = self.live.append(base, &data[..keep]);
+        let _ = self.live.write(base, pos, &data[..keep]);
         Ok(())
     }
     fn sync(&mut self) -> Result<(), Injected> {
@@ -179,12 +179,6 @@ impl Storage for CrashStorage {
     fn remove(&mut self, base: u64) -> Result<(), Injected> {
         let _ = self.live.remove(base);
         let _ = self.durable.remove(base);
-        Ok(())
-    }
-    fn write_at(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Injected> {
-        // Written in place and synced at once (a repair syncs right after).
-        let _ = self.live.write_at(base, pos, data);
-        let _ = self.durable.write_at(base, pos, data);
         Ok(())
     }
     fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Injected> {

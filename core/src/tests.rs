@@ -513,12 +513,12 @@ fn detached_file_sync_clears_only_what_no_later_append_touched() {
     let _ = std::fs::remove_dir_all(&dir);
     let mut s = FileStorage::open(&dir).unwrap();
     assert!(s.detach_sync().unwrap().is_none(), "nothing written");
-    s.append(0, b"first").unwrap();
+    s.write(0, 0, b"first").unwrap();
     let job = s
         .detach_sync()
         .unwrap()
         .expect("a segment and the directory to sync");
-    s.append(0, b"second").unwrap();
+    s.write(0, 5, b"second").unwrap();
     job.run().unwrap();
     s.detached_done(&job, true);
     // The directory entry was covered; the segment was appended to after the detach.
@@ -526,7 +526,7 @@ fn detached_file_sync_clears_only_what_no_later_append_touched() {
     again.run().unwrap();
     s.detached_done(&again, true);
     assert!(s.detach_sync().unwrap().is_none(), "all clean");
-    s.append(0, b"third").unwrap();
+    s.write(0, 11, b"third").unwrap();
     let failed = s.detach_sync().unwrap().unwrap();
     s.detached_done(&failed, false);
     assert!(

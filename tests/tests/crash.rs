@@ -245,18 +245,22 @@ fn cut_at_every_byte_keeps_every_whole_record_and_nothing_torn() {
             "cut at {cut}: recovery kept up to {} instead of {keep}",
             b.log_end()
         );
+        // What is kept is the whole records; anything after them is gone or zeros (zeros
+        // are the end of the data, not cut).
+        let seg = b.storage().segment(0).unwrap_or_default();
         assert_eq!(
-            b.storage().segment(0).unwrap_or_default(),
+            &seg[..keep as usize],
             &full[..keep as usize],
             "cut at {cut}"
         );
+        assert!(seg[keep as usize..].iter().all(|&x| x == 0), "cut at {cut}");
         let prefix: Vec<RawRecord> = recs.iter().filter(|r| r.end() <= keep).cloned().collect();
         assert_eq!(
             b.recovery_report().records,
             prefix.len() as u64,
             "cut at {cut}"
         );
-        if cut != keep {
+        if full[keep as usize..cut as usize].iter().any(|&x| x != 0) {
             assert!(
                 !b.recovery_report().cuts.is_empty(),
                 "cut at {cut}: torn bytes removed without a report"
@@ -293,7 +297,7 @@ fn crash_storage_cut_after_n_bytes_matches_truncation() {
         cs.cut_after_bytes = Some(cut);
         // Replay the log's bytes as appends of whole records.
         for r in &recs {
-            cs.append(0, &full[r.offset as usize..r.end() as usize])
+            cs.write(0, r.offset, &full[r.offset as usize..r.end() as usize])
                 .unwrap();
         }
         let keep = *clean.iter().rev().find(|&&c| c <= cut).unwrap();
@@ -806,4 +810,85 @@ fn a_restart_continues_in_the_current_segment() {
     assert_eq!(m.segments().unwrap(), vec![0, 64 << 10]);
     let mut b = Broker::open(cfg, m, 30).unwrap();
     assert!(probe::visible(&mut b, 30)["R"].contains(&b"last".to_vec()));
+}
+
+#[test]
+fn preallocated_segments_are_exactly_segment_size_on_the_grid_and_zeros_end_the_data() {
+    // RocketMQ loads only commit-log files of exactly mappedFileSizeCommitLog bytes, named
+    // k x that size, zeros after the data.
+    use rocklet_core::FileStorage;
+    let seg = 64u64 << 10;
+    let cfg = Config {
+        segment_size: seg,
+        ..cfg()
+    };
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("data");
+    let storage = || FileStorage::open(&path).unwrap().preallocate(seg);
+    let mut b = Broker::open(cfg.clone(), storage(), 0).unwrap();
+    let mut n = 0;
+    while b.segment_count() < 3 {
+        send(&mut b, n, "P", &format!("{n:05}{}", "p".repeat(900)));
+        n += 1;
+    }
+    b.sync().unwrap();
+    let data_end = b.log_end();
+    drop(b);
+    let files = || {
+        let mut v: Vec<(String, u64)> = std::fs::read_dir(&path)
+            .unwrap()
+            .map(|e| e.unwrap())
+            .filter(|e| e.file_name().len() == 20)
+            .map(|e| {
+                (
+                    e.file_name().into_string().unwrap(),
+                    e.metadata().unwrap().len(),
+                )
+            })
+            .collect();
+        v.sort();
+        v
+    };
+    let expected: Vec<(String, u64)> = (0..3).map(|k| (format!("{:020}", k * seg), seg)).collect();
+    assert_eq!(files(), expected);
+    let last = std::fs::read(path.join(format!("{:020}", 2 * seg))).unwrap();
+    let used = (data_end - 2 * seg) as usize;
+    assert!(
+        last[used..].iter().all(|&x| x == 0),
+        "the rest of the file is zero"
+    );
+    // Reopening: zeros are the end of the data, nothing is cut, appends go on in place.
+    let mut end = data_end;
+    for i in 0..3 {
+        let mut b = Broker::open(cfg.clone(), storage(), 1_000 + i).unwrap();
+        assert!(
+            b.recovery_report().cuts.is_empty(),
+            "{:?}",
+            b.recovery_report()
+        );
+        assert_eq!(b.log_end(), end, "reopen {i} lost or added data");
+        send(&mut b, 1_000 + i, "P", &format!("after restart {i}"));
+        b.sync().unwrap();
+        end = b.log_end();
+    }
+    assert_eq!(
+        files(),
+        expected,
+        "restarts made no new file and changed no length"
+    );
+    // A torn write after the data: cut to zeros, the file keeps its length.
+    let file = path.join(format!("{:020}", 2 * seg));
+    let mut bytes = std::fs::read(&file).unwrap();
+    let b = Broker::open(cfg.clone(), storage(), 2_000).unwrap();
+    let end = (b.log_end() - 2 * seg) as usize;
+    drop(b);
+    bytes[end..end + 6].copy_from_slice(&[0, 0, 1, 0, 0xda, 0xa3]);
+    std::fs::write(&file, &bytes).unwrap();
+    let mut b = Broker::open(cfg.clone(), storage(), 2_001).unwrap();
+    assert_eq!(b.recovery_report().cuts.len(), 1);
+    assert_eq!(b.recovery_report().cuts[0].bytes, 6);
+    assert_eq!(files(), expected);
+    assert!(std::fs::read(&file).unwrap()[end..].iter().all(|&x| x == 0));
+    let seen = probe::visible(&mut b, 2_001).remove("P").unwrap();
+    assert_eq!(seen.len(), n as usize + 3);
 }
