@@ -7,6 +7,7 @@
 //! │   ├── MessageTooLarge, BatchTooLarge, EmptyBatch, MixedBatch, DelayInBatch, BatchToRetryTopic,
 //! │   ├── InvalidDelay, DelayOnTransaction, InvalidProperty, PropertiesTooLarge,
 //! │   ├── UnknownTransaction, MalformedTransactionId, TransactionAlreadyResolved, WrongProducerGroup,
+//! │   ├── ProducerGroupRequired, TooManyGroups, TooManyTopics, NotConsumable,
 //! │   └── InvalidReceiptHandle, StaleReceiptHandle, InvalidArgument
 //! ├── ConfigError                   a configuration that cannot work
 //! ├── StorageError                  the storage failed (I/O, data directory locked)
@@ -124,6 +125,10 @@ client_errors! {
     InvalidReceiptHandle = "INVALID_RECEIPT_HANDLE": "A receipt handle that names no delivery in flight.",
     StaleReceiptHandle = "STALE_RECEIPT_HANDLE": "A receipt handle replaced by a redelivery or an invisible-time change.",
     InvalidArgument = "INVALID_ARGUMENT": "An argument outside what the broker accepts.",
+    ProducerGroupRequired = "PRODUCER_GROUP_REQUIRED": "An END_TRANSACTION that names no producer group.",
+    TooManyGroups = "TOO_MANY_GROUPS": "A new group past `max_groups`.",
+    TooManyTopics = "TOO_MANY_TOPICS": "A new topic past `max_topics`.",
+    NotConsumable = "NOT_CONSUMABLE": "A send-back of something the group cannot consume (no visible message of a consumer topic at that offset).",
 }
 
 /// A failure on the Rust side, carried out of a GIL-free section and turned into an

@@ -32,8 +32,10 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "MixedBatch",
+    "NotConsumable",
     "PendingDelay",
     "PendingTransaction",
+    "ProducerGroupRequired",
     "PropertiesTooLarge",
     "PullResult",
     "QueueInfo",
@@ -44,6 +46,8 @@ __all__ = [
     "StaleReceiptHandle",
     "StorageError",
     "Subscription",
+    "TooManyGroups",
+    "TooManyTopics",
     "TopicInfo",
     "Transaction",
     "TransactionAlreadyResolved",
@@ -152,6 +156,18 @@ class StaleReceiptHandle(ClientError):
 
 class InvalidArgument(ClientError):
     """An argument outside what the broker accepts."""
+
+class ProducerGroupRequired(ClientError):
+    """An END_TRANSACTION that names no producer group."""
+
+class TooManyGroups(ClientError):
+    """A new group past `max_groups`."""
+
+class TooManyTopics(ClientError):
+    """A new topic past `max_topics`."""
+
+class NotConsumable(ClientError):
+    """A send-back of something the group cannot consume (no visible message of a consumer topic at that offset)."""
 
 @final
 class Message:
