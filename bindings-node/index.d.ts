@@ -26,9 +26,19 @@ export interface BrokerConfig {
   delayLevels?: number[];
   maxDeliveryAttempts?: number;
   maxInvisibleMs?: number;
+  /** Invisible time for hosts whose API lets a consumer leave it out. */
+  defaultInvisibleMs?: number;
+  /** Under `flush: 'async'`, how long appended bytes may wait for an fsync. */
+  flushIntervalMs?: number;
   /** Collect trace events for `takeTrace()`. */
   trace?: boolean;
   storeHost?: { ip: [number, number, number, number]; port: number };
+  /** Most consumer and producer groups; one more is refused (`TOO_MANY_GROUPS`). */
+  maxGroups?: number;
+  /** Most topics (user, retry, dead-letter); one more is refused (`TOO_MANY_TOPICS`). */
+  maxTopics?: number;
+  /** Consume-queue units one filtered pull or receive looks at, at most. */
+  maxScanUnits?: number;
 }
 
 export interface BrokerOptions extends BrokerConfig {
