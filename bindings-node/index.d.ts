@@ -48,6 +48,11 @@ export interface BrokerOptions extends BrokerConfig {
   clock?: 'system' | 'manual';
   /** Manual clock: start time in ms (default 0; never before the newest stored record). */
   now?: number;
+  /**
+   * Open a log with damage other than a torn tail (refused with `CorruptedError` otherwise):
+   * every valid record stays, each damaged range moves to `path/quarantine/`.
+   */
+  repair?: boolean;
 }
 
 export interface SendOptions {
@@ -188,7 +193,12 @@ export interface RecoveryReport {
   records: number;
   bytesScanned: number;
   bytesTruncated: number;
-  cuts: { offset: number; bytes: number; reason: string }[];
+  /** Bytes `repair: true` moved to quarantine. */
+  bytesQuarantined: number;
+  /** The torn tail cut (at most one). `keptAs`: the `quarantine/` file keeping its non-zero bytes. */
+  cuts: { offset: number; bytes: number; reason: string; keptAs?: string }[];
+  /** Damaged ranges `repair: true` moved to `quarantine/<name>` (empty after a plain open). */
+  quarantined: { offset: number; bytes: number; reason: string; name: string }[];
 }
 
 export interface Stats {
@@ -317,6 +327,7 @@ export declare class StorageError extends RockletError {
   kind: string;
 }
 export declare class CorruptedError extends RockletError {
+  /** Log offset where the damage starts. */
   offset: number;
 }
 export declare class StateError extends RockletError {}

@@ -194,7 +194,9 @@ fn to_limit(v: Option<Unknown<'_>>) -> Res<usize> {
 
 #[napi]
 impl JsBroker {
-    /// `new Broker({ path?, clock?: 'system' | 'manual', now?, ...config })`.
+    /// `new Broker({ path?, clock?: 'system' | 'manual', now?, repair?, ...config })`. A log
+    /// with damage other than a torn tail is refused (`CorruptedError`, nothing changed);
+    /// `repair: true` opens it, moving each damaged range to `path/quarantine/`.
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         let open = || -> Res<Self> {
@@ -205,7 +207,11 @@ impl JsBroker {
                 ClockKind::System => system_now(),
             };
             let trace_on = o.config.trace;
-            let core = Broker::open(o.config, storage, start)?;
+            let core = if o.repair {
+                Broker::open_repairing(o.config, storage, start)?
+            } else {
+                Broker::open(o.config, storage, start)?
+            };
             // Recovery moves the broker's time up to the newest record: so does the clock.
             let manual_now = core.now().max(start);
             Ok(JsBroker {

@@ -8,7 +8,7 @@
 //! │                                  or INVALID_ARGUMENT for a JS value of the wrong shape
 //! ├── ConfigError              code: INVALID_CONFIG, `option` names the camelCase option
 //! ├── StorageError             code: STORAGE, `kind` is the io::ErrorKind
-//! ├── CorruptedError           code: CORRUPTED, `offset` is the log offset
+//! ├── CorruptedError           code: CORRUPTED, `offset` is the log offset (`repair: true` opens it)
 //! └── StateError               code: BROKER_CLOSED | WRONG_CLOCK
 //! ```
 //!
@@ -130,7 +130,11 @@ impl Fail {
             Fail::Corrupted { offset, reason } => (
                 "CorruptedError",
                 "CORRUPTED".into(),
-                format!("corrupt log at offset {offset}: {reason}"),
+                format!(
+                    "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
+                     opens it, keeping every valid record and moving the damaged bytes to \
+                     quarantine/ in the data directory"
+                ),
             ),
             Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
             Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),

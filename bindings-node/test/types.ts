@@ -1,6 +1,6 @@
 // Compiled with `tsc --noEmit` in CI (tests/ci/node.sh): uses the package the way a
 // TypeScript user would, so index.d.ts cannot drift from what the tests exercise.
-import { Broker, ClientError, RockletError, type CheckRequest, type ReceivedMessage, type Resolution } from 'rocklet';
+import { Broker, ClientError, CorruptedError, RockletError, type CheckRequest, type ReceivedMessage, type Resolution } from 'rocklet';
 
 async function main(): Promise<void> {
   const broker = new Broker({ clock: 'manual', transactionTimeoutMs: 6000, flush: 'async', trace: true });
@@ -35,6 +35,16 @@ async function main(): Promise<void> {
   }
   console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels);
   broker.close();
+  try {
+    const repaired = new Broker({ path: 'data', repair: true });
+    const report = repaired.recoveryReport();
+    const kept: (string | undefined)[] = report.cuts.map((c) => c.keptAs);
+    const names: string[] = report.quarantined.map((q) => q.name);
+    console.log(kept, names, report.bytesQuarantined);
+    repaired.close();
+  } catch (e) {
+    if (e instanceof CorruptedError) console.log(e.offset);
+  }
 }
 
 void main();
