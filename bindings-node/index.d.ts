@@ -310,11 +310,16 @@ export declare class Broker {
   sync(): void;
   close(): void;
   readonly closed: boolean;
+  /**
+   * Why the broker stopped taking requests, or `null`: a sync failed, and every later call
+   * throws `StateError` with code `FAILED`. Close it and open its path again.
+   */
+  readonly failed: string | null;
 }
 
 export declare class RockletError extends Error {
   constructor(message: string, code: string);
-  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, INTERNAL. */
+  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, FAILED, INTERNAL. */
   code: string;
 }
 export declare class ClientError extends RockletError {}

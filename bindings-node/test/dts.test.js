@@ -24,7 +24,8 @@ function runtimeMembers(cls) {
     for (const n of Object.getOwnPropertyNames(p)) names.add(n);
   }
   names.delete('constructor');
-  names.delete('__panicForTest'); // test hook, deliberately undeclared
+  names.delete('__panicForTest'); // test hooks, deliberately undeclared
+  names.delete('__failSyncForTest');
   return names;
 }
 

@@ -33,7 +33,8 @@ async function main(): Promise<void> {
     if (e instanceof ClientError) console.log(e.code);
     if (e instanceof RockletError) console.log(e.code);
   }
-  console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels);
+  const why: string | null = broker.failed;
+  console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
   broker.close();
   try {
     const repaired = new Broker({ path: 'data', repair: true });
