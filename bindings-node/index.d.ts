@@ -26,9 +26,19 @@ export interface BrokerConfig {
   delayLevels?: number[];
   maxDeliveryAttempts?: number;
   maxInvisibleMs?: number;
+  /** Invisible time for hosts whose API lets a consumer leave it out. */
+  defaultInvisibleMs?: number;
+  /** Under `flush: 'async'`, how long appended bytes may wait for an fsync. */
+  flushIntervalMs?: number;
   /** Collect trace events for `takeTrace()`. */
   trace?: boolean;
   storeHost?: { ip: [number, number, number, number]; port: number };
+  /** Most consumer and producer groups; one more is refused (`TOO_MANY_GROUPS`). */
+  maxGroups?: number;
+  /** Most topics (user, retry, dead-letter); one more is refused (`TOO_MANY_TOPICS`). */
+  maxTopics?: number;
+  /** Consume-queue units one filtered pull or receive looks at, at most. */
+  maxScanUnits?: number;
 }
 
 export interface BrokerOptions extends BrokerConfig {
@@ -38,6 +48,11 @@ export interface BrokerOptions extends BrokerConfig {
   clock?: 'system' | 'manual';
   /** Manual clock: start time in ms (default 0; never before the newest stored record). */
   now?: number;
+  /**
+   * Open a log with damage other than a torn tail (refused with `CorruptedError` otherwise):
+   * every valid record stays, each damaged range moves to `path/quarantine/`.
+   */
+  repair?: boolean;
 }
 
 export interface SendOptions {
@@ -178,7 +193,12 @@ export interface RecoveryReport {
   records: number;
   bytesScanned: number;
   bytesTruncated: number;
-  cuts: { offset: number; bytes: number; reason: string }[];
+  /** Bytes `repair: true` moved to quarantine. */
+  bytesQuarantined: number;
+  /** The torn tail cut (at most one). `keptAs`: the `quarantine/` file keeping its non-zero bytes. */
+  cuts: { offset: number; bytes: number; reason: string; keptAs?: string }[];
+  /** Damaged ranges `repair: true` moved to `quarantine/<name>` (empty after a plain open). */
+  quarantined: { offset: number; bytes: number; reason: string; name: string }[];
 }
 
 export interface Stats {
@@ -290,11 +310,16 @@ export declare class Broker {
   sync(): void;
   close(): void;
   readonly closed: boolean;
+  /**
+   * Why the broker stopped taking requests, or `null`: a sync failed, and every later call
+   * throws `StateError` with code `FAILED`. Close it and open its path again.
+   */
+  readonly failed: string | null;
 }
 
 export declare class RockletError extends Error {
   constructor(message: string, code: string);
-  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, INTERNAL. */
+  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, FAILED, INTERNAL. */
   code: string;
 }
 export declare class ClientError extends RockletError {}
@@ -307,6 +332,7 @@ export declare class StorageError extends RockletError {
   kind: string;
 }
 export declare class CorruptedError extends RockletError {
+  /** Log offset where the damage starts. */
   offset: number;
 }
 export declare class StateError extends RockletError {}

@@ -16,7 +16,7 @@ const KICK = Symbol('rocklet.kick');
 const DRIVING = [
   'send', 'sendBatch', 'prepare', 'endTransaction', 'commit', 'rollback', 'setProducerOnline',
   'createTopic', 'pull', 'commitOffset', 'receive', 'ack', 'changeInvisible',
-  'forwardToDeadLetter', 'sendBack', 'sync', 'close', 'fireDue',
+  'forwardToDeadLetter', 'sendBack', 'sync', 'close', 'fireDue', '__failSyncForTest',
 ];
 
 const MAX_TIMER = 2 ** 31 - 1;
@@ -117,14 +117,15 @@ class Broker extends Native {
   [KICK]() {
     for (const check of super.takeChecks()) this.#answer(check);
     const available = super.takeAvailable();
-    const closed = this.closed;
-    if (available.length || closed) {
+    // A failed broker takes nothing more: waiters wake to the error, no timer fires.
+    const stopped = this.closed || this.failed != null;
+    if (available.length || stopped) {
       const topics = new Set(available.map((a) => a.topic));
       for (const w of this.#waiters) {
-        if (closed || topics.has(w.topic)) w.wake();
+        if (stopped || topics.has(w.topic)) w.wake();
       }
     }
-    if (this.clock === 'system') this.#arm(closed);
+    if (this.clock === 'system') this.#arm(stopped);
   }
 
   #arm(closed) {

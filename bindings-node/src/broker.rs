@@ -59,7 +59,16 @@ impl JsBroker {
     fn guard<T>(&mut self, env: &Env, f: impl FnOnce(&mut Self) -> Res<T>) -> napi::Result<T> {
         match catch_unwind(AssertUnwindSafe(|| f(self))) {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => Err(e.into_js(env)),
+            Ok(Err(e)) => {
+                // The storage error that failed the broker is said as the failure it is: the
+                // call that hit it throws what every later call will.
+                let failed = self.core.as_ref().and_then(|c| c.failed());
+                let e = match (e, failed) {
+                    (Fail::Storage(_), Some(reason)) => Fail::Failed(reason.to_owned()),
+                    (e, _) => e,
+                };
+                Err(e.into_js(env))
+            }
             Err(p) => {
                 let msg = p
                     .downcast_ref::<&str>()
@@ -194,7 +203,9 @@ fn to_limit(v: Option<Unknown<'_>>) -> Res<usize> {
 
 #[napi]
 impl JsBroker {
-    /// `new Broker({ path?, clock?: 'system' | 'manual', now?, ...config })`.
+    /// `new Broker({ path?, clock?: 'system' | 'manual', now?, repair?, ...config })`. A log
+    /// with damage other than a torn tail is refused (`CorruptedError`, nothing changed);
+    /// `repair: true` opens it, moving each damaged range to `path/quarantine/`.
     #[napi(constructor)]
     pub fn new(env: Env, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         let open = || -> Res<Self> {
@@ -205,7 +216,11 @@ impl JsBroker {
                 ClockKind::System => system_now(),
             };
             let trace_on = o.config.trace;
-            let core = Broker::open(o.config, storage, start)?;
+            let core = if o.repair {
+                Broker::open_repairing(o.config, storage, start)?
+            } else {
+                Broker::open(o.config, storage, start)?
+            };
             // Recovery moves the broker's time up to the newest record: so does the clock.
             let manual_now = core.now().max(start);
             Ok(JsBroker {
@@ -565,7 +580,8 @@ impl JsBroker {
         })
     }
 
-    /// Syncs and closes the broker (releasing its data directory). Idempotent.
+    /// Syncs and closes the broker (releasing its data directory). Idempotent. A failed
+    /// broker has nothing it could sync: it just closes.
     #[napi]
     pub fn close(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
@@ -573,7 +589,9 @@ impl JsBroker {
                 return Ok(());
             };
             b.closed_why = "the broker is closed";
-            core.sync()?;
+            if core.failed().is_none() {
+                core.sync()?;
+            }
             Ok(())
         })
     }
@@ -581,6 +599,15 @@ impl JsBroker {
     #[napi(getter)]
     pub fn closed(&self) -> bool {
         self.core.is_none()
+    }
+
+    /// Why the broker stopped taking requests (a sync failed), or `null`.
+    #[napi(getter)]
+    pub fn failed(&self) -> Option<String> {
+        self.core
+            .as_ref()
+            .and_then(|c| c.failed())
+            .map(str::to_owned)
     }
 
     // ---- clock -----------------------------------------------------------------------------
@@ -800,6 +827,18 @@ impl JsBroker {
     #[napi]
     pub fn config(&mut self, env: Env) -> napi::Result<serde_json::Value> {
         self.guard(&env, |b| convert::config_out(b.core()?.config()))
+    }
+
+    /// Test hook: tells the core a sync failed (`Broker::sync_failed`, what a host that syncs
+    /// off its thread reports), to show what a failed broker does. No fsync can be made to
+    /// fail from a test.
+    #[napi(js_name = "__failSyncForTest")]
+    pub fn fail_sync_for_test(&mut self, env: Env, reason: String) -> napi::Result<()> {
+        self.guard(&env, |b| {
+            b.core()?.sync_failed(&reason);
+            b.drain();
+            Ok(())
+        })
     }
 
     /// Test hook: panics inside a guarded call, to show that no panic reaches JS.

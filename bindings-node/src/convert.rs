@@ -206,6 +206,8 @@ pub(crate) struct BrokerOptions {
     pub(crate) clock: ClockKind,
     pub(crate) path: Option<PathBuf>,
     pub(crate) now: Option<u64>,
+    /// Open a damaged log, moving the damage to quarantine (`Broker::open_repairing`).
+    pub(crate) repair: bool,
 }
 
 /// `transaction_timeout_ms` → `transactionTimeoutMs`.
@@ -278,6 +280,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
         clock: ClockKind::System,
         path: None,
         now: None,
+        repair: false,
     };
     let Some(v) = present(v)? else {
         out.config = serde_json::from_value(serde_json::Value::Object(fields))
@@ -303,6 +306,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
                 }
             }
             "now" => out.now = Some(uint("options.now", val)?),
+            "repair" => out.repair = boolean("options.repair", val)?,
             "notifyAvailable" => {
                 return Err(arg(
                     "options.notifyAvailable is set by the binding (subscribe waits on it)",
@@ -316,7 +320,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
                         .filter(|c| *c != "notifyAvailable")
                         .collect();
                     return Err(arg(format!(
-                        "unknown option `{key}` (known: path, clock, now, {})",
+                        "unknown option `{key}` (known: path, clock, now, repair, {})",
                         names.join(", ")
                     )));
                 };
@@ -849,6 +853,18 @@ pub struct JsCut {
     pub offset: f64,
     pub bytes: f64,
     pub reason: String,
+    /// The file under `quarantine/` keeping the cut bytes that were not zero.
+    pub kept_as: Option<String>,
+}
+
+#[napi(object)]
+#[derive(Debug)]
+pub struct JsQuarantined {
+    pub offset: f64,
+    pub bytes: f64,
+    pub reason: String,
+    /// The file under `quarantine/` holding the damaged bytes.
+    pub name: String,
 }
 
 /// What recovery found when the broker opened.
@@ -859,7 +875,9 @@ pub struct JsRecoveryReport {
     pub records: f64,
     pub bytes_scanned: f64,
     pub bytes_truncated: f64,
+    pub bytes_quarantined: f64,
     pub cuts: Vec<JsCut>,
+    pub quarantined: Vec<JsQuarantined>,
 }
 
 pub(crate) fn recovery(r: &RecoveryReport) -> JsRecoveryReport {
@@ -868,6 +886,7 @@ pub(crate) fn recovery(r: &RecoveryReport) -> JsRecoveryReport {
         records: num(r.records),
         bytes_scanned: num(r.bytes_scanned),
         bytes_truncated: num(r.bytes_truncated),
+        bytes_quarantined: num(r.bytes_quarantined()),
         cuts: r
             .cuts
             .iter()
@@ -875,6 +894,17 @@ pub(crate) fn recovery(r: &RecoveryReport) -> JsRecoveryReport {
                 offset: num(c.offset),
                 bytes: num(c.bytes),
                 reason: c.reason.clone(),
+                kept_as: c.kept_as.clone(),
+            })
+            .collect(),
+        quarantined: r
+            .quarantined
+            .iter()
+            .map(|q| JsQuarantined {
+                offset: num(q.offset),
+                bytes: num(q.bytes),
+                reason: q.reason.clone(),
+                name: q.name.clone(),
             })
             .collect(),
     }

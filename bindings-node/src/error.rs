@@ -8,8 +8,9 @@
 //! │                                  or INVALID_ARGUMENT for a JS value of the wrong shape
 //! ├── ConfigError              code: INVALID_CONFIG, `option` names the camelCase option
 //! ├── StorageError             code: STORAGE, `kind` is the io::ErrorKind
-//! ├── CorruptedError           code: CORRUPTED, `offset` is the log offset
-//! └── StateError               code: BROKER_CLOSED | WRONG_CLOCK
+//! ├── CorruptedError           code: CORRUPTED, `offset` is the log offset (`repair: true` opens it)
+//! └── StateError               code: BROKER_CLOSED | WRONG_CLOCK | FAILED (a sync failed: the
+//!                                    broker takes nothing more; close it and open the path again)
 //! ```
 //!
 //! The classes are created once per JS environment (worker) from the source below and kept
@@ -45,6 +46,8 @@ pub(crate) enum Fail {
     Closed(&'static str),
     /// A manual-clock call on a system-clock broker, or the reverse.
     WrongClock(&'static str),
+    /// A sync failed: the broker takes nothing more (the reason).
+    Failed(String),
     /// A bug: a caught panic, a failed napi call, an unexpected reply.
     Internal(String),
 }
@@ -64,6 +67,7 @@ impl From<rocklet_core::Error<io::Error>> for Fail {
                 reason,
             },
             rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
+            rocklet_core::Error::Failed { reason } => Fail::Failed(reason),
             // Encode and any variant added later.
             other => Fail::Internal(other.to_string()),
         }
@@ -130,10 +134,22 @@ impl Fail {
             Fail::Corrupted { offset, reason } => (
                 "CorruptedError",
                 "CORRUPTED".into(),
-                format!("corrupt log at offset {offset}: {reason}"),
+                format!(
+                    "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
+                     opens it, keeping every valid record and moving the damaged bytes to \
+                     quarantine/ in the data directory"
+                ),
             ),
             Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
             Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),
+            Fail::Failed(reason) => (
+                "StateError",
+                "FAILED".into(),
+                format!(
+                    "the broker stopped after a failed sync ({reason}); close it and open its \
+                     path again: recovery keeps what is durable"
+                ),
+            ),
             Fail::Internal(m) => (
                 "RockletError",
                 "INTERNAL".into(),

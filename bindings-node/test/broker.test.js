@@ -334,6 +334,38 @@ test('no panic reaches JS: it becomes an INTERNAL error and closes the broker', 
   assert.throws(() => b.send('T', 'y'), (e) => e instanceof StateError && e.code === 'BROKER_CLOSED');
 });
 
+test('a failed sync stops the broker: FAILED for every call and a waiting subscriber, reopening recovers', { timeout: 10_000 }, async () => {
+  const dir = tmp();
+  try {
+    const b = new Broker({ path: dir, clock: 'manual', flush: 'sync', defaultQueues: 1 });
+    b.send('T', 'durable');
+    const sub = b.subscribe('G', 'T', { invisibleMs: 60_000 });
+    assert.equal((await sub.next()).value.body.toString(), 'durable');
+    const waiting = sub.next(); // acks it, then waits for more
+    assert.equal(b.failed, null);
+    // What the core is told when a host's fsync fails (no fsync can be made to fail here).
+    b.__failSyncForTest('disk gone');
+    assert.equal(b.failed, 'disk gone');
+    const failed = (e) => e instanceof StateError && e.code === 'FAILED'
+      && /failed sync \(disk gone\)/.test(e.message) && /open its path again/.test(e.message);
+    await assert.rejects(waiting, failed);
+    assert.throws(() => b.send('T', 'lost'), failed);
+    assert.throws(() => b.prepare('PG', { topic: 'T', body: 'half' }), failed);
+    assert.throws(() => b.receive('G', 'T', { invisibleMs: 1000 }), failed);
+    assert.throws(() => b.createTopic('U', 1), failed);
+    assert.throws(() => b.sync(), failed);
+    await assert.rejects(b.advance(1000), failed);
+    b.close(); // nothing to sync: it just closes
+    assert.equal(b.closed, true);
+    const again = new Broker({ path: dir, clock: 'manual' });
+    assert.equal(again.failed, null);
+    assert.deepEqual(bodies(again.pull('G2', 'T', 0).messages), ['durable']);
+    again.close();
+  } finally {
+    fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
 test('commitOffset, sendBack and forwardToDeadLetter', async () => {
   const b = manual({ defaultQueues: 1, delayLevels: [1000, 2000, 3000] });
   b.send('T', 'a');

@@ -24,12 +24,23 @@ function runtimeMembers(cls) {
     for (const n of Object.getOwnPropertyNames(p)) names.add(n);
   }
   names.delete('constructor');
-  names.delete('__panicForTest'); // test hook, deliberately undeclared
+  names.delete('__panicForTest'); // test hooks, deliberately undeclared
+  names.delete('__failSyncForTest');
   return names;
 }
 
 test('every Broker member is declared in index.d.ts and every declared one exists', () => {
   assert.deepEqual([...runtimeMembers(rocklet.Broker)].sort(), [...declaredMembers('Broker')].sort());
+});
+
+test('every config() field is a BrokerConfig option in index.d.ts', () => {
+  const start = dts.indexOf('export interface BrokerConfig {');
+  const body = dts.slice(start, dts.indexOf('\n}', start));
+  const declared = [...body.matchAll(/^ {2}([A-Za-z_]\w*)\?:/gm)].map((m) => m[1]);
+  const b = new rocklet.Broker({ clock: 'manual' });
+  const fields = Object.keys(b.config()).filter((k) => k !== 'notifyAvailable'); // set by the binding
+  b.close();
+  assert.deepEqual(fields.sort(), declared.sort());
 });
 
 test('the exports match index.d.ts', () => {

@@ -1,6 +1,6 @@
 // Compiled with `tsc --noEmit` in CI (tests/ci/node.sh): uses the package the way a
 // TypeScript user would, so index.d.ts cannot drift from what the tests exercise.
-import { Broker, ClientError, RockletError, type CheckRequest, type ReceivedMessage, type Resolution } from 'rocklet';
+import { Broker, ClientError, CorruptedError, RockletError, type CheckRequest, type ReceivedMessage, type Resolution } from 'rocklet';
 
 async function main(): Promise<void> {
   const broker = new Broker({ clock: 'manual', transactionTimeoutMs: 6000, flush: 'async', trace: true });
@@ -33,8 +33,19 @@ async function main(): Promise<void> {
     if (e instanceof ClientError) console.log(e.code);
     if (e instanceof RockletError) console.log(e.code);
   }
-  console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels);
+  const why: string | null = broker.failed;
+  console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
   broker.close();
+  try {
+    const repaired = new Broker({ path: 'data', repair: true });
+    const report = repaired.recoveryReport();
+    const kept: (string | undefined)[] = report.cuts.map((c) => c.keptAs);
+    const names: string[] = report.quarantined.map((q) => q.name);
+    console.log(kept, names, report.bytesQuarantined);
+    repaired.close();
+  } catch (e) {
+    if (e instanceof CorruptedError) console.log(e.offset);
+  }
 }
 
 void main();

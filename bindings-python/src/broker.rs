@@ -22,14 +22,15 @@ use pyo3::exceptions::{PyStopAsyncIteration, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, Millis, NewMessage, Output, Reply, Request, Resolution, TxnId,
+    AnyStorage, Broker, CheckRequest, Error as CoreError, Millis, NewMessage, Output, Reply,
+    Request, Resolution, TxnId,
 };
 
 use crate::convert;
 use crate::error::{client_error, core_error, open_error, Fail};
 use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PySendResult,
-    PyTopicInfo,
+    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PyRecoveryReport,
+    PySendResult, PyTopicInfo,
 };
 
 type Core = Broker<AnyStorage>;
@@ -38,8 +39,9 @@ type Core = Broker<AnyStorage>;
 struct State {
     /// `None` once closed.
     core: Option<Core>,
-    /// Replies released by the core, by request id, until their caller takes them.
-    replies: HashMap<u64, Reply>,
+    /// Replies released by the core, by request id, until their caller takes them; `Err` is
+    /// a reply that waited for a sync that failed (the reason).
+    replies: HashMap<u64, Result<Reply, String>>,
     /// Checks to hand to checkers.
     checks: VecDeque<CheckRequest>,
     /// A group-commit leader is gathering writers before its sync.
@@ -51,6 +53,7 @@ struct State {
     /// Bumped whenever state changed: subscribers re-try on a change.
     generation: u64,
     /// Set after a storage failure in the driver or a caught panic: the broker is unusable.
+    /// (A failed sync is the core's own state: it refuses every later call itself.)
     broken: Option<String>,
 }
 
@@ -107,6 +110,13 @@ impl Shared {
         let now = self.now(st);
         let core = Self::core(st)?;
         match catch_unwind(AssertUnwindSafe(|| f(core, now))) {
+            // The storage error that failed the broker: said as the failure it is, so the call
+            // that hit it raises what every later call will.
+            Ok(Err(Fail::Core(CoreError::Storage(_)))) if core.failed().is_some() => {
+                Err(Fail::Core(CoreError::Failed {
+                    reason: core.failed().unwrap_or_default().to_owned(),
+                }))
+            }
             Ok(r) => r,
             Err(p) => {
                 let why = panic_text(&*p);
@@ -123,7 +133,10 @@ impl Shared {
         while let Some(out) = core.poll_output() {
             match out {
                 Output::Reply { id, reply } => {
-                    st.replies.insert(id, reply);
+                    st.replies.insert(id, Ok(reply));
+                }
+                Output::Failed { id, reason } => {
+                    st.replies.insert(id, Err(reason));
                 }
                 Output::Check(c) => st.checks.push_back(c),
                 // Availability and trace events: the generation bump below wakes waiters.
@@ -146,11 +159,19 @@ impl Shared {
             let id = core.next_request_id();
             core.handle(now, id, req)?;
             Ok(id)
-        })?;
+        });
+        // Also after an error: a failed write fails the replies that waited on a sync.
         self.collect(&mut st);
+        let id = id?;
+        let taken = |st: &mut State| {
+            st.replies.remove(&id).map(|r| match r {
+                Ok(r) => Ok((r, !st.checks.is_empty())),
+                Err(reason) => Err(Fail::Core(CoreError::Failed { reason })),
+            })
+        };
         loop {
-            if let Some(r) = st.replies.remove(&id) {
-                return Ok((r, !st.checks.is_empty()));
+            if let Some(r) = taken(&mut st) {
+                return r;
             }
             // The reply waits for a sync (sync flush), unless the broker went away meanwhile.
             Self::core(&mut st)?;
@@ -165,12 +186,9 @@ impl Shared {
             st.syncing = false;
             self.collect(&mut st);
             if let Err(e) = res {
-                // Closed meanwhile: close() synced, so the reply may have been released.
-                return st
-                    .replies
-                    .remove(&id)
-                    .map(|r| (r, !st.checks.is_empty()))
-                    .ok_or(e);
+                // Closed meanwhile: close() synced, so the reply may have been released; or
+                // the sync failed, and the reply came out failed with the others that waited.
+                return taken(&mut st).unwrap_or(Err(e));
             }
         }
     }
@@ -194,11 +212,11 @@ impl Shared {
             from_check: true,
         };
         // The producer may have resolved it meanwhile: a client error here changes nothing.
-        self.guarded(&mut st, |core, now| {
+        let r = self.guarded(&mut st, |core, now| {
             core.execute(now, req).map(drop).map_err(Fail::from)
-        })?;
+        });
         self.collect(&mut st);
-        Ok(())
+        r
     }
 
     /// Manual clock: fires the next timer due at or before `target` (true), or moves the
@@ -211,19 +229,19 @@ impl Shared {
             _ => (target.max(st.manual_now), false),
         };
         st.manual_now = at;
-        self.guarded(&mut st, |core, now| {
+        let r = self.guarded(&mut st, |core, now| {
             core.handle_timeout(now).map_err(Fail::from)
-        })?;
+        });
         self.collect(&mut st);
-        Ok(more)
+        r.map(|()| more)
     }
 
     /// Syncs everything appended.
     fn flush(&self) -> Result<(), Fail> {
         let mut st = self.state.lock();
-        self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from))?;
+        let r = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
         self.collect(&mut st);
-        Ok(())
+        r
     }
 
     /// Reads the core under the mutex.
@@ -240,7 +258,9 @@ impl Shared {
     fn shut(&self) -> Result<(), Fail> {
         self.shutdown.store(true, Ordering::SeqCst);
         let mut st = self.state.lock();
-        let res = if st.core.is_some() && st.broken.is_none() {
+        let failed = st.core.as_ref().is_some_and(|c| c.failed().is_some());
+        // A broker that failed has nothing it could sync: its failure was reported already.
+        let res = if st.core.is_some() && st.broken.is_none() && !failed {
             let r = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
             self.collect(&mut st);
             r
@@ -358,9 +378,18 @@ fn drive(shared: Arc<Shared>) {
                 let next = match res {
                     Ok(n) => n,
                     Err(f) => {
-                        let why = format!("{f:?}");
-                        st.broken.get_or_insert_with(|| why.clone());
-                        shared.event_cv.notify_all();
+                        let failed = st.core.as_ref().and_then(|c| c.failed()).map(str::to_owned);
+                        let why = match &failed {
+                            Some(reason) => format!(
+                                "the broker stopped after a failed sync ({reason}); every call raises BrokerFailed: close it and open it again"
+                            ),
+                            None => format!("{f:?}"),
+                        };
+                        if failed.is_none() {
+                            st.broken.get_or_insert_with(|| why.clone());
+                        }
+                        // Waiting callers and subscribers see the failure on their next try.
+                        shared.collect(&mut st);
                         drop(st);
                         Python::try_attach(|py| {
                             log_error(py, &format!("rocklet driver stopped: {why}"), None)
@@ -402,7 +431,10 @@ fn drive(shared: Arc<Shared>) {
 /// An embedded Rocklet broker: RocketMQ-style transactional messages in-process.
 ///
 /// `Broker()` keeps the log in memory; `Broker("dir")` in segment files in a directory (the
-/// broker's own format; reopening recovers everything acknowledged). Keywords are the core
+/// broker's own format; reopening recovers everything acknowledged, cutting only a torn tail).
+/// A log with other damage raises `CorruptLog` and is left as it is; `repair=True` opens it,
+/// keeping every valid record and moving each damaged range to `dir/quarantine/`
+/// (`recovery_report` lists what recovery did). Keywords are the core
 /// `Config` fields (`transaction_timeout_ms`, `transaction_check_interval_ms`,
 /// `transaction_check_max`, `delay_levels`, `flush="async"|"sync"`, `segment_size`,
 /// `max_message_size`, ...). `clock="system"` runs a background driver thread that fires
@@ -562,12 +594,13 @@ fn unexpected(r: &Reply) -> PyErr {
 #[pymethods]
 impl PyBroker {
     #[new]
-    #[pyo3(signature = (path=None, *, clock="system", start_ms=None, **config))]
+    #[pyo3(signature = (path=None, *, clock="system", start_ms=None, repair=false, **config))]
     fn new(
         py: Python<'_>,
         path: Option<PathBuf>,
         clock: &str,
         start_ms: Option<Millis>,
+        repair: bool,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
         let manual = match clock {
@@ -597,8 +630,14 @@ impl PyBroker {
             system_now()
         };
         let core = py
-            .detach(|| Broker::open(cfg, storage, now))
-            .map_err(core_error)?;
+            .detach(|| {
+                if repair {
+                    Broker::open_repairing(cfg, storage, now)
+                } else {
+                    Broker::open(cfg, storage, now)
+                }
+            })
+            .map_err(|e| core_error(py, e))?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
                 core: Some(core),
@@ -668,6 +707,25 @@ impl PyBroker {
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
         py.detach(|| self.shared.state.lock().core.is_none())
+    }
+
+    /// What recovery found when the broker opened: segments and records read, the torn tail
+    /// cut (`cuts`), the damaged ranges `repair=True` moved to quarantine (`quarantined`).
+    #[getter]
+    fn recovery_report(&self, py: Python<'_>) -> PyResult<PyRecoveryReport> {
+        py.detach(|| {
+            self.shared
+                .read(|c| convert::recovery_report(c.recovery_report()))
+        })
+        .map_err(fail(py))
+    }
+
+    /// Why the broker stopped taking requests, or None: a sync failed, and every call raises
+    /// `BrokerFailed` until it is closed and opened again.
+    #[getter]
+    fn failed(&self, py: Python<'_>) -> PyResult<Option<String>> {
+        py.detach(|| self.shared.read(|c| c.failed().map(str::to_owned)))
+            .map_err(fail(py))
     }
 
     /// Bytes in the log (next append offset).

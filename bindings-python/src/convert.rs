@@ -7,14 +7,14 @@ use pyo3::types::{
 };
 use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
-    Received, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
+    Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
 };
 use serde_json::{Map, Number, Value};
 
 use crate::error::{client_error, ConfigError};
 use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyQueueInfo, PyReceived, PySendResult,
-    PyTopicInfo,
+    PyCut, PyMessage, PyPendingDelay, PyPendingTransaction, PyQuarantined, PyQueueInfo, PyReceived,
+    PyRecoveryReport, PySendResult, PyTopicInfo,
 };
 
 // ---- Python -> core ----------------------------------------------------------------------
@@ -274,6 +274,36 @@ pub fn pending_delay(d: PendingDelayInfo) -> PyPendingDelay {
         topic: d.topic,
         queue_id: d.queue_id,
         due: d.due,
+    }
+}
+
+pub fn recovery_report(r: &RecoveryReport) -> PyRecoveryReport {
+    PyRecoveryReport {
+        segments: r.segments,
+        records: r.records,
+        bytes_scanned: r.bytes_scanned,
+        bytes_truncated: r.bytes_truncated,
+        bytes_quarantined: r.bytes_quarantined(),
+        cuts: r
+            .cuts
+            .iter()
+            .map(|c| PyCut {
+                offset: c.offset,
+                bytes: c.bytes,
+                reason: c.reason.clone(),
+                kept_as: c.kept_as.clone(),
+            })
+            .collect(),
+        quarantined: r
+            .quarantined
+            .iter()
+            .map(|q| PyQuarantined {
+                offset: q.offset,
+                bytes: q.bytes,
+                reason: q.reason.clone(),
+                name: q.name.clone(),
+            })
+            .collect(),
     }
 }
 

@@ -7,10 +7,13 @@
 //! │   ├── MessageTooLarge, BatchTooLarge, EmptyBatch, MixedBatch, DelayInBatch, BatchToRetryTopic,
 //! │   ├── InvalidDelay, DelayOnTransaction, InvalidProperty, PropertiesTooLarge,
 //! │   ├── UnknownTransaction, MalformedTransactionId, TransactionAlreadyResolved, WrongProducerGroup,
+//! │   ├── ProducerGroupRequired, TooManyGroups, TooManyTopics, NotConsumable,
 //! │   └── InvalidReceiptHandle, StaleReceiptHandle, InvalidArgument
 //! ├── ConfigError                   a configuration that cannot work
 //! ├── StorageError                  the storage failed (I/O, data directory locked)
-//! ├── CorruptLog                    recovery found a log it will not cut by itself
+//! │   └── BrokerFailed              a sync failed earlier: the broker takes nothing more; reopen it
+//! ├── CorruptLog                    recovery found damage it will not cut by itself (`.offset`);
+//! │                                 `Broker(path, repair=True)` opens the log
 //! ├── EncodeError                   a record would not fit the format
 //! ├── BrokerClosed                  the broker was closed
 //! └── InternalError                 a bug in Rocklet (a caught Rust panic)
@@ -51,9 +54,15 @@ create_exception!(
 );
 create_exception!(
     _rocklet,
+    BrokerFailed,
+    StorageError,
+    "A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."
+);
+create_exception!(
+    _rocklet,
     CorruptLog,
     RockletError,
-    "The log holds something recovery will not cut off by itself."
+    "The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."
 );
 create_exception!(
     _rocklet,
@@ -124,6 +133,10 @@ client_errors! {
     InvalidReceiptHandle = "INVALID_RECEIPT_HANDLE": "A receipt handle that names no delivery in flight.",
     StaleReceiptHandle = "STALE_RECEIPT_HANDLE": "A receipt handle replaced by a redelivery or an invisible-time change.",
     InvalidArgument = "INVALID_ARGUMENT": "An argument outside what the broker accepts.",
+    ProducerGroupRequired = "PRODUCER_GROUP_REQUIRED": "An END_TRANSACTION that names no producer group.",
+    TooManyGroups = "TOO_MANY_GROUPS": "A new group past `max_groups`.",
+    TooManyTopics = "TOO_MANY_TOPICS": "A new topic past `max_topics`.",
+    NotConsumable = "NOT_CONSUMABLE": "A send-back of something the group cannot consume (no visible message of a consumer topic at that offset).",
 }
 
 /// A failure on the Rust side, carried out of a GIL-free section and turned into an
@@ -155,7 +168,7 @@ impl Fail {
     pub fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
             Fail::Client(e) => client_error(py, &e),
-            Fail::Core(e) => core_error(e),
+            Fail::Core(e) => core_error(py, e),
             Fail::Closed => BrokerClosed::new_err("the broker is closed"),
             Fail::Broken(why) => StorageError::new_err(format!(
                 "the broker stopped after an earlier failure: {why}"
@@ -178,13 +191,22 @@ pub fn client_error(py: Python<'_>, e: &CoreClientError) -> PyErr {
 }
 
 /// The exception for a core `Err` (not the caller's mistake).
-pub fn core_error(e: CoreError<io::Error>) -> PyErr {
+pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     let msg = e.to_string();
     match e {
         CoreError::Storage(_) => StorageError::new_err(msg),
         CoreError::Config(_) => ConfigError::new_err(msg),
-        CoreError::Corrupted { .. } => CorruptLog::new_err(msg),
+        CoreError::Corrupted { offset, .. } => {
+            let err = CorruptLog::new_err(format!(
+                "{msg}; Broker(path, repair=True) opens the log, keeping every valid record and \
+                 moving the damaged bytes to quarantine/ in the data directory"
+            ));
+            // Setting an attribute on a fresh exception instance cannot fail.
+            let _ = err.value(py).setattr("offset", offset);
+            err
+        }
         CoreError::Encode(_) => EncodeError::new_err(msg),
+        CoreError::Failed { .. } => BrokerFailed::new_err(msg),
         _ => RockletError::new_err(msg),
     }
 }
@@ -197,7 +219,7 @@ pub fn open_error(dir: &impl Display, e: &io::Error) -> PyErr {
 /// Registers the hierarchy on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
     let py = m.py();
-    let plain: [(&str, Bound<'_, PyType>, &str); 8] = [
+    let plain: [(&str, Bound<'_, PyType>, &str); 9] = [
         (
             "RockletError",
             py.get_type::<RockletError>(),
@@ -206,6 +228,11 @@ pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
         ("ClientError", py.get_type::<ClientError>(), "CLIENT_ERROR"),
         ("ConfigError", py.get_type::<ConfigError>(), "CONFIG"),
         ("StorageError", py.get_type::<StorageError>(), "STORAGE"),
+        (
+            "BrokerFailed",
+            py.get_type::<BrokerFailed>(),
+            "BROKER_FAILED",
+        ),
         ("CorruptLog", py.get_type::<CorruptLog>(), "CORRUPT_LOG"),
         ("EncodeError", py.get_type::<EncodeError>(), "ENCODE"),
         (

@@ -25,6 +25,9 @@ fn _rocklet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<types::PyQueueInfo>()?;
     m.add_class::<types::PyPendingTransaction>()?;
     m.add_class::<types::PyPendingDelay>()?;
+    m.add_class::<types::PyRecoveryReport>()?;
+    m.add_class::<types::PyCut>()?;
+    m.add_class::<types::PyQuarantined>()?;
     error::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())

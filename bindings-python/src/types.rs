@@ -261,3 +261,88 @@ impl PyPendingDelay {
         )
     }
 }
+
+/// A torn tail cut off the log on open (nothing acknowledged can be in one).
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Cut")]
+#[derive(Debug, Clone)]
+pub struct PyCut {
+    /// Log offset of the first byte cut.
+    pub offset: u64,
+    /// Bytes cut.
+    pub bytes: u64,
+    /// Why.
+    pub reason: String,
+    /// The file under `quarantine/` in the data directory that keeps the cut bytes that were
+    /// not zero; None when they were all zero.
+    pub kept_as: Option<String>,
+}
+
+#[pymethods]
+impl PyCut {
+    fn __repr__(&self) -> String {
+        format!(
+            "Cut(offset={}, bytes={}, kept_as={:?}, reason={:?})",
+            self.offset, self.bytes, self.kept_as, self.reason
+        )
+    }
+}
+
+/// A damaged range that `repair=True` moved out of the log into quarantine.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Quarantined")]
+#[derive(Debug, Clone)]
+pub struct PyQuarantined {
+    /// Log offset of the first damaged byte.
+    pub offset: u64,
+    /// Bytes moved.
+    pub bytes: u64,
+    /// What was wrong (names the segment file and the position in it).
+    pub reason: String,
+    /// The file under `quarantine/` in the data directory holding the bytes, unchanged.
+    pub name: String,
+}
+
+#[pymethods]
+impl PyQuarantined {
+    fn __repr__(&self) -> String {
+        format!(
+            "Quarantined(offset={}, bytes={}, name={:?}, reason={:?})",
+            self.offset, self.bytes, self.name, self.reason
+        )
+    }
+}
+
+/// What recovery found when the broker opened.
+#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "RecoveryReport")]
+#[derive(Debug)]
+pub struct PyRecoveryReport {
+    /// Segment files read.
+    pub segments: usize,
+    /// Valid records kept.
+    pub records: u64,
+    /// Bytes read.
+    pub bytes_scanned: u64,
+    /// Bytes cut off a torn tail.
+    pub bytes_truncated: u64,
+    /// Bytes `repair=True` moved to quarantine.
+    pub bytes_quarantined: u64,
+    /// Torn tails cut (at most one: the end of the last segment).
+    pub cuts: Vec<PyCut>,
+    /// Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which
+    /// raises `CorruptLog` instead).
+    pub quarantined: Vec<PyQuarantined>,
+}
+
+#[pymethods]
+impl PyRecoveryReport {
+    fn __repr__(&self) -> String {
+        format!(
+            "RecoveryReport(segments={}, records={}, bytes_scanned={}, bytes_truncated={}, cuts={}, quarantined={})",
+            self.segments,
+            self.records,
+            self.bytes_scanned,
+            self.bytes_truncated,
+            self.cuts.len(),
+            self.quarantined.len()
+        )
+    }
+}

@@ -232,6 +232,19 @@ def test_exception_hierarchy_and_codes(broker: rocklet.Broker) -> None:
     off.close()
 
 
+def test_limits_and_send_back_errors_have_their_classes() -> None:
+    b = rocklet.Broker(clock="manual", max_topics=1, max_groups=2)
+    b.send("A", b"x")
+    with pytest.raises(rocklet.TooManyTopics) as e:
+        b.send("B", b"x")
+    assert e.value.code == "TOO_MANY_TOPICS" and "max_topics" in str(e.value)
+    half = b.prepare("PG", "A", b"half")
+    with pytest.raises(rocklet.NotConsumable) as e2:
+        b.send_back("G", half.send_result.offset)
+    assert e2.value.code == "NOT_CONSUMABLE"
+    b.close()
+
+
 def test_config_errors() -> None:
     with pytest.raises(rocklet.ConfigError, match="unknown field"):
         rocklet.Broker(clock="manual", no_such_option=1)

@@ -53,7 +53,11 @@ export interface DecodedRecord {
   body: string; properties: { key: string; value: string; at: number; len: number }[];
   fields: RecordField[]; bytes: Uint8Array;
 }
-export interface RecoveryReport { segments: number; records: number; bytesScanned: number; bytesTruncated: number; cuts: { offset: number; bytes: number; reason: string }[]; }
+export interface RecoveryReport {
+  segments: number; records: number; bytesScanned: number; bytesTruncated: number; bytesQuarantined: number;
+  cuts: { offset: number; bytes: number; reason: string; keptAs: string | null }[];
+  quarantined: { offset: number; bytes: number; reason: string; name: string }[];
+}
 "#;
 
 /// An in-memory broker with a manual clock.

@@ -819,6 +819,15 @@ pub fn recovery_report(r: &RecoveryReport) -> Result<JsValue, JsValue> {
         offset: u64,
         bytes: u64,
         reason: &'a str,
+        kept_as: Option<&'a str>,
+    }
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Quarantined<'a> {
+        offset: u64,
+        bytes: u64,
+        reason: &'a str,
+        name: &'a str,
     }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
@@ -827,13 +836,16 @@ pub fn recovery_report(r: &RecoveryReport) -> Result<JsValue, JsValue> {
         records: u64,
         bytes_scanned: u64,
         bytes_truncated: u64,
+        bytes_quarantined: u64,
         cuts: Vec<Cut<'a>>,
+        quarantined: Vec<Quarantined<'a>>,
     }
     to_js(&Out {
         segments: r.segments,
         records: r.records,
         bytes_scanned: r.bytes_scanned,
         bytes_truncated: r.bytes_truncated,
+        bytes_quarantined: r.bytes_quarantined(),
         cuts: r
             .cuts
             .iter()
@@ -841,6 +853,17 @@ pub fn recovery_report(r: &RecoveryReport) -> Result<JsValue, JsValue> {
                 offset: c.offset,
                 bytes: c.bytes,
                 reason: &c.reason,
+                kept_as: c.kept_as.as_deref(),
+            })
+            .collect(),
+        quarantined: r
+            .quarantined
+            .iter()
+            .map(|q| Quarantined {
+                offset: q.offset,
+                bytes: q.bytes,
+                reason: &q.reason,
+                name: &q.name,
             })
             .collect(),
     })

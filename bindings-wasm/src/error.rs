@@ -1,8 +1,8 @@
 //! Every error the binding throws: a JS `Error` named `RockletError` with a stable `code`.
 //!
 //! - a client's mistake ([`ClientError`]) keeps the core's code (`UNKNOWN_TRANSACTION`, …);
-//! - a failure of the broker itself ([`Error`]) gets `STORAGE`, `INVALID_CONFIG`, `CORRUPTED`
-//!   or `ENCODE`;
+//! - a failure of the broker itself ([`Error`]) gets `STORAGE`, `INVALID_CONFIG`, `CORRUPTED`,
+//!   `ENCODE` or `FAILED` (a sync failed earlier: the broker takes nothing more);
 //! - a JS value the binding cannot read gets `INVALID_ARGUMENT` (the core's code for that).
 
 use core::fmt::Display;
@@ -31,6 +31,7 @@ pub fn core<E: Display>(e: &Error<E>) -> JsValue {
         Error::Config(_) => "INVALID_CONFIG",
         Error::Corrupted { .. } => "CORRUPTED",
         Error::Encode(_) => "ENCODE",
+        Error::Failed { .. } => "FAILED",
         // `Error` is non-exhaustive: a future variant still reaches JS as an error.
         _ => "INTERNAL",
     };

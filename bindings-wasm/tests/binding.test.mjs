@@ -194,6 +194,8 @@ test('receive, change invisible, ack; reopen keeps what the log holds', () => {
   assert.equal(b.inflightCount('G', 'R'), 1);
   const report = b.reopen();
   assert.equal(report.records > 0, true);
+  // Memory storage is never torn or damaged: nothing cut, nothing quarantined.
+  assert.deepEqual([report.cuts, report.quarantined, report.bytesQuarantined], [[], [], 0]);
   assert.equal(b.inflightCount('G', 'R'), 1);
   b.advanceTo(5000);
   const again = b.receive({ group: 'G', topic: 'R', invisibleMs: 1000 });

@@ -12,9 +12,11 @@ __all__ = [
     "BatchTooLarge",
     "Broker",
     "BrokerClosed",
+    "BrokerFailed",
     "ClientError",
     "ConfigError",
     "CorruptLog",
+    "Cut",
     "DelayInBatch",
     "DelayOnTransaction",
     "EmptyBatch",
@@ -32,18 +34,24 @@ __all__ = [
     "Message",
     "MessageTooLarge",
     "MixedBatch",
+    "NotConsumable",
     "PendingDelay",
     "PendingTransaction",
+    "ProducerGroupRequired",
     "PropertiesTooLarge",
     "PullResult",
+    "Quarantined",
     "QueueInfo",
     "Received",
+    "RecoveryReport",
     "ReservedTopic",
     "RockletError",
     "SendResult",
     "StaleReceiptHandle",
     "StorageError",
     "Subscription",
+    "TooManyGroups",
+    "TooManyTopics",
     "TopicInfo",
     "Transaction",
     "TransactionAlreadyResolved",
@@ -72,8 +80,13 @@ class ConfigError(RockletError):
 class StorageError(RockletError):
     """The storage failed (I/O error, data directory in use)."""
 
+class BrokerFailed(StorageError):
+    """A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."""
+
 class CorruptLog(RockletError):
-    """The log holds something recovery will not cut off by itself."""
+    """The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."""
+
+    offset: int
 
 class EncodeError(RockletError):
     """A record would not fit the commit-log format."""
@@ -152,6 +165,18 @@ class StaleReceiptHandle(ClientError):
 
 class InvalidArgument(ClientError):
     """An argument outside what the broker accepts."""
+
+class ProducerGroupRequired(ClientError):
+    """An END_TRANSACTION that names no producer group."""
+
+class TooManyGroups(ClientError):
+    """A new group past `max_groups`."""
+
+class TooManyTopics(ClientError):
+    """A new topic past `max_topics`."""
+
+class NotConsumable(ClientError):
+    """A send-back of something the group cannot consume (no visible message of a consumer topic at that offset)."""
 
 @final
 class Message:
@@ -325,6 +350,68 @@ class PendingDelay:
         """When it becomes visible (ms)."""
 
 @final
+class Cut:
+    """A torn tail cut off the log on open (nothing acknowledged can be in one)."""
+
+    @property
+    def offset(self) -> int:
+        """Log offset of the first byte cut."""
+    @property
+    def bytes(self) -> int:
+        """Bytes cut."""
+    @property
+    def reason(self) -> str:
+        """Why."""
+    @property
+    def kept_as(self) -> Optional[str]:
+        """The file under `quarantine/` in the data directory that keeps the cut bytes that were
+        not zero; None when they were all zero."""
+
+@final
+class Quarantined:
+    """A damaged range that `repair=True` moved out of the log into quarantine."""
+
+    @property
+    def offset(self) -> int:
+        """Log offset of the first damaged byte."""
+    @property
+    def bytes(self) -> int:
+        """Bytes moved."""
+    @property
+    def reason(self) -> str:
+        """What was wrong (names the segment file and the position in it)."""
+    @property
+    def name(self) -> str:
+        """The file under `quarantine/` in the data directory holding the bytes, unchanged."""
+
+@final
+class RecoveryReport:
+    """What recovery found when the broker opened."""
+
+    @property
+    def segments(self) -> int:
+        """Segment files read."""
+    @property
+    def records(self) -> int:
+        """Valid records kept."""
+    @property
+    def bytes_scanned(self) -> int:
+        """Bytes read."""
+    @property
+    def bytes_truncated(self) -> int:
+        """Bytes cut off a torn tail."""
+    @property
+    def bytes_quarantined(self) -> int:
+        """Bytes `repair=True` moved to quarantine."""
+    @property
+    def cuts(self) -> List[Cut]:
+        """Torn tails cut (at most one: the end of the last segment)."""
+    @property
+    def quarantined(self) -> List[Quarantined]:
+        """Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which
+        raises `CorruptLog` instead)."""
+
+@final
 class Transaction:
     """A prepared transaction: `commit()` / `rollback()`, or a context manager (a normal exit
     commits, an exception rolls back and propagates)."""
@@ -369,8 +456,10 @@ class Broker:
     """An embedded Rocklet broker: RocketMQ-style transactional messages in-process.
 
     `Broker()` keeps the log in memory; `Broker("dir")` in segment files in a directory.
-    Keywords are the core `Config` fields. `clock="system"` runs a background driver thread;
-    `clock="manual"` moves time only by `advance()`.
+    A log with damage other than a torn tail raises `CorruptLog`; `repair=True` opens it,
+    moving each damaged range to `dir/quarantine/`. Keywords are the core `Config` fields.
+    `clock="system"` runs a background driver thread; `clock="manual"` moves time only by
+    `advance()`.
     """
 
     def __new__(
@@ -379,6 +468,7 @@ class Broker:
         *,
         clock: Literal["system", "manual"] = "system",
         start_ms: Optional[int] = None,
+        repair: bool = False,
         **config: Any,
     ) -> Broker: ...
     @property
@@ -393,6 +483,12 @@ class Broker:
     @property
     def closed(self) -> bool:
         """Whether `close()` was called."""
+    @property
+    def recovery_report(self) -> RecoveryReport:
+        """What recovery found when the broker opened (cuts, quarantined ranges)."""
+    @property
+    def failed(self) -> Optional[str]:
+        """Why the broker stopped taking requests (a sync failed), or None."""
     @property
     def log_end(self) -> int:
         """Bytes in the log (next append offset)."""
