@@ -27,8 +27,9 @@
 //! long polls (receives and pulls). The tokio runtime
 //! never waits on an fsync.
 //!
-//! Crash-only: a failed fsync (detached or run here), or the core reporting itself failed
-//! ([`Broker::failed`]: an append left a partial record), is never retried — on Linux a
+//! Crash-only: a failed fsync (detached or run here), the core reporting itself failed
+//! ([`Broker::failed`]: an append left a partial record), or an append the device refused
+//! (EIO, EROFS; not ENOSPC, which clears when space returns) is never retried — on Linux a
 //! failed fsync may mark the pages it could not write clean, so a retry "succeeds" without
 //! the data. The driver tells the core ([`Broker::sync_failed`]), hands every reply that
 //! waited on the sync out as an error, logs one ERROR naming the segment files, the log
@@ -380,6 +381,17 @@ fn debug_panic_topic() -> Option<String> {
     }
 }
 
+/// Whether an I/O error says the device or the file system gave up (EIO, or EROFS after
+/// the file system went read-only on an error), not a condition that clears by itself
+/// such as a full disk (ENOSPC, where the broker refuses the write and serves on). The
+/// host treats such an append failure as a failed sync: nothing pending is acknowledged,
+/// and the process exits so recovery reads what is on disk.
+fn device_failed(e: &std::io::Error) -> bool {
+    /// EIO on Linux and every other Unix.
+    const EIO: i32 = 5;
+    e.raw_os_error() == Some(EIO) || e.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+}
+
 /// The text of a panic payload.
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     if let Some(s) = p.downcast_ref::<&str>() {
@@ -687,8 +699,9 @@ impl Driver {
         }
     }
 
-    /// A core call failed: fatal when the core is failed now, else (a full disk under a
-    /// timer's append, say) logged and served on.
+    /// A core call failed: fatal when the core is failed now or the device refused a write
+    /// ([`device_failed`]), else (a full disk under a timer's append, say) logged and served
+    /// on.
     fn storage_error(
         &mut self,
         what: &str,
@@ -698,7 +711,10 @@ impl Driver {
         match e {
             // Failed before: reported then.
             Error::Failed { .. } => {}
-            Error::Storage(io) if self.broker.failed().is_some() => {
+            Error::Storage(io) if self.broker.failed().is_some() || device_failed(io) => {
+                if self.broker.failed().is_none() {
+                    self.broker.sync_failed(&format!("{what} failed: {io}"));
+                }
                 let reason = self.broker.failed().unwrap_or_default().to_string();
                 self.fatal_storage(what, range, io, reason);
             }
@@ -791,8 +807,14 @@ impl Driver {
                     match &e {
                         // The broker failed earlier: every request is refused.
                         Error::Failed { .. } => {}
-                        // A failed append that left a partial record fails the core.
-                        Error::Storage(io) if self.broker.failed().is_some() => {
+                        // A failed append that left a partial record fails the core; so
+                        // does (by the host's choice) one the device refused.
+                        Error::Storage(io)
+                            if self.broker.failed().is_some() || device_failed(io) =>
+                        {
+                            if self.broker.failed().is_none() {
+                                self.broker.sync_failed(&format!("an append failed: {io}"));
+                            }
                             let reason = self.broker.failed().unwrap_or_default().to_string();
                             let at = self.broker.log_end();
                             self.fatal_storage("append", at..at + 1, io, reason);
