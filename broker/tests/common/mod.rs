@@ -379,6 +379,13 @@ impl BrokerProc {
         self.log.lock().unwrap().clone()
     }
 
+    /// SIGSTOP: the broker stops where it is, as at a power cut (nothing more leaves it).
+    pub fn freeze(&self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status();
+    }
+
     /// SIGKILL, and wait for it (a broker that has exited already is fine).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();
