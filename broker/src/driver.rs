@@ -172,9 +172,9 @@ impl std::fmt::Display for CoreFailure {
 /// a supervisor restarts it and recovery reads what is really on disk.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Fatal {
-    /// A sync failed, or an append left a partial record: what the storage holds is unknown,
-    /// so the core takes nothing more ([`Broker::failed`]). Every reply that waited on the
-    /// sync went out as an error.
+    /// A sync failed, an append left a partial record, or the device refused an append (EIO,
+    /// EROFS): what the storage holds is unknown, so the core takes nothing more
+    /// ([`Broker::failed`]). Every reply that waited on a sync went out as an error.
     Storage(String),
     /// The core thread panicked.
     Panic(String),

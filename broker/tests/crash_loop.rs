@@ -689,7 +689,8 @@ fn verify(
     }
     // Every acknowledged message delivered to both groups (under async flush a suffix of the
     // flush window before a kill may be missing: counted).
-    let mut lost = 0usize;
+    // Acknowledged messages missing (from either group: counted once).
+    let mut lost_ids: HashSet<&str> = HashSet::new();
     let mut halves_lost = 0usize;
     let mut lost_max_age = Duration::ZERO;
     let mut by_kind: HashMap<String, (usize, usize)> = HashMap::new();
@@ -701,7 +702,7 @@ fn verify(
             let n = delivered.get(&(group, id.as_str())).map_or(0, Vec::len);
             if kind.must_deliver() && n == 0 {
                 if !sync && in_window(cycle, at) {
-                    lost += 1;
+                    lost_ids.insert(id);
                     lost_max_age = lost_max_age.max(g.kills[cycle].saturating_duration_since(at));
                 } else {
                     failures.push(format!(
@@ -775,6 +776,7 @@ fn verify(
             }
         }
     }
+    let lost = lost_ids.len();
     let mut kinds: Vec<_> = by_kind.into_iter().collect();
     kinds.sort();
     let kinds: Vec<String> = kinds
