@@ -6,9 +6,10 @@
 //! command into two local queues — inspections ([`Command::Inspect`]: admin, routes,
 //! metrics) and everything else — and serves the second first: its requests go to
 //! `handle(now, id, request)` (at most [`MAX_GROUP`] or [`GROUP_BUDGET`] of them per group),
-//! then the group is made durable and its replies go out, and only then do inspections run,
-//! one at a time, while no other command waits and for at most [`READ_BUDGET`] per round. A
-//! write therefore never waits behind more than the one inspection already running.
+//! then the group is made durable and its replies go out, and only then do inspections run:
+//! one after each group (so a flood of writes cannot starve them), then more, one at a
+//! time, while no other command waits, for at most [`READ_BUDGET`] per round. A write
+//! therefore waits behind at most one inspection.
 //!
 //! Durability:
 //!
@@ -599,9 +600,12 @@ impl Driver {
             if stop {
                 break;
             }
-            // Then inspections, while no other command waits.
+            // Then inspections: one in any case (so a flood of writes does not starve them),
+            // more while no other command waits.
             let started = Instant::now();
-            while q.writes.is_empty() {
+            let mut first = true;
+            while first || q.writes.is_empty() {
+                first = false;
                 let Some(f) = q.reads.pop_front() else { break };
                 f(&mut self.broker);
                 if started.elapsed() >= READ_BUDGET {

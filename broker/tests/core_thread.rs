@@ -183,3 +183,57 @@ async fn writes_are_not_queued_behind_slow_inspections() {
     );
     b.stop().await;
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inspections_are_not_starved_by_a_flood_of_writes() {
+    // Async flush: the writes are answered at once, so 64 requesters of 64-message batches
+    // keep more work queued on the core thread than one group's budget for the whole flood
+    // (at most 4 s).
+    let b = TestBroker::start_with(|c| c.core.flush = FlushMode::Async).await;
+    let core = b.broker.as_ref().unwrap().core.clone();
+    let stop = Arc::new(AtomicBool::new(false));
+    let sent = Arc::new(AtomicU64::new(0));
+    let mut flood = Vec::new();
+    for _ in 0..64 {
+        let (core, stop, sent) = (core.clone(), stop.clone(), sent.clone());
+        flood.push(tokio::spawn(async move {
+            let t = Instant::now();
+            while !stop.load(Ordering::Relaxed) && t.elapsed() < Duration::from_secs(4) {
+                let batch = (0..64)
+                    .map(|_| rocklet_core::NewMessage::new("Flood", vec![b'f'; 32]))
+                    .collect();
+                let r = core
+                    .request(rocklet_core::Request::Send { messages: batch })
+                    .await;
+                if r.is_err() {
+                    return;
+                }
+                sent.fetch_add(1, Ordering::Relaxed);
+            }
+        }));
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    // A metrics scrape, an admin listing or a route lookup still gets its turn.
+    let mut took = Vec::new();
+    for _ in 0..10 {
+        let t = Instant::now();
+        tokio::time::timeout(Duration::from_secs(20), core.inspect(|b| b.log_end()))
+            .await
+            .expect("answered within 20 s")
+            .unwrap();
+        took.push(t.elapsed());
+    }
+    let during = sent.load(Ordering::Relaxed);
+    stop.store(true, Ordering::Relaxed);
+    for f in flood {
+        f.await.unwrap();
+    }
+    let max = *took.iter().max().unwrap();
+    eprintln!("10 inspections during a flood of {during} batches: max {max:?}");
+    assert!(during > 100, "the flood ran ({during} batches)");
+    assert!(
+        max < Duration::from_millis(1000),
+        "an inspection waited behind the writes: {took:?}"
+    );
+    b.stop().await;
+}
