@@ -2,8 +2,16 @@
 //! `ConnectionDriver` drives a connection (../shared/STYLE.md §6).
 //!
 //! gRPC tasks send [`Command`]s over a channel, each with a oneshot for its answer. The
-//! loop blocks for the next command or until the core's `poll_timeout()`, drains every
-//! queued command into `handle(now, id, request)`, then makes them durable:
+//! loop blocks for the next command or until the core's `poll_timeout()`, takes every queued
+//! command into two local queues — inspections ([`Command::Inspect`]: admin, routes,
+//! metrics) and everything else — and serves the second first: its requests go to
+//! `handle(now, id, request)` (at most [`MAX_GROUP`] or [`GROUP_BUDGET`] of them per group),
+//! then the group is made durable and its replies go out, and only then do inspections run:
+//! one after each group (so a flood of writes cannot starve them), then more, one at a
+//! time, while no other command waits, for at most [`READ_BUDGET`] per round. A write
+//! therefore waits behind at most one inspection.
+//!
+//! Durability:
 //!
 //! - sync flush: group commit with the fsync off this thread. After a drained group the
 //!   loop detaches a sync of everything appended so far (`sync_target()`,
@@ -19,8 +27,21 @@
 //! remoting connection of the producer group otherwise), availability notices to waiting
 //! long polls (receives and pulls). The tokio runtime
 //! never waits on an fsync.
+//!
+//! Crash-only: a failed fsync (detached or run here), the core reporting itself failed
+//! ([`Broker::failed`]: an append left a partial record), or an append the device refused
+//! (EIO, EROFS; not ENOSPC, which clears when space returns) is never retried — on Linux a
+//! failed fsync may mark the pages it could not write clean, so a retry "succeeds" without
+//! the data. The driver tells the core ([`Broker::sync_failed`]), hands every reply that
+//! waited on the sync out as an error, logs one ERROR naming the segment files, the log
+//! offsets that were not made durable and the errno, and raises [`Fatal`]
+//! ([`CoreHandle::wait_fatal`]); from then on every request is answered with an error until
+//! the host stops it. `rocklet broker` then stops its listeners and exits non-zero, so a
+//! supervisor restarts it and recovery reads what is really on disk. A panic of the core
+//! thread raises [`Fatal::Panic`] the same way (callers waiting on it get
+//! [`CoreFailure::Stopped`]).
 
-use std::collections::{HashMap, HashSet};
+use std::collections::{HashMap, HashSet, VecDeque};
 use std::sync::atomic::Ordering;
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Weak};
@@ -28,9 +49,10 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, DetachedSync, FlushMode, Millis, Output, Reply, Request,
+    AnyStorage, Broker, CheckRequest, DetachedSync, Error, FlushMode, Millis, Output, Reply,
+    Request, Storage,
 };
-use tokio::sync::{mpsc as tmpsc, oneshot};
+use tokio::sync::{mpsc as tmpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
@@ -147,15 +169,62 @@ impl std::fmt::Display for CoreFailure {
     }
 }
 
+/// Why the core thread stopped serving for good. The host should exit non-zero (crash-only):
+/// a supervisor restarts it and recovery reads what is really on disk.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Fatal {
+    /// A sync failed, an append left a partial record, or the device refused an append (EIO,
+    /// EROFS): what the storage holds is unknown, so the core takes nothing more
+    /// ([`Broker::failed`]). Every reply that waited on a sync went out as an error.
+    Storage(String),
+    /// The core thread panicked.
+    Panic(String),
+}
+
+impl std::fmt::Display for Fatal {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Fatal::Storage(e) => write!(f, "the storage failed: {e}"),
+            Fatal::Panic(e) => write!(f, "the core thread panicked: {e}"),
+        }
+    }
+}
+
 /// The gRPC side's handle on the core thread. Cheap to clone.
 #[derive(Clone, Debug)]
 pub struct CoreHandle {
     tx: mpsc::Sender<Command>,
+    /// Set once when the core thread fails for good.
+    fatal: watch::Receiver<Option<Fatal>>,
     /// The core thread stops (flushing) once every handle is gone.
     _alive: Arc<()>,
 }
 
 impl CoreHandle {
+    /// Why the core thread stopped serving, if it did (see [`Fatal`]).
+    #[must_use]
+    pub fn fatal(&self) -> Option<Fatal> {
+        self.fatal.borrow().clone()
+    }
+
+    /// Waits until the core thread fails for good (see [`Fatal`]); never returns when it
+    /// stops normally.
+    pub async fn wait_fatal(&self) -> Fatal {
+        let mut rx = self.fatal.clone();
+        loop {
+            if let Some(f) = rx.borrow_and_update().clone() {
+                return f;
+            }
+            if rx.changed().await.is_err() {
+                // The core thread ended without failing.
+                if let Some(f) = rx.borrow().clone() {
+                    return f;
+                }
+                return std::future::pending().await;
+            }
+        }
+    }
+
     fn send(&self, cmd: Command) -> Result<(), CoreFailure> {
         self.tx.send(cmd).map_err(|_| CoreFailure::Stopped)
     }
@@ -286,14 +355,54 @@ struct Driver {
     /// Detached syncs to the sync thread (sync flush).
     sync_tx: mpsc::Sender<(u64, DetachedSync)>,
     sync_in_flight: bool,
-    /// After a failed sync, the next is not tried before this time.
-    sync_retry_at: Millis,
+    /// Raised once when the broker fails for good.
+    fatal: Arc<watch::Sender<Option<Fatal>>>,
+    /// Debug builds only: a send to this topic panics the core thread
+    /// (`ROCKLET_DEBUG_PANIC_ON_TOPIC`, read once at start), for the test of the exit path.
+    panic_topic: Option<String>,
     /// Gone when every [`CoreHandle`] is.
     handles: Weak<()>,
 }
 
-/// Wait after a failed fsync before the next try.
-const SYNC_RETRY_MS: Millis = 100;
+/// The environment variable that, in debug builds only, names a topic whose sends panic the
+/// core thread. Release builds never read it.
+pub const DEBUG_PANIC_ENV: &str = "ROCKLET_DEBUG_PANIC_ON_TOPIC";
+
+fn debug_panic_topic() -> Option<String> {
+    if cfg!(debug_assertions) {
+        let t = std::env::var(DEBUG_PANIC_ENV)
+            .ok()
+            .filter(|t| !t.is_empty());
+        if let Some(t) = &t {
+            warn!(topic = %t, "{DEBUG_PANIC_ENV} is set (debug build): a send to this topic panics the core thread");
+        }
+        t
+    } else {
+        None
+    }
+}
+
+/// Whether an I/O error says the device or the file system gave up (EIO, or EROFS after
+/// the file system went read-only on an error), not a condition that clears by itself
+/// such as a full disk (ENOSPC, where the broker refuses the write and serves on). The
+/// host treats such an append failure as a failed sync: nothing pending is acknowledged,
+/// and the process exits so recovery reads what is on disk.
+fn device_failed(e: &std::io::Error) -> bool {
+    /// EIO on Linux and every other Unix.
+    const EIO: i32 = 5;
+    e.raw_os_error() == Some(EIO) || e.kind() == std::io::ErrorKind::ReadOnlyFilesystem
+}
+
+/// The text of a panic payload.
+fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
+    if let Some(s) = p.downcast_ref::<&str>() {
+        (*s).to_string()
+    } else if let Some(s) = p.downcast_ref::<String>() {
+        s.clone()
+    } else {
+        "(no message)".to_string()
+    }
+}
 
 /// Starts the core thread over an opened broker.
 pub fn spawn(
@@ -310,7 +419,15 @@ pub fn spawn(
         .spawn(move || {
             for (upto, job) in sync_rx {
                 let t = Instant::now();
-                let result = job.run();
+                // A panic here would leave the sync in flight for ever: report it as a
+                // failed sync instead.
+                let result = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| job.run()))
+                    .unwrap_or_else(|p| {
+                        Err(std::io::Error::other(format!(
+                            "the sync thread panicked: {}",
+                            panic_text(&*p)
+                        )))
+                    });
                 let took = t.elapsed();
                 let synced = Command::Synced {
                     upto,
@@ -324,6 +441,8 @@ pub fn spawn(
             }
         })?;
     let alive = Arc::new(());
+    let (fatal_tx, fatal_rx) = watch::channel(None);
+    let fatal_tx = Arc::new(fatal_tx);
     let driver = Driver {
         broker,
         clock,
@@ -336,68 +455,122 @@ pub fn spawn(
         round_robin: 0,
         sync_tx,
         sync_in_flight: false,
-        sync_retry_at: 0,
+        fatal: fatal_tx.clone(),
+        panic_topic: debug_panic_topic(),
         handles: Arc::downgrade(&alive),
     };
     let join = std::thread::Builder::new()
         .name("rocklet-core".into())
-        .spawn(move || driver.run(rx))?;
-    Ok((CoreHandle { tx, _alive: alive }, join))
+        .spawn(move || {
+            // A panic unwinds the driver (every waiting caller gets `Stopped`, later sends
+            // fail): say so, so the host exits instead of answering "shutting down" for ever.
+            if let Err(p) = std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| driver.run(rx))) {
+                let why = panic_text(&*p);
+                error!(panic = %why, "the core thread panicked; the broker stops (restart it: recovery reads the log)");
+                fatal_tx.send_replace(Some(Fatal::Panic(why)));
+            }
+        })?;
+    Ok((
+        CoreHandle {
+            tx,
+            fatal: fatal_rx,
+            _alive: alive,
+        },
+        join,
+    ))
 }
 
-/// Commands taken into one group at most (so replies of a huge burst are not held back).
-const MAX_GROUP: usize = 4096;
+/// Commands handled in one group at most before it is made durable and its replies go out.
+pub const MAX_GROUP: usize = 4096;
+/// Time one group of commands may take before it is made durable and its replies go out.
+pub const GROUP_BUDGET: Duration = Duration::from_millis(2);
+/// Time inspections may take in one round (they yield to any other command after each one).
+pub const READ_BUDGET: Duration = Duration::from_millis(5);
 /// The loop looks at the clock at least this often.
 const MAX_WAIT_MS: Millis = 1_000;
+
+/// Commands taken from the channel, by lane.
+#[derive(Default)]
+struct Queues {
+    /// Requests and control commands, in arrival order: served first.
+    writes: VecDeque<Command>,
+    /// Inspections, in arrival order: served while no write waits.
+    reads: VecDeque<InspectFn>,
+    /// Every sender is gone.
+    disconnected: bool,
+}
+
+impl Queues {
+    fn push(&mut self, cmd: Command) {
+        match cmd {
+            Command::Inspect(f) => self.reads.push_back(f),
+            cmd => self.writes.push_back(cmd),
+        }
+    }
+
+    fn is_empty(&self) -> bool {
+        self.writes.is_empty() && self.reads.is_empty()
+    }
+
+    /// Takes what is waiting in the channel (at most [`MAX_GROUP`] commands).
+    fn take(&mut self, rx: &mpsc::Receiver<Command>) {
+        for _ in 0..MAX_GROUP {
+            match rx.try_recv() {
+                Ok(cmd) => self.push(cmd),
+                Err(TryRecvError::Empty) => return,
+                Err(TryRecvError::Disconnected) => {
+                    self.disconnected = true;
+                    return;
+                }
+            }
+        }
+    }
+}
 
 impl Driver {
     fn run(mut self, rx: mpsc::Receiver<Command>) {
         let sync_mode = self.broker.config().flush == FlushMode::Sync;
         let mut shutdown: Option<oneshot::Sender<()>> = None;
+        let mut q = Queues::default();
         loop {
-            let now = self.clock.now_ms();
-            let mut wake = now + MAX_WAIT_MS;
-            // Timers and, under async flush, the next scheduled fsync.
-            if let Some(t) = self.broker.poll_timeout() {
-                wake = wake.min(t);
-            }
-            if sync_mode && !self.sync_in_flight && self.broker.needs_sync() {
-                wake = wake.min(self.sync_retry_at);
-            }
-            let first = if wake <= now {
-                rx.try_recv().map_err(|e| match e {
-                    TryRecvError::Empty => RecvTimeoutError::Timeout,
-                    TryRecvError::Disconnected => RecvTimeoutError::Disconnected,
-                })
-            } else {
-                rx.recv_timeout(Duration::from_millis(wake - now))
-            };
-            let mut stop = false;
-            match first {
-                Ok(cmd) => {
-                    let mut taken = 1;
-                    if let Some(s) = self.command(cmd) {
-                        shutdown = Some(s);
-                        stop = true;
-                    }
-                    while !stop && taken < MAX_GROUP {
-                        match rx.try_recv() {
-                            Ok(cmd) => {
-                                taken += 1;
-                                if let Some(s) = self.command(cmd) {
-                                    shutdown = Some(s);
-                                    stop = true;
-                                }
-                            }
-                            Err(_) => break,
-                        }
+            if q.is_empty() && !q.disconnected {
+                let now = self.clock.now_ms();
+                let mut wake = now + MAX_WAIT_MS;
+                // Timers and, under async flush, the next scheduled fsync (none once the
+                // broker failed: they would be due for ever).
+                if let Some(t) = self
+                    .broker
+                    .poll_timeout()
+                    .filter(|_| self.broker.failed().is_none())
+                {
+                    wake = wake.min(t);
+                }
+                if wake > now {
+                    match rx.recv_timeout(Duration::from_millis(wake - now)) {
+                        Ok(cmd) => q.push(cmd),
+                        Err(RecvTimeoutError::Timeout) => {}
+                        Err(RecvTimeoutError::Disconnected) => q.disconnected = true,
                     }
                 }
-                Err(RecvTimeoutError::Timeout) => {}
-                Err(RecvTimeoutError::Disconnected) => stop = true,
+            }
+            q.take(&rx);
+            // Requests and control commands first, one group within its budget.
+            let mut stop = false;
+            let started = Instant::now();
+            let mut taken = 0;
+            while let Some(cmd) = q.writes.pop_front() {
+                taken += 1;
+                if let Some(s) = self.command(cmd) {
+                    shutdown = Some(s);
+                    stop = true;
+                    break;
+                }
+                if taken >= MAX_GROUP || started.elapsed() >= GROUP_BUDGET {
+                    break;
+                }
             }
             // The sync thread holds a sender too: every handle gone means stop.
-            if self.handles.strong_count() == 0 {
+            if q.disconnected || self.handles.strong_count() == 0 {
                 stop = true;
             }
             let now = self.clock.now_ms();
@@ -406,38 +579,67 @@ impl Driver {
             let syncs = self.broker.stats().syncs;
             let t = Instant::now();
             if let Err(e) = self.broker.handle_timeout(now) {
-                error!(error = %e, "timers failed");
+                self.storage_error(
+                    "timers",
+                    &e,
+                    self.broker.log_synced()..self.broker.log_end(),
+                );
             }
             if self.broker.stats().syncs > syncs {
                 self.metrics.fsync_latency.observe(t.elapsed());
             }
-            // Group commit: one fsync for every request drained above, off this thread
+            // Group commit: one fsync for every request handled above, off this thread
             // (at the stop, here: it covers everything, including a sync in flight).
             if stop {
                 self.sync();
             } else if sync_mode {
-                self.start_sync(now);
+                self.start_sync();
             }
             self.drain();
+            self.check_failed();
             if stop {
                 break;
             }
+            // Then inspections: one in any case (so a flood of writes does not starve them),
+            // more while no other command waits.
+            let started = Instant::now();
+            let mut first = true;
+            while first || q.writes.is_empty() {
+                first = false;
+                let Some(f) = q.reads.pop_front() else { break };
+                f(&mut self.broker);
+                if started.elapsed() >= READ_BUDGET {
+                    break;
+                }
+                q.take(&rx);
+            }
+            // An inspection may have written (admin resolve runs a request).
+            self.drain();
+            self.check_failed();
         }
         // Anything still waiting can no longer be answered: dropping the oneshots says so.
         self.pending.clear();
-        info!(
-            log_end = self.broker.log_end(),
-            log_synced = self.broker.log_synced(),
-            "core stopped; log flushed"
-        );
+        match self.broker.failed() {
+            None => info!(
+                log_end = self.broker.log_end(),
+                log_synced = self.broker.log_synced(),
+                "core stopped; log flushed"
+            ),
+            Some(why) => warn!(
+                log_end = self.broker.log_end(),
+                log_synced = self.broker.log_synced(),
+                reason = why,
+                "core stopped after a storage failure; what is durable is what recovery finds on the next start"
+            ),
+        }
         if let Some(s) = shutdown {
             let _ = s.send(());
         }
     }
 
     /// Detaches a sync of everything appended to the sync thread, unless one is in flight.
-    fn start_sync(&mut self, now: Millis) {
-        if self.sync_in_flight || now < self.sync_retry_at {
+    fn start_sync(&mut self) {
+        if self.sync_in_flight || self.broker.failed().is_some() {
             return;
         }
         let Some(upto) = self.broker.sync_target() else {
@@ -451,7 +653,8 @@ impl Driver {
             // Memory storage (nothing to fsync), or nothing the files still owe.
             Ok(None) => self.sync(),
             Err(e) => {
-                error!(error = %e, "cannot start an fsync; syncing here");
+                // Nothing was synced yet: syncing here reports a failure properly.
+                warn!(error = %e, "cannot start a detached fsync; syncing on the core thread");
                 self.sync();
             }
         }
@@ -474,14 +677,21 @@ impl Driver {
             }
             Err(e) => {
                 self.broker.storage_mut().detached_done(job, false);
-                self.sync_retry_at = self.clock.now_ms() + SYNC_RETRY_MS;
-                error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds");
+                let range = self.broker.log_synced()..upto;
+                let reason = format!(
+                    "fsync of log offsets {}..{} failed: {e}",
+                    range.start, range.end
+                );
+                // Never retried: the core fails every reply that waited on it.
+                self.broker.sync_failed(&reason);
+                self.fatal_storage("fsync", range, &e, reason);
             }
         }
     }
 
     fn sync(&mut self) {
         let needed = self.broker.needs_sync();
+        let range = self.broker.log_synced()..self.broker.log_end();
         let t = Instant::now();
         match self.broker.sync() {
             Ok(()) => {
@@ -489,10 +699,89 @@ impl Driver {
                     self.metrics.fsync_latency.observe(t.elapsed());
                 }
             }
-            Err(e) => {
-                error!(error = %e, "fsync failed; replies that wait on it stay held until a sync succeeds")
+            Err(e) => self.storage_error("fsync", &e, range),
+        }
+    }
+
+    /// A core call failed: fatal when the core is failed now or the device refused a write
+    /// ([`device_failed`]), else (a full disk under a timer's append, say) logged and served
+    /// on.
+    fn storage_error(
+        &mut self,
+        what: &str,
+        e: &Error<std::io::Error>,
+        range: std::ops::Range<u64>,
+    ) {
+        match e {
+            // Failed before: reported then.
+            Error::Failed { .. } => {}
+            Error::Storage(io) if self.broker.failed().is_some() || device_failed(io) => {
+                if self.broker.failed().is_none() {
+                    self.broker.sync_failed(&format!("{what} failed: {io}"));
+                }
+                let reason = self.broker.failed().unwrap_or_default().to_string();
+                self.fatal_storage(what, range, io, reason);
+            }
+            e => error!(error = %e, "{what} failed"),
+        }
+    }
+
+    /// Raises [`Fatal`] once the core reports itself failed (whatever the path).
+    fn check_failed(&mut self) {
+        if self.fatal.borrow().is_some() {
+            return;
+        }
+        if let Some(why) = self.broker.failed().map(str::to_string) {
+            error!(data_dir = %self.data_dir(), reason = %why, "the broker failed; it acknowledges nothing more and stops (restart it: recovery reads what is on disk)");
+            self.fatal.send_replace(Some(Fatal::Storage(why)));
+        }
+    }
+
+    /// One ERROR naming the segment files, the log offsets that were not made durable and
+    /// the errno; then [`Fatal`] for the host.
+    fn fatal_storage(
+        &mut self,
+        what: &str,
+        range: std::ops::Range<u64>,
+        e: &std::io::Error,
+        reason: String,
+    ) {
+        if self.fatal.borrow().is_some() {
+            return;
+        }
+        let files = self.segments_of(range.clone());
+        error!(
+            data_dir = %self.data_dir(),
+            files = %files,
+            offsets = %format!("{}..{}", range.start, range.end),
+            errno = e.raw_os_error().unwrap_or(0),
+            error = %e,
+            "{what} failed: nothing it covered is acknowledged (no retry: a failed fsync may have dropped the data); the broker stops, restart it so recovery reads what is on disk"
+        );
+        self.fatal.send_replace(Some(Fatal::Storage(reason)));
+    }
+
+    fn data_dir(&self) -> String {
+        match self.broker.storage() {
+            AnyStorage::File(f) => f.dir().display().to_string(),
+            AnyStorage::Mem(_) => "(memory)".to_string(),
+        }
+    }
+
+    /// The segment files that hold log offsets in `range`.
+    fn segments_of(&mut self, range: std::ops::Range<u64>) -> String {
+        let dir = self.data_dir();
+        let Ok(bases) = self.broker.storage_mut().segments() else {
+            return format!("{dir}/?");
+        };
+        let mut names = Vec::new();
+        for (i, &base) in bases.iter().enumerate() {
+            let next = bases.get(i + 1).copied().unwrap_or(u64::MAX);
+            if base < range.end.max(range.start + 1) && next > range.start {
+                names.push(format!("{dir}/{base:020}"));
             }
         }
+        names.join(",")
     }
 
     /// Handles one command; `Some` when it is the shutdown.
@@ -512,9 +801,30 @@ impl Driver {
                     }
                     _ => None,
                 };
+                if let (Some(t), Request::Send { messages }) = (&self.panic_topic, &*request) {
+                    if messages.iter().any(|m| &m.topic == t) {
+                        panic!("{DEBUG_PANIC_ENV}: a send to `{t}` (debug builds only)");
+                    }
+                }
                 self.pending.insert(id, Pending { reply, watch });
                 if let Err(e) = self.broker.handle(now, id, *request) {
-                    error!(error = %e, "request failed in storage; not applied");
+                    match &e {
+                        // The broker failed earlier: every request is refused.
+                        Error::Failed { .. } => {}
+                        // A failed append that left a partial record fails the core; so
+                        // does (by the host's choice) one the device refused.
+                        Error::Storage(io)
+                            if self.broker.failed().is_some() || device_failed(io) =>
+                        {
+                            if self.broker.failed().is_none() {
+                                self.broker.sync_failed(&format!("an append failed: {io}"));
+                            }
+                            let reason = self.broker.failed().unwrap_or_default().to_string();
+                            let at = self.broker.log_end();
+                            self.fatal_storage("append", at..at + 1, io, reason);
+                        }
+                        e => error!(error = %e, "request failed in storage; not applied"),
+                    }
                     if let Some(p) = self.pending.remove(&id) {
                         let _ = p.reply.send(Err(e.to_string()));
                     }

@@ -363,6 +363,9 @@ fn main() -> ExitCode {
             Ok(())
         }),
     };
+    // Whatever is still running (a stop cut short after a fatal failure) must not hold the
+    // exit back.
+    rt.shutdown_timeout(std::time::Duration::from_secs(1));
     match result {
         Ok(()) => ExitCode::SUCCESS,
         Err(e) => {

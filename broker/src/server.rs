@@ -14,7 +14,7 @@ use tracing::{info, warn};
 use crate::admin::AdminService;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
-use crate::driver::{self, CoreHandle};
+use crate::driver::{self, CoreHandle, Fatal};
 use crate::gate::GateLayer;
 use crate::metrics::{self, Metrics};
 use crate::net::{self, ConnLimit};
@@ -220,6 +220,19 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
 }
 
 impl RunningBroker {
+    /// Why the broker stopped serving for good, if it did: a failed fsync or a panic of the
+    /// core thread (see [`Fatal`]). It then answers every request with an error; stop it and
+    /// start it again (recovery reads what is on disk).
+    #[must_use]
+    pub fn fatal(&self) -> Option<Fatal> {
+        self.core.fatal()
+    }
+
+    /// Waits until the broker fails for good (see [`RunningBroker::fatal`]).
+    pub async fn wait_fatal(&self) -> Fatal {
+        self.core.wait_fatal().await
+    }
+
     /// Stops accepting, lets in-flight calls finish (long polls are cut short), flushes the
     /// log and stops the core thread.
     pub async fn stop(mut self) {
@@ -247,17 +260,42 @@ impl RunningBroker {
     }
 }
 
-/// Runs until SIGINT or SIGTERM, then stops cleanly.
+/// How long the stop after a [`Fatal`] failure may take before the process exits anyway.
+const FATAL_STOP_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
+
+/// Runs until SIGINT or SIGTERM, then stops cleanly (`Ok`). When the broker fails for good
+/// (a failed fsync, a panic of the core thread: [`Fatal`]) it stops its listeners, letting
+/// the error replies already given go out, and returns `Err`: the process exits non-zero
+/// and its supervisor restarts it (crash-only; recovery reads what is on disk).
 pub async fn run_until_signal(cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<(), String> {
     // Listen for the signals before serving: a supervisor (or a test) may send SIGTERM as
     // soon as the broker logs its addresses, and that must stop it cleanly, not kill it.
     let signals = Signals::listen();
     let running = start(cfg, clock).await?;
-    signals.wait().await;
-    info!("signal received: flushing and stopping");
-    running.stop().await;
-    info!("stopped");
-    Ok(())
+    let fatal = tokio::select! {
+        () = signals.wait() => None,
+        f = running.wait_fatal() => Some(f),
+    };
+    match fatal {
+        None => {
+            info!("signal received: flushing and stopping");
+            running.stop().await;
+            info!("stopped");
+            Ok(())
+        }
+        Some(f) => {
+            warn!(reason = %f, "stopping after a fatal failure; exiting non-zero so the supervisor restarts the broker");
+            if tokio::time::timeout(FATAL_STOP_LIMIT, running.stop())
+                .await
+                .is_err()
+            {
+                warn!("the stop took longer than {FATAL_STOP_LIMIT:?}; exiting anyway");
+            }
+            Err(format!(
+                "{f}; restart the broker: recovery keeps what is durable"
+            ))
+        }
+    }
 }
 
 /// SIGINT and SIGTERM, caught from creation on.

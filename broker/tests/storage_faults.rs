@@ -4,8 +4,9 @@
 //! space returns — and everything survives a restart.
 //!
 //! Needs `mount -t tmpfs` (root). Where mounting is not permitted the test says so and skips.
-//! EIO on sync is covered at the core level (tests/tests/crash.rs, `CrashStorage`): a real
-//! filesystem that fails fsync on demand needs device-mapper, which CI does not have.
+//! EIO on sync is covered at the core level (tests/tests/crash.rs, `CrashStorage`) and, on a
+//! real file system whose device fails on demand (ext4 on a loop device over a FUSE file),
+//! by tests/failing_disk.rs.
 
 mod common;
 

@@ -1,10 +1,15 @@
 #!/usr/bin/env bash
-# Reliability (issue 8) at the broker level: crash loops of the `rocklet` binary under a mixed
-# gRPC load killed with SIGKILL (20 cycles per flush mode), the bad-input matrix
-# (docs/bad-input.md), and a full disk under the broker (tmpfs; skipped with a message where
-# mount is not permitted). The Python crash loop (bindings-python/tests/test_crash_loop.py)
-# runs in python.sh with the other pytest tests; core-level crash and fuzz work runs in rust.sh
-# and fuzz.sh. Installs nothing. Long form: ROCKLET_CRASH_CYCLES=200 bash tests/ci/reliability.sh
+# Reliability (issues 8, 12) at the broker level: crash loops of the `rocklet` binary under a
+# mixed gRPC load killed with SIGKILL (20 cycles per flush mode) and by power cuts of the ext4
+# file system its data directory is on (loop device, EXT4_IOC_SHUTDOWN without log flush; 10
+# cycles per flush mode), the bad-input matrix (docs/bad-input.md), a full disk under the
+# broker (tmpfs) and a failing disk (ext4 on a loop device over a FUSE file that fails writes
+# on demand). The mount tests need root (and python3 for the ioctl, /dev/fuse for FUSE) and
+# skip with a message where that is not permitted. The Python crash loop
+# (bindings-python/tests/test_crash_loop.py) runs in python.sh with the other pytest tests;
+# core-level crash and fuzz work runs in rust.sh and fuzz.sh. Installs nothing (the FUSE
+# file system is the `fuser` crate, no libfuse). Long forms: ROCKLET_CRASH_CYCLES=200 and
+# ROCKLET_POWER_CUT_CYCLES=100 bash tests/ci/reliability.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 t0=$(date +%s)
@@ -15,9 +20,10 @@ command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup
 echo "== build rocklet-broker (the binary the crash loops kill)"
 nice -n 10 cargo build -p rocklet-broker
 
-echo "== crash loops, bad input, storage faults"
-# The crash loops are #[ignore]d in a plain `cargo test` (broker.sh) to run once, here.
+echo "== crash loops (SIGKILL, power cut), bad input, storage faults, failing disk"
+# The crash loops and the failing disk are #[ignore]d in a plain `cargo test` (broker.sh) to
+# run once, here.
 nice -n 10 cargo test -p rocklet-broker --test crash_loop --test bad_input --test storage_faults \
-  -- --include-ignored --nocapture
+  --test failing_disk -- --include-ignored --nocapture
 
 echo "reliability: ok in $(( $(date +%s) - t0 ))s"

@@ -310,6 +310,23 @@ impl BrokerProc {
 
     /// As [`BrokerProc::start`]; `Err` holds the log of a broker that did not serve.
     pub fn try_start(dir: &std::path::Path, extra: &[&str]) -> Result<Self, String> {
+        Self::try_start_env(dir, extra, &[])
+    }
+
+    /// As [`BrokerProc::start`], with environment variables set for the broker.
+    pub fn start_env(dir: &std::path::Path, extra: &[&str], env: &[(&str, &str)]) -> Self {
+        match Self::try_start_env(dir, extra, env) {
+            Ok(p) => p,
+            Err(log) => panic!("broker did not start:\n{log}"),
+        }
+    }
+
+    /// As [`BrokerProc::try_start`], with environment variables set for the broker.
+    pub fn try_start_env(
+        dir: &std::path::Path,
+        extra: &[&str],
+        env: &[(&str, &str)],
+    ) -> Result<Self, String> {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
         let mut child = Command::new(env!("CARGO_BIN_EXE_rocklet"))
@@ -317,6 +334,7 @@ impl BrokerProc {
             .arg(dir)
             .args(extra)
             .env("RUST_LOG", "info")
+            .envs(env.iter().copied())
             .stdout(Stdio::null())
             .stderr(Stdio::piped())
             .spawn()
@@ -361,10 +379,34 @@ impl BrokerProc {
         self.log.lock().unwrap().clone()
     }
 
-    /// SIGKILL, and wait for it.
+    /// SIGSTOP: the broker stops where it is, as at a power cut (nothing more leaves it).
+    pub fn freeze(&self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-STOP", &self.child.id().to_string()])
+            .status();
+    }
+
+    /// SIGKILL, and wait for it (a broker that has exited already is fine).
     pub fn kill9(&mut self) {
-        self.child.kill().unwrap();
+        let _ = self.child.kill();
         self.child.wait().unwrap();
+    }
+
+    /// The exit status once the broker exits by itself within `within`, polled every 20 ms;
+    /// `None` while it still runs.
+    pub fn wait_exit(&mut self, within: Duration) -> Option<std::process::ExitStatus> {
+        let deadline = std::time::Instant::now() + within;
+        loop {
+            if let Some(s) = self.child.try_wait().unwrap() {
+                // Let the log reader take the last lines.
+                std::thread::sleep(Duration::from_millis(100));
+                return Some(s);
+            }
+            if std::time::Instant::now() >= deadline {
+                return None;
+            }
+            std::thread::sleep(Duration::from_millis(20));
+        }
     }
 
     /// SIGTERM; the exit status and the log.

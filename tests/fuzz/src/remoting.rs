@@ -349,7 +349,8 @@ fn expected_sends(req: &RemotingCommand) -> Option<Sent> {
         || matches!(ext.get("batch").map(String::as_str), Some("true" | "1"));
     let mut immediate = immediate_props(&props) && !topic.starts_with('%');
     let bodies = if batch {
-        let entries = handlers::decode_batch(&req.body).ok()?;
+        let max = rocklet_broker::config::DEFAULT_MAX_BATCH_MESSAGES as usize;
+        let entries = handlers::decode_batch(&req.body, max).ok()?;
         let mut bodies = Vec::new();
         for (_, body, p) in entries {
             immediate &= immediate_props(&handlers::parse_properties(&p));
