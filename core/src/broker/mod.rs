@@ -319,6 +319,11 @@ pub struct PendingDelayInfo {
 /// - **Producers.** [`Broker::set_producer_online`] says whether a producer group can be
 ///   checked; checks of an offline group wait without using up attempts.
 ///
+/// - **Failure.** A failed sync fails the broker for good ([`Broker::failed`]): what waited
+///   on it comes out as [`Output::Failed`], later calls return [`Error::Failed`]; drop it and
+///   open the storage again. A host that syncs off the broker's thread reports a failure with
+///   [`Broker::sync_failed`].
+///
 /// [`Broker::execute`] runs one request to its reply (syncing when the flush mode needs
 /// it) for hosts that call the broker synchronously.
 ///
