@@ -1064,6 +1064,11 @@ pub fn decoded_record(offset: u64, bytes: &[u8]) -> Result<JsValue, JsValue> {
                 "an end-of-segment blank of {len} bytes"
             )))
         }
+        Ok(Decoded::Repaired { len }) => {
+            return Err(corrupt(&alloc::format!(
+                "a repair blank over {len} damaged bytes"
+            )))
+        }
         Ok(Decoded::Incomplete { .. }) => {
             return Err(corrupt(&"the bytes end before the record does"))
         }

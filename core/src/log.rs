@@ -66,7 +66,9 @@ pub struct Quarantined {
     pub bytes: u64,
     /// What was wrong.
     pub reason: String,
-    /// Where the bytes are (for files: `quarantine/<name>` in the data directory).
+    /// Where the bytes are (for files: `quarantine/<name>` in the data directory). The name
+    /// is the range, `<offset>-<end>`; an entry shorter than its range ends where the rest of
+    /// the range was zeros.
     pub name: String,
 }
 
@@ -279,12 +281,11 @@ impl<S: Storage> Log<S> {
             return Ok(None);
         };
         let mut head = [0u8; BLANK_LEN];
-        if self.storage.read(base, offset - base, &mut head)? == BLANK_LEN
-            && matches!(record::decode(&head, u32::MAX), Ok(Decoded::Blank { .. }))
-        {
-            let len = u64::from(u32::from_be_bytes([head[0], head[1], head[2], head[3]]));
-            if offset - base + len < self.storage.len(base)? {
-                return Ok(Some(offset + len));
+        if self.storage.read(base, offset - base, &mut head)? == BLANK_LEN {
+            if let Ok(Decoded::Repaired { len }) = record::decode(&head, u32::MAX) {
+                if offset - base + u64::from(len) < self.storage.len(base)? {
+                    return Ok(Some(offset + u64::from(len)));
+                }
             }
         }
         Ok(self.segments.iter().copied().find(|&b| b > offset))
@@ -478,18 +479,25 @@ impl Recovery {
                         None
                     }
                 }
-                Ok(Decoded::Blank { len }) => {
+                Ok(Decoded::Repaired { len }) => {
+                    // A repair blank over damage a repair moved out: the records of an
+                    // atomic group it cut stay, as the repair kept them; the log goes on
+                    // after it, or the segment ends there.
+                    if let Some((_, _, recs)) = self.group.take() {
+                        self.report.records += recs.len() as u64;
+                        self.ready.extend(recs);
+                    }
                     if self.pos + u64::from(len) < seg_len {
-                        // A blank over damage a repair moved out: the log goes on after it,
-                        // and the records of an atomic group it cut stay, as the repair
-                        // kept them.
-                        if let Some((_, _, recs)) = self.group.take() {
-                            self.report.records += recs.len() as u64;
-                            self.ready.extend(recs);
-                        }
                         self.seek(self.pos + u64::from(len));
-                        None
-                    } else if self.group.is_some() {
+                    } else {
+                        self.end = base + self.pos + u64::from(len);
+                        self.closed = true;
+                        self.next_segment();
+                    }
+                    None
+                }
+                Ok(Decoded::Blank { len }) => {
+                    if self.group.is_some() {
                         Some("segment ends inside an atomic group".into())
                     } else {
                         self.end = base + self.pos + u64::from(len);
@@ -635,12 +643,14 @@ impl Recovery {
             self.report.records += recs.len() as u64;
             self.ready.extend(recs);
         }
-        let upto = match after {
-            After::Valid(q) => q,
-            After::Nothing { .. } => seg_len,
+        // Up to the next valid record, or to the segment's end; a range that ends in zeros
+        // is kept up to its last byte that is not (the name says the whole range).
+        let (upto, kept_to) = match after {
+            After::Valid(q) => (q, q),
+            After::Nothing { nonzero_end } => (seg_len, nonzero_end.clamp(cut_at, seg_len)),
         };
         let name = alloc::format!("{:020}-{:020}.damaged", base + cut_at, base + upto);
-        quarantine(log, base, cut_at, upto, &name)?;
+        quarantine(log, base, cut_at, kept_to, &name)?;
         self.report.quarantined.push(Quarantined {
             offset: base + cut_at,
             bytes: upto - cut_at,
@@ -650,7 +660,7 @@ impl Recovery {
         let mut blank = Vec::with_capacity(BLANK_LEN);
         match after {
             After::Valid(q) => {
-                record::encode_blank(&mut blank, (q - cut_at) as u32);
+                record::encode_repair_blank(&mut blank, (q - cut_at) as u32);
                 log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
                 self.seek(q);
@@ -669,7 +679,7 @@ impl Recovery {
                     .unwrap_or(base)
                     .saturating_sub(base.saturating_add(cut_at))
                     .clamp(BLANK_LEN as u64, u64::from(u32::MAX));
-                record::encode_blank(&mut blank, rest as u32);
+                record::encode_repair_blank(&mut blank, rest as u32);
                 log.storage.truncate(base, cut_at)?;
                 log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
@@ -727,12 +737,17 @@ fn scan_after<S: Storage>(
             }
             let magic = u32::from_be_bytes([w[i + 4], w[i + 5], w[i + 6], w[i + 7]]);
             let total = u64::from(u32::from_be_bytes([w[i], w[i + 1], w[i + 2], w[i + 3]]));
-            if magic == record::BLANK_MAGIC && total >= BLANK_LEN as u64 {
+            if (magic == record::BLANK_MAGIC || magic == record::REPAIR_MAGIC)
+                && total >= BLANK_LEN as u64
+            {
                 let closes = match next_base {
                     Some(nb) => base + q + total == nb,
                     None => q + BLANK_LEN as u64 == seg_len,
                 };
-                if closes || (q + total < seg_len && valid_record_at(log, base, q + total)?) {
+                let skips = magic == record::REPAIR_MAGIC
+                    && q + total < seg_len
+                    && valid_record_at(log, base, q + total)?;
+                if closes || skips {
                     return Ok(After::Valid(q));
                 }
             } else if (magic == record::MESSAGE_MAGIC || magic == record::MESSAGE_MAGIC_V2)

@@ -26,10 +26,16 @@
 //!               or flipped byte anywhere in the record is detected, not only in the body.
 //! ```
 //!
-//! Reading, the decoder also takes what other writers wrote: records without the CRC
-//! property (Apache RocketMQ's default), checked by BODYCRC alone as RocketMQ checks them;
-//! the digits most significant first (Rocklet's format 1, before 0.2); and
-//! MESSAGE_MAGIC_CODE_V2 (0xDAA320AB), whose TOPIC length takes two bytes.
+//! Reading, [`decode`] also takes the digits most significant first (Rocklet's format 1,
+//! before 0.2) and MESSAGE_MAGIC_CODE_V2 (0xDAA320AB), whose TOPIC length takes two bytes.
+//! A record of Rocklet's log always carries the CRC: without it the header would go
+//! unchecked. [`decode_rocketmq`], for reading Apache RocketMQ's own stores, also takes
+//! records without the property (RocketMQ's default), checked by BODYCRC alone as RocketMQ
+//! checks them.
+//!
+//! A repair on open ([`Broker::open_repairing`](crate::Broker::open_repairing)) lays a
+//! *repair blank* over damage it moved out: TOTALSIZE and MAGICCODE 0x524C5250 (`RLRP`),
+//! read as a blank whose records before it in an atomic group were kept by the repair.
 //!
 //! With IPv4 hosts the fixed part is 91 bytes. The end-of-segment blank is only its first
 //! eight bytes (TOTALSIZE = the rest of the segment, MAGICCODE = 0xCBD43194); whatever
@@ -45,6 +51,8 @@ pub const MESSAGE_MAGIC: u32 = 0xDAA3_20A7;
 pub const MESSAGE_MAGIC_V2: u32 = 0xDAA3_20AB;
 /// MAGICCODE of the filler at the end of a segment (RocketMQ's BLANK_MAGIC_CODE).
 pub const BLANK_MAGIC: u32 = 0xCBD4_3194;
+/// MAGICCODE of a repair blank (Rocklet's own): skips damage a repair moved to quarantine.
+pub const REPAIR_MAGIC: u32 = 0x524C_5250;
 /// Smallest blank: TOTALSIZE + MAGICCODE.
 pub const BLANK_LEN: usize = 8;
 /// The CRC property's key.
@@ -252,6 +260,12 @@ pub fn encode_blank(out: &mut Vec<u8>, remaining: u32) {
     out.extend_from_slice(&BLANK_MAGIC.to_be_bytes());
 }
 
+/// Appends a repair blank over `len` bytes (see the module doc).
+pub fn encode_repair_blank(out: &mut Vec<u8>, len: u32) {
+    out.extend_from_slice(&len.to_be_bytes());
+    out.extend_from_slice(&REPAIR_MAGIC.to_be_bytes());
+}
+
 /// Why bytes are not a valid record.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Corruption {
@@ -300,6 +314,9 @@ pub enum Decoded<'a> {
     Record(RecordView<'a>),
     /// The end-of-segment blank of `len` bytes; the segment holds nothing more.
     Blank { len: u32 },
+    /// A repair blank of `len` bytes: the log goes on after it, or the segment ends there
+    /// when it reaches the segment's end.
+    Repaired { len: u32 },
     /// The bytes end before the record does (a torn tail, or a read that was too short).
     /// `needed` is the record's length where it is known.
     Incomplete { needed: Option<usize> },
@@ -425,29 +442,45 @@ fn host(b: &[u8], at: usize, v6: bool) -> Result<(Host, usize), Corruption> {
 }
 
 /// Decodes the record at the start of `bytes`. `max_size` bounds TOTALSIZE so a
-/// corrupt length can never ask for an unbounded read.
+/// corrupt length can never ask for an unbounded read. The record must carry the CRC
+/// property (every record of Rocklet's log does).
 pub fn decode(bytes: &[u8], max_size: u32) -> Result<Decoded<'_>, Corruption> {
-    decode_inner(bytes, max_size, true)
+    decode_inner(bytes, max_size, true, true)
+}
+
+/// [`decode`] for records Apache RocketMQ wrote: one without the CRC property (RocketMQ's
+/// default) is checked by BODYCRC alone, as RocketMQ checks it.
+pub fn decode_rocketmq(bytes: &[u8], max_size: u32) -> Result<Decoded<'_>, Corruption> {
+    decode_inner(bytes, max_size, true, false)
 }
 
 /// Decodes a record this process just encoded or already verified: the CRCs are not
 /// checked again (lengths still are).
 pub fn decode_trusted(bytes: &[u8]) -> Result<Decoded<'_>, Corruption> {
-    decode_inner(bytes, u32::MAX, false)
+    decode_inner(bytes, u32::MAX, false, false)
 }
 
-fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>, Corruption> {
+fn decode_inner(
+    bytes: &[u8],
+    max_size: u32,
+    verify: bool,
+    require_crc: bool,
+) -> Result<Decoded<'_>, Corruption> {
     if bytes.len() < BLANK_LEN {
         return Ok(Decoded::Incomplete { needed: None });
     }
     let total = be32(bytes, 0);
     let magic = be32(bytes, 4);
     match magic {
-        BLANK_MAGIC => {
+        BLANK_MAGIC | REPAIR_MAGIC => {
             if (total as usize) < BLANK_LEN {
                 return Err(Corruption::BadTotalSize(total));
             }
-            return Ok(Decoded::Blank { len: total });
+            return Ok(if magic == BLANK_MAGIC {
+                Decoded::Blank { len: total }
+            } else {
+                Decoded::Repaired { len: total }
+            });
         }
         MESSAGE_MAGIC | MESSAGE_MAGIC_V2 => {}
         other => return Err(Corruption::BadMagic(other)),
@@ -535,6 +568,8 @@ fn decode_inner(bytes: &[u8], max_size: u32, verify: bool) -> Result<Decoded<'_>
                 return Err(Corruption::RecordCrc);
             }
         }
+    } else if require_crc {
+        return Err(Corruption::MissingCrc);
     } else if verify && last_key_is_a_damaged_crc_key(&b[props_at..total_us]) {
         // Without the pair, BODYCRC alone vouches for the record (as RocketMQ checks its
         // own); a CRC key one byte off is damage to a record that had one, not such a record.
@@ -658,7 +693,9 @@ mod tests {
                 b[i] ^= 1 << bit;
                 match decode(&b, 1 << 20) {
                     Ok(Decoded::Record(_)) => panic!("flip at byte {i} bit {bit} not detected"),
-                    Ok(Decoded::Blank { .. }) => panic!("flip at byte {i} decoded as blank"),
+                    Ok(Decoded::Blank { .. } | Decoded::Repaired { .. }) => {
+                        panic!("flip at byte {i} decoded as blank")
+                    }
                     Ok(Decoded::Incomplete { .. }) | Err(_) => {}
                 }
             }

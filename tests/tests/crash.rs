@@ -674,17 +674,39 @@ fn rocketmq_log(n: usize, v2: bool) -> Vec<u8> {
 }
 
 #[test]
-fn rocketmq_records_are_read_and_whole_records_that_fail_are_not_cut() {
-    // Apache RocketMQ's own records (no Rocklet CRC property, v1 or v2 magic) in a
-    // preallocated file: read, every one of them.
+fn another_programs_log_and_whole_records_that_fail_are_refused_not_cut() {
+    // An Apache RocketMQ commit log (its records lack Rocklet's CRC property, v1 or v2
+    // magic), preallocated: whole records are not a torn write. Refused, nothing changed;
+    // a repair keeps the bytes in quarantine. (`rocklet import` reads such a store.)
     for v2 in [false, true] {
         let mut seg = rocketmq_log(5, v2);
-        let data = seg.len() as u64;
+        let data = seg.len();
         seg.resize(64 << 10, 0);
-        let mut b = open(with_segment(&seg));
-        assert_eq!(b.recovery_report().records, 5, "v2 {v2}");
-        assert_eq!(b.log_end(), data);
-        assert_eq!(probe::visible(&mut b, 0)["TopicTest"].len(), 5);
+        match Broker::open(cfg(), with_segment(&seg), 0) {
+            Err(rocklet_core::Error::Corrupted { offset, reason }) => {
+                assert_eq!(offset, 0);
+                assert!(reason.contains("not a torn write"), "{reason}");
+            }
+            Err(e) => panic!("{e}"),
+            Ok(b) => panic!("opened another program's log: {:?}", b.recovery_report()),
+        }
+        let b = Broker::open_repairing(cfg(), with_segment(&seg), 0).unwrap();
+        let q = &b.recovery_report().quarantined;
+        assert_eq!(q.len(), 1, "{q:?}");
+        assert_eq!(
+            q[0].bytes,
+            seg.len() as u64,
+            "the range runs to the segment's end"
+        );
+        // Kept up to the last byte that is not zero: the whole log, but for the zeros it ends
+        // with (here its last PROPERTIES length, 0).
+        let kept = &b.storage().quarantined()[&q[0].name];
+        assert!(
+            kept.len() <= data && kept.len() + 2 >= data,
+            "{}",
+            kept.len()
+        );
+        assert_eq!(kept[..], seg[..kept.len()]);
     }
     // Whole records whose CRCs all fail are not a torn write: refused, nothing cut; a repair
     // keeps their bytes in quarantine.

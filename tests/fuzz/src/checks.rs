@@ -179,7 +179,9 @@ pub fn record_decode(data: &[u8]) {
                 other => panic!("decode_trusted disagrees with decode: {other:?}"),
             }
         }
-        Ok(Decoded::Blank { len }) => assert!(len as usize >= record::BLANK_LEN),
+        Ok(Decoded::Blank { len } | Decoded::Repaired { len }) => {
+            assert!(len as usize >= record::BLANK_LEN)
+        }
         Ok(Decoded::Incomplete { needed }) => {
             if let Some(n) = needed {
                 assert!(n > buf.len(), "incomplete, yet {n} <= {} bytes", buf.len());

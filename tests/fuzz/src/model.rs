@@ -633,7 +633,8 @@ impl Harness {
                         self.maybe.insert(body, due);
                     }
                 }
-                if restart {
+                // A failed sync fails the broker for good: only a reopen goes on.
+                if restart || self.b.failed().is_some() {
                     self.reopen();
                 }
                 self.fire();
