@@ -9,6 +9,7 @@
 //! namesrv_listen = "127.0.0.1:9876"   # its name-server role (`off` to disable)
 //! max_concurrent_streams = 256       # HTTP/2 streams one gRPC connection may have open
 //! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
+//! max_inflight_request_bytes = 268435456 # request bytes held, all clients together (256 MiB)
 //! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
 //! max_filter_expression_bytes = 65536 # a tag filter expression (receive, pull, pop)
 //! max_name_bytes = 255               # a topic, group or client id name
@@ -57,6 +58,9 @@ pub const DEFAULT_MAX_CONCURRENT_STREAMS: u32 = 256;
 /// Default byte budget of receive responses in flight
 /// ([`BrokerConfig::max_inflight_receive_bytes`]): 256 MiB.
 pub const DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES: u64 = 256 << 20;
+/// Default budget of request bytes held ([`BrokerConfig::max_inflight_request_bytes`]):
+/// 256 MiB.
+pub const DEFAULT_MAX_INFLIGHT_REQUEST_BYTES: u64 = 256 << 20;
 /// Default most messages in one send request ([`BrokerConfig::max_batch_messages`]).
 pub const DEFAULT_MAX_BATCH_MESSAGES: u32 = 10_000;
 /// Default longest tag filter expression ([`BrokerConfig::max_filter_expression_bytes`]).
@@ -170,6 +174,7 @@ pub struct FileConfig {
     pub namesrv_listen: Option<Listen>,
     pub max_concurrent_streams: Option<u32>,
     pub max_inflight_receive_bytes: Option<u64>,
+    pub max_inflight_request_bytes: Option<u64>,
     pub max_batch_messages: Option<u32>,
     pub max_filter_expression_bytes: Option<usize>,
     pub max_name_bytes: Option<usize>,
@@ -231,6 +236,19 @@ pub struct BrokerConfig {
     /// Default [`DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES`] (256 MiB): 64 responses of a 4 MiB
     /// message, or thousands of ordinary ones being written at once.
     pub max_inflight_receive_bytes: u64,
+    /// Broker-wide budget of request bytes held, gRPC and remoting together: a request holds
+    /// the bytes it declares (a gRPC call its message's length prefix, a remoting frame its
+    /// header and body lengths) from when they are known until its handling ends (answered,
+    /// or its long poll over). One that would take the total past this is refused before its
+    /// body is read: gRPC `TOO_MANY_REQUESTS` (RocketMQ clients back off and retry), remoting
+    /// `SYSTEM_BUSY` (2); a remoting frame's header (needed to answer at all) waits for room
+    /// instead. Without it, clients that start large sends and stall hold memory without
+    /// bound (each connection up to a request's size, for up to `request_read_timeout_ms`).
+    ///
+    /// Default [`DEFAULT_MAX_INFLIGHT_REQUEST_BYTES`] (256 MiB: 28 of the largest sends at
+    /// once, thousands of ordinary ones). At least the largest request
+    /// ([`BrokerConfig::max_request_message_bytes`] + `remoting_max_header_bytes`).
+    pub max_inflight_request_bytes: u64,
     /// Most messages one send request may carry: a gRPC SendMessage or a remoting
     /// SEND_BATCH_MESSAGE above it is refused whole, naming the limit, before any of it
     /// reaches the core (whose work per batch grows with its count).
@@ -328,6 +346,9 @@ impl BrokerConfig {
             max_inflight_receive_bytes: f
                 .max_inflight_receive_bytes
                 .unwrap_or(DEFAULT_MAX_INFLIGHT_RECEIVE_BYTES),
+            max_inflight_request_bytes: f
+                .max_inflight_request_bytes
+                .unwrap_or(DEFAULT_MAX_INFLIGHT_REQUEST_BYTES),
             max_batch_messages: f.max_batch_messages.unwrap_or(DEFAULT_MAX_BATCH_MESSAGES),
             max_filter_expression_bytes: f
                 .max_filter_expression_bytes
@@ -408,6 +429,16 @@ impl BrokerConfig {
         }
         if self.remoting_max_header_bytes < 1024 {
             return Err("invalid config `remoting_max_header_bytes`: must be at least 1024 (every remoting request has a header)".into());
+        }
+        let largest =
+            self.max_request_message_bytes() as u64 + self.remoting_max_header_bytes as u64;
+        if self.max_inflight_request_bytes < largest {
+            return Err(format!(
+                "invalid config `max_inflight_request_bytes`: {} is less than the largest request \
+                 ({largest} bytes: 2 x the larger of `max_message_size` and `max_batch_size`, \
+                 + 1 MiB, + `remoting_max_header_bytes`), which could then never be taken",
+                self.max_inflight_request_bytes
+            ));
         }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
@@ -541,6 +572,23 @@ mod tests {
             ..BrokerConfig::default()
         };
         assert!(c.validate().unwrap_err().contains("max_batch_messages"));
+        let c = BrokerConfig {
+            max_inflight_request_bytes: 9 << 20,
+            ..BrokerConfig::default()
+        };
+        let e = c.validate().unwrap_err();
+        assert!(e.contains("max_inflight_request_bytes"), "{e}");
+        assert!(
+            e.contains("9699328 bytes"),
+            "names the largest request: {e}"
+        );
+        let mut c = BrokerConfig {
+            max_inflight_request_bytes: 4 << 20,
+            ..BrokerConfig::default()
+        };
+        c.core.max_message_size = 1 << 20;
+        c.core.max_batch_size = 1 << 20;
+        c.validate().unwrap();
     }
 
     #[test]
@@ -549,6 +597,7 @@ mod tests {
         assert_eq!(c.max_concurrent_streams, 256);
         assert_eq!(c.max_inflight_receive_bytes, 256 << 20);
         assert_eq!(c.max_batch_messages, 10_000);
+        assert_eq!(c.max_inflight_request_bytes, 256 << 20);
         let f =
             FileConfig::parse("max_concurrent_streams = 16\nmax_inflight_receive_bytes = 33554432")
                 .unwrap();

@@ -8,7 +8,8 @@
 //! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
-//! - [`gate`]: what a gRPC call passes before it is decoded (the request read deadline).
+//! - [`budget`]: the broker-wide budget of request bytes held.
+//! - [`gate`]: what a gRPC call passes before it is decoded (the read deadline, the budget).
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
@@ -17,6 +18,7 @@
 
 pub mod admin;
 pub mod bench;
+pub mod budget;
 pub mod clock;
 pub mod config;
 pub mod convert;

@@ -82,7 +82,7 @@ pub const RPCS: [&str; 12] = [
 
 /// The request limits whose refusals are counted by name
 /// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
-pub const LIMITS: [&str; 8] = [
+pub const LIMITS: [&str; 9] = [
     "max_batch_messages",
     "max_filter_expression_bytes",
     "max_name_bytes",
@@ -93,6 +93,8 @@ pub const LIMITS: [&str; 8] = [
     // Connections closed after nothing was read from them (gRPC) or no request came (remoting).
     "idle_timeout_ms",
     "request_read_timeout_ms",
+    // Requests refused because the request bytes held broker-wide would pass the budget.
+    crate::budget::LIMIT_NAME,
 ];
 
 /// The broker's own metrics (the core's counters are read at scrape time).
@@ -115,6 +117,8 @@ pub struct Metrics {
     pub receives_over_budget: AtomicU64,
     /// Connections open (gRPC, remoting and name server together).
     pub connections_open: AtomicU64,
+    /// Request bytes held under the broker-wide budget ([`crate::budget::RequestBudget`]).
+    pub request_bytes_in_flight: AtomicU64,
     /// Requests (both protocols) refused by one of the [`LIMITS`], by limit.
     pub over_limit: [AtomicU64; LIMITS.len()],
     /// RocketMQ 4 remoting request counters, once remoting serves.
@@ -360,6 +364,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "rocklet_receives_over_budget_total",
         "ReceiveMessage calls refused with TOO_MANY_REQUESTS (max_inflight_receive_bytes used up)",
         m.receives_over_budget.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_request_bytes_in_flight",
+        "Bytes of requests (gRPC and remoting) held from when they are declared until handled (max_inflight_request_bytes)",
+        m.request_bytes_in_flight.load(Ordering::Relaxed),
     );
     gauge(
         &mut out,

@@ -12,6 +12,7 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
+use crate::budget::RequestBudget;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::driver::{self, CoreHandle, Fatal};
@@ -137,6 +138,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         warn!(max_connections = cfg.max_connections, cap, fd_limit = ?fd_limit, fds_open = open, reserve = net::FD_RESERVE, "the file descriptor limit caps connections below max_connections");
     }
     let conn_limit = Arc::new(ConnLimit::new(cap, m.clone()));
+    // One budget of request bytes held for every listener.
+    let request_budget = RequestBudget::new(cfg.max_inflight_request_bytes, m.clone());
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
@@ -165,7 +168,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             // Dead peers go: a PING every interval, closed when one is not answered in time.
             .http2_keepalive_interval(Some(ms(cfg.http2_keepalive_interval_ms)))
             .http2_keepalive_timeout(Some(ms(cfg.http2_keepalive_timeout_ms)))
-            .layer(GateLayer::new(ms(cfg.request_read_timeout_ms), m.clone()))
+            .layer(GateLayer::new(
+                ms(cfg.request_read_timeout_ms),
+                request_budget.clone(),
+                max_decode,
+                m.clone(),
+            ))
             .add_service(messaging)
             .add_service(admin)
             .serve_with_incoming_shutdown(incoming, async {
@@ -186,7 +194,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
             .with_clock(clock.clone())
             .with_metrics(m.clone())
-            .with_conn_limit(conn_limit.clone());
+            .with_conn_limit(conn_limit.clone())
+            .with_request_budget(request_budget.clone());
         let _ = m.remoting.set(ctx.stats());
         let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
         match r {

@@ -1141,3 +1141,358 @@ async fn silent_and_slow_peers_are_closed_and_quiet_live_ones_kept() {
     );
     drop(b);
 }
+
+/// A gRPC call started on a raw HTTP/2 connection: its headers, then `sent` bytes of a
+/// message that declares `declared` bytes, and nothing more (a client that stalls).
+async fn stalled_grpc_call(
+    h2c: &mut h2::client::SendRequest<bytes::Bytes>,
+    addr: std::net::SocketAddr,
+    method: &str,
+    declared: u32,
+    sent: usize,
+) -> (h2::client::ResponseFuture, h2::SendStream<bytes::Bytes>) {
+    let req = http::Request::builder()
+        .method("POST")
+        .uri(format!(
+            "http://{addr}/apache.rocketmq.v2.MessagingService/{method}"
+        ))
+        .header("content-type", "application/grpc")
+        .header("te", "trailers")
+        .body(())
+        .unwrap();
+    let mut ready = h2c.clone().ready().await.unwrap();
+    let (resp, mut body) = ready.send_request(req, false).unwrap();
+    let mut data = vec![0u8; 5 + sent];
+    data[1..5].copy_from_slice(&declared.to_be_bytes());
+    body.reserve_capacity(data.len());
+    body.send_data(bytes::Bytes::from(data), false).unwrap();
+    (resp, body)
+}
+
+/// The RocketMQ status of a unary gRPC response read off a raw HTTP/2 stream.
+async fn raw_status(resp: h2::client::ResponseFuture) -> Result<pb::Status, String> {
+    use prost::Message as _;
+    let resp = resp.await.map_err(|e| e.to_string())?;
+    let mut body = resp.into_body();
+    let mut buf = Vec::new();
+    while let Some(d) = body.data().await {
+        let d = d.map_err(|e| e.to_string())?;
+        let _ = body.flow_control().release_capacity(d.len());
+        buf.extend_from_slice(&d);
+    }
+    if buf.len() < 5 {
+        return Err(format!("no message in the response ({} bytes)", buf.len()));
+    }
+    let r = pb::SendMessageResponse::decode(&buf[5..]).map_err(|e| e.to_string())?;
+    r.status.ok_or_else(|| "no status".into())
+}
+
+/// Many large requests that stall (gRPC sends whose body stops half-way, remoting sends
+/// likewise) and long polls with large filters hold at most `max_inflight_request_bytes`
+/// between them: each reserves what it declares as soon as it is known, and the ones that
+/// would pass the budget are refused at once, unread (gRPC `TOO_MANY_REQUESTS`, remoting
+/// `SYSTEM_BUSY`). The bytes are released when the request's handling ends (the stall's read
+/// deadline, the long poll's end), and then normal requests of any size go through again.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
+    use rocklet_broker::remoting::codec::{self, RemotingCommand};
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    const BUDGET: u64 = 8 << 20;
+    let broker = BrokerProcess::start(
+        &format!(
+            "max_inflight_request_bytes = {BUDGET}\nrequest_read_timeout_ms = 6000\n\
+             [core]\nmax_message_size = 1048576\nmax_batch_size = 1048576\n"
+        ),
+        true,
+    );
+    let (addr, pid) = (broker.addr, broker.pid());
+    let remoting = broker.remoting.expect("remoting served");
+    let mut c = connect(addr).await;
+    send_ok(&mut c, msg("Budget", b"x", pb::MessageType::Normal, "N0")).await;
+    let held = |b: &BrokerProcess| b.metric("rocklet_request_bytes_in_flight");
+    let refusals = |b: &BrokerProcess| {
+        b.metric("rocklet_requests_over_limit_total{limit=\"max_inflight_request_bytes\"}")
+    };
+    assert_eq!(held(&broker), 0);
+    let baseline = rss_kib(pid);
+
+    // (a) gRPC: 64 sends on 8 connections declare 2,097,000 bytes each, send 2,000,000 and
+    // stall. Four fit in 8 MiB (leaving 608 bytes); the other 60 are answered at once.
+    const DECLARED: u32 = 2_097_000;
+    let (mut stalls, mut clients, mut answers) = (Vec::new(), Vec::new(), Vec::new());
+    for _ in 0..8 {
+        let tcp = tokio::net::TcpStream::connect(addr).await.unwrap();
+        let (mut h2c, conn) = h2::client::Builder::new()
+            .initial_window_size(1 << 20)
+            .handshake::<_, bytes::Bytes>(tcp)
+            .await
+            .unwrap();
+        tokio::spawn(async move {
+            let _ = conn.await;
+        });
+        for _ in 0..8 {
+            let (resp, body) =
+                stalled_grpc_call(&mut h2c, addr, "SendMessage", DECLARED, 2_000_000).await;
+            answers.push(tokio::spawn(async move {
+                tokio::time::timeout(Duration::from_secs(2), raw_status(resp)).await
+            }));
+            stalls.push(body);
+        }
+        clients.push(h2c);
+    }
+    let mut busy = 0;
+    let mut pending = 0;
+    for a in answers {
+        match a.await.unwrap() {
+            Ok(Ok(s)) => {
+                assert_status(
+                    &s,
+                    pb::Code::TooManyRequests,
+                    "max_inflight_request_bytes of 8388608",
+                );
+                busy += 1;
+            }
+            Ok(Err(e)) => panic!("a refused send got {e}"),
+            Err(_) => pending += 1,
+        }
+    }
+    let grpc_rss = rss_kib(pid);
+    let held_grpc = held(&broker);
+    eprintln!(
+        "gRPC: {busy} of 64 stalled sends refused, {pending} held ({held_grpc} bytes); RSS {baseline} -> {grpc_rss} KiB"
+    );
+    assert_eq!((busy, pending), (60, 4));
+    assert_eq!(held_grpc, 4 * u64::from(DECLARED));
+    assert!(
+        grpc_rss < baseline + 48 * 1024,
+        "64 stalled 2 MB sends grew the RSS from {baseline} to {grpc_rss} KiB"
+    );
+    // A normal client's send does not fit in the 608 bytes left: TOO_MANY_REQUESTS, at once,
+    // also when its body spans many HTTP/2 frames (the client is still sending when it is
+    // answered, and the stream is reset with NO_ERROR); a route lookup fits.
+    for size in [1024, 900 << 10] {
+        let t = Instant::now();
+        let r = send(
+            &mut c,
+            vec![msg(
+                "Budget",
+                &vec![b'n'; size],
+                pb::MessageType::Normal,
+                "N1",
+            )],
+        )
+        .await;
+        assert_status(
+            &status_of(&r),
+            pb::Code::TooManyRequests,
+            "max_inflight_request_bytes",
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "refused in {:?}",
+            t.elapsed()
+        );
+    }
+    let route = c
+        .query_route(pb::QueryRouteRequest {
+            topic: res("Budget"),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(route.status.unwrap().code, OK);
+    // The stalls fail at their read deadline (6 s) and release their bytes; sends go again.
+    let t = Instant::now();
+    while held(&broker) > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(8),
+            "stalled sends still hold {} bytes",
+            held(&broker)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop((stalls, clients));
+    send_ok(
+        &mut c,
+        msg("Budget", &[b'n'; 1024], pb::MessageType::Normal, "N1"),
+    )
+    .await;
+
+    // (b) Remoting: 32 connections send a SEND_MESSAGE_V2 header declaring a 2,500,000-byte
+    // body, 1,500,000 of it, and stall. Three fit; 29 are answered SYSTEM_BUSY at once.
+    let mut conns = Vec::new();
+    for i in 0..32 {
+        let ext = [
+            ("a", "PG"),
+            ("b", "Budget"),
+            ("e", "0"),
+            ("f", "0"),
+            ("i", ""),
+        ]
+        .iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect();
+        let mut r = RemotingCommand::request(310, ext, vec![b'r'; 2_500_000]);
+        r.opaque = i;
+        let frame = r.encode();
+        let mut s = tokio::net::TcpStream::connect(remoting).await.unwrap();
+        s.write_all(&frame[..frame.len() - 1_000_000])
+            .await
+            .unwrap();
+        conns.push(s);
+    }
+    let readers: Vec<_> = conns
+        .into_iter()
+        .map(|mut s| {
+            tokio::spawn(async move {
+                let mut len = [0u8; 4];
+                let got =
+                    tokio::time::timeout(Duration::from_secs(2), s.read_exact(&mut len)).await;
+                let answer = match got {
+                    Err(_) => None,
+                    Ok(r) => {
+                        r.unwrap();
+                        let mut buf = vec![0; codec::frame_length(len).unwrap()];
+                        s.read_exact(&mut buf).await.unwrap();
+                        let r = codec::decode_frame(&buf).unwrap();
+                        Some((r.code, r.remark.unwrap_or_default()))
+                    }
+                };
+                (s, answer)
+            })
+        })
+        .collect();
+    let (mut conns, mut busy) = (Vec::new(), 0);
+    for r in readers {
+        let (s, answer) = r.await.unwrap();
+        if let Some((code, remark)) = answer {
+            assert_eq!(code, 2, "SYSTEM_BUSY, not {code}: {remark}");
+            assert!(
+                remark.contains("max_inflight_request_bytes of 8388608"),
+                "{remark}"
+            );
+            busy += 1;
+        }
+        conns.push(s);
+    }
+    let remoting_rss = rss_kib(pid);
+    let held_remoting = held(&broker);
+    eprintln!(
+        "remoting: {busy} of 32 stalled sends refused, {held_remoting} bytes held; RSS {baseline} -> {remoting_rss} KiB"
+    );
+    assert_eq!(busy, 29);
+    assert!(
+        held_remoting > 3 * 2_500_000 && held_remoting <= BUDGET,
+        "{held_remoting}"
+    );
+    assert!(
+        remoting_rss < baseline + 48 * 1024,
+        "32 stalled remoting sends grew the RSS from {baseline} to {remoting_rss} KiB"
+    );
+    // A normal remoting send fits in what is left and is stored.
+    let mut v4 = tokio::net::TcpStream::connect(remoting).await.unwrap();
+    let ext = [
+        ("a", "PG"),
+        ("b", "Budget"),
+        ("e", "0"),
+        ("f", "0"),
+        ("i", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    let mut r = RemotingCommand::request(310, ext, vec![b'v'; 1024]);
+    r.opaque = 99;
+    v4.write_all(&r.encode()).await.unwrap();
+    let mut len = [0u8; 4];
+    tokio::time::timeout(Duration::from_secs(2), v4.read_exact(&mut len))
+        .await
+        .expect("a small remoting send is answered")
+        .unwrap();
+    let mut buf = vec![0; codec::frame_length(len).unwrap()];
+    v4.read_exact(&mut buf).await.unwrap();
+    let r = codec::decode_frame(&buf).unwrap();
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // Their read deadline closes the stalled connections and frees the budget.
+    let t = Instant::now();
+    while held(&broker) > 0 {
+        assert!(
+            t.elapsed() < Duration::from_secs(8),
+            "stalled remoting sends still hold {} bytes",
+            held(&broker)
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    drop(conns);
+
+    // (c) Long polls hold their request while they wait: 180 receives with 60 KiB filters
+    // on 3 connections; about 8 MiB of them wait, the rest are refused at once; once the
+    // polls end (2 s) the bytes are released.
+    send_ok(
+        &mut c,
+        msg("BudgetQuiet", b"q", pb::MessageType::Normal, "Q0"),
+    )
+    .await;
+    let filter = long_tag_expression(60 << 10);
+    let mut polls = Vec::new();
+    for _ in 0..3 {
+        let p = connect(addr).await;
+        for i in 0..60 {
+            let mut p = p.clone();
+            let mut req = receive_req("BudgetQuiet", "BG");
+            req.long_polling_timeout = Some(dur(2_000));
+            req.filter_expression = Some(pb::FilterExpression {
+                r#type: pb::FilterType::Tag as i32,
+                expression: format!("{filter}||x{i}"),
+            });
+            polls.push(tokio::spawn(async move {
+                let t = Instant::now();
+                (receive_status(&mut p, req).await, t.elapsed())
+            }));
+        }
+    }
+    tokio::time::sleep(Duration::from_millis(1_000)).await;
+    let held_polls = held(&broker);
+    let (mut waited, mut refused) = (0, 0);
+    for p in polls {
+        let (s, took) = p.await.unwrap();
+        if s.code == pb::Code::TooManyRequests as i32 {
+            assert!(
+                s.message.contains("max_inflight_request_bytes"),
+                "{}",
+                s.message
+            );
+            assert!(took < Duration::from_secs(1), "refused after {took:?}");
+            refused += 1;
+        } else {
+            assert!(
+                took >= Duration::from_millis(1_500),
+                "{}: {} after {took:?}",
+                s.code,
+                s.message
+            );
+            waited += 1;
+        }
+    }
+    eprintln!("long polls: {waited} waited holding {held_polls} bytes, {refused} refused");
+    assert!(
+        held_polls > BUDGET - (128 << 10) && held_polls <= BUDGET,
+        "{held_polls}"
+    );
+    assert!(
+        refused > 0 && waited > 100,
+        "{waited} waited, {refused} refused"
+    );
+    assert_eq!(
+        held(&broker),
+        0,
+        "every request's bytes are released when it ends"
+    );
+    assert!(refusals(&broker) >= 60 + 29 + refused);
+    send_ok(
+        &mut c,
+        msg("Budget", &[b'n'; 1024], pb::MessageType::Normal, "N2"),
+    )
+    .await;
+}

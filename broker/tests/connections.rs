@@ -5,113 +5,11 @@
 
 mod common;
 
-use std::io::{BufRead, BufReader};
-use std::net::SocketAddr;
-use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
+use common::limited::Limited;
 use common::*;
 use rocklet_broker::pb::v2 as pb;
-
-/// The broker under `prlimit --nofile=N:N` (soft and hard: it cannot raise its limit), with
-/// its gRPC, remoting and metrics addresses.
-struct Limited {
-    child: std::process::Child,
-    grpc: SocketAddr,
-    remoting: SocketAddr,
-    metrics: SocketAddr,
-    _dir: tempfile::TempDir,
-}
-
-impl Drop for Limited {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-impl Limited {
-    fn start(nofile: u32, toml: &str) -> Option<Self> {
-        if Command::new("prlimit").arg("--version").output().is_err() {
-            eprintln!("skipped: `prlimit` (util-linux) is not installed");
-            return None;
-        }
-        let dir = tempfile::tempdir().unwrap();
-        let config = dir.path().join("rocklet.toml");
-        std::fs::write(&config, toml).unwrap();
-        let mut child = Command::new("prlimit")
-            .arg(format!("--nofile={nofile}:{nofile}"))
-            .arg(env!("CARGO_BIN_EXE_rocklet"))
-            .args(["broker", "--listen", "127.0.0.1:0", "--flush", "sync"])
-            .args(["--metrics-listen", "127.0.0.1:0", "--data-dir"])
-            .arg(dir.path().join("data"))
-            .arg("--config")
-            .arg(&config)
-            .env("RUST_LOG", "info")
-            .stdout(Stdio::null())
-            .stderr(Stdio::piped())
-            .spawn()
-            .unwrap();
-        let mut lines = BufReader::new(child.stderr.take().unwrap()).lines();
-        let after = |line: &str, key: &str| -> Option<SocketAddr> {
-            let i = line.find(key)?;
-            line[i + key.len()..]
-                .chars()
-                .take_while(|c| !c.is_whitespace() && *c != ')')
-                .collect::<String>()
-                .parse()
-                .ok()
-        };
-        let mut remoting = None;
-        let (grpc, metrics) = loop {
-            let line = lines.next().expect("broker log").unwrap();
-            if let Some(r) = after(&line, "remoting=Some(") {
-                remoting = Some(r);
-            }
-            if let Some(a) = after(&line, "addr=") {
-                break (a, after(&line, "metrics=Some(").expect("metrics address"));
-            }
-        };
-        std::thread::spawn(move || for _ in lines {});
-        Some(Limited {
-            child,
-            grpc,
-            remoting: remoting.expect("remoting address"),
-            metrics,
-            _dir: dir,
-        })
-    }
-
-    /// CPU time (user + system) the broker used so far.
-    fn cpu(&self) -> Duration {
-        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap();
-        // Fields after the command name (which is in parentheses): utime and stime are the
-        // 14th and 15th fields, in clock ticks (100 per second on Linux).
-        let rest = &stat[stat.rfind(')').unwrap() + 2..];
-        let f: Vec<u64> = rest
-            .split_whitespace()
-            .skip(11)
-            .take(2)
-            .map(|v| v.parse().unwrap())
-            .collect();
-        Duration::from_millis((f[0] + f[1]) * 10)
-    }
-
-    fn metric(&self, name: &str) -> u64 {
-        use std::io::{Read as _, Write as _};
-        let mut s = std::net::TcpStream::connect(self.metrics).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-            .unwrap();
-        let mut text = String::new();
-        s.read_to_string(&mut text).unwrap();
-        text.lines()
-            .find_map(|l| l.strip_prefix(&format!("{name} ")))
-            .unwrap_or_else(|| panic!("no metric {name} in {text}"))
-            .trim()
-            .parse()
-            .unwrap()
-    }
-}
 
 /// With 256 descriptors and 600 idle connections (gRPC and remoting) the broker caps its
 /// connections below the limit: a client connected before keeps sending (under sync flush,
@@ -121,7 +19,7 @@ impl Limited {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn idle_connections_beyond_the_descriptor_limit_leave_storage_and_the_cpu_alone() {
     let toml = "[core]\nsegment_size = 262144\nmax_message_size = 65536\nmax_batch_size = 65536\n";
-    let Some(b) = Limited::start(256, toml) else {
+    let Some(b) = Limited::start(256, toml, &["--flush", "sync"]) else {
         return;
     };
     let mut c = connect(b.grpc).await;

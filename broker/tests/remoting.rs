@@ -10,6 +10,7 @@ use std::net::SocketAddr;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use common::v4::{fields, props, V4};
 use common::TestBroker;
 use rocklet_broker::metrics::Metrics;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
@@ -18,62 +19,6 @@ use rocklet_broker::remoting::server::RemotingServer;
 use rocklet_core::record::{self, Decoded};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;
-
-struct V4 {
-    s: TcpStream,
-    opaque: i32,
-    ser: SerializeType,
-}
-
-impl V4 {
-    async fn connect(addr: SocketAddr, ser: SerializeType) -> Self {
-        V4 {
-            s: TcpStream::connect(addr).await.unwrap(),
-            opaque: 0,
-            ser,
-        }
-    }
-
-    async fn read(&mut self) -> Option<RemotingCommand> {
-        let mut len = [0u8; 4];
-        self.s.read_exact(&mut len).await.ok()?;
-        let n = codec::frame_length(len).unwrap();
-        let mut buf = vec![0; n];
-        self.s.read_exact(&mut buf).await.ok()?;
-        Some(codec::decode_frame(&buf).unwrap())
-    }
-
-    async fn write(&mut self, c: &RemotingCommand) {
-        self.s.write_all(&c.encode()).await.unwrap();
-    }
-
-    async fn call(&mut self, code: i32, ext: &[(&str, &str)], body: Vec<u8>) -> RemotingCommand {
-        self.opaque += 1;
-        let mut c = RemotingCommand::request(code, fields(ext), body);
-        c.opaque = self.opaque;
-        c.serialize = self.ser;
-        self.write(&c).await;
-        loop {
-            let r = tokio::time::timeout(Duration::from_secs(30), self.read())
-                .await
-                .expect("answer in time")
-                .expect("connection open");
-            if r.is_response() && r.opaque == self.opaque {
-                return r;
-            }
-        }
-    }
-}
-
-fn fields(ext: &[(&str, &str)]) -> BTreeMap<String, String> {
-    ext.iter()
-        .map(|(k, v)| (k.to_string(), v.to_string()))
-        .collect()
-}
-
-fn props(p: &[(&str, &str)]) -> String {
-    p.iter().map(|(k, v)| format!("{k}\u{1}{v}\u{2}")).collect()
-}
 
 async fn start() -> (TestBroker, SocketAddr, SocketAddr) {
     let b = TestBroker::start_with(|c| {

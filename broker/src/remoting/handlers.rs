@@ -54,6 +54,7 @@ pub mod code {
 pub mod status {
     pub const SUCCESS: i32 = 0;
     pub const SYSTEM_ERROR: i32 = 1;
+    pub const SYSTEM_BUSY: i32 = 2;
     pub const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
     pub const MESSAGE_ILLEGAL: i32 = 13;
     pub const SERVICE_NOT_AVAILABLE: i32 = 14;
@@ -99,6 +100,8 @@ pub struct Ctx {
     metrics: Option<Arc<Metrics>>,
     /// The broker-wide connection cap (none: unlimited).
     pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
+    /// The broker-wide budget of request bytes held (none: unlimited).
+    pub request_budget: Option<Arc<crate::budget::RequestBudget>>,
 }
 
 impl Ctx {
@@ -116,6 +119,7 @@ impl Ctx {
             stats: Arc::new(RemotingStats::default()),
             metrics: None,
             conn_limit: None,
+            request_budget: None,
         }
     }
 
@@ -130,6 +134,14 @@ impl Ctx {
     #[must_use]
     pub fn with_conn_limit(mut self, limit: Arc<crate::net::ConnLimit>) -> Self {
         self.conn_limit = Some(limit);
+        self
+    }
+
+    /// The same context holding request bytes under a budget shared with the other
+    /// listeners.
+    #[must_use]
+    pub fn with_request_budget(mut self, budget: Arc<crate::budget::RequestBudget>) -> Self {
+        self.request_budget = Some(budget);
         self
     }
 
@@ -527,6 +539,13 @@ pub fn body_refusal(ctx: &Ctx, req: &RemotingCommand, body_len: usize) -> Option
             format!("BODY_TOO_LARGE: the body of {name} is {body_len} bytes, more than the {max} it may carry (refused unread)"),
         )
     })
+}
+
+/// The answer to a request whose body does not fit in the broker's request budget (read
+/// unheld, skipped as it arrives).
+#[must_use]
+pub fn busy(req: &RemotingCommand, over: &crate::budget::OverRequestBudget) -> RemotingCommand {
+    fail(req, status::SYSTEM_BUSY, over.to_string())
 }
 
 /// A request refused before it was handled: counted, and answered unless it is oneway.

@@ -6,6 +6,12 @@
 //!
 //! When the peer closes, every request already read still runs to its end (a oneway
 //! END_TRANSACTION sent just before closing commits); long polls (pulls, pops) end at once.
+//!
+//! Broker-wide, a frame holds its bytes under the [request budget](crate::budget): its
+//! header's length before the header is read (waiting for room: the header names the
+//! request, so nothing can be answered without it), its body's once the header says what
+//! it is; a body that does not fit is skipped as it arrives and answered `SYSTEM_BUSY`. The
+//! bytes are held until the request's handling ends (a long-polling pull holds its header).
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -22,6 +28,7 @@ use tracing::{debug, info};
 use super::codec::{self, RemotingCommand};
 use super::handlers::{self, Conn, Ctx};
 use super::stats::RemotingStats;
+use crate::budget::HeldBytes;
 
 /// Requests of one connection handled at the same time; more wait (the reader stops reading).
 const MAX_IN_FLIGHT: usize = 256;
@@ -183,11 +190,15 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
             }
         }
         // A request that began must arrive within request_read_timeout_ms.
-        let cmd = match tokio::time::timeout(read_timeout, read_request(&mut rd, &ctx, &conn)).await
+        let (cmd, held) = match tokio::time::timeout(
+            read_timeout,
+            read_request(&mut rd, &ctx, &conn),
+        )
+        .await
         {
-            Ok(Next::Request(cmd)) => {
+            Ok(Next::Request(cmd, held)) => {
                 conn.active();
-                cmd
+                (cmd, held)
             }
             Ok(Next::Skip) => continue,
             Ok(Next::Close) => break,
@@ -208,6 +219,7 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
                 conn.send(&r);
             }
             drop(permit);
+            drop(held);
         });
         while tasks.try_join_next().is_some() {}
     }
@@ -230,7 +242,8 @@ async fn skip(rd: &mut (impl tokio::io::AsyncRead + Unpin), n: usize) -> bool {
 
 /// What reading the next frame gave.
 enum Next {
-    Request(RemotingCommand),
+    /// A request, and the bytes it holds under the budget until it is handled.
+    Request(RemotingCommand, Option<HeldBytes>),
     /// A response, or a request refused unread: nothing to handle.
     Skip,
     /// The connection is finished (closed, or a malformed frame).
@@ -267,6 +280,11 @@ async fn read_request(rd: &mut OwnedReadHalf, ctx: &Ctx, conn: &Conn) -> Next {
         info!(conn = conn.id, peer = %conn.peer, header_len, limit = ctx.cfg.remoting_max_header_bytes, "closing remoting connection: header above remoting_max_header_bytes");
         return Next::Close;
     }
+    // What the header holds, until the request is handled; the body's bytes join it below.
+    let mut held = match &ctx.request_budget {
+        Some(b) => Some(b.reserve(header_len as u64).await),
+        None => None,
+    };
     let mut header = vec![0u8; header_len];
     if rd.read_exact(&mut header).await.is_err() {
         return Next::Close;
@@ -283,18 +301,24 @@ async fn read_request(rd: &mut OwnedReadHalf, ctx: &Ctx, conn: &Conn) -> Next {
     let refusal = if cmd.is_response() {
         None
     } else {
-        handlers::body_refusal(ctx, &cmd, body_len)
+        handlers::body_refusal(ctx, &cmd, body_len).or_else(|| {
+            let over = held.as_mut()?.grow(body_len as u64).err()?;
+            Some(handlers::busy(&cmd, &over))
+        })
     };
     if cmd.is_response() || refusal.is_some() {
-        // Answers to our own requests (CHECK_TRANSACTION_STATE is oneway) have nothing
-        // waiting for them; a refused body is not kept either.
-        if !skip(rd, body_len).await {
-            return Next::Close;
-        }
+        // A refusal is answered at once (a client stalling in its body still hears it), and
+        // the body skipped as it arrives. Answers to our own requests (CHECK_TRANSACTION_STATE
+        // is oneway) have nothing waiting for them.
+        drop(held);
         if let Some(r) = refusal {
             handlers::refused(ctx, conn, &cmd, r);
         }
-        return Next::Skip;
+        return if skip(rd, body_len).await {
+            Next::Skip
+        } else {
+            Next::Close
+        };
     }
     // Grows only as bytes arrive: a declared length costs nothing until it is sent.
     let mut body = Vec::with_capacity(body_len.min(64 * 1024));
@@ -303,5 +327,5 @@ async fn read_request(rd: &mut OwnedReadHalf, ctx: &Ctx, conn: &Conn) -> Next {
         _ => return Next::Close,
     }
     cmd.body = body;
-    Next::Request(cmd)
+    Next::Request(cmd, held)
 }

@@ -2,6 +2,9 @@
 //! with a temporary data directory, and a gRPC client.
 #![allow(dead_code)]
 
+pub mod limited;
+pub mod v4;
+
 use std::sync::Arc;
 use std::time::Duration;
 
