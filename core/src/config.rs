@@ -83,6 +83,10 @@ pub struct Config {
     /// matches little answers with what it found and where to go on, so one request never
     /// scans a whole topic.
     pub max_scan_units: u32,
+    /// Replies and visibility also wait until the host reports, with
+    /// [`Broker::replicated_to`](crate::Broker::replicated_to), that enough replicas hold the
+    /// bytes (RocketMQ's SYNC_MASTER). Off for a single broker.
+    pub replicated_acks: bool,
 }
 
 /// STOREHOST as configured: an IPv4 address and port.
@@ -120,6 +124,7 @@ impl Default for Config {
             max_groups: 100_000,
             max_topics: 100_000,
             max_scan_units: 800,
+            replicated_acks: false,
         }
     }
 }

@@ -35,7 +35,8 @@ pub mod types;
 pub type Millis = u64;
 
 pub use broker::{
-    offset_msg_id, tag_hash, Broker, CqUnit, PendingDelayInfo, PendingTxnInfo, Stats, TopicInfo,
+    common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, PendingDelayInfo, PendingTxnInfo,
+    ReplicationError, Role, Stats, TopicInfo,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;

@@ -142,6 +142,10 @@ impl<S: Storage> Log<S> {
         self.synced = self.synced.max(upto.min(self.end));
     }
 
+    pub(crate) fn max_record(&self) -> u32 {
+        self.max_record
+    }
+
     pub(crate) fn segment_count(&self) -> usize {
         self.segments.len()
     }
@@ -289,6 +293,96 @@ impl<S: Storage> Log<S> {
             }
         }
         Ok(self.segments.iter().copied().find(|&b| b > offset))
+    }
+
+    /// Raw bytes of the log from `from` on, for a replica: whole records of one segment, at
+    /// most about `max` bytes (an atomic group whole, however large), ending with the
+    /// segment's end blank when it is reached. `None` when nothing is there yet.
+    pub(crate) fn read_raw(&mut self, from: u64, max: usize) -> Result<Option<Vec<u8>>, S::Error> {
+        if from >= self.end {
+            return Ok(None);
+        }
+        let Some(base) = self.base_of(from) else {
+            return Ok(None);
+        };
+        let seg_end = self
+            .segments
+            .iter()
+            .copied()
+            .find(|&b| b > base)
+            .unwrap_or(self.end)
+            .min(self.end);
+        let mut out = Vec::new();
+        let mut at = from;
+        let mut group_left = 0u32;
+        while at < seg_end && (out.len() < max || group_left > 0) {
+            let mut head = [0u8; BLANK_LEN];
+            if self.storage.read(base, at - base, &mut head)? < BLANK_LEN {
+                break;
+            }
+            let len = u32::from_be_bytes([head[0], head[1], head[2], head[3]]) as usize;
+            let magic = u32::from_be_bytes([head[4], head[5], head[6], head[7]]);
+            if magic == record::BLANK_MAGIC || magic == record::REPAIR_MAGIC {
+                // A blank: only its eight bytes are written; its length says where the log
+                // goes on.
+                out.extend_from_slice(&head);
+                if magic == record::BLANK_MAGIC {
+                    break;
+                }
+                at += len as u64;
+                continue;
+            }
+            if len < record::FIXED_LEN_V4 || len > self.max_record as usize {
+                break;
+            }
+            let start = out.len();
+            out.resize(start + len, 0);
+            if self.storage.read(base, at - base, &mut out[start..])? < len {
+                out.truncate(start);
+                break;
+            }
+            match record::decode_trusted(&out[start..]) {
+                Ok(Decoded::Record(r)) => {
+                    if group_left > 0 {
+                        group_left -= 1;
+                    } else if let Some(n) = r.prop(BATCH_LEN).and_then(|v| v.parse::<u32>().ok()) {
+                        group_left = n.saturating_sub(1);
+                    }
+                }
+                _ => {
+                    out.truncate(start);
+                    break;
+                }
+            }
+            at += len as u64;
+        }
+        Ok((!out.is_empty()).then_some(out))
+    }
+
+    /// For a replica: writes bytes the master wrote at `at`, the end of this log (records
+    /// checked by the caller). `next_segment`: they end with the segment's end blank, and
+    /// the log goes on at that base.
+    pub(crate) fn write_replicated(
+        &mut self,
+        at: u64,
+        bytes: &[u8],
+        next_segment: Option<u64>,
+    ) -> Result<(), S::Error> {
+        debug_assert_eq!(at, self.end);
+        let base = match self.segments.last() {
+            Some(&b) => b,
+            None => {
+                self.segments.push(at);
+                at
+            }
+        };
+        self.storage_append(base, at - base, bytes)?;
+        self.end = at + bytes.len() as u64;
+        if let Some(next) = next_segment {
+            self.segments.push(next);
+            self.end = next;
+        }
+        Ok(())
     }
 
     /// Starts recovery: reads the segment list. `repair`: damage that is not a torn tail is
@@ -880,4 +974,20 @@ fn layout_adds_up(b: &[u8], topic_len_bytes: usize) -> bool {
         return false;
     };
     props_len_at + 2 + usize::from(u16::from_be_bytes([x[0], x[1]])) == b.len()
+}
+
+/// Cuts a log's storage at `offset`: every byte from there on goes (segments after it are
+/// removed). For a replica that rejoins with records a new master never had; open the
+/// broker again afterwards (recovery rebuilds the state).
+pub(crate) fn truncate_storage<S: Storage>(storage: &mut S, offset: u64) -> Result<(), S::Error> {
+    let segments = storage.segments()?;
+    for (i, &base) in segments.iter().enumerate() {
+        let next = segments.get(i + 1).copied().unwrap_or(u64::MAX);
+        if base >= offset {
+            storage.remove(base)?;
+        } else if offset < next {
+            storage.truncate(base, offset - base)?;
+        }
+    }
+    storage.sync()
 }

@@ -521,6 +521,8 @@ pub enum ClientError {
     /// consumer topic is at that offset (a pending or rolled-back half, a delayed message
     /// not yet delivered, another group's retry topic, broker records).
     NotConsumable(String),
+    /// The broker is a replica: requests go to the master.
+    NotMaster,
 }
 
 impl ClientError {
@@ -555,6 +557,7 @@ impl ClientError {
             ClientError::TooManyGroups { .. } => "TOO_MANY_GROUPS",
             ClientError::TooManyTopics { .. } => "TOO_MANY_TOPICS",
             ClientError::NotConsumable(_) => "NOT_CONSUMABLE",
+            ClientError::NotMaster => "NOT_MASTER",
         }
     }
 }
@@ -643,6 +646,7 @@ impl fmt::Display for ClientError {
                 "the broker holds the maximum of {max} topics (max_topics); no new topic is created"
             ),
             ClientError::NotConsumable(why) => write!(f, "not a message this group can consume: {why}"),
+            ClientError::NotMaster => f.write_str("this broker is a replica; send to the master"),
         }
     }
 }

@@ -8,7 +8,7 @@ impl<S: Storage> Broker<S> {
         let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
         let topic = match op {
             StateOp::Offset { .. } => topic::OFFSETS,
-            StateOp::Topic { .. } | StateOp::Group { .. } => topic::TOPICS,
+            StateOp::Topic { .. } | StateOp::Group { .. } | StateOp::Epoch { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
@@ -96,7 +96,7 @@ impl<S: Storage> Broker<S> {
     /// A failed append normally leaves the log as it was, and the broker goes on (a full
     /// disk, say). One that left bytes behind fails the broker like a failed sync: the next
     /// record would land after bytes recovery cannot read.
-    fn append_failed(&mut self, e: Error<S::Error>) -> Error<S::Error> {
+    pub(super) fn append_failed(&mut self, e: Error<S::Error>) -> Error<S::Error> {
         if self.log.torn() {
             self.fail(alloc::format!(
                 "an append failed and left a partial record: {e}"
@@ -286,13 +286,18 @@ impl<S: Storage> Broker<S> {
             | StateOp::Ck { queue_id, .. }
             | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
             StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
-            StateOp::Group { .. } => false,
+            StateOp::Group { .. } | StateOp::Epoch { .. } => false,
         };
         if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
             return;
         }
         match op {
+            StateOp::Epoch { epoch } => {
+                if self.epochs.last().is_none_or(|&(last, _)| epoch > last) {
+                    self.epochs.push((epoch, off));
+                }
+            }
             StateOp::Group { name, fifo } => {
                 if topic::validate_group(name).is_ok() {
                     let g = self.group(name);
@@ -428,11 +433,12 @@ impl<S: Storage> Broker<S> {
         if self.recovering {
             return;
         }
-        if self.cfg.flush == FlushMode::Async {
+        if self.holds_visibility() {
+            self.unsynced.push_back((self.log.end(), q));
+        } else {
+            let queue = &mut self.queues[q as usize];
             queue.visible = queue.units.len();
             self.mark_notify(q);
-        } else {
-            self.unsynced.push_back((self.log.end(), q));
         }
     }
 

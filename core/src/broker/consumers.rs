@@ -36,6 +36,9 @@ impl<S: Storage> Broker<S> {
     /// fits under [`Config::max_groups`].
     pub fn declare_group(&mut self, name: &str, fifo: bool) -> Res<Result<(), ClientError>, S> {
         self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
         if let Err(e) = topic::validate_group(name).and_then(|()| self.may_create_group(name)) {
             return Ok(Err(e));
         }

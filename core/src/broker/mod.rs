@@ -22,6 +22,9 @@ use crate::Millis;
 mod apply;
 mod consumers;
 mod delays;
+mod replication;
+
+pub use replication::{common_prefix, ReplicationError, Role};
 mod send;
 mod topics;
 mod transactions;
@@ -110,6 +113,8 @@ enum StateOp<'a> {
     /// A consumer group declared by a host (RocketMQ's subscription group config): `fifo`
     /// (consumeMessageOrderly) makes its receives orderly. The last record wins.
     Group { name: &'a str, fifo: bool },
+    /// A master took over from here on, in this epoch (replication).
+    Epoch { epoch: u64 },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -371,6 +376,11 @@ pub struct Broker<S: Storage> {
     report: RecoveryReport,
     stats: Stats,
     next_id: u64,
+    role: Role,
+    /// Replicas enough for an acknowledgement hold the log below this (replication).
+    replicated: u64,
+    /// (epoch, offset of its first record), oldest first.
+    epochs: Vec<(u64, u64)>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -478,6 +488,9 @@ impl<S: Storage> Broker<S> {
             report: RecoveryReport::default(),
             stats: Stats::default(),
             next_id: 1 << 63,
+            role: Role::Master,
+            replicated: 0,
+            epochs: Vec::new(),
         };
         let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
         let recovery_err = |e| match e {
@@ -492,6 +505,8 @@ impl<S: Storage> Broker<S> {
         }
         b.report = b.log.finish_recovery(rec);
         b.recovering = false;
+        // What a previous run of this master acknowledged was replicated then.
+        b.replicated = b.log.end();
         for q in &mut b.queues {
             q.visible = q.units.len();
         }
@@ -596,7 +611,7 @@ impl<S: Storage> Broker<S> {
         if !self.needs_sync() {
             self.flush_due = None;
         }
-        self.release(upto);
+        self.release(self.release_point());
     }
 
     /// Records that a sync the host ran (see [`Broker::sync_target`]) failed. The broker is
@@ -651,7 +666,7 @@ impl<S: Storage> Broker<S> {
     pub fn handle(&mut self, now: Millis, id: u64, request: Request) -> Res<(), S> {
         self.check_failed()?;
         let reply = self.process(now, request)?;
-        if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
+        if self.release_point() < self.log.end() {
             let end = self.log.end();
             self.held.push_back((end, id, reply));
             for q in core::mem::take(&mut self.rescan_now) {
@@ -677,7 +692,8 @@ impl<S: Storage> Broker<S> {
     }
 
     /// Runs one request to its reply, syncing first when the flush mode requires it. Other
-    /// outputs stay queued for [`Broker::poll_output`].
+    /// outputs stay queued for [`Broker::poll_output`]. It does not wait for replicas
+    /// ([`Config::replicated_acks`]): a host that replicates uses [`Broker::handle`].
     pub fn execute(&mut self, now: Millis, request: Request) -> Res<Reply, S> {
         self.check_failed()?;
         let reply = self.process(now, request)?;
@@ -701,8 +717,27 @@ impl<S: Storage> Broker<S> {
             self.stats.syncs += 1;
         }
         self.flush_due = None;
-        self.release(u64::MAX);
+        self.release(self.release_point());
         Ok(())
+    }
+
+    /// Where replies and visibility may go: what the flush mode needs synced locally, and,
+    /// under [`Config::replicated_acks`], what enough replicas hold.
+    fn release_point(&self) -> u64 {
+        let local = match self.cfg.flush {
+            FlushMode::Sync => self.log.synced(),
+            FlushMode::Async => self.log.end(),
+        };
+        if self.cfg.replicated_acks {
+            local.min(self.replicated)
+        } else {
+            local
+        }
+    }
+
+    /// Whether what a write makes visible waits for a sync or replication first.
+    fn holds_visibility(&self) -> bool {
+        self.cfg.flush == FlushMode::Sync || self.cfg.replicated_acks
     }
 
     /// Under sync flush: what writes ending at or below `upto` held back — their units in
@@ -736,6 +771,10 @@ impl<S: Storage> Broker<S> {
     pub fn handle_timeout(&mut self, now: Millis) -> Res<(), S> {
         self.check_failed()?;
         self.now = self.now.max(now);
+        if self.role == Role::Replica {
+            // A replica decides nothing: its master fires the timers.
+            return Ok(());
+        }
         let now = self.now;
         let before = self.log.end();
         self.fire_timers(now)?;
@@ -788,6 +827,9 @@ impl<S: Storage> Broker<S> {
     /// When [`Broker::handle_timeout`] next has something to do.
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
+        if self.role == Role::Replica {
+            return None;
+        }
         let t = self.txns.next_deadline().filter(|&d| d != PARKED);
         let d = self.delays.next_deadline();
         let p = self.pop_timers.peek().map(|Reverse(x)| x.0);
@@ -821,6 +863,10 @@ impl<S: Storage> Broker<S> {
     }
 
     fn process(&mut self, now: Millis, request: Request) -> Res<Reply, S> {
+        if self.role == Role::Replica {
+            self.tick(now);
+            return Ok(Reply::Error(ClientError::NotMaster));
+        }
         self.handle_timeout(now)?;
         let result = match request {
             Request::Send { messages } => self.send(messages),

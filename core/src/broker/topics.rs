@@ -113,6 +113,9 @@ impl<S: Storage> Broker<S> {
     /// topics. `Ok(Err(_))`: the name or count cannot be used.
     pub fn create_topic(&mut self, name: &str, queues: u32) -> Res<Result<(), ClientError>, S> {
         self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
         if let Err(e) = topic::validate_user_topic(name) {
             return Ok(Err(e));
         }
