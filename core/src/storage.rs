@@ -127,6 +127,11 @@ impl Storage for MemStorage {
     fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Infallible> {
         let seg = self.segments.entry(base).or_default();
         let pos = pos as usize;
+        if pos == seg.len() {
+            // The common case: at the end of the data.
+            seg.extend_from_slice(data);
+            return Ok(());
+        }
         if seg.len() < pos + data.len() {
             seg.resize(pos + data.len(), 0);
         }
