@@ -5,57 +5,66 @@ use super::*;
 
 impl<S: Storage> Broker<S> {
     pub(super) fn write_state(&mut self, op: &StateOp<'_>) -> Res<u64, S> {
-        let body = postcard::to_allocvec(op).expect("postcard to a Vec cannot fail");
+        let body =
+            postcard::to_extend(op, self.props_buf()).expect("postcard to a Vec cannot fail");
         let topic = match op {
             StateOp::Offset { .. } => topic::OFFSETS,
             StateOp::Topic { .. } | StateOp::Group { .. } | StateOp::Epoch { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
-        Ok(self.write(core::slice::from_ref(&spec))?[0].0)
+        let written = self.write(core::slice::from_ref(&spec));
+        self.recycle_props(body);
+        Ok(written?.0)
     }
 
     /// Encodes records as one contiguous append, then applies each exactly as recovery
-    /// would: the log is the state. Returns (log offset, queue offset) per record.
-    pub(super) fn write(&mut self, specs: &[Spec<'_>]) -> Res<Vec<(u64, u64)>, S> {
+    /// would: the log is the state. Returns the (log offset, queue offset) of the first
+    /// record; the others follow it in the log, each at the end of the one before
+    /// ([`record::encoded_len`]), and a batch's queue offsets follow the first's.
+    pub(super) fn write(&mut self, specs: &[Spec<'_>]) -> Res<(u64, u64), S> {
         let store_host = Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port);
-        let lens: Vec<usize> = specs
-            .iter()
-            .map(|s| {
-                let h = Header {
-                    born_host: s.born_host,
-                    store_host,
-                    ..Header::default()
-                };
-                record::encoded_len(&h, s.body.len(), s.topic.len(), s.props.len())
-            })
-            .collect();
-        let total: usize = lens.iter().sum();
+        let len_of = |s: &Spec<'_>| {
+            let h = Header {
+                born_host: s.born_host,
+                store_host,
+                ..Header::default()
+            };
+            record::encoded_len(&h, s.body.len(), s.topic.len(), s.props.len())
+        };
+        let total: usize = specs.iter().map(len_of).sum();
         let at = match self.log.place(total) {
             Ok(at) => at,
             Err(e) => return Err(self.append_failed(storage_err(e))),
         };
         let mut buf = core::mem::take(&mut self.buf);
         buf.clear();
-        let mut placed = Vec::with_capacity(specs.len());
+        let mut first = (at, 0);
         let mut phys = at;
         // Records placed so far per queue (a write touches one or two queues): each record's
         // queue offset in one pass, however large the batch.
         let mut per_queue: Vec<(u32, u64)> = Vec::new();
-        for s in specs {
+        for (i, s) in specs.iter().enumerate() {
             let t = self.topic(s.topic, s.queue_id + 1);
             let q = self.queue_of(t, s.queue_id);
-            let earlier = match per_queue.iter_mut().find(|(pq, _)| *pq == q) {
-                Some((_, n)) => {
-                    *n += 1;
-                    *n - 1
-                }
-                None => {
-                    per_queue.push((q, 1));
-                    0
+            let earlier = if specs.len() == 1 {
+                0
+            } else {
+                match per_queue.iter_mut().find(|(pq, _)| *pq == q) {
+                    Some((_, n)) => {
+                        *n += 1;
+                        *n - 1
+                    }
+                    None => {
+                        per_queue.push((q, 1));
+                        0
+                    }
                 }
             };
             let queue_offset = self.queues[q as usize].next + earlier;
+            if i == 0 {
+                first.1 = queue_offset;
+            }
             let header = Header {
                 queue_id: s.queue_id,
                 flag: s.flag,
@@ -71,7 +80,6 @@ impl<S: Storage> Broker<S> {
             };
             let n = record::encode(&mut buf, &header, s.body, s.topic, &s.props)
                 .map_err(Error::Encode)?;
-            placed.push((phys, queue_offset));
             phys += n as u64;
         }
         if let Err(e) = self.log.append(at, &buf) {
@@ -82,15 +90,33 @@ impl<S: Storage> Broker<S> {
             self.flush_due = Some(self.now.saturating_add(self.cfg.flush_interval_ms));
         }
         let mut pos = 0;
-        for (i, &(off, _)) in placed.iter().enumerate() {
-            let bytes = &buf[pos..pos + lens[i]];
-            pos += lens[i];
-            if let Ok(Decoded::Record(r)) = record::decode_trusted(bytes) {
-                self.apply(off, &r);
-            }
+        let mut off = at;
+        while pos < buf.len() {
+            let Ok(Decoded::Record(r)) = record::decode_trusted(&buf[pos..]) else {
+                break;
+            };
+            let len = r.total_size as usize;
+            self.apply(off, &r);
+            pos += len;
+            off += len as u64;
         }
         self.buf = buf;
-        Ok(placed)
+        Ok(first)
+    }
+
+    /// A buffer for a record's properties, from the pool (see [`Broker::recycle_props`]).
+    pub(super) fn props_buf(&mut self) -> Vec<u8> {
+        self.props_pool
+            .pop()
+            .unwrap_or_else(|| Vec::with_capacity(128))
+    }
+
+    /// Gives a property buffer back to the pool: the send path allocates none per message.
+    pub(super) fn recycle_props(&mut self, mut props: Vec<u8>) {
+        if self.props_pool.len() < 64 && props.capacity() <= 64 << 10 {
+            props.clear();
+            self.props_pool.push(props);
+        }
     }
 
     /// A failed append normally leaves the log as it was, and the broker goes on (a full

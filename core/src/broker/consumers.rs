@@ -509,7 +509,7 @@ impl<S: Storage> Broker<S> {
         spec.flag = flag;
         spec.born_host = born_host;
         spec.reconsume_times = reconsume;
-        let (off, qoff) = self.write(core::slice::from_ref(&spec))?[0];
+        let (off, qoff) = self.write(core::slice::from_ref(&spec))?;
         if dead {
             self.stats.dead_lettered += 1;
         }

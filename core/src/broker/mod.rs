@@ -381,6 +381,8 @@ pub struct Broker<S: Storage> {
     replicated: u64,
     /// (epoch, offset of its first record), oldest first.
     epochs: Vec<(u64, u64)>,
+    /// Property buffers to reuse (the send path allocates none per message).
+    props_pool: Vec<Vec<u8>>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -491,6 +493,7 @@ impl<S: Storage> Broker<S> {
             role: Role::Master,
             replicated: 0,
             epochs: Vec::new(),
+            props_pool: Vec::new(),
         };
         let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
         let recovery_err = |e| match e {
@@ -989,13 +992,6 @@ fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
         born_host: r.header.born_host,
         store_host: r.header.store_host,
     }
-}
-
-fn prop_u32(props: &[u8], key: &str) -> u32 {
-    record::Props::new(props)
-        .find(|(k, _)| *k == key)
-        .and_then(|(_, v)| v.parse().ok())
-        .unwrap_or(0)
 }
 
 /// Formats an integer without allocating.

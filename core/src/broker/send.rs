@@ -11,65 +11,48 @@ impl<S: Storage> Broker<S> {
         let mut plans = Vec::with_capacity(messages.len());
         let mut total = 0usize;
         for m in &messages {
-            let plan = match self.plan(m, batch) {
+            let props = self.props_buf();
+            let plan = match self.plan(m, batch, props) {
                 Ok(p) => p,
-                Err(e) => return Ok(Err(e)),
+                Err(e) => {
+                    for p in plans {
+                        self.recycle_plan(p);
+                    }
+                    return Ok(Err(e));
+                }
             };
             total += m.body.len();
             plans.push(plan);
         }
-        if batch {
-            let first = &messages[0];
-            if let Some(m) = messages.iter().find(|m| m.topic != first.topic) {
-                return Ok(Err(ClientError::MixedBatch(format!(
-                    "topic `{}` differs from `{}`",
-                    m.topic, first.topic
-                ))));
-            }
-            // RocketMQ's Message.isWaitStoreMsgOK: absent means true, else Boolean.parseBoolean.
-            let wait = |m: &NewMessage| {
-                m.properties
-                    .iter()
-                    .find(|(k, _)| k == prop::WAIT)
-                    .is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
-            };
-            if messages.iter().any(|m| wait(m) != wait(first)) {
-                return Ok(Err(ClientError::MixedBatch(
-                    "the WAIT (wait-store) flag differs".into(),
-                )));
-            }
-            if topic::is_retry(&first.topic) {
-                return Ok(Err(ClientError::BatchToRetryTopic));
-            }
-            if total > self.cfg.max_batch_size as usize {
-                return Ok(Err(ClientError::BatchTooLarge {
-                    size: total,
-                    max: self.cfg.max_batch_size,
-                }));
-            }
+        let refused = if batch {
+            self.batch_refused(&messages, total)
+        } else {
+            None
         }
-        // Everything is valid: create the topic and pick queues.
-        if let Err(e) = self.may_create_topic(&messages[0].topic) {
+        .or_else(|| self.may_create_topic(&messages[0].topic).err());
+        if let Some(e) = refused {
+            for p in plans {
+                self.recycle_plan(p);
+            }
             return Ok(Err(e));
         }
+        // Everything is valid: create the topic and pick queues.
         let t = self.topic(&messages[0].topic, self.cfg.default_queues);
         let n = messages.len();
-        let mut specs = Vec::with_capacity(n);
         let now = self.now;
         // A batch goes to one queue, as RocketMQ's: the first message's choice.
         let batch_queue = match self.pick_queue(t, &messages[0]) {
             Ok(q) => q,
-            Err(e) => return Ok(Err(e)),
-        };
-        for (i, (m, mut plan)) in messages.iter().zip(plans).enumerate() {
-            let queue_id = if i == 0 || batch {
-                batch_queue
-            } else {
-                match self.pick_queue(t, m) {
-                    Ok(q) => q,
-                    Err(e) => return Ok(Err(e)),
+            Err(e) => {
+                for p in plans {
+                    self.recycle_plan(p);
                 }
-            };
+                return Ok(Err(e));
+            }
+        };
+        let mut specs = Vec::with_capacity(n);
+        for (i, (m, mut plan)) in messages.iter().zip(plans).enumerate() {
+            let queue_id = batch_queue;
             let (topic, qid) = match plan.delay_due {
                 Some(due) => {
                     record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
@@ -102,31 +85,80 @@ impl<S: Storage> Broker<S> {
                 props: plan.props,
             });
         }
-        let written = self.write(&specs)?;
-        let results = written
-            .into_iter()
-            .zip(&specs)
-            .zip(&messages)
-            .map(|(((off, qoff), spec), m)| {
-                let real_qid = if spec.topic == m.topic.as_str() {
-                    spec.queue_id
-                } else {
-                    prop_u32(&spec.props, prop::REAL_QID)
+        let written = self.write(&specs);
+        // Where each record went: one after the other in the log; a batch's messages at
+        // consecutive queue offsets of one queue.
+        let store_host = Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port);
+        let mut places = Vec::with_capacity(n);
+        if let Ok((mut off, qoff)) = written {
+            for (i, spec) in specs.iter().enumerate() {
+                let h = Header {
+                    born_host: spec.born_host,
+                    store_host,
+                    ..Header::default()
                 };
-                SendResult {
-                    msg_id: m
-                        .message_id
-                        .clone()
-                        .unwrap_or_else(|| self.offset_msg_id(off)),
-                    topic: m.topic.clone(),
-                    queue_id: real_qid,
-                    queue_offset: qoff,
-                    offset: off,
-                    txn: None,
-                }
+                let len =
+                    record::encoded_len(&h, spec.body.len(), spec.topic.len(), spec.props.len());
+                places.push((off, qoff + i as u64));
+                off += len as u64;
+            }
+        }
+        for spec in specs {
+            self.recycle_props(spec.props);
+        }
+        written?;
+        let results = messages
+            .into_iter()
+            .zip(places)
+            .map(|(m, (off, qoff))| SendResult {
+                msg_id: m.message_id.unwrap_or_else(|| self.offset_msg_id(off)),
+                topic: m.topic,
+                // The message's own queue (a delayed one's record waits in the schedule
+                // topic meanwhile).
+                queue_id: batch_queue,
+                queue_offset: qoff,
+                offset: off,
+                txn: None,
             })
             .collect();
         Ok(Ok(Reply::Sent(results)))
+    }
+
+    /// Why a batch as a whole cannot be stored, if it cannot.
+    fn batch_refused(&self, messages: &[NewMessage], total: usize) -> Option<ClientError> {
+        let first = &messages[0];
+        if let Some(m) = messages.iter().find(|m| m.topic != first.topic) {
+            return Some(ClientError::MixedBatch(format!(
+                "topic `{}` differs from `{}`",
+                m.topic, first.topic
+            )));
+        }
+        // RocketMQ's Message.isWaitStoreMsgOK: absent means true, else Boolean.parseBoolean.
+        let wait = |m: &NewMessage| {
+            m.properties
+                .iter()
+                .find(|(k, _)| k == prop::WAIT)
+                .is_none_or(|(_, v)| v.eq_ignore_ascii_case("true"))
+        };
+        if messages.iter().any(|m| wait(m) != wait(first)) {
+            return Some(ClientError::MixedBatch(
+                "the WAIT (wait-store) flag differs".into(),
+            ));
+        }
+        if topic::is_retry(&first.topic) {
+            return Some(ClientError::BatchToRetryTopic);
+        }
+        if total > self.cfg.max_batch_size as usize {
+            return Some(ClientError::BatchTooLarge {
+                size: total,
+                max: self.cfg.max_batch_size,
+            });
+        }
+        None
+    }
+
+    fn recycle_plan(&mut self, plan: Plan) {
+        self.recycle_props(plan.props);
     }
 
     pub(super) fn pick_queue(&mut self, t: u32, m: &NewMessage) -> Result<u32, ClientError> {
@@ -150,7 +182,13 @@ impl<S: Storage> Broker<S> {
     }
 
     /// Validates a message and serializes its properties.
-    pub(super) fn plan(&self, m: &NewMessage, in_batch: bool) -> Result<Plan, ClientError> {
+    pub(super) fn plan(
+        &self,
+        m: &NewMessage,
+        in_batch: bool,
+        mut props: Vec<u8>,
+    ) -> Result<Plan, ClientError> {
+        props.clear();
         topic::validate_user_topic(&m.topic)?;
         if !self.cfg.auto_create_topics && !self.topic_ids.contains_key(m.topic.as_str()) {
             return Err(ClientError::UnknownTopic(m.topic.clone()));
@@ -164,7 +202,6 @@ impl<S: Storage> Broker<S> {
                 max: self.cfg.max_message_size,
             });
         }
-        let mut props = Vec::with_capacity(64);
         let mut delay = m.delay;
         let mut delay_sources = u32::from(m.delay.is_some());
         let check_text = |what: &str, s: &str| -> Result<(), ClientError> {

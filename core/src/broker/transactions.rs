@@ -66,7 +66,8 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
-        let mut plan = match self.plan(&m, false) {
+        let props = self.props_buf();
+        let mut plan = match self.plan(&m, false, props) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
@@ -112,7 +113,9 @@ impl<S: Storage> Broker<S> {
             body: &m.body,
             props: plan.props,
         };
-        let (off, _) = self.write(core::slice::from_ref(&spec))?[0];
+        let written = self.write(core::slice::from_ref(&spec));
+        self.recycle_props(spec.props);
+        let (off, _) = written?;
         Ok(Ok(Reply::Sent(alloc::vec![SendResult {
             msg_id: m
                 .message_id
@@ -213,7 +216,7 @@ impl<S: Storage> Broker<S> {
         flag: u32,
         checks: Option<u16>,
     ) -> Res<u64, S> {
-        let mut props = Vec::with_capacity(40);
+        let mut props = self.props_buf();
         record::push_prop(&mut props, prop::TAGS, tag);
         if let Some(c) = checks {
             record::push_prop(
@@ -226,7 +229,9 @@ impl<S: Storage> Broker<S> {
         let mut spec = Spec::internal(topic::OP, body.as_str().as_bytes(), props, self.now);
         spec.sys_flag = flag;
         spec.prepared_offset = half;
-        Ok(self.write(core::slice::from_ref(&spec))?[0].0)
+        let written = self.write(core::slice::from_ref(&spec));
+        self.recycle_props(spec.props);
+        Ok(written?.0)
     }
 
     pub(super) fn check(&mut self, row: PendingTxn) -> Res<(), S> {
