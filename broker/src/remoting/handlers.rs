@@ -159,7 +159,6 @@ impl Ctx {
 pub struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
-    local: SocketAddr,
     tx: mpsc::UnboundedSender<Vec<u8>>,
     serialize: Mutex<SerializeType>,
     next_opaque: AtomicI32,
@@ -183,16 +182,10 @@ pub struct Conn {
 impl Conn {
     /// A connection whose frames go to `tx`.
     #[must_use]
-    pub fn new(
-        id: u64,
-        peer: SocketAddr,
-        local: SocketAddr,
-        tx: mpsc::UnboundedSender<Vec<u8>>,
-    ) -> Self {
+    pub fn new(id: u64, peer: SocketAddr, tx: mpsc::UnboundedSender<Vec<u8>>) -> Self {
         Conn {
             id,
             peer,
-            local,
             tx,
             serialize: Mutex::new(SerializeType::Json),
             next_opaque: AtomicI32::new(1),
@@ -289,7 +282,7 @@ pub fn spawn_check_forwarder(conn: Arc<Conn>) -> mpsc::UnboundedSender<CheckRequ
     let (tx, mut rx) = mpsc::unbounded_channel::<CheckRequest>();
     tokio::spawn(async move {
         while let Some(c) = rx.recv().await {
-            let mut cmd = check_command(&c, conn.peer_store_host());
+            let mut cmd = check_command(&c);
             cmd.opaque = conn.next_opaque.fetch_add(1, Ordering::Relaxed);
             cmd.serialize = *lock(&conn.serialize);
             conn.send(&cmd);
@@ -298,10 +291,13 @@ pub fn spawn_check_forwarder(conn: Arc<Conn>) -> mpsc::UnboundedSender<CheckRequ
     tx
 }
 
-impl Conn {
-    /// The store host in offset message ids: our end of this connection.
-    fn peer_store_host(&self) -> Host {
-        host_of(self.local)
+impl Ctx {
+    /// The store host the core writes in records (the remoting listener's address, set
+    /// before the core opened): send results name it in their offset message ids, so they
+    /// are the ids consumers compute from the records.
+    fn store_host(&self) -> Host {
+        let h = self.cfg.core.store_host;
+        Host::V4(h.ip, h.port)
     }
 }
 
@@ -324,11 +320,12 @@ pub fn closed(ctx: &Ctx, conn: &Conn) {
 }
 
 /// The CHECK_TRANSACTION_STATE request for a check: the header names the half message, the
-/// body is the message itself with its producer group (PGROUP), as clients look it up.
+/// body is the message itself with its producer group (PGROUP), as clients look it up. The
+/// offset message id is the record's (its own STOREHOST), as consumers compute it.
 #[must_use]
-pub fn check_command(c: &CheckRequest, store_host: Host) -> RemotingCommand {
+pub fn check_command(c: &CheckRequest) -> RemotingCommand {
     let m = &c.message;
-    let offset_id = offset_msg_id(store_host, c.txn.0);
+    let offset_id = offset_msg_id(m.store_host, c.txn.0);
     let mut ext = BTreeMap::new();
     ext.insert("topic".into(), m.topic.clone());
     ext.insert("tranStateTableOffset".into(), m.queue_offset.to_string());
@@ -1180,7 +1177,7 @@ async fn send(
     };
     match ctx.core.request(request).await {
         Ok(Reply::Sent(results)) if !results.is_empty() => {
-            let store = conn.peer_store_host();
+            let store = ctx.store_host();
             let ids: Vec<String> = results
                 .iter()
                 .map(|r| offset_msg_id(store, r.offset))
@@ -1736,7 +1733,7 @@ mod tests {
     async fn queued_bytes_are_counted_until_written_and_waiters_wake() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Conn::new(1, a, a, tx));
+        let conn = Arc::new(Conn::new(1, a, tx));
         let cmd = RemotingCommand::request(code::HEART_BEAT, BTreeMap::new(), vec![0; 1000]);
         conn.send(&cmd);
         conn.send(&cmd);

@@ -1,0 +1,178 @@
+//! What official RocketMQ 4 clients and mqadmin rely on beyond plain sends and pulls (issue
+//! #15): the store host in records and send results, LITE_PULL_MESSAGE, consumer-id change
+//! notices, transaction ids, retry-topic offsets and the admin request codes. A minimal v4
+//! client over the broker's own codec; the official Java and Go clients run in
+//! tests/ci/fidelity.sh.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use common::TestBroker;
+use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
+use rocklet_broker::remoting::handlers::offset_msg_id;
+use rocklet_core::record::{self, Decoded, Host};
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpStream;
+
+struct V4 {
+    s: TcpStream,
+    opaque: i32,
+    /// Requests the broker sent us (NOTIFY_CONSUMER_IDS_CHANGED, CHECK_TRANSACTION_STATE).
+    pushed: Vec<RemotingCommand>,
+}
+
+impl V4 {
+    async fn connect(addr: SocketAddr) -> Self {
+        V4 {
+            s: TcpStream::connect(addr).await.unwrap(),
+            opaque: 0,
+            pushed: Vec::new(),
+        }
+    }
+
+    async fn read(&mut self) -> Option<RemotingCommand> {
+        let mut len = [0u8; 4];
+        self.s.read_exact(&mut len).await.ok()?;
+        let n = codec::frame_length(len).unwrap();
+        let mut buf = vec![0; n];
+        self.s.read_exact(&mut buf).await.ok()?;
+        Some(codec::decode_frame(&buf).unwrap())
+    }
+
+    async fn call(&mut self, code: i32, ext: &[(&str, &str)], body: Vec<u8>) -> RemotingCommand {
+        self.opaque += 1;
+        let mut c = RemotingCommand::request(code, fields(ext), body);
+        c.opaque = self.opaque;
+        c.serialize = SerializeType::Json;
+        self.s.write_all(&c.encode()).await.unwrap();
+        loop {
+            let r = tokio::time::timeout(Duration::from_secs(30), self.read())
+                .await
+                .expect("answer in time")
+                .expect("connection open");
+            if r.is_response() && r.opaque == self.opaque {
+                return r;
+            }
+            if !r.is_response() {
+                self.pushed.push(r);
+            }
+        }
+    }
+}
+
+fn fields(ext: &[(&str, &str)]) -> BTreeMap<String, String> {
+    ext.iter()
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+fn props(p: &[(&str, &str)]) -> String {
+    p.iter().map(|(k, v)| format!("{k}\u{1}{v}\u{2}")).collect()
+}
+
+async fn start() -> (TestBroker, SocketAddr, SocketAddr) {
+    start_with(|_| {}).await
+}
+
+async fn start_with(
+    f: impl FnOnce(&mut rocklet_broker::config::BrokerConfig),
+) -> (TestBroker, SocketAddr, SocketAddr) {
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.max_long_polling_ms = 20_000;
+        f(c);
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, namesrv) = (r.remoting_addr.unwrap(), r.namesrv_addr.unwrap());
+    (b, remoting, namesrv)
+}
+
+/// A decoded record of a pull body: (topic, body, properties, offset message id as Java's
+/// MessageDecoder computes it from STOREHOST and the physical offset).
+type Rec = (String, Vec<u8>, BTreeMap<String, String>, String);
+
+fn records(mut body: &[u8]) -> Vec<Rec> {
+    let mut out = Vec::new();
+    while !body.is_empty() {
+        let Ok(Decoded::Record(r)) = record::decode(body, 1 << 24) else {
+            panic!("undecodable record in a pull body");
+        };
+        let p = r
+            .props()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        let id = offset_msg_id(r.header.store_host, r.header.phys_offset);
+        out.push((r.topic.to_string(), r.body.to_vec(), p, id));
+        body = &body[r.total_size as usize..];
+    }
+    out
+}
+
+async fn send(c: &mut V4, topic: &str, body: &str, p: &[(&str, &str)]) -> RemotingCommand {
+    let p = props(p);
+    let r = c
+        .call(
+            310,
+            &[("a", "PG"), ("b", topic), ("e", "0"), ("f", "0"), ("i", &p)],
+            body.as_bytes().to_vec(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "send refused: {:?}", r.remark);
+    r
+}
+
+async fn pull_code(
+    c: &mut V4,
+    code: i32,
+    group: &str,
+    topic: &str,
+    offset: u64,
+) -> RemotingCommand {
+    let off = offset.to_string();
+    c.call(
+        code,
+        &[
+            ("consumerGroup", group),
+            ("topic", topic),
+            ("queueId", "0"),
+            ("queueOffset", &off),
+            ("maxMsgNums", "32"),
+            ("sysFlag", "0"),
+            ("commitOffset", "0"),
+            ("suspendTimeoutMillis", "0"),
+            ("subscription", "*"),
+        ],
+        Vec::new(),
+    )
+    .await
+}
+
+#[tokio::test]
+async fn send_results_name_the_store_host_consumers_see() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting).await;
+    let sent = send(&mut c, "StoreHost", "hello", &[("UNIQ_KEY", "U1")]).await;
+    let r = pull_code(&mut c, 11, "CG", "StoreHost", 0).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let recs = records(&r.body);
+    assert_eq!(recs.len(), 1);
+    // The record's STOREHOST is the remoting listener (a free port here, not 10911).
+    let Ok(Decoded::Record(rec)) = record::decode(&r.body, 1 << 24) else {
+        panic!("undecodable record");
+    };
+    let std::net::SocketAddr::V4(a) = remoting else {
+        panic!("IPv4 listener")
+    };
+    assert_eq!(
+        rec.header.store_host,
+        Host::V4(a.ip().octets(), a.port()),
+        "STOREHOST is the advertised remoting address"
+    );
+    assert_eq!(sent.ext["msgId"], recs[0].3, "send result's offsetMsgId");
+    b.stop().await;
+}
