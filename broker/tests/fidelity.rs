@@ -61,6 +61,22 @@ impl V4 {
             }
         }
     }
+
+    /// The next request the broker pushes with this code, within `ms`.
+    async fn pushed(&mut self, code: i32, ms: u64) -> Option<RemotingCommand> {
+        if let Some(i) = self.pushed.iter().position(|c| c.code == code) {
+            return Some(self.pushed.remove(i));
+        }
+        let deadline = tokio::time::Instant::now() + Duration::from_millis(ms);
+        loop {
+            let r = tokio::time::timeout_at(deadline, self.read())
+                .await
+                .ok()??;
+            if !r.is_response() && r.code == code {
+                return Some(r);
+            }
+        }
+    }
 }
 
 fn fields(ext: &[(&str, &str)]) -> BTreeMap<String, String> {
@@ -174,5 +190,82 @@ async fn send_results_name_the_store_host_consumers_see() {
         "STOREHOST is the advertised remoting address"
     );
     assert_eq!(sent.ext["msgId"], recs[0].3, "send result's offsetMsgId");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn lite_pull_message_is_served_as_pull_message() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting).await;
+    send(&mut c, "LitePull", "one", &[]).await;
+    send(&mut c, "LitePull", "two", &[]).await;
+    // DefaultLitePullConsumer sends LITE_PULL_MESSAGE (361) with the lite flag (0x10).
+    let r = c
+        .call(
+            361,
+            &[
+                ("consumerGroup", "LiteGroup"),
+                ("topic", "LitePull"),
+                ("queueId", "0"),
+                ("queueOffset", "0"),
+                ("maxMsgNums", "32"),
+                ("sysFlag", "16"),
+                ("commitOffset", "0"),
+                ("suspendTimeoutMillis", "20000"),
+                ("subscription", "*"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["nextBeginOffset"], "2");
+    let bodies: Vec<Vec<u8>> = records(&r.body).into_iter().map(|r| r.1).collect();
+    assert_eq!(bodies, [b"one".to_vec(), b"two".to_vec()]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn transaction_id_of_the_send_result_is_the_checked_one() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting).await;
+    let r = send(
+        &mut c,
+        "TxnIds",
+        "half",
+        &[
+            ("TRAN_MSG", "true"),
+            ("PGROUP", "TxnPG"),
+            ("UNIQ_KEY", "7F0000010001ABCD"),
+        ],
+    )
+    .await;
+    // As Apache: the send result's transactionId is the message's UNIQ_KEY ...
+    assert_eq!(r.ext["transactionId"], "7F0000010001ABCD");
+    // ... which is what CHECK_TRANSACTION_STATE names, in its header and as the body's
+    // UNIQ_KEY (where clients take checkLocalTransaction's transaction id from).
+    let check = c.pushed(39, 10_000).await.expect("a check");
+    assert_eq!(check.ext["transactionId"], "7F0000010001ABCD");
+    let recs = records(&check.body);
+    assert_eq!(recs[0].2["UNIQ_KEY"], "7F0000010001ABCD");
+    // END_TRANSACTION still names the half by its offset.
+    let offset = check.ext["commitLogOffset"].clone();
+    let r = c
+        .call(
+            37,
+            &[
+                ("producerGroup", "TxnPG"),
+                ("tranStateTableOffset", "0"),
+                ("commitLogOffset", &offset),
+                ("commitOrRollback", "8"),
+                ("fromTransactionCheck", "true"),
+                ("msgId", "7F0000010001ABCD"),
+                ("transactionId", "7F0000010001ABCD"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = pull_code(&mut c, 11, "TxnCG", "TxnIds", 0).await;
+    assert_eq!(records(&r.body).len(), 1, "committed");
     b.stop().await;
 }

@@ -3,7 +3,11 @@
 # The in-process Rust tests (broker/tests/fidelity.rs), then against the `rocklet` binary:
 #   - the Go v4 client (github.com/apache/rocketmq-client-go/v2, broker/tests/v4-go): the
 #     offset message id of a send result is the one consumers see;
-# Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache there.
+#   - the Java v4 client (Maven org.apache.rocketmq:rocketmq-client 5.5.0,
+#     broker/tests/v4-java): DefaultLitePullConsumer receives (LITE_PULL_MESSAGE), the
+#     TransactionMQProducer's send result names the transaction id its listener is given;
+# Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache, the
+# Maven repository and the jars (about 80 MB), the compiled Java tests.
 # Run from anywhere: bash tests/ci/fidelity.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -26,6 +30,23 @@ if ! command -v go >/dev/null; then
 fi
 export GOMODCACHE=$TOOLS/go/mod GOCACHE=$TOOLS/go/cache GOPATH=$TOOLS/go GOFLAGS=-modcacherw
 (cd broker/tests/v4-go && nice -n 10 go build -o "$TOOLS/v4-go-test" .)
+
+echo "== java: install (idempotent)"
+if ! command -v javac >/dev/null || ! command -v mvn >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+fi
+JARS=$TOOLS/jars
+POM=broker/tests/v4-java/pom.xml
+# The jars are fetched again only when the pom changes.
+if ! cmp -s "$POM" "$JARS/.pom" 2>/dev/null; then
+  rm -rf "$JARS"
+  (cd broker/tests/v4-java && mvn -q -B -Dmaven.repo.local="$TOOLS/m2" dependency:copy-dependencies \
+    -DoutputDirectory="$JARS" -DincludeScope=runtime)
+  cp "$POM" "$JARS/.pom"
+fi
+rm -rf "$TOOLS/classes"
+javac -d "$TOOLS/classes" -cp "$JARS/*" broker/tests/v4-java/src/*.java
+java_test() { timeout 300 java -cp "$JARS/*:$TOOLS/classes" V4JavaTest "$NS" "$@"; }
 
 # Starts a broker (extra config lines in $1) and sets PID, DIR and NS (the name server).
 start_broker() {
@@ -53,15 +74,17 @@ trap 'stop_broker' EXIT
 check() {
   local name=$1; shift
   echo "-- $name"
-  if timeout 300 "$@"; then
+  if "$@"; then
     passed=$((passed + 1))
   else
     failed=$((failed + 1)); echo "FAILED: $name"; echo "-- broker log"; tail -40 "$DIR/broker.log"
   fi
 }
 
-start_broker
-check "go v4 client: send result offsetMsgId = consumed offsetMsgId" "$TOOLS/v4-go-test" "$NS"
+start_broker "$(printf '[core]\ntransaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000')"
+check "go v4 client: send result offsetMsgId = consumed offsetMsgId" timeout 300 "$TOOLS/v4-go-test" "$NS"
+check "java v4 client: DefaultLitePullConsumer receives" java_test litepull
+check "java v4 client: transaction id of the send result = executeLocalTransaction's = checkLocalTransaction's" java_test txn
 stop_broker
 
 echo "fidelity: done in $(( $(date +%s) - t0 ))s"

@@ -45,6 +45,7 @@ pub mod code {
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     pub const SEND_MESSAGE_V2: i32 = 310;
     pub const SEND_BATCH_MESSAGE: i32 = 320;
+    pub const LITE_PULL_MESSAGE: i32 = 361;
     pub const POP_MESSAGE: i32 = 200_050;
     pub const ACK_MESSAGE: i32 = 200_051;
     pub const CHANGE_MESSAGE_INVISIBLETIME: i32 = 200_053;
@@ -575,7 +576,8 @@ pub async fn handle(
             send(ctx, conn, checks, &req).await
         }
         code::END_TRANSACTION => end_transaction(ctx, &req).await,
-        code::PULL_MESSAGE => pull(ctx, conn, &req).await,
+        // The Java DefaultLitePullConsumer's pulls: Apache's PullMessageProcessor serves both.
+        code::PULL_MESSAGE | code::LITE_PULL_MESSAGE => pull(ctx, conn, &req).await,
         code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
         code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
         code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
@@ -1188,8 +1190,10 @@ async fn send(
             r.ext.insert("queueId".into(), first.queue_id.to_string());
             r.ext
                 .insert("queueOffset".into(), first.queue_offset.to_string());
-            if let Some(t) = first.txn {
-                r.ext.insert("transactionId".into(), t.to_string());
+            if first.txn.is_some() {
+                // As Apache: the message's UNIQ_KEY, which is also the transaction id clients
+                // give checkLocalTransaction (from the checked message's UNIQ_KEY).
+                r.ext.insert("transactionId".into(), first.msg_id.clone());
             }
             r.ext.insert("MSG_REGION".into(), "DefaultRegion".into());
             r.ext.insert("TRACE_ON".into(), "false".into());
