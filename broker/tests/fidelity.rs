@@ -269,3 +269,140 @@ async fn transaction_id_of_the_send_result_is_the_checked_one() {
     assert_eq!(records(&r.body).len(), 1, "committed");
     b.stop().await;
 }
+
+fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [{"topic": topic, "subString": "*", "expressionType": "TAG"}],
+            "unitMode": false,
+        }],
+    }))
+    .unwrap()
+}
+
+#[tokio::test]
+async fn members_are_told_when_their_consumer_group_changes() {
+    let (b, remoting, _) = start().await;
+    let mut a = V4::connect(remoting).await;
+    let r = a
+        .call(34, &[], heartbeat_body("client-a", "NotifyG", "NotifyT"))
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // Its own arrival changed the group too.
+    let n = a
+        .pushed(40, 2_000)
+        .await
+        .expect("notified of its own joining");
+    assert_eq!(n.ext["consumerGroup"], "NotifyG");
+    assert!(n.is_oneway());
+    // Another heartbeat of the same client changes nothing.
+    a.call(34, &[], heartbeat_body("client-a", "NotifyG", "NotifyT"))
+        .await;
+    assert!(a.pushed(40, 300).await.is_none(), "no change, no notice");
+
+    // A second member joins: both are told.
+    let mut c = V4::connect(remoting).await;
+    c.call(34, &[], heartbeat_body("client-c", "NotifyG", "NotifyT"))
+        .await;
+    let n = a.pushed(40, 2_000).await.expect("the first member is told");
+    assert_eq!(n.ext["consumerGroup"], "NotifyG");
+    assert!(c.pushed(40, 2_000).await.is_some());
+    let r = a
+        .call(38, &[("consumerGroup", "NotifyG")], Vec::new())
+        .await;
+    let ids: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        ids["consumerIdList"],
+        serde_json::json!(["client-a", "client-c"])
+    );
+
+    // Its connection closes: the one left is told.
+    drop(c);
+    assert!(
+        a.pushed(40, 2_000).await.is_some(),
+        "told of the closed connection"
+    );
+    // And of an unregister (another member, then it leaves).
+    let mut d = V4::connect(remoting).await;
+    d.call(34, &[], heartbeat_body("client-d", "NotifyG", "NotifyT"))
+        .await;
+    assert!(a.pushed(40, 2_000).await.is_some());
+    let r = d
+        .call(
+            35,
+            &[("clientID", "client-d"), ("consumerGroup", "NotifyG")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0);
+    assert!(
+        a.pushed(40, 2_000).await.is_some(),
+        "told of the unregister"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn retry_topic_offsets_commit_once_the_group_heartbeats() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting).await;
+    // A push consumer's first heartbeat creates its group's retry topic (as Apache's
+    // broker does), so the offsets it persists for %RETRY%<group> are kept.
+    let r = c
+        .call(34, &[], heartbeat_body("client-r", "RetryG", "RetryT"))
+        .await;
+    assert_eq!(r.code, 0);
+    let r = c
+        .call(
+            15,
+            &[
+                ("consumerGroup", "RetryG"),
+                ("topic", "%RETRY%RetryG"),
+                ("queueId", "0"),
+                ("commitOffset", "0"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c
+        .call(
+            14,
+            &[
+                ("consumerGroup", "RetryG"),
+                ("topic", "%RETRY%RetryG"),
+                ("queueId", "0"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!((r.code, r.ext["offset"].as_str()), (0, "0"));
+    // The route names one queue.
+    let r = c.call(105, &[("topic", "%RETRY%RetryG")], Vec::new()).await;
+    let route: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(route["queueDatas"][0]["readQueueNums"], 1);
+    // A topic that does not exist is refused with the reason (not "auto-create is off").
+    let r = c
+        .call(
+            15,
+            &[
+                ("consumerGroup", "RetryG"),
+                ("topic", "NeverSent"),
+                ("queueId", "0"),
+                ("commitOffset", "0"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 17, "{:?}", r.remark);
+    let remark = r.remark.unwrap_or_default();
+    assert!(!remark.contains("auto-create"), "{remark}");
+    assert!(remark.contains("NeverSent"), "{remark}");
+    b.stop().await;
+}

@@ -5,7 +5,9 @@
 #     offset message id of a send result is the one consumers see;
 #   - the Java v4 client (Maven org.apache.rocketmq:rocketmq-client 5.5.0,
 #     broker/tests/v4-java): DefaultLitePullConsumer receives (LITE_PULL_MESSAGE), the
-#     TransactionMQProducer's send result names the transaction id its listener is given;
+#     TransactionMQProducer's send result names the transaction id its listener is given, a
+#     push consumer group of 2 rebalances within 2 s of the second member joining
+#     (NOTIFY_CONSUMER_IDS_CHANGED);
 # Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache, the
 # Maven repository and the jars (about 80 MB), the compiled Java tests.
 # Run from anywhere: bash tests/ci/fidelity.sh
@@ -85,6 +87,7 @@ start_broker "$(printf '[core]\ntransaction_timeout_ms = 1000\ntransaction_check
 check "go v4 client: send result offsetMsgId = consumed offsetMsgId" timeout 300 "$TOOLS/v4-go-test" "$NS"
 check "java v4 client: DefaultLitePullConsumer receives" java_test litepull
 check "java v4 client: transaction id of the send result = executeLocalTransaction's = checkLocalTransaction's" java_test txn
+check "java v4 client: a group of 2 rebalances within 2 s of the second joining" java_test rebalance
 stop_broker
 
 echo "fidelity: done in $(( $(date +%s) - t0 ))s"

@@ -2,7 +2,7 @@
 //! here decides anything about messages: headers are converted, the core answers through
 //! the driver's command channel, and the answer is converted back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +16,7 @@ use rocklet_core::{
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::clients::{self, Clients, ConsumerInfo, Member};
 use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
 use super::compression;
 use super::locks::{QueueKey, QueueLocks, MAX_CLIENT_ID_LEN, MAX_QUEUES_PER_REQUEST};
@@ -40,6 +41,7 @@ pub mod code {
     pub const END_TRANSACTION: i32 = 37;
     pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
     pub const CHECK_TRANSACTION_STATE: i32 = 39;
+    pub const NOTIFY_CONSUMER_IDS_CHANGED: i32 = 40;
     pub const LOCK_BATCH_MQ: i32 = 41;
     pub const UNLOCK_BATCH_MQ: i32 = 42;
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
@@ -86,8 +88,8 @@ pub struct Ctx {
     /// The broker listener's address, as routes name it (`None`: remoting is off; the
     /// name server then has no broker to route to).
     pub broker_addr: Option<SocketAddr>,
-    /// Consumer group → client id → connection, from heartbeats.
-    consumers: Mutex<HashMap<String, BTreeMap<String, u64>>>,
+    /// Consumer and producer groups of the connected clients, from heartbeats.
+    pub(crate) clients: Mutex<Clients>,
     /// Queue locks of orderly consumers.
     locks: Mutex<QueueLocks>,
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
@@ -110,7 +112,7 @@ impl Ctx {
             core,
             cfg,
             broker_addr: None,
-            consumers: Mutex::new(HashMap::new()),
+            clients: Mutex::new(Clients::default()),
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
             clock: Arc::new(SystemClock),
@@ -240,6 +242,26 @@ impl Conn {
         }
     }
 
+    /// Sends the peer a oneway request of ours (NOTIFY_CONSUMER_IDS_CHANGED…), serialized as
+    /// the peer's last request was.
+    pub fn push(&self, mut cmd: RemotingCommand) {
+        cmd.flag = FLAG_ONEWAY;
+        cmd.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        cmd.serialize = *lock(&self.serialize);
+        self.send(&cmd);
+    }
+
+    /// A member record of this connection for the client registry.
+    fn member(self: &Arc<Self>, req: &RemotingCommand) -> Member {
+        Member {
+            conn: self.id,
+            link: Arc::downgrade(self),
+            addr: self.peer,
+            language: req.language.clone(),
+            version: req.version,
+        }
+    }
+
     /// The writer wrote a frame of `n` bytes (or dropped it unwritten).
     pub fn written(&self, n: usize) {
         self.active();
@@ -311,13 +333,31 @@ pub fn closed(ctx: &Ctx, conn: &Conn) {
     if !lock(&conn.groups).is_empty() {
         ctx.core.producer_down(conn.id);
     }
-    let mut consumers = lock(&ctx.consumers);
-    for clients in consumers.values_mut() {
-        clients.retain(|_, c| *c != conn.id);
+    let changed = lock(&ctx.clients).conn_closed(conn.id);
+    for group in changed {
+        notify_ids_changed(ctx, &group);
     }
-    consumers.retain(|_, c| !c.is_empty());
-    drop(consumers);
     lock(&ctx.locks).release_conn(conn.id);
+}
+
+/// NOTIFY_CONSUMER_IDS_CHANGED (oneway, header `consumerGroup`) to every member of `group`:
+/// its clients rebalance at once (Apache's broker sends it on every membership change).
+pub fn notify_ids_changed(ctx: &Ctx, group: &str) {
+    let members = lock(&ctx.clients).members(group);
+    for m in members.iter().filter_map(std::sync::Weak::upgrade) {
+        let mut ext = BTreeMap::new();
+        ext.insert("consumerGroup".to_string(), group.to_string());
+        m.push(RemotingCommand::request(
+            code::NOTIFY_CONSUMER_IDS_CHANGED,
+            ext,
+            Vec::new(),
+        ));
+    }
+    debug!(
+        group,
+        members = members.len(),
+        "consumer ids changed: members notified"
+    );
 }
 
 /// The CHECK_TRANSACTION_STATE request for a check: the header names the half message, the
@@ -562,7 +602,7 @@ fn filter_field<'a>(
 /// Handles one request; `None` when nothing is to be answered.
 pub async fn handle(
     ctx: &Ctx,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     checks: &mpsc::UnboundedSender<CheckRequest>,
     req: RemotingCommand,
 ) -> Option<RemotingCommand> {
@@ -570,7 +610,7 @@ pub async fn handle(
     tracing::trace!(conn = conn.id, code = req.code, ext = ?req.ext, body = req.body.len(), "remoting request");
     let r = match req.code {
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
-        code::HEART_BEAT => heartbeat(ctx, conn, checks, &req),
+        code::HEART_BEAT => heartbeat(ctx, conn, checks, &req).await,
         code::UNREGISTER_CLIENT => unregister(ctx, conn, checks, &req),
         code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
             send(ctx, conn, checks, &req).await
@@ -703,10 +743,12 @@ fn set_groups(
 }
 
 /// HEART_BEAT: producer groups answer checks through this connection; consumer groups list
-/// this client.
-fn heartbeat(
+/// this client (a new member makes the group's members rebalance, and a group's first
+/// member creates its retry topic `%RETRY%<group>`, as Apache's broker does, so offsets of
+/// the retry queue can be committed before anything was sent back).
+async fn heartbeat(
     ctx: &Ctx,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     checks: &mpsc::UnboundedSender<CheckRequest>,
     req: &RemotingCommand,
 ) -> Answer {
@@ -730,6 +772,27 @@ fn heartbeat(
     };
     let producers = names("producerDataSet");
     let consumers = names("consumerDataSet");
+    let consumer_info = |group: &str| -> ConsumerInfo {
+        let data = v
+            .get("consumerDataSet")
+            .and_then(|s| s.as_array())
+            .and_then(|a| {
+                a.iter()
+                    .find(|c| c.get("groupName").and_then(|g| g.as_str()) == Some(group))
+            });
+        let text = |k: &str| {
+            data.and_then(|d| d.get(k))
+                .and_then(|t| t.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        ConsumerInfo {
+            consume_type: text("consumeType"),
+            message_model: text("messageModel"),
+            consume_from_where: text("consumeFromWhere"),
+            subscriptions: clients::subscriptions(data.and_then(|d| d.get("subscriptionDataSet"))),
+        }
+    };
     // Names are kept for as long as the connection lives: bounded like every other name.
     let max = ctx.cfg.max_name_bytes;
     if let Some(long) = std::iter::once(&client)
@@ -747,6 +810,12 @@ fn heartbeat(
             ),
         ));
     }
+    if !client.is_empty() {
+        let mut all = lock(&ctx.clients);
+        for p in &producers {
+            all.producer_heartbeat(p, &client, conn.member(req));
+        }
+    }
     if !producers.is_empty() {
         set_groups(ctx, conn, checks, |g| {
             let mut changed = false;
@@ -759,13 +828,50 @@ fn heartbeat(
             changed
         });
     }
-    if !client.is_empty() {
-        let mut all = lock(&ctx.consumers);
+    if client.is_empty() {
+        return Ok(ok(req));
+    }
+    let mut joined = Vec::new();
+    {
+        let mut all = lock(&ctx.clients);
         for c in consumers {
-            all.entry(c).or_default().insert(client.clone(), conn.id);
+            let info = consumer_info(&c);
+            let first = all.consumer_group(&c).is_none();
+            if all.consumer_heartbeat(&c, &client, conn.member(req), info) {
+                joined.push((c, first));
+            }
         }
     }
+    for (group, first) in joined {
+        if first {
+            create_retry_topic(ctx, &group).await;
+        }
+        notify_ids_changed(ctx, &group);
+    }
     Ok(ok(req))
+}
+
+/// Creates `%RETRY%<group>` with one queue (Apache's retryQueueNums) unless it exists. A
+/// name that cannot be a topic or no room under max_topics leaves it to the first send-back,
+/// which answers the reason.
+async fn create_retry_topic(ctx: &Ctx, group: &str) {
+    let topic = rocklet_core::topic::retry(group);
+    let t = topic.clone();
+    let r = ctx
+        .core
+        .inspect(move |b| {
+            if b.topic_queue_count(&t).is_some() {
+                return Ok(Ok(()));
+            }
+            b.create_topic(&t, 1).map_err(|e| e.to_string())
+        })
+        .await;
+    match r {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => debug!(%topic, error = %e, "retry topic not created"),
+        Ok(Err(e)) => debug!(%topic, error = %e, "retry topic not created: storage"),
+        Err(e) => debug!(%topic, error = %e, "retry topic not created"),
+    }
 }
 
 /// UNREGISTER_CLIENT: the client leaves its producer and consumer groups.
@@ -782,15 +888,13 @@ fn unregister(
             g.len() != before
         });
     }
+    if let (Some(p), Some(client)) = (field(req, "producerGroup"), field(req, "clientID")) {
+        lock(&ctx.clients).unregister_producer(p, client);
+    }
     if let (Some(c), Some(client)) = (field(req, "consumerGroup"), field(req, "clientID")) {
-        let mut all = lock(&ctx.consumers);
-        if let Some(m) = all.get_mut(c) {
-            m.remove(client);
-            if m.is_empty() {
-                all.remove(c);
-            }
+        if lock(&ctx.clients).unregister_consumer(c, client) {
+            notify_ids_changed(ctx, c);
         }
-        drop(all);
         lock(&ctx.locks).release_client(c, client);
     }
     Ok(ok(req))
@@ -896,9 +1000,9 @@ fn unlock_batch(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// GET_CONSUMER_LIST_BY_GROUP: the clients whose heartbeats named the group.
 fn consumer_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?;
-    let ids: Vec<String> = lock(&ctx.consumers)
-        .get(group)
-        .map(|m| m.keys().cloned().collect())
+    let ids: Vec<String> = lock(&ctx.clients)
+        .consumer_group(group)
+        .map(|g| g.members.keys().cloned().collect())
         .unwrap_or_default();
     if ids.is_empty() {
         return Err(fail(
@@ -1390,6 +1494,13 @@ async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         .await
     {
         Ok(Reply::OffsetCommitted) => Ok(ok(req)),
+        // The core's UnknownTopic says auto-create is off; for a commit the reason is that
+        // offsets are kept only for queues that exist (auto-create or not).
+        Ok(Reply::Error(ClientError::UnknownTopic(t))) => Err(fail(
+            req,
+            status::TOPIC_NOT_EXIST,
+            format!("UNKNOWN_TOPIC: topic `{t}` does not exist: offsets are kept only for queues of existing topics"),
+        )),
         Ok(Reply::Error(e)) => Err(client_error(req, &e)),
         Ok(other) => Err(unexpected(req, &other)),
         Err(e) => Err(core_failure(req, &e)),
