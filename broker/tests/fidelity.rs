@@ -406,3 +406,140 @@ async fn retry_topic_offsets_commit_once_the_group_heartbeats() {
     assert!(remark.contains("NeverSent"), "{remark}");
     b.stop().await;
 }
+
+#[tokio::test]
+async fn admin_requests_are_served_or_refused_by_name() {
+    let (b, remoting, namesrv) = start().await;
+    let mut c = V4::connect(remoting).await;
+    // updateSubGroup -o true declares a FIFO group in the core.
+    let body = serde_json::to_vec(&serde_json::json!({
+        "groupName": "AdminFifo", "consumeMessageOrderly": true, "consumeEnable": true,
+    }))
+    .unwrap();
+    let r = c.call(200, &[], body).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let core = b.broker.as_ref().unwrap().core.clone();
+    assert!(core
+        .inspect(|b| b.group_is_fifo("AdminFifo"))
+        .await
+        .unwrap());
+    // updateTopic creates with the queues asked, grows, never shrinks.
+    let r = c
+        .call(
+            17,
+            &[
+                ("topic", "AdminT"),
+                ("readQueueNums", "8"),
+                ("writeQueueNums", "8"),
+                ("perm", "6"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c
+        .call(
+            17,
+            &[
+                ("topic", "AdminT"),
+                ("readQueueNums", "2"),
+                ("writeQueueNums", "2"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert!(r.remark.unwrap().contains("cannot remove queues"));
+    // SEARCH_OFFSET_BY_TIMESTAMP: the first message stored at or after the time.
+    let mut first_offset = String::new();
+    for i in 0..3 {
+        let p = props(&[("UNIQ_KEY", &format!("S{i}"))]);
+        let r = c
+            .call(
+                310,
+                &[("a", "PG"), ("b", "AdminT"), ("e", "0"), ("i", &p)],
+                vec![b'x'],
+            )
+            .await;
+        assert_eq!(r.code, 0);
+        if i == 0 {
+            let id = &r.ext["msgId"];
+            first_offset = u64::from_str_radix(&id[16..], 16).unwrap().to_string();
+        }
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let r = c.call(33, &[("offset", &first_offset)], Vec::new()).await;
+    // VIEW_MESSAGE_BY_ID at a record's offset gives the record.
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let first = records(&r.body);
+    assert_eq!(first[0].0, "AdminT");
+    let Ok(Decoded::Record(rec)) = record::decode(&r.body, 1 << 24) else {
+        panic!("record")
+    };
+    let t1 = rec.header.store_timestamp;
+    for (ts, want) in [(0, "0"), (t1, "0"), (t1 + 1, "1"), (u64::MAX / 2, "3")] {
+        let ts_s = ts.to_string();
+        let ext = [
+            ("topic", "AdminT"),
+            ("queueId", "0"),
+            ("timestamp", ts_s.as_str()),
+        ];
+        let r = c.call(29, &ext, Vec::new()).await;
+        assert_eq!(
+            (r.code, r.ext["offset"].as_str()),
+            (0, want),
+            "timestamp {ts}"
+        );
+    }
+    // INVOKE_BROKER_TO_RESET_OFFSET: offline group → CONSUMER_NOT_ONLINE (mqadmin then resets
+    // itself); online → the members get RESET_CONSUMER_CLIENT_OFFSET with the offsets.
+    let reset = [
+        ("topic", "AdminT"),
+        ("group", "AdminG"),
+        ("timestamp", "0"),
+        ("isForce", "true"),
+    ];
+    let r = c.call(222, &reset, Vec::new()).await;
+    assert_eq!(r.code, 206, "{:?}", r.remark);
+    c.call(34, &[], heartbeat_body("client-g", "AdminG", "AdminT"))
+        .await;
+    let r = c.call(222, &reset, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let pushed = c
+        .pushed(220, 2_000)
+        .await
+        .expect("clients told the offsets");
+    let body = String::from_utf8(pushed.body).unwrap();
+    assert!(
+        body.contains(r#"{"brokerName":"rocklet","queueId":0,"topic":"AdminT"}:0"#),
+        "{body}"
+    );
+    // Refused by name: deleting topics, key queries, and codes rocklet does not serve.
+    let r = c.call(215, &[("topic", "AdminT")], Vec::new()).await;
+    assert_eq!(r.code, 3);
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("deleting a topic is not supported"));
+    let r = c
+        .call(12, &[("topic", "AdminT"), ("key", "k")], Vec::new())
+        .await;
+    assert!(r.remark.unwrap().contains("no index of message keys"));
+    let r = c.call(25, &[], Vec::new()).await;
+    assert_eq!(r.code, 3);
+    assert!(r.remark.unwrap().contains("(UPDATE_BROKER_CONFIG)"));
+    // The name server lists the cluster and the topics.
+    let mut ns = V4::connect(namesrv).await;
+    let r = ns.call(106, &[], Vec::new()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        v["brokerAddrTable"]["rocklet"]["brokerAddrs"]["0"],
+        remoting.to_string()
+    );
+    let r = ns.call(206, &[], Vec::new()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert!(v["topicList"]
+        .as_array()
+        .unwrap()
+        .contains(&serde_json::json!("AdminT")));
+    b.stop().await;
+}

@@ -8,6 +8,12 @@
 #     TransactionMQProducer's send result names the transaction id its listener is given, a
 #     push consumer group of 2 rebalances within 2 s of the second member joining
 #     (NOTIFY_CONSUMER_IDS_CHANGED);
+#   - mqadmin (Maven org.apache.rocketmq:rocketmq-tools 5.5.0, MQAdminStartup, every command in
+#     one JVM: broker/tests/v4-java/src/AdminTest.java): clusterList, brokerStatus,
+#     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
+#     producerConnection, consumerConnection, consumerProgress, queryMsgById,
+#     queryMsgByOffset, resetOffsetByTime (group online and offline) and the refusals of
+#     queryMsgByKey and deleteTopic, each command's output checked.
 # Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache, the
 # Maven repository and the jars (about 80 MB), the compiled Java tests.
 # Run from anywhere: bash tests/ci/fidelity.sh
@@ -49,6 +55,8 @@ fi
 rm -rf "$TOOLS/classes"
 javac -d "$TOOLS/classes" -cp "$JARS/*" broker/tests/v4-java/src/*.java
 java_test() { timeout 300 java -cp "$JARS/*:$TOOLS/classes" V4JavaTest "$NS" "$@"; }
+# mqadmin writes its logs and message body files under user.home.
+mqadmin_test() { timeout 300 java -Duser.home="$DIR" -cp "$JARS/*:$TOOLS/classes" AdminTest "$NS"; }
 
 # Starts a broker (extra config lines in $1) and sets PID, DIR and NS (the name server).
 start_broker() {
@@ -88,6 +96,7 @@ check "go v4 client: send result offsetMsgId = consumed offsetMsgId" timeout 300
 check "java v4 client: DefaultLitePullConsumer receives" java_test litepull
 check "java v4 client: transaction id of the send result = executeLocalTransaction's = checkLocalTransaction's" java_test txn
 check "java v4 client: a group of 2 rebalances within 2 s of the second joining" java_test rebalance
+check "mqadmin (rocketmq-tools 5.5.0) against rocklet" mqadmin_test
 stop_broker
 
 echo "fidelity: done in $(( $(date +%s) - t0 ))s"

@@ -68,8 +68,8 @@ pub mod status {
     pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
 }
 
-/// The broker name in routes.
-const BROKER_NAME: &str = "rocklet";
+/// The broker name in routes (and the cluster name).
+pub(super) const BROKER_NAME: &str = "rocklet";
 /// Producer group the Java client uses for its own internal producer: not a real group.
 const CLIENT_INNER_PRODUCER: &str = "CLIENT_INNER_PRODUCER";
 /// Pull request flags (`PullSysFlag`).
@@ -324,7 +324,7 @@ impl Ctx {
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -445,15 +445,15 @@ pub fn encode_message(m: &Message, phys_offset: u64, sys: u32, extra: &[(&str, &
     out
 }
 
-fn ok(req: &RemotingCommand) -> RemotingCommand {
+pub(super) fn ok(req: &RemotingCommand) -> RemotingCommand {
     RemotingCommand::response_to(req, status::SUCCESS, None)
 }
 
-fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) -> RemotingCommand {
+pub(super) fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) -> RemotingCommand {
     RemotingCommand::response_to(req, code, Some(remark.into()))
 }
 
-fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
+pub(super) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
     let code = match e {
         ClientError::UnknownTopic(_) => status::TOPIC_NOT_EXIST,
         ClientError::InvalidGroup(_) => status::SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -472,7 +472,7 @@ fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
     fail(req, code, format!("{}: {e}", e.code()))
 }
 
-fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
+pub(super) fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
     fail(req, status::SERVICE_NOT_AVAILABLE, e.to_string())
 }
 
@@ -485,11 +485,14 @@ fn unexpected(req: &RemotingCommand, r: &Reply) -> RemotingCommand {
 }
 
 /// A header field (with its SEND_MESSAGE_V2 short name, if any).
-fn field<'a>(req: &'a RemotingCommand, name: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(req: &'a RemotingCommand, name: &str) -> Option<&'a str> {
     req.ext.get(name).map(String::as_str)
 }
 
-fn required<'a>(req: &'a RemotingCommand, name: &str) -> Result<&'a str, RemotingCommand> {
+pub(super) fn required<'a>(
+    req: &'a RemotingCommand,
+    name: &str,
+) -> Result<&'a str, RemotingCommand> {
     match field(req, name) {
         Some(v) if !v.is_empty() => Ok(v),
         _ => Err(fail(
@@ -500,7 +503,10 @@ fn required<'a>(req: &'a RemotingCommand, name: &str) -> Result<&'a str, Remotin
     }
 }
 
-fn number<T: std::str::FromStr>(req: &RemotingCommand, name: &str) -> Result<T, RemotingCommand> {
+pub(super) fn number<T: std::str::FromStr>(
+    req: &RemotingCommand,
+    name: &str,
+) -> Result<T, RemotingCommand> {
     let v = required(req, name)?;
     v.trim().parse().map_err(|_| {
         fail(
@@ -511,7 +517,7 @@ fn number<T: std::str::FromStr>(req: &RemotingCommand, name: &str) -> Result<T, 
     })
 }
 
-fn number_or<T: std::str::FromStr>(
+pub(super) fn number_or<T: std::str::FromStr>(
     req: &RemotingCommand,
     name: &str,
     default: T,
@@ -629,11 +635,19 @@ pub async fn handle(
         code::POP_MESSAGE => pop_message(ctx, conn, &req).await,
         code::ACK_MESSAGE => ack_message(ctx, &req).await,
         code::CHANGE_MESSAGE_INVISIBLETIME => change_invisible(ctx, &req).await,
-        other => Err(fail(
-            &req,
-            status::REQUEST_CODE_NOT_SUPPORTED,
-            format!("request code {other} is not supported by rocklet"),
-        )),
+        other => match super::admin::handle(ctx, &req).await {
+            Some(r) => r,
+            None => Err(fail(
+                &req,
+                status::REQUEST_CODE_NOT_SUPPORTED,
+                match super::admin::code_name(other) {
+                    Some(name) => {
+                        format!("request code {other} ({name}) is not supported by rocklet")
+                    }
+                    None => format!("request code {other} is not supported by rocklet"),
+                },
+            )),
+        },
     };
     let resp = r.unwrap_or_else(|e| e);
     let ok = resp.code == status::SUCCESS;
@@ -647,7 +661,7 @@ pub async fn handle(
     Some(resp)
 }
 
-type Answer = Result<RemotingCommand, RemotingCommand>;
+pub(super) type Answer = Result<RemotingCommand, RemotingCommand>;
 
 async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {
     let t = topic.to_string();
@@ -711,7 +725,7 @@ async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(r)
 }
 
-fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {
+pub(super) fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {
     serde_json::from_slice(&req.body).map_err(|e| {
         fail(
             req,
