@@ -26,6 +26,7 @@ export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
 mkdir -p "$TOOLS"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
 passed=0; failed=0
+PID=; DIR=
 
 echo "== rust: fidelity tests"
 nice -n 10 cargo build -p rocklet-broker --bin rocklet
@@ -74,6 +75,7 @@ start_broker() {
 }
 
 stop_broker() {
+  [ -n "$PID" ] || return 0
   kill "$PID" 2>/dev/null || true
   wait "$PID" 2>/dev/null || true
   rm -rf "$DIR"
