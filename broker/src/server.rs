@@ -4,6 +4,7 @@
 use std::net::SocketAddr;
 use std::sync::Arc;
 
+use rocklet_core::config::StoreHost;
 use rocklet_core::{AnyStorage, Broker, FileStorage};
 use tokio::net::TcpListener;
 use tokio::sync::oneshot;
@@ -22,7 +23,7 @@ use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
 use crate::remoting::handlers::Ctx as RemotingCtx;
-use crate::remoting::server::RemotingServer;
+use crate::remoting::server::{Listeners, RemotingServer};
 use crate::service::Messaging;
 
 /// A broker that is serving.
@@ -52,6 +53,16 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     cfg.validate()?;
     // Descriptors: as many as the hard limit allows; connections are capped below them.
     let fd_limit = net::raise_fd_limit();
+    // The remoting listener first: its address is the store host of every record
+    // (RocketMQ's brokerIP1:listenPort), as v4 clients compute offset message ids from it.
+    let remoting_listeners = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
+        Some(Listeners::bind(cfg.remoting_listen, cfg.namesrv_listen).await?)
+    } else {
+        None
+    };
+    if let Some(a) = remoting_listeners.as_ref().and_then(Listeners::broker_addr) {
+        cfg.core.store_host = store_host(a, cfg.core.store_host);
+    }
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -190,28 +201,17 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         }
         None => (None, None),
     };
-    let remoting = if cfg.remoting_listen.is_some() || cfg.namesrv_listen.is_some() {
+    let remoting = remoting_listeners.map(|listeners| {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
             .with_clock(clock.clone())
             .with_metrics(m.clone())
             .with_conn_limit(conn_limit.clone())
             .with_request_budget(request_budget.clone());
         let _ = m.remoting.set(ctx.stats());
-        let r = RemotingServer::start(cfg.remoting_listen, cfg.namesrv_listen, ctx).await;
-        match r {
-            Ok(r) => {
-                info!(remoting = ?r.addr, namesrv = ?r.namesrv_addr, "serving RocketMQ 4 remoting");
-                Some(r)
-            }
-            Err(e) => {
-                let _ = stop_tx.send(());
-                core.shutdown().await;
-                return Err(e);
-            }
-        }
-    } else {
-        None
-    };
+        let r = RemotingServer::serve(listeners, ctx);
+        info!(remoting = ?r.addr, namesrv = ?r.namesrv_addr, "serving RocketMQ 4 remoting");
+        r
+    });
     info!(%addr, metrics = ?metrics_addr, max_connections = cap, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     Ok(RunningBroker {
         addr,
@@ -266,6 +266,25 @@ impl RunningBroker {
         if let Some(j) = self.core_thread.take() {
             let _ = tokio::task::spawn_blocking(move || j.join()).await;
         }
+    }
+}
+
+/// The store host records name for a remoting listener on `addr`: its IPv4 address and port
+/// (an IPv6 listener keeps `configured`'s address, or 127.0.0.1 for `::1`, with its port;
+/// STOREHOST is IPv4 in the core's records).
+#[must_use]
+pub fn store_host(addr: SocketAddr, configured: StoreHost) -> StoreHost {
+    let ip = match addr {
+        SocketAddr::V4(a) => a.ip().octets(),
+        SocketAddr::V6(a) if a.ip().is_loopback() => [127, 0, 0, 1],
+        SocketAddr::V6(a) => a
+            .ip()
+            .to_ipv4_mapped()
+            .map_or(configured.ip, |v4| v4.octets()),
+    };
+    StoreHost {
+        ip,
+        port: addr.port(),
     }
 }
 

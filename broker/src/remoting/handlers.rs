@@ -2,7 +2,7 @@
 //! here decides anything about messages: headers are converted, the core answers through
 //! the driver's command channel, and the answer is converted back.
 
-use std::collections::{BTreeMap, HashMap};
+use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -16,6 +16,7 @@ use rocklet_core::{
 use tokio::sync::mpsc;
 use tracing::debug;
 
+use super::clients::{self, Clients, ConsumerInfo, Member};
 use super::codec::{RemotingCommand, SerializeType, FLAG_ONEWAY};
 use super::compression;
 use super::locks::{QueueKey, QueueLocks, MAX_CLIENT_ID_LEN, MAX_QUEUES_PER_REQUEST};
@@ -40,11 +41,13 @@ pub mod code {
     pub const END_TRANSACTION: i32 = 37;
     pub const GET_CONSUMER_LIST_BY_GROUP: i32 = 38;
     pub const CHECK_TRANSACTION_STATE: i32 = 39;
+    pub const NOTIFY_CONSUMER_IDS_CHANGED: i32 = 40;
     pub const LOCK_BATCH_MQ: i32 = 41;
     pub const UNLOCK_BATCH_MQ: i32 = 42;
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     pub const SEND_MESSAGE_V2: i32 = 310;
     pub const SEND_BATCH_MESSAGE: i32 = 320;
+    pub const LITE_PULL_MESSAGE: i32 = 361;
     pub const POP_MESSAGE: i32 = 200_050;
     pub const ACK_MESSAGE: i32 = 200_051;
     pub const CHANGE_MESSAGE_INVISIBLETIME: i32 = 200_053;
@@ -66,8 +69,8 @@ pub mod status {
     pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;
 }
 
-/// The broker name in routes.
-const BROKER_NAME: &str = "rocklet";
+/// The broker name in routes (and the cluster name).
+pub(super) const BROKER_NAME: &str = "rocklet";
 /// Producer group the Java client uses for its own internal producer: not a real group.
 const CLIENT_INNER_PRODUCER: &str = "CLIENT_INNER_PRODUCER";
 /// Pull request flags (`PullSysFlag`).
@@ -86,8 +89,8 @@ pub struct Ctx {
     /// The broker listener's address, as routes name it (`None`: remoting is off; the
     /// name server then has no broker to route to).
     pub broker_addr: Option<SocketAddr>,
-    /// Consumer group → client id → connection, from heartbeats.
-    consumers: Mutex<HashMap<String, BTreeMap<String, u64>>>,
+    /// Consumer and producer groups of the connected clients, from heartbeats.
+    pub(crate) clients: Mutex<Clients>,
     /// Queue locks of orderly consumers.
     locks: Mutex<QueueLocks>,
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
@@ -112,7 +115,7 @@ impl Ctx {
             core,
             cfg,
             broker_addr: None,
-            consumers: Mutex::new(HashMap::new()),
+            clients: Mutex::new(Clients::default()),
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
             clock: Arc::new(SystemClock),
@@ -171,7 +174,6 @@ impl Ctx {
 pub struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
-    local: SocketAddr,
     tx: mpsc::UnboundedSender<Vec<u8>>,
     serialize: Mutex<SerializeType>,
     next_opaque: AtomicI32,
@@ -195,16 +197,10 @@ pub struct Conn {
 impl Conn {
     /// A connection whose frames go to `tx`.
     #[must_use]
-    pub fn new(
-        id: u64,
-        peer: SocketAddr,
-        local: SocketAddr,
-        tx: mpsc::UnboundedSender<Vec<u8>>,
-    ) -> Self {
+    pub fn new(id: u64, peer: SocketAddr, tx: mpsc::UnboundedSender<Vec<u8>>) -> Self {
         Conn {
             id,
             peer,
-            local,
             tx,
             serialize: Mutex::new(SerializeType::Json),
             next_opaque: AtomicI32::new(1),
@@ -258,6 +254,26 @@ impl Conn {
         }
     }
 
+    /// Sends the peer a oneway request of ours (NOTIFY_CONSUMER_IDS_CHANGED…), serialized as
+    /// the peer's last request was.
+    pub fn push(&self, mut cmd: RemotingCommand) {
+        cmd.flag = FLAG_ONEWAY;
+        cmd.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        cmd.serialize = *lock(&self.serialize);
+        self.send(&cmd);
+    }
+
+    /// A member record of this connection for the client registry.
+    fn member(self: &Arc<Self>, req: &RemotingCommand) -> Member {
+        Member {
+            conn: self.id,
+            link: Arc::downgrade(self),
+            addr: self.peer,
+            language: req.language.clone(),
+            version: req.version,
+        }
+    }
+
     /// The writer wrote a frame of `n` bytes (or dropped it unwritten).
     pub fn written(&self, n: usize) {
         self.active();
@@ -301,7 +317,7 @@ pub fn spawn_check_forwarder(conn: Arc<Conn>) -> mpsc::UnboundedSender<CheckRequ
     let (tx, mut rx) = mpsc::unbounded_channel::<CheckRequest>();
     tokio::spawn(async move {
         while let Some(c) = rx.recv().await {
-            let mut cmd = check_command(&c, conn.peer_store_host());
+            let mut cmd = check_command(&c);
             cmd.opaque = conn.next_opaque.fetch_add(1, Ordering::Relaxed);
             cmd.serialize = *lock(&conn.serialize);
             conn.send(&cmd);
@@ -310,14 +326,17 @@ pub fn spawn_check_forwarder(conn: Arc<Conn>) -> mpsc::UnboundedSender<CheckRequ
     tx
 }
 
-impl Conn {
-    /// The store host in offset message ids: our end of this connection.
-    fn peer_store_host(&self) -> Host {
-        host_of(self.local)
+impl Ctx {
+    /// The store host the core writes in records (the remoting listener's address, set
+    /// before the core opened): send results name it in their offset message ids, so they
+    /// are the ids consumers compute from the records.
+    fn store_host(&self) -> Host {
+        let h = self.cfg.core.store_host;
+        Host::V4(h.ip, h.port)
     }
 }
 
-fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
+pub(super) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
     m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
 }
 
@@ -326,21 +345,40 @@ pub fn closed(ctx: &Ctx, conn: &Conn) {
     if !lock(&conn.groups).is_empty() {
         ctx.core.producer_down(conn.id);
     }
-    let mut consumers = lock(&ctx.consumers);
-    for clients in consumers.values_mut() {
-        clients.retain(|_, c| *c != conn.id);
+    let changed = lock(&ctx.clients).conn_closed(conn.id);
+    for group in changed {
+        notify_ids_changed(ctx, &group);
     }
-    consumers.retain(|_, c| !c.is_empty());
-    drop(consumers);
     lock(&ctx.locks).release_conn(conn.id);
 }
 
+/// NOTIFY_CONSUMER_IDS_CHANGED (oneway, header `consumerGroup`) to every member of `group`:
+/// its clients rebalance at once (Apache's broker sends it on every membership change).
+pub fn notify_ids_changed(ctx: &Ctx, group: &str) {
+    let members = lock(&ctx.clients).members(group);
+    for m in members.iter().filter_map(std::sync::Weak::upgrade) {
+        let mut ext = BTreeMap::new();
+        ext.insert("consumerGroup".to_string(), group.to_string());
+        m.push(RemotingCommand::request(
+            code::NOTIFY_CONSUMER_IDS_CHANGED,
+            ext,
+            Vec::new(),
+        ));
+    }
+    debug!(
+        group,
+        members = members.len(),
+        "consumer ids changed: members notified"
+    );
+}
+
 /// The CHECK_TRANSACTION_STATE request for a check: the header names the half message, the
-/// body is the message itself with its producer group (PGROUP), as clients look it up.
+/// body is the message itself with its producer group (PGROUP), as clients look it up. The
+/// offset message id is the record's (its own STOREHOST), as consumers compute it.
 #[must_use]
-pub fn check_command(c: &CheckRequest, store_host: Host) -> RemotingCommand {
+pub fn check_command(c: &CheckRequest) -> RemotingCommand {
     let m = &c.message;
-    let offset_id = offset_msg_id(store_host, c.txn.0);
+    let offset_id = offset_msg_id(m.store_host, c.txn.0);
     let mut ext = BTreeMap::new();
     ext.insert("topic".into(), m.topic.clone());
     ext.insert("tranStateTableOffset".into(), m.queue_offset.to_string());
@@ -419,15 +457,15 @@ pub fn encode_message(m: &Message, phys_offset: u64, sys: u32, extra: &[(&str, &
     out
 }
 
-fn ok(req: &RemotingCommand) -> RemotingCommand {
+pub(super) fn ok(req: &RemotingCommand) -> RemotingCommand {
     RemotingCommand::response_to(req, status::SUCCESS, None)
 }
 
-fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) -> RemotingCommand {
+pub(super) fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) -> RemotingCommand {
     RemotingCommand::response_to(req, code, Some(remark.into()))
 }
 
-fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
+pub(super) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
     let code = match e {
         ClientError::UnknownTopic(_) => status::TOPIC_NOT_EXIST,
         ClientError::InvalidGroup(_) => status::SUBSCRIPTION_GROUP_NOT_EXIST,
@@ -446,7 +484,7 @@ fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
     fail(req, code, format!("{}: {e}", e.code()))
 }
 
-fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
+pub(super) fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
     fail(req, status::SERVICE_NOT_AVAILABLE, e.to_string())
 }
 
@@ -459,11 +497,14 @@ fn unexpected(req: &RemotingCommand, r: &Reply) -> RemotingCommand {
 }
 
 /// A header field (with its SEND_MESSAGE_V2 short name, if any).
-fn field<'a>(req: &'a RemotingCommand, name: &str) -> Option<&'a str> {
+pub(super) fn field<'a>(req: &'a RemotingCommand, name: &str) -> Option<&'a str> {
     req.ext.get(name).map(String::as_str)
 }
 
-fn required<'a>(req: &'a RemotingCommand, name: &str) -> Result<&'a str, RemotingCommand> {
+pub(super) fn required<'a>(
+    req: &'a RemotingCommand,
+    name: &str,
+) -> Result<&'a str, RemotingCommand> {
     match field(req, name) {
         Some(v) if !v.is_empty() => Ok(v),
         _ => Err(fail(
@@ -474,7 +515,10 @@ fn required<'a>(req: &'a RemotingCommand, name: &str) -> Result<&'a str, Remotin
     }
 }
 
-fn number<T: std::str::FromStr>(req: &RemotingCommand, name: &str) -> Result<T, RemotingCommand> {
+pub(super) fn number<T: std::str::FromStr>(
+    req: &RemotingCommand,
+    name: &str,
+) -> Result<T, RemotingCommand> {
     let v = required(req, name)?;
     v.trim().parse().map_err(|_| {
         fail(
@@ -485,7 +529,7 @@ fn number<T: std::str::FromStr>(req: &RemotingCommand, name: &str) -> Result<T, 
     })
 }
 
-fn number_or<T: std::str::FromStr>(
+pub(super) fn number_or<T: std::str::FromStr>(
     req: &RemotingCommand,
     name: &str,
     default: T,
@@ -583,7 +627,7 @@ fn filter_field<'a>(
 /// Handles one request; `None` when nothing is to be answered.
 pub async fn handle(
     ctx: &Ctx,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     checks: &mpsc::UnboundedSender<CheckRequest>,
     req: RemotingCommand,
 ) -> Option<RemotingCommand> {
@@ -591,13 +635,14 @@ pub async fn handle(
     tracing::trace!(conn = conn.id, code = req.code, ext = ?req.ext, body = req.body.len(), "remoting request");
     let r = match req.code {
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
-        code::HEART_BEAT => heartbeat(ctx, conn, checks, &req),
+        code::HEART_BEAT => heartbeat(ctx, conn, checks, &req).await,
         code::UNREGISTER_CLIENT => unregister(ctx, conn, checks, &req),
         code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
             send(ctx, conn, checks, &req).await
         }
         code::END_TRANSACTION => end_transaction(ctx, &req).await,
-        code::PULL_MESSAGE => pull(ctx, conn, &req).await,
+        // The Java DefaultLitePullConsumer's pulls: Apache's PullMessageProcessor serves both.
+        code::PULL_MESSAGE | code::LITE_PULL_MESSAGE => pull(ctx, conn, &req).await,
         code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
         code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
         code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
@@ -609,11 +654,19 @@ pub async fn handle(
         code::POP_MESSAGE => pop_message(ctx, conn, &req).await,
         code::ACK_MESSAGE => ack_message(ctx, &req).await,
         code::CHANGE_MESSAGE_INVISIBLETIME => change_invisible(ctx, &req).await,
-        other => Err(fail(
-            &req,
-            status::REQUEST_CODE_NOT_SUPPORTED,
-            format!("request code {other} is not supported by rocklet"),
-        )),
+        other => match super::admin::handle(ctx, &req).await {
+            Some(r) => r,
+            None => Err(fail(
+                &req,
+                status::REQUEST_CODE_NOT_SUPPORTED,
+                match super::admin::code_name(other) {
+                    Some(name) => {
+                        format!("request code {other} ({name}) is not supported by rocklet")
+                    }
+                    None => format!("request code {other} is not supported by rocklet"),
+                },
+            )),
+        },
     };
     let resp = r.unwrap_or_else(|e| e);
     let ok = resp.code == status::SUCCESS;
@@ -627,7 +680,7 @@ pub async fn handle(
     Some(resp)
 }
 
-type Answer = Result<RemotingCommand, RemotingCommand>;
+pub(super) type Answer = Result<RemotingCommand, RemotingCommand>;
 
 async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {
     let t = topic.to_string();
@@ -691,7 +744,7 @@ async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(r)
 }
 
-fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {
+pub(super) fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {
     serde_json::from_slice(&req.body).map_err(|e| {
         fail(
             req,
@@ -723,10 +776,12 @@ fn set_groups(
 }
 
 /// HEART_BEAT: producer groups answer checks through this connection; consumer groups list
-/// this client.
-fn heartbeat(
+/// this client (a new member makes the group's members rebalance, and a group's first
+/// member creates its retry topic `%RETRY%<group>`, as Apache's broker does, so offsets of
+/// the retry queue can be committed before anything was sent back).
+async fn heartbeat(
     ctx: &Ctx,
-    conn: &Conn,
+    conn: &Arc<Conn>,
     checks: &mpsc::UnboundedSender<CheckRequest>,
     req: &RemotingCommand,
 ) -> Answer {
@@ -750,6 +805,27 @@ fn heartbeat(
     };
     let producers = names("producerDataSet");
     let consumers = names("consumerDataSet");
+    let consumer_info = |group: &str| -> ConsumerInfo {
+        let data = v
+            .get("consumerDataSet")
+            .and_then(|s| s.as_array())
+            .and_then(|a| {
+                a.iter()
+                    .find(|c| c.get("groupName").and_then(|g| g.as_str()) == Some(group))
+            });
+        let text = |k: &str| {
+            data.and_then(|d| d.get(k))
+                .and_then(|t| t.as_str())
+                .unwrap_or_default()
+                .to_string()
+        };
+        ConsumerInfo {
+            consume_type: text("consumeType"),
+            message_model: text("messageModel"),
+            consume_from_where: text("consumeFromWhere"),
+            subscriptions: clients::subscriptions(data.and_then(|d| d.get("subscriptionDataSet"))),
+        }
+    };
     // Names are kept for as long as the connection lives: bounded like every other name.
     let max = ctx.cfg.max_name_bytes;
     if let Some(long) = std::iter::once(&client)
@@ -767,6 +843,12 @@ fn heartbeat(
             ),
         ));
     }
+    if !client.is_empty() {
+        let mut all = lock(&ctx.clients);
+        for p in &producers {
+            all.producer_heartbeat(p, &client, conn.member(req));
+        }
+    }
     if !producers.is_empty() {
         set_groups(ctx, conn, checks, |g| {
             let mut changed = false;
@@ -779,13 +861,50 @@ fn heartbeat(
             changed
         });
     }
-    if !client.is_empty() {
-        let mut all = lock(&ctx.consumers);
+    if client.is_empty() {
+        return Ok(ok(req));
+    }
+    let mut joined = Vec::new();
+    {
+        let mut all = lock(&ctx.clients);
         for c in consumers {
-            all.entry(c).or_default().insert(client.clone(), conn.id);
+            let info = consumer_info(&c);
+            let first = all.consumer_group(&c).is_none();
+            if all.consumer_heartbeat(&c, &client, conn.member(req), info) {
+                joined.push((c, first));
+            }
         }
     }
+    for (group, first) in joined {
+        if first {
+            create_retry_topic(ctx, &group).await;
+        }
+        notify_ids_changed(ctx, &group);
+    }
     Ok(ok(req))
+}
+
+/// Creates `%RETRY%<group>` with one queue (Apache's retryQueueNums) unless it exists. A
+/// name that cannot be a topic or no room under max_topics leaves it to the first send-back,
+/// which answers the reason.
+async fn create_retry_topic(ctx: &Ctx, group: &str) {
+    let topic = rocklet_core::topic::retry(group);
+    let t = topic.clone();
+    let r = ctx
+        .core
+        .inspect(move |b| {
+            if b.topic_queue_count(&t).is_some() {
+                return Ok(Ok(()));
+            }
+            b.create_topic(&t, 1).map_err(|e| e.to_string())
+        })
+        .await;
+    match r {
+        Ok(Ok(Ok(()))) => {}
+        Ok(Ok(Err(e))) => debug!(%topic, error = %e, "retry topic not created"),
+        Ok(Err(e)) => debug!(%topic, error = %e, "retry topic not created: storage"),
+        Err(e) => debug!(%topic, error = %e, "retry topic not created"),
+    }
 }
 
 /// UNREGISTER_CLIENT: the client leaves its producer and consumer groups.
@@ -802,15 +921,13 @@ fn unregister(
             g.len() != before
         });
     }
+    if let (Some(p), Some(client)) = (field(req, "producerGroup"), field(req, "clientID")) {
+        lock(&ctx.clients).unregister_producer(p, client);
+    }
     if let (Some(c), Some(client)) = (field(req, "consumerGroup"), field(req, "clientID")) {
-        let mut all = lock(&ctx.consumers);
-        if let Some(m) = all.get_mut(c) {
-            m.remove(client);
-            if m.is_empty() {
-                all.remove(c);
-            }
+        if lock(&ctx.clients).unregister_consumer(c, client) {
+            notify_ids_changed(ctx, c);
         }
-        drop(all);
         lock(&ctx.locks).release_client(c, client);
     }
     Ok(ok(req))
@@ -916,9 +1033,9 @@ fn unlock_batch(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// GET_CONSUMER_LIST_BY_GROUP: the clients whose heartbeats named the group.
 fn consumer_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?;
-    let ids: Vec<String> = lock(&ctx.consumers)
-        .get(group)
-        .map(|m| m.keys().cloned().collect())
+    let ids: Vec<String> = lock(&ctx.clients)
+        .consumer_group(group)
+        .map(|g| g.members.keys().cloned().collect())
         .unwrap_or_default();
     if ids.is_empty() {
         return Err(fail(
@@ -1199,7 +1316,7 @@ async fn send(
     };
     match ctx.core.request(request).await {
         Ok(Reply::Sent(results)) if !results.is_empty() => {
-            let store = conn.peer_store_host();
+            let store = ctx.store_host();
             let ids: Vec<String> = results
                 .iter()
                 .map(|r| offset_msg_id(store, r.offset))
@@ -1210,8 +1327,10 @@ async fn send(
             r.ext.insert("queueId".into(), first.queue_id.to_string());
             r.ext
                 .insert("queueOffset".into(), first.queue_offset.to_string());
-            if let Some(t) = first.txn {
-                r.ext.insert("transactionId".into(), t.to_string());
+            if first.txn.is_some() {
+                // As Apache: the message's UNIQ_KEY, which is also the transaction id clients
+                // give checkLocalTransaction (from the checked message's UNIQ_KEY).
+                r.ext.insert("transactionId".into(), first.msg_id.clone());
             }
             r.ext.insert("MSG_REGION".into(), "DefaultRegion".into());
             r.ext.insert("TRACE_ON".into(), "false".into());
@@ -1408,6 +1527,13 @@ async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         .await
     {
         Ok(Reply::OffsetCommitted) => Ok(ok(req)),
+        // The core's UnknownTopic says auto-create is off; for a commit the reason is that
+        // offsets are kept only for queues that exist (auto-create or not).
+        Ok(Reply::Error(ClientError::UnknownTopic(t))) => Err(fail(
+            req,
+            status::TOPIC_NOT_EXIST,
+            format!("UNKNOWN_TOPIC: topic `{t}` does not exist: offsets are kept only for queues of existing topics"),
+        )),
         Ok(Reply::Error(e)) => Err(client_error(req, &e)),
         Ok(other) => Err(unexpected(req, &other)),
         Err(e) => Err(core_failure(req, &e)),
@@ -1755,7 +1881,7 @@ mod tests {
     async fn queued_bytes_are_counted_until_written_and_waiters_wake() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Conn::new(1, a, a, tx));
+        let conn = Arc::new(Conn::new(1, a, tx));
         let cmd = RemotingCommand::request(code::HEART_BEAT, BTreeMap::new(), vec![0; 1000]);
         conn.send(&cmd);
         conn.send(&cmd);

@@ -5,6 +5,8 @@
 //! - [`codec`]: frames and the JSON / RocketMQ binary headers, with strict size limits.
 //! - [`server`]: the broker listener (default 127.0.0.1:10911) and the name-server role
 //!   (default 127.0.0.1:9876, answering routes that point at the broker listener).
+//! - [`admin`]: the request codes behind mqadmin (topics, groups, offsets, messages, cluster).
+//! - [`clients`]: consumer and producer groups from heartbeats; membership changes notified.
 //! - [`compression`]: zlib bodies of v4 producers inflated (bounded) before the core sees them.
 //! - [`locks`]: queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
 //! - [`pop`]: pop consumers' extraInfo receipts mapped onto the core's receipt handles.
@@ -15,6 +17,8 @@
 //! group, and the driver routes the check to a remoting connection whose heartbeat (or
 //! transactional send) named the group, as CHECK_TRANSACTION_STATE.
 
+pub mod admin;
+pub mod clients;
 pub mod codec;
 pub mod compression;
 pub mod handlers;

@@ -51,14 +51,21 @@ pub struct RemotingServer {
     tasks: Vec<JoinHandle<()>>,
 }
 
-impl RemotingServer {
-    /// Binds both listeners (either may be off) and starts accepting.
-    pub async fn start(
+/// The remoting listeners, bound but not yet serving: the broker role's address is the store
+/// host the core writes in every record, so it is known before the core opens.
+#[derive(Debug)]
+pub struct Listeners {
+    broker: Option<TcpListener>,
+    namesrv: Option<TcpListener>,
+}
+
+impl Listeners {
+    /// Binds both listeners (either may be off).
+    pub async fn bind(
         remoting: Option<SocketAddr>,
         namesrv: Option<SocketAddr>,
-        mut ctx: Ctx,
     ) -> Result<Self, String> {
-        let broker_l = match remoting {
+        let broker = match remoting {
             Some(a) => Some(
                 TcpListener::bind(a)
                     .await
@@ -66,7 +73,7 @@ impl RemotingServer {
             ),
             None => None,
         };
-        let namesrv_l = match namesrv {
+        let namesrv = match namesrv {
             Some(a) => Some(
                 TcpListener::bind(a)
                     .await
@@ -74,22 +81,45 @@ impl RemotingServer {
             ),
             None => None,
         };
-        let addr = broker_l.as_ref().and_then(|l| l.local_addr().ok());
-        let namesrv_addr = namesrv_l.as_ref().and_then(|l| l.local_addr().ok());
+        Ok(Listeners { broker, namesrv })
+    }
+
+    /// Where the broker role listens (the real port when the config said 0).
+    #[must_use]
+    pub fn broker_addr(&self) -> Option<SocketAddr> {
+        self.broker.as_ref().and_then(|l| l.local_addr().ok())
+    }
+}
+
+impl RemotingServer {
+    /// Binds both listeners (either may be off) and starts accepting.
+    pub async fn start(
+        remoting: Option<SocketAddr>,
+        namesrv: Option<SocketAddr>,
+        ctx: Ctx,
+    ) -> Result<Self, String> {
+        Ok(Self::serve(Listeners::bind(remoting, namesrv).await?, ctx))
+    }
+
+    /// Starts accepting on listeners bound before.
+    #[must_use]
+    pub fn serve(listeners: Listeners, mut ctx: Ctx) -> Self {
+        let addr = listeners.broker_addr();
+        let namesrv_addr = listeners.namesrv.as_ref().and_then(|l| l.local_addr().ok());
         ctx.broker_addr = addr;
         let stats = ctx.stats();
         let ctx = Arc::new(ctx);
         let next = Arc::new(AtomicU64::new(CONN_BASE));
         let mut tasks = Vec::new();
-        for l in [broker_l, namesrv_l].into_iter().flatten() {
+        for l in [listeners.broker, listeners.namesrv].into_iter().flatten() {
             tasks.push(tokio::spawn(accept(l, ctx.clone(), next.clone())));
         }
-        Ok(RemotingServer {
+        RemotingServer {
             addr,
             namesrv_addr,
             stats,
             tasks,
-        })
+        }
     }
 
     /// Stops accepting and closes every connection.
@@ -140,10 +170,9 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
 
 async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     let _ = stream.set_nodelay(true);
-    let local = stream.local_addr().unwrap_or(peer);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let conn = Arc::new(Conn::new(id, peer, local, tx));
+    let conn = Arc::new(Conn::new(id, peer, tx));
     let w = conn.clone();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {

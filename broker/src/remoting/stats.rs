@@ -10,7 +10,7 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use super::handlers::code;
 
 /// Every counted request code and its RocketMQ name; the last slot counts the rest.
-pub const CODES: [(i32, &str); 21] = [
+pub const CODES: [(i32, &str); 22] = [
     (code::SEND_MESSAGE, "SEND_MESSAGE"),
     (code::PULL_MESSAGE, "PULL_MESSAGE"),
     (code::QUERY_CONSUMER_OFFSET, "QUERY_CONSUMER_OFFSET"),
@@ -31,6 +31,7 @@ pub const CODES: [(i32, &str); 21] = [
     (code::GET_ROUTEINFO_BY_TOPIC, "GET_ROUTEINFO_BY_TOPIC"),
     (code::SEND_MESSAGE_V2, "SEND_MESSAGE_V2"),
     (code::SEND_BATCH_MESSAGE, "SEND_BATCH_MESSAGE"),
+    (code::LITE_PULL_MESSAGE, "LITE_PULL_MESSAGE"),
     (code::POP_MESSAGE, "POP_MESSAGE"),
     (code::ACK_MESSAGE, "ACK_MESSAGE"),
     (

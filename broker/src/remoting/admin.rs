@@ -1,0 +1,774 @@
+//! The request codes behind `mqadmin` (Apache's AdminBrokerProcessor and the name server's
+//! cluster and topic lists), mapped onto the core's tables: nothing here decides anything
+//! about messages. One broker, `rocklet`, in one cluster, `rocklet`.
+//!
+//! Served: UPDATE_AND_CREATE_TOPIC (17), GET_TOPIC_CONFIG (351), GET_TOPIC_STATS_INFO (202),
+//! GET_ALL_TOPIC_LIST_FROM_NAMESERVER (206), GET_BROKER_CLUSTER_INFO (106),
+//! GET_BROKER_RUNTIME_INFO (28), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
+//! GET_CONSUME_STATS (208), GET_CONSUMER_CONNECTION_LIST (203),
+//! GET_PRODUCER_CONNECTION_LIST (204), QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_MESSAGE_BY_ID
+//! (33), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222).
+//!
+//! Refused by name with the reason: DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (the
+//! core cannot delete a topic) and QUERY_MESSAGE (12, queryMsgByKey / queryMsgByUniqueKey:
+//! the core keeps no key index, and a scan of the log is not an answer). Every other admin
+//! code is refused naming it ([`code_name`]).
+//!
+//! Costs: per request, lookups by name and at most one record read per queue (last
+//! timestamps), a binary search over a queue for a time (O(log n) reads), or a walk of the
+//! topic table for a group's topics (in memory, bounded by `max_topics`).
+//!
+//! Bodies are RocketMQ's fastjson: maps keyed by a MessageQueue are written with the object
+//! itself as the key (`{{"brokerName":…,"queueId":0,"topic":…}:{…}}`), which fastjson reads.
+
+use std::collections::BTreeMap;
+use std::fmt::Write as _;
+
+use rocklet_core::topic;
+use rocklet_core::TopicInfo;
+use serde_json::{json, Value};
+
+use super::clients::Member;
+use super::codec::RemotingCommand;
+use super::handlers::{
+    core_failure, fail, field, json_body, lock, number, number_or, ok, required, status, Answer,
+    Ctx, BROKER_NAME,
+};
+
+/// Admin request codes (RocketMQ's `RequestCode`).
+pub mod code {
+    pub const QUERY_MESSAGE: i32 = 12;
+    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
+    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
+    pub const SEARCH_OFFSET_BY_TIMESTAMP: i32 = 29;
+    pub const VIEW_MESSAGE_BY_ID: i32 = 33;
+    pub const GET_BROKER_CLUSTER_INFO: i32 = 106;
+    pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
+    pub const GET_TOPIC_STATS_INFO: i32 = 202;
+    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
+    pub const GET_PRODUCER_CONNECTION_LIST: i32 = 204;
+    pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
+    pub const GET_CONSUME_STATS: i32 = 208;
+    pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
+    pub const DELETE_TOPIC_IN_NAMESRV: i32 = 216;
+    pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
+    pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
+    pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
+    pub const GET_TOPIC_CONFIG: i32 = 351;
+}
+
+/// Response codes of admin answers (RocketMQ's `ResponseCode`).
+const CONSUMER_NOT_ONLINE: i32 = 206;
+
+/// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
+/// asked (mqadmin's other commands, name-server and controller requests).
+const NAMES: [(i32, &str); 62] = [
+    (12, "QUERY_MESSAGE"),
+    (13, "QUERY_BROKER_OFFSET"),
+    (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
+    (21, "GET_ALL_TOPIC_CONFIG"),
+    (22, "GET_TOPIC_CONFIG_LIST"),
+    (23, "GET_TOPIC_NAME_LIST"),
+    (25, "UPDATE_BROKER_CONFIG"),
+    (26, "GET_BROKER_CONFIG"),
+    (27, "TRIGGER_DELETE_FILES"),
+    (32, "GET_EARLIEST_MSG_STORETIME"),
+    (43, "GET_ALL_CONSUMER_OFFSET"),
+    (45, "GET_ALL_DELAY_OFFSET"),
+    (46, "CHECK_CLIENT_CONFIG"),
+    (47, "GET_CLIENT_CONFIG"),
+    (60, "GET_TIMER_CHECK_POINT"),
+    (61, "GET_TIMER_METRICS"),
+    (100, "PUT_KV_CONFIG"),
+    (101, "GET_KV_CONFIG"),
+    (102, "DELETE_KV_CONFIG"),
+    (103, "REGISTER_BROKER"),
+    (104, "UNREGISTER_BROKER"),
+    (201, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG"),
+    (205, "WIPE_WRITE_PERM_OF_BROKER"),
+    (207, "DELETE_SUBSCRIPTIONGROUP"),
+    (209, "SUSPEND_CONSUMER"),
+    (210, "RESUME_CONSUMER"),
+    (211, "RESET_CONSUMER_OFFSET_IN_CONSUMER"),
+    (212, "RESET_CONSUMER_OFFSET_IN_BROKER"),
+    (213, "ADJUST_CONSUMER_THREAD_POOL"),
+    (214, "WHO_CONSUME_THE_MESSAGE"),
+    (215, "DELETE_TOPIC_IN_BROKER"),
+    (216, "DELETE_TOPIC_IN_NAMESRV"),
+    (217, "REGISTER_TOPIC_IN_NAMESRV"),
+    (219, "GET_KVLIST_BY_NAMESPACE"),
+    (220, "RESET_CONSUMER_CLIENT_OFFSET"),
+    (221, "GET_CONSUMER_STATUS_FROM_CLIENT"),
+    (223, "INVOKE_BROKER_TO_GET_CONSUMER_STATUS"),
+    (224, "GET_TOPICS_BY_CLUSTER"),
+    (225, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST"),
+    (303, "QUERY_CONSUME_TIME_SPAN"),
+    (304, "GET_SYSTEM_TOPIC_LIST_FROM_NS"),
+    (305, "GET_SYSTEM_TOPIC_LIST_FROM_BROKER"),
+    (306, "CLEAN_EXPIRED_CONSUMEQUEUE"),
+    (307, "GET_CONSUMER_RUNNING_INFO"),
+    (308, "QUERY_CORRECTION_OFFSET"),
+    (309, "CONSUME_MESSAGE_DIRECTLY"),
+    (314, "CLONE_GROUP_OFFSET"),
+    (315, "VIEW_BROKER_STATS_DATA"),
+    (316, "CLEAN_UNUSED_TOPIC"),
+    (317, "GET_BROKER_CONSUME_STATS"),
+    (318, "UPDATE_NAMESRV_CONFIG"),
+    (319, "GET_NAMESRV_CONFIG"),
+    (321, "QUERY_CONSUME_QUEUE"),
+    (322, "QUERY_DATA_VERSION"),
+    (323, "RESUME_CHECK_HALF_MESSAGE"),
+    (327, "ADD_WRITE_PERM_OF_BROKER"),
+    (328, "GET_ALL_PRODUCER_INFO"),
+    (329, "DELETE_EXPIRED_COMMITLOG"),
+    (352, "GET_SUBSCRIPTIONGROUP_CONFIG"),
+    (370, "RECALL_MESSAGE"),
+    (400, "QUERY_ASSIGNMENT"),
+    (513, "UPDATE_AND_CREATE_STATIC_TOPIC"),
+];
+
+/// The RocketMQ name of a request code rocklet does not serve, if it is a known one.
+#[must_use]
+pub fn code_name(request_code: i32) -> Option<&'static str> {
+    NAMES
+        .iter()
+        .find(|(c, _)| *c == request_code)
+        .map(|(_, n)| *n)
+}
+
+/// Handles an admin request; `None` when the code is no admin request rocklet knows.
+pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
+    Some(match req.code {
+        code::UPDATE_AND_CREATE_TOPIC => update_topic(ctx, req).await,
+        code::GET_TOPIC_CONFIG => topic_config(ctx, req).await,
+        code::GET_TOPIC_STATS_INFO => topic_stats(ctx, req).await,
+        code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => topic_list(ctx, req).await,
+        code::GET_BROKER_CLUSTER_INFO => cluster_info(ctx, req),
+        code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
+        code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
+        code::GET_CONSUME_STATS => consume_stats(ctx, req).await,
+        code::GET_CONSUMER_CONNECTION_LIST => consumer_connections(ctx, req),
+        code::GET_PRODUCER_CONNECTION_LIST => producer_connections(ctx, req),
+        code::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by(ctx, req),
+        code::VIEW_MESSAGE_BY_ID => view_message(ctx, req).await,
+        code::SEARCH_OFFSET_BY_TIMESTAMP => search_offset(ctx, req).await,
+        code::INVOKE_BROKER_TO_RESET_OFFSET => reset_offset(ctx, req).await,
+        code::DELETE_TOPIC_IN_BROKER | code::DELETE_TOPIC_IN_NAMESRV => Err(fail(
+            req,
+            status::REQUEST_CODE_NOT_SUPPORTED,
+            "deleting a topic is not supported by rocklet: the log keeps every topic it ever had (the core has no topic deletion)",
+        )),
+        code::QUERY_MESSAGE => Err(fail(
+            req,
+            status::REQUEST_CODE_NOT_SUPPORTED,
+            "QUERY_MESSAGE (queryMsgByKey, queryMsgByUniqueKey) is not supported by rocklet: it keeps no index of message keys; look a message up by its offset message id (queryMsgById) or queue offset (queryMsgByOffset)",
+        )),
+        _ => return None,
+    })
+}
+
+/// A MessageQueue as fastjson writes it (also as a map key).
+fn mq(topic: &str, queue_id: u32) -> String {
+    json!({ "brokerName": BROKER_NAME, "queueId": queue_id, "topic": topic }).to_string()
+}
+
+/// A fastjson map keyed by MessageQueue objects: `{{mq}:{value},…}`.
+fn mq_map(entries: &[(String, u32, Value)]) -> String {
+    let mut s = String::from("{");
+    for (i, (t, q, v)) in entries.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "{}:{}", mq(t, *q), v);
+    }
+    s.push('}');
+    s
+}
+
+fn with_body(req: &RemotingCommand, body: impl Into<Vec<u8>>) -> RemotingCommand {
+    let mut r = ok(req);
+    r.body = body.into();
+    r
+}
+
+async fn topic_info(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    name: &str,
+) -> Result<TopicInfo, RemotingCommand> {
+    let n = name.to_string();
+    match ctx.core.inspect(move |b| b.topic_info(&n)).await {
+        Ok(Some(t)) => Ok(t),
+        Ok(None) => Err(fail(
+            req,
+            status::TOPIC_NOT_EXIST,
+            format!("topic `{name}` does not exist on this broker"),
+        )),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+/// UPDATE_AND_CREATE_TOPIC (mqadmin updateTopic): creates the topic, or grows it. The core
+/// has one queue count per topic, read and write permission always, and every message type
+/// on an auto-created or updated topic, so what cannot be kept is refused by name.
+async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let name = required(req, "topic")?.to_string();
+    let read: u32 = number_or(req, "readQueueNums", ctx.cfg.core.default_queues)?;
+    let write: u32 = number_or(req, "writeQueueNums", read)?;
+    let perm: u32 = number_or(req, "perm", 6)?;
+    if read != write {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("readQueueNums {read} and writeQueueNums {write} differ: rocklet topics have one queue count"),
+        ));
+    }
+    if perm != 6 {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("perm {perm} is not supported: rocklet topics are readable and writable (6)"),
+        ));
+    }
+    if let Some(a) = field(req, "attributes").filter(|a| !a.trim().is_empty()) {
+        // `+message.type=FIFO` and the like: rocklet topics take every message type.
+        for attr in a.split(',').map(str::trim).filter(|x| !x.is_empty()) {
+            let key = attr
+                .trim_start_matches(['+', '-'])
+                .split('=')
+                .next()
+                .unwrap_or("");
+            if key != "message.type" {
+                return Err(fail(
+                    req,
+                    status::SYSTEM_ERROR,
+                    format!("topic attribute `{key}` is not supported by rocklet (message.type is accepted: every type is)"),
+                ));
+            }
+        }
+    }
+    let n = name.clone();
+    let r = ctx
+        .core
+        .inspect(move |b| {
+            if let Some(have) = b.topic_queue_count(&n) {
+                if have > read {
+                    return Ok(Err(format!(
+                        "topic `{n}` has {have} queues; rocklet cannot remove queues (asked for {read})"
+                    )));
+                }
+            }
+            b.create_topic(&n, read)
+                .map(|r| r.map_err(|e| format!("{}: {e}", e.code())))
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    match r {
+        Ok(Ok(Ok(()))) => Ok(ok(req)),
+        Ok(Ok(Err(e))) => Err(fail(req, status::SYSTEM_ERROR, e)),
+        Ok(Err(e)) => Err(fail(
+            req,
+            status::SERVICE_NOT_AVAILABLE,
+            format!("storage failure: {e}"),
+        )),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+fn topic_config_json(t: &TopicInfo) -> Value {
+    json!({
+        "topicName": t.name,
+        "readQueueNums": t.queues.len(),
+        "writeQueueNums": t.queues.len(),
+        "perm": 6,
+        "topicFilterType": "SINGLE_TAG",
+        "topicSysFlag": 0,
+        "order": false,
+        "attributes": {},
+    })
+}
+
+/// GET_TOPIC_CONFIG: the topic's config (TopicConfigAndQueueMapping, no static mapping).
+async fn topic_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let t = topic_info(ctx, req, required(req, "topic")?).await?;
+    Ok(with_body(req, topic_config_json(&t).to_string()))
+}
+
+/// Store time of the message at `offset` of a queue (`None`: nothing readable there).
+async fn store_time(ctx: &Ctx, topic: &str, queue_id: u32, offset: u64) -> Option<u64> {
+    let t = topic.to_string();
+    ctx.core
+        .inspect(move |b| {
+            b.browse(&t, queue_id, offset, 1)
+                .ok()
+                .and_then(|m| m.first().map(|m| m.store_timestamp))
+        })
+        .await
+        .ok()
+        .flatten()
+}
+
+/// GET_TOPIC_STATS_INFO (topicStatus): per queue its offsets and the last store time.
+async fn topic_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let t = topic_info(ctx, req, required(req, "topic")?).await?;
+    let mut entries = Vec::with_capacity(t.queues.len());
+    for &(q, next, _) in &t.queues {
+        let last = match next {
+            0 => 0,
+            n => store_time(ctx, &t.name, q, n - 1).await.unwrap_or(0),
+        };
+        entries.push((
+            t.name.clone(),
+            q,
+            json!({ "minOffset": 0, "maxOffset": next, "lastUpdateTimestamp": last }),
+        ));
+    }
+    Ok(with_body(
+        req,
+        format!(
+            "{{\"offsetTable\":{},\"topicPutTps\":0.0}}",
+            mq_map(&entries)
+        ),
+    ))
+}
+
+/// GET_ALL_TOPIC_LIST_FROM_NAMESERVER (topicList): every consumer-visible topic.
+async fn topic_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let names: Vec<String> = ctx
+        .core
+        .inspect(|b| b.topics().into_iter().map(|t| t.name).collect())
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    Ok(with_body(req, json!({ "topicList": names }).to_string()))
+}
+
+/// GET_BROKER_CLUSTER_INFO (clusterList): one cluster of one broker.
+fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let Some(addr) = ctx.broker_addr else {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            "the remoting broker listener is off: no broker to list",
+        ));
+    };
+    let body = json!({
+        "brokerAddrTable": { BROKER_NAME: {
+            "cluster": BROKER_NAME,
+            "brokerName": BROKER_NAME,
+            "brokerAddrs": { "0": addr.to_string() },
+            "enableActingMaster": false,
+        }},
+        "clusterAddrTable": { BROKER_NAME: [BROKER_NAME] },
+    });
+    Ok(with_body(req, body.to_string()))
+}
+
+/// GET_BROKER_RUNTIME_INFO (brokerStatus, clusterList): the broker's counters as RocketMQ's
+/// KVTable names them (what rocklet does not measure is reported as 0).
+async fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let r = ctx
+        .core
+        .inspect(|b| {
+            (
+                b.stats(),
+                b.log_end(),
+                b.pending_transaction_count(),
+                b.pending_delay_count(),
+                b.now(),
+            )
+        })
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let (stats, log_end, halves, delays, now) = r;
+    let mut t = BTreeMap::new();
+    let mut put = |k: &str, v: String| {
+        t.insert(k.to_string(), v);
+    };
+    put(
+        "brokerVersionDesc",
+        format!("rocklet {}", env!("CARGO_PKG_VERSION")),
+    );
+    put("brokerVersion", "499".into());
+    put("brokerActive", "true".into());
+    put("msgPutTotalTodayNow", stats.messages_stored.to_string());
+    put("msgGetTotalTodayNow", stats.received.to_string());
+    put("msgPutTotalTodayMorning", "0".into());
+    put("msgGetTotalTodayMorning", "0".into());
+    put("msgPutTotalYesterdayMorning", "0".into());
+    put("msgGetTotalYesterdayMorning", "0".into());
+    put("putTps", "0.0 0.0 0.0".into());
+    put("getTransferredTps", "0.0 0.0 0.0".into());
+    put("getFoundTps", "0.0 0.0 0.0".into());
+    put("commitLogMaxOffset", log_end.to_string());
+    put("commitLogMinOffset", "0".into());
+    put("commitLogDiskRatio", "0.0".into());
+    put("earliestMessageTimeStamp", "".into());
+    put("halfMessagesPending", halves.to_string());
+    put("delayMessagesPending", delays.to_string());
+    put("transactionsCommitted", stats.committed.to_string());
+    put("transactionsRolledBack", stats.rolled_back.to_string());
+    put("sendThreadPoolQueueSize", "0".into());
+    put("pullThreadPoolQueueSize", "0".into());
+    put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
+    put("pullThreadPoolQueueHeadWaitTimeMills", "0".into());
+    put("pageCacheLockTimeMills", "0".into());
+    put("timerReadBehind", "0".into());
+    put("timerOffsetBehind", "0".into());
+    put("timerCongestNum", "0".into());
+    put("timerEnqueueTps", "0.0".into());
+    put("timerDequeueTps", "0.0".into());
+    put("brokerNow", now.to_string());
+    put(
+        "flushMode",
+        format!("{:?}", ctx.cfg.core.flush).to_uppercase(),
+    );
+    Ok(with_body(req, json!({ "table": t }).to_string()))
+}
+
+/// UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (updateSubGroup): declares the group in the log;
+/// `consumeMessageOrderly` (`-o true`) makes it a FIFO group. Of the rest of
+/// SubscriptionGroupConfig only the name is kept (retries are the broker's
+/// max_delivery_attempts, consumption is always enabled).
+async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let v = json_body(req)?;
+    let name = v
+        .get("groupName")
+        .and_then(Value::as_str)
+        .unwrap_or_default()
+        .to_string();
+    if name.is_empty() {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            "the body lacks `groupName`",
+        ));
+    }
+    let fifo = v.get("consumeMessageOrderly").and_then(Value::as_bool) == Some(true);
+    let r = ctx
+        .core
+        .inspect(move |b| {
+            b.declare_group(&name, fifo)
+                .map(|r| r.map_err(|e| format!("{}: {e}", e.code())))
+                .map_err(|e| e.to_string())
+        })
+        .await;
+    match r {
+        Ok(Ok(Ok(()))) => Ok(ok(req)),
+        Ok(Ok(Err(e))) => Err(fail(req, status::SYSTEM_ERROR, e)),
+        Ok(Err(e)) => Err(fail(
+            req,
+            status::SERVICE_NOT_AVAILABLE,
+            format!("storage failure: {e}"),
+        )),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+/// The topics a group consumes: its connected members' subscriptions, the topics it has
+/// committed offsets in, and its retry topic if it exists.
+async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
+    let subscribed: Vec<String> = lock(&ctx.clients)
+        .consumer_group(group)
+        .map(|g| {
+            g.info
+                .subscriptions
+                .iter()
+                .map(|s| s.topic.clone())
+                .collect()
+        })
+        .unwrap_or_default();
+    let g = group.to_string();
+    ctx.core
+        .inspect(move |b| {
+            let retry = topic::retry(&g);
+            b.topics()
+                .into_iter()
+                .filter(|t| {
+                    t.name == retry
+                        || subscribed.contains(&t.name)
+                        || t.queues
+                            .iter()
+                            .any(|q| b.committed_offset(&g, &t.name, q.0).is_some())
+                })
+                .collect()
+        })
+        .await
+        .unwrap_or_default()
+}
+
+/// GET_CONSUME_STATS (consumerProgress): per queue of the group's topics (or of `topic`)
+/// the broker's and the group's offsets, and when the last consumed message was stored.
+async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topics = match field(req, "topic").filter(|t| !t.is_empty()) {
+        Some(t) => vec![topic_info(ctx, req, t).await?],
+        None => group_topics(ctx, &group).await,
+    };
+    let mut entries = Vec::new();
+    for t in &topics {
+        for &(q, next, _) in &t.queues {
+            let (g, n) = (group.clone(), t.name.clone());
+            let committed = ctx
+                .core
+                .inspect(move |b| b.committed_offset(&g, &n, q))
+                .await
+                .map_err(|e| core_failure(req, &e))?
+                .unwrap_or(0);
+            let last = match committed {
+                0 => 0,
+                c => store_time(ctx, &t.name, q, c - 1).await.unwrap_or(0),
+            };
+            entries.push((
+                t.name.clone(),
+                q,
+                json!({
+                    "brokerOffset": next,
+                    "consumerOffset": committed,
+                    "pullOffset": committed,
+                    "lastTimestamp": last,
+                }),
+            ));
+        }
+    }
+    Ok(with_body(
+        req,
+        format!(
+            "{{\"offsetTable\":{},\"consumeTps\":0.0}}",
+            mq_map(&entries)
+        ),
+    ))
+}
+
+fn connection(client: &str, m: &Member) -> Value {
+    json!({
+        "clientId": client,
+        "clientAddr": m.addr.to_string(),
+        "language": if m.language.is_empty() { "JAVA" } else { m.language.as_str() },
+        "version": m.version,
+    })
+}
+
+fn or<'a>(v: &'a str, default: &'a str) -> &'a str {
+    if v.is_empty() {
+        default
+    } else {
+        v
+    }
+}
+
+/// GET_CONSUMER_CONNECTION_LIST (consumerConnection): the group's connected clients and
+/// their subscriptions; CONSUMER_NOT_ONLINE when none is connected, as Apache answers.
+fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?;
+    let clients = lock(&ctx.clients);
+    let Some(g) = clients.consumer_group(group) else {
+        return Err(fail(
+            req,
+            CONSUMER_NOT_ONLINE,
+            format!("the consumer group[{group}] not online"),
+        ));
+    };
+    let connections: Vec<Value> = g.members.iter().map(|(c, m)| connection(c, m)).collect();
+    let subscriptions: serde_json::Map<String, Value> = g
+        .info
+        .subscriptions
+        .iter()
+        .map(|s| {
+            (
+                s.topic.clone(),
+                json!({
+                    "topic": s.topic,
+                    "subString": s.expression,
+                    "expressionType": s.expression_type,
+                    "tagsSet": [],
+                    "codeSet": [],
+                    "subVersion": 0,
+                    "classFilterMode": false,
+                }),
+            )
+        })
+        .collect();
+    let body = json!({
+        "connectionSet": connections,
+        "subscriptionTable": subscriptions,
+        "consumeType": or(&g.info.consume_type, "CONSUME_PASSIVELY"),
+        "messageModel": or(&g.info.message_model, "CLUSTERING"),
+        "consumeFromWhere": or(&g.info.consume_from_where, "CONSUME_FROM_LAST_OFFSET"),
+    });
+    Ok(with_body(req, body.to_string()))
+}
+
+/// GET_PRODUCER_CONNECTION_LIST (producerConnection): the group's connected producers.
+fn producer_connections(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "producerGroup")?;
+    let clients = lock(&ctx.clients);
+    let Some(g) = clients.producer_group(group) else {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("the producer group[{group}] not exist"),
+        ));
+    };
+    let connections: Vec<Value> = g.iter().map(|(c, m)| connection(c, m)).collect();
+    Ok(with_body(
+        req,
+        json!({ "connectionSet": connections }).to_string(),
+    ))
+}
+
+/// QUERY_TOPIC_CONSUME_BY_WHO: the connected groups subscribed to the topic (the core
+/// lists no groups by topic, so offline groups with offsets in it are not named).
+fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let name = required(req, "topic")?.to_string();
+    let mut groups: Vec<String> = lock(&ctx.clients)
+        .consumer_groups()
+        .filter(|(_, g)| g.info.subscriptions.iter().any(|s| s.topic == name))
+        .map(|(n, _)| n.clone())
+        .collect();
+    groups.sort();
+    groups.dedup();
+    Ok(with_body(req, json!({ "groupList": groups }).to_string()))
+}
+
+/// VIEW_MESSAGE_BY_ID (queryMsgById): the record at a log offset, as stored.
+async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let offset: u64 = number(req, "offset")?;
+    let r = ctx
+        .core
+        .inspect(move |b| b.raw_records(offset, 1).map_err(|e| e.to_string()))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    match r {
+        Ok(recs) => match recs.into_iter().next() {
+            Some((at, bytes)) if at == offset => Ok(with_body(req, bytes)),
+            _ => Err(fail(
+                req,
+                status::SYSTEM_ERROR,
+                format!("no message at log offset {offset}"),
+            )),
+        },
+        Err(e) => Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("no message at log offset {offset}: {e}"),
+        )),
+    }
+}
+
+/// The first queue offset whose message was stored at or after `ts` (the queue's end when
+/// none is), by binary search: O(log n) record reads. Store times only grow along a queue.
+async fn offset_at(ctx: &Ctx, t: &TopicInfo, queue_id: u32, ts: u64) -> Option<u64> {
+    let &(_, next, _) = t.queues.iter().find(|q| q.0 == queue_id)?;
+    let (mut lo, mut hi) = (0u64, next);
+    while lo < hi {
+        let mid = lo + (hi - lo) / 2;
+        match store_time(ctx, &t.name, queue_id, mid).await {
+            Some(at) if at >= ts => hi = mid,
+            _ => lo = mid + 1,
+        }
+    }
+    Some(lo)
+}
+
+/// SEARCH_OFFSET_BY_TIMESTAMP: the queue offset of the first message stored at or after the
+/// time.
+async fn search_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let name = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let ts: u64 = number(req, "timestamp")?;
+    let t = topic_info(ctx, req, &name).await?;
+    let Some(offset) = offset_at(ctx, &t, queue_id, ts).await else {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!(
+                "queue {queue_id} does not exist in topic `{name}` ({} queues)",
+                t.queues.len()
+            ),
+        ));
+    };
+    let mut r = ok(req);
+    r.ext.insert("offset".into(), offset.to_string());
+    Ok(r)
+}
+
+/// INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): as Apache's broker, the offsets of
+/// the time (`timestamp` -1: the queues' ends) are sent to the group's connected clients
+/// (RESET_CONSUMER_CLIENT_OFFSET), which take and commit them; an offset after the group's
+/// is kept only with `isForce`. No client connected: CONSUMER_NOT_ONLINE, and mqadmin then
+/// commits the offsets itself (GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP,
+/// UPDATE_CONSUMER_OFFSET).
+async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let name = required(req, "topic")?.to_string();
+    let group = required(req, "group")?.to_string();
+    let ts: i64 = number(req, "timestamp")?;
+    let force = field(req, "isForce") != Some("false");
+    let t = topic_info(ctx, req, &name).await?;
+    if lock(&ctx.clients).members(&group).is_empty() {
+        return Err(fail(
+            req,
+            CONSUMER_NOT_ONLINE,
+            format!("Consumer not online, so can not reset offset, Group: {group} Topic: {name} Timestamp: {ts}"),
+        ));
+    }
+    let mut entries = Vec::with_capacity(t.queues.len());
+    for &(q, next, _) in &t.queues {
+        let at = match u64::try_from(ts) {
+            Ok(ts) => offset_at(ctx, &t, q, ts).await.unwrap_or(next),
+            Err(_) => next,
+        };
+        let (g, n) = (group.clone(), name.clone());
+        let committed = ctx
+            .core
+            .inspect(move |b| b.committed_offset(&g, &n, q))
+            .await
+            .map_err(|e| core_failure(req, &e))?
+            .unwrap_or(0);
+        let offset = if force || at < committed {
+            at
+        } else {
+            committed
+        };
+        entries.push((name.clone(), q, json!(offset)));
+    }
+    let body = format!("{{\"offsetTable\":{}}}", mq_map(&entries));
+    let mut ext = BTreeMap::new();
+    ext.insert("topic".to_string(), name.clone());
+    ext.insert("group".to_string(), group.clone());
+    ext.insert("timestamp".to_string(), ts.to_string());
+    ext.insert("isForce".to_string(), force.to_string());
+    let members = lock(&ctx.clients).members(&group);
+    for m in members.iter().filter_map(std::sync::Weak::upgrade) {
+        m.push(RemotingCommand::request(
+            code::RESET_CONSUMER_CLIENT_OFFSET,
+            ext.clone(),
+            body.clone().into_bytes(),
+        ));
+    }
+    Ok(with_body(req, body))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn message_queue_maps_are_written_as_fastjson_reads_them() {
+        let m = mq_map(&[
+            ("T".into(), 0, json!({"maxOffset": 1})),
+            ("T".into(), 1, json!(5)),
+        ]);
+        assert_eq!(
+            m,
+            r#"{{"brokerName":"rocklet","queueId":0,"topic":"T"}:{"maxOffset":1},{"brokerName":"rocklet","queueId":1,"topic":"T"}:5}"#
+        );
+        assert_eq!(mq_map(&[]), "{}");
+    }
+
+    #[test]
+    fn unserved_codes_are_named() {
+        assert_eq!(code_name(25), Some("UPDATE_BROKER_CONFIG"));
+        assert_eq!(code_name(215), Some("DELETE_TOPIC_IN_BROKER"));
+        assert_eq!(code_name(99_999), None);
+    }
+}

@@ -1,0 +1,178 @@
+// mqadmin (org.apache.rocketmq:rocketmq-tools 5.5.0, MQAdminStartup) against rocklet: every
+// served command is run as `mqadmin <command> … -n <namesrv>` would run it (in one JVM, which
+// saves a JVM start per command), and its output is checked.
+//
+//   java -cp <jars>:<classes> AdminTest <namesrv>
+import java.io.ByteArrayOutputStream;
+import java.io.PrintStream;
+import java.util.ArrayList;
+import java.util.List;
+import java.util.concurrent.atomic.AtomicInteger;
+import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
+import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
+import org.apache.rocketmq.client.consumer.listener.MessageListenerConcurrently;
+import org.apache.rocketmq.client.producer.DefaultMQProducer;
+import org.apache.rocketmq.client.producer.SendResult;
+import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
+import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.tools.command.MQAdminStartup;
+
+public class AdminTest {
+    static String ns;
+    static int passed = 0;
+    static List<String> failures = new ArrayList<>();
+
+    /** Runs one mqadmin command; returns what it printed (stdout and stderr). */
+    static String mqadmin(String... args) {
+        String[] all = new String[args.length + 2];
+        System.arraycopy(args, 0, all, 0, args.length);
+        all[args.length] = "-n";
+        all[args.length + 1] = ns;
+        PrintStream out = System.out;
+        PrintStream err = System.err;
+        ByteArrayOutputStream buf = new ByteArrayOutputStream();
+        PrintStream cap = new PrintStream(buf, true);
+        System.setOut(cap);
+        System.setErr(cap);
+        try {
+            MQAdminStartup.main0(all, null);
+        } finally {
+            System.setOut(out);
+            System.setErr(err);
+        }
+        return buf.toString();
+    }
+
+    /** Runs a command and checks that its output holds every `want` and no `unwanted`. */
+    static String expect(String[] cmd, String[] want, String... unwanted) {
+        return expectWithin(0, cmd, want, unwanted);
+    }
+
+    /** The same, running the command again until it passes or `seconds` are over. */
+    static String expectWithin(int seconds, String[] cmd, String[] want, String... unwanted) {
+        long deadline = System.currentTimeMillis() + seconds * 1000L;
+        String got;
+        List<String> missing;
+        do {
+            got = mqadmin(cmd);
+            missing = problems(got, want, unwanted);
+        } while (!missing.isEmpty() && System.currentTimeMillis() < deadline);
+        String name = "mqadmin " + String.join(" ", cmd);
+        if (missing.isEmpty()) {
+            passed++;
+            System.out.println("ok: " + name);
+        } else {
+            failures.add(name);
+            System.out.println("FAIL: " + name + ": " + missing + "\n---- output\n" + got + "----");
+        }
+        return got;
+    }
+
+    static List<String> problems(String got, String[] want, String[] unwanted) {
+        List<String> missing = new ArrayList<>();
+        for (String w : want) {
+            if (!got.contains(w)) {
+                missing.add("lacks `" + w + "`");
+            }
+        }
+        for (String u : unwanted) {
+            if (got.contains(u)) {
+                missing.add("holds `" + u + "`");
+            }
+        }
+        return missing;
+    }
+
+    static String[] a(String... s) {
+        return s;
+    }
+
+    public static void main(String[] args) throws Exception {
+        ns = args[0];
+        String stamp = Long.toString(System.currentTimeMillis(), 36);
+        String topic = "AdmTopic" + stamp;
+        String group = "AdmGroup" + stamp;
+        String pgroup = "AdmProducer" + stamp;
+        String fifo = "AdmFifo" + stamp;
+        String[] errors = {"Exception", "command failed"};
+
+        String route = expect(a("clusterList"), a("rocklet", "#Cluster Name"), errors);
+        String addr = route.replaceAll("(?s).*?(127\\.0\\.0\\.1:\\d+).*", "$1");
+        expect(a("brokerStatus", "-b", addr), a("brokerVersionDesc", "msgPutTotalTodayNow", "brokerActive"), errors);
+        expect(a("updateTopic", "-c", "rocklet", "-t", topic, "-r", "8", "-w", "8"),
+            a("create topic to " + addr + " success"), errors);
+        expect(a("topicList"), a(topic), errors);
+        expect(a("topicRoute", "-t", topic), a("\"brokerName\":\"rocklet\"", "\"readQueueNums\":8"), errors);
+        // Growing is fine, shrinking is refused by name.
+        expect(a("updateTopic", "-b", addr, "-t", topic, "-r", "1", "-w", "1"), a("cannot remove queues"));
+        expect(a("updateSubGroup", "-c", "rocklet", "-g", fifo, "-o", "true"),
+            a("create subscription group to " + addr + " success"), errors);
+
+        DefaultMQProducer p = new DefaultMQProducer(pgroup);
+        p.setNamesrvAddr(ns);
+        p.start();
+        String offsetId = null;
+        long before = System.currentTimeMillis();
+        for (int i = 0; i < 4; i++) {
+            Message m = new Message(topic, "TagA", "key-" + i, ("admin-" + i).getBytes());
+            SendResult r = p.send(m);
+            if (i == 0) {
+                offsetId = r.getOffsetMsgId();
+            }
+        }
+        expect(a("topicStatus", "-t", topic), a("#Broker Name", "rocklet"), errors);
+        expect(a("producerConnection", "-g", pgroup, "-t", topic), a("JAVA"), errors);
+        expect(a("queryMsgById", "-t", topic, "-i", offsetId), a("Topic:", topic, "[key-0]", "[TagA]"), errors);
+        expect(a("queryMsgByOffset", "-t", topic, "-b", "rocklet", "-i", "0", "-o", "0"), a("OffsetID:", topic), errors);
+        // Refused by the broker (QUERY_MESSAGE: no key index); the tool reports no message.
+        expect(a("queryMsgByKey", "-t", topic, "-k", "key-1"), a("query message by key finished, but no message"));
+
+        AtomicInteger consumed = new AtomicInteger();
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
+        c.setNamesrvAddr(ns);
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.setPersistConsumerOffsetInterval(500);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            consumed.addAndGet(msgs.size());
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        long deadline = System.currentTimeMillis() + 30_000;
+        while (consumed.get() < 4 && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+        }
+        expect(a("consumerConnection", "-g", group), a(c.buildMQClientId(), topic, "CONSUME_PASSIVELY", "CLUSTERING"), errors);
+        // The consumer persists its offsets 10 s after it starts, then every 500 ms.
+        expectWithin(20, a("consumerProgress", "-g", group), a(topic, "Consume Diff Total: 0"), errors);
+        // Online: the broker sends the clients the offsets of the time; they consume again.
+        int seen = consumed.get();
+        expect(a("resetOffsetByTime", "-g", group, "-t", topic, "-s", Long.toString(before - 1000)),
+            a("#brokerName", "rocklet"), errors);
+        deadline = System.currentTimeMillis() + 30_000;
+        while (consumed.get() < seen + 4 && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+        }
+        if (consumed.get() < seen + 4) {
+            failures.add("resetOffsetByTime (online)");
+            System.out.println("FAIL: after resetOffsetByTime the group consumed " + (consumed.get() - seen) + " of 4 again");
+        } else {
+            passed++;
+            System.out.println("ok: the online group consumed the 4 messages again after resetOffsetByTime");
+        }
+        c.shutdown();
+        // Offline: mqadmin commits the offsets itself (the broker answers CONSUMER_NOT_ONLINE).
+        Thread.sleep(500);
+        expect(a("resetOffsetByTime", "-g", group, "-t", topic, "-s", "now"), a("#resetOffset", "rocklet"), errors);
+        expect(a("consumerProgress", "-g", group), a(topic), errors);
+        expect(a("deleteTopic", "-c", "rocklet", "-t", topic), a("deleting a topic is not supported"));
+        p.shutdown();
+
+        System.out.println();
+        if (!failures.isEmpty()) {
+            System.out.println("failed: " + failures);
+        }
+        System.out.println(passed + " passed, " + failures.size() + " failed");
+        System.exit(failures.isEmpty() ? 0 : 1);
+    }
+}
