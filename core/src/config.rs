@@ -87,6 +87,10 @@ pub struct Config {
     /// [`Broker::replicated_to`](crate::Broker::replicated_to), that enough replicas hold the
     /// bytes (RocketMQ's SYNC_MASTER). Off for a single broker.
     pub replicated_acks: bool,
+    /// Index messages by key (KEYS) and message id (UNIQ_KEY) for
+    /// [`Broker::messages_by_key`](crate::Broker::messages_by_key), as RocketMQ's
+    /// messageIndexEnable: 16 bytes a key in memory.
+    pub index_keys: bool,
 }
 
 /// STOREHOST as configured: an IPv4 address and port.
@@ -125,6 +129,7 @@ impl Default for Config {
             max_topics: 100_000,
             max_scan_units: 800,
             replicated_acks: false,
+            index_keys: true,
         }
     }
 }

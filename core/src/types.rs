@@ -567,9 +567,10 @@ impl fmt::Display for ClientError {
         match self {
             ClientError::InvalidTopic(why) => write!(f, "invalid topic: {why}"),
             ClientError::ReservedTopic(t) => write!(f, "topic `{t}` is reserved for the broker"),
-            ClientError::UnknownTopic(t) => {
-                write!(f, "topic `{t}` does not exist and auto-create is off")
-            }
+            ClientError::UnknownTopic(t) => write!(
+                f,
+                "topic `{t}` does not exist (only a send creates one, and only with auto-create on)"
+            ),
             ClientError::InvalidGroup(why) => write!(f, "invalid group: {why}"),
             ClientError::InvalidQueue {
                 topic,

@@ -483,3 +483,140 @@ fn an_unchanged_offset_commit_writes_nothing() {
     assert!(b.log_end() > end, "a changed offset must be written");
     assert_eq!(b.committed_offset("G", "T", 0), Some(0));
 }
+
+// ---- issue #15: topics as RocketMQ's admin tools manage them -------------------------------
+
+#[test]
+fn a_send_keeps_a_declared_topics_queues() {
+    let mut b = Broker::open(Config::default(), MemStorage::new(), 0).unwrap();
+    b.create_topic("Two", 2).unwrap().unwrap();
+    send(&mut b, "Two", "m");
+    assert_eq!(
+        b.topic_queue_count("Two"),
+        Some(2),
+        "a send grew a declared topic"
+    );
+    let half = Request::Prepare {
+        group: "PG".into(),
+        message: NewMessage::new("Two", &b"h"[..]),
+        check_immunity_ms: None,
+    };
+    exec(&mut b, 0, half);
+    assert_eq!(b.topic_queue_count("Two"), Some(2));
+    let b = Broker::open(Config::default(), b.into_storage(), 1).unwrap();
+    assert_eq!(b.topic_queue_count("Two"), Some(2));
+}
+
+#[test]
+fn a_deleted_topic_is_gone_and_its_name_starts_afresh() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    send(&mut b, "Gone", "old");
+    let commit = Request::CommitOffset {
+        group: "G".into(),
+        topic: "Gone".into(),
+        queue_id: 0,
+        offset: 1,
+    };
+    exec(&mut b, 0, commit);
+    assert_eq!(b.groups_of_topic("Gone"), vec!["G".to_string()]);
+    b.delete_topic("Gone").unwrap().unwrap();
+    assert!(b.topic_info("Gone").is_none());
+    assert!(!b.topics().iter().any(|t| t.name == "Gone"));
+    assert!(b.groups_of_topic("Gone").is_empty());
+    assert!(matches!(
+        b.delete_topic("Gone").unwrap(),
+        Err(ClientError::UnknownTopic(_))
+    ));
+    assert!(matches!(
+        exec(&mut b, 0, receive("G", "Gone", TagFilter::All)),
+        Reply::Received(r) if r.is_empty()
+    ));
+    send(&mut b, "Gone", "new");
+    let check = |b: &mut Broker<MemStorage>| {
+        let t = b.topic_info("Gone").expect("made again");
+        assert_eq!(t.queues[0].1, 1, "the new topic starts at offset 0");
+        let got = b.browse("Gone", 0, 0, 10).unwrap();
+        assert_eq!(got.len(), 1);
+        assert_eq!(got[0].body, b"new");
+        assert_eq!(b.committed_offset("G", "Gone", 0), None);
+    };
+    check(&mut b);
+    // The same after a restart: the deletion is in the log.
+    let mut b = Broker::open(cfg(), b.into_storage(), 1).unwrap();
+    check(&mut b);
+}
+
+#[test]
+fn messages_are_found_by_key_and_message_id_once_visible() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    let mut m = NewMessage::new("Orders", &b"order 42"[..]);
+    m.keys = vec!["order-42".into(), "user-7".into()];
+    m.message_id = Some("MSGID-42".into());
+    exec(&mut b, 0, Request::Send { messages: vec![m] });
+    for i in 0..2000 {
+        let mut m = NewMessage::new("Orders", format!("other {i}").into_bytes());
+        m.keys = vec![format!("order-{}", i + 1000)];
+        exec(&mut b, 0, Request::Send { messages: vec![m] });
+    }
+    let body = |v: Vec<rocklet_core::Message>| v.into_iter().map(|m| m.body).collect::<Vec<_>>();
+    assert_eq!(
+        body(b.messages_by_key("Orders", "order-42", 10).unwrap()),
+        vec![b"order 42".to_vec()]
+    );
+    assert_eq!(
+        body(b.messages_by_key("Orders", "user-7", 10).unwrap()),
+        vec![b"order 42".to_vec()]
+    );
+    assert_eq!(
+        body(b.messages_by_key("Orders", "MSGID-42", 10).unwrap()),
+        vec![b"order 42".to_vec()]
+    );
+    assert!(
+        b.messages_by_key("Other", "order-42", 10)
+            .unwrap()
+            .is_empty(),
+        "another topic"
+    );
+    assert!(b.messages_by_key("Orders", "nope", 10).unwrap().is_empty());
+    // A half is found once committed, never while pending or once rolled back.
+    let mut h = NewMessage::new("Orders", &b"paid"[..]);
+    h.keys = vec!["pay-1".into()];
+    let txn = match exec(
+        &mut b,
+        0,
+        Request::Prepare {
+            group: "PG".into(),
+            message: h,
+            check_immunity_ms: Some(3_600_000),
+        },
+    ) {
+        Reply::Sent(r) => r[0].txn.unwrap(),
+        other => panic!("{other:?}"),
+    };
+    assert!(
+        b.messages_by_key("Orders", "pay-1", 10).unwrap().is_empty(),
+        "a pending half was found"
+    );
+    exec(&mut b, 0, end(txn, Resolution::Commit, Some("PG")));
+    assert_eq!(
+        body(b.messages_by_key("Orders", "pay-1", 10).unwrap()),
+        vec![b"paid".to_vec()]
+    );
+    // Rebuilt on open.
+    let mut b = Broker::open(cfg(), b.into_storage(), 1).unwrap();
+    assert_eq!(
+        body(b.messages_by_key("Orders", "order-42", 10).unwrap()),
+        vec![b"order 42".to_vec()]
+    );
+    assert!(b.index_bytes() > 0);
+    let off = Broker::open(
+        Config {
+            index_keys: false,
+            ..cfg()
+        },
+        b.into_storage(),
+        2,
+    )
+    .unwrap();
+    assert_eq!(off.index_bytes(), 0);
+}

@@ -9,7 +9,10 @@ impl<S: Storage> Broker<S> {
             postcard::to_extend(op, self.props_buf()).expect("postcard to a Vec cannot fail");
         let topic = match op {
             StateOp::Offset { .. } => topic::OFFSETS,
-            StateOp::Topic { .. } | StateOp::Group { .. } | StateOp::Epoch { .. } => topic::TOPICS,
+            StateOp::Topic { .. }
+            | StateOp::Group { .. }
+            | StateOp::Epoch { .. }
+            | StateOp::TopicDeleted { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
@@ -145,6 +148,7 @@ impl<S: Storage> Broker<S> {
             TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax => {
                 let t = self.topic(r.topic, r.header.queue_id + 1);
                 let q = self.queue_of(t, r.header.queue_id);
+                self.index_keys(off, r);
                 self.push_unit(
                     q,
                     CqUnit {
@@ -163,6 +167,7 @@ impl<S: Storage> Broker<S> {
             TopicKind::Half => {
                 self.bump(r.topic, r.header.queue_id);
                 let Some(q) = self.real_queue(r) else { return };
+                self.index_keys(off, r);
                 let group = self.group(r.prop(prop::PGROUP).unwrap_or(""));
                 let immunity = r
                     .prop(prop::CHECK_IMMUNITY_TIME_IN_SECONDS)
@@ -265,6 +270,7 @@ impl<S: Storage> Broker<S> {
             TopicKind::Schedule => {
                 self.bump(r.topic, r.header.queue_id);
                 let Some(q) = self.real_queue(r) else { return };
+                self.index_keys(off, r);
                 let due = r
                     .prop(prop::TIMER_OUT_MS)
                     .and_then(|s| s.parse::<u64>().ok())
@@ -312,13 +318,22 @@ impl<S: Storage> Broker<S> {
             | StateOp::Ck { queue_id, .. }
             | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
             StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
-            StateOp::Group { .. } | StateOp::Epoch { .. } => false,
+            StateOp::Group { .. } | StateOp::Epoch { .. } | StateOp::TopicDeleted { .. } => false,
         };
         if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
             return;
         }
         match op {
+            StateOp::TopicDeleted { name } => {
+                // The queues stay (pending halves and delays may still name them), unreachable:
+                // a topic of this name made later starts afresh.
+                if topic::classify(name) == TopicKind::User {
+                    if let Some(t) = self.topic_ids.remove(name) {
+                        self.topics[t as usize].deleted = true;
+                    }
+                }
+            }
             StateOp::Epoch { epoch } => {
                 if self.epochs.last().is_none_or(|&(last, _)| epoch > last) {
                     self.epochs.push((epoch, off));

@@ -530,47 +530,9 @@ impl<S: Storage> Broker<S> {
     /// to the caller.
     fn consumable_at(&mut self, group: &str, offset: u64) -> Res<Result<(), ClientError>, S> {
         let not = |why: String| Ok(Err(ClientError::NotConsumable(why)));
-        let located = match self.log.read_any(offset).map_err(Error::Storage)? {
-            None => return not(format!("no message at offset {offset}")),
-            Some(r) => match topic::classify(r.topic) {
-                k if k.is_readable() => Some((
-                    String::from(r.topic),
-                    r.header.queue_id,
-                    Some(r.header.queue_offset),
-                )),
-                TopicKind::Half | TopicKind::Schedule => {
-                    match (r.prop(prop::REAL_TOPIC), r.prop(prop::REAL_QID)) {
-                        (Some(t), Some(qid)) => {
-                            qid.parse().ok().map(|qid| (String::from(t), qid, None))
-                        }
-                        _ => None,
-                    }
-                }
-                _ => None,
-            },
-        };
-        let Some((topic_name, queue_id, queue_offset)) = located else {
+        let Some((q, _)) = self.visible_place(offset)? else {
             return not(format!(
-                "offset {offset} holds a broker record, not a message"
-            ));
-        };
-        let place = match queue_offset {
-            Some(qoff) => self.queue_index(&topic_name, queue_id).map(|q| (q, qoff)),
-            // A half or a delayed message is consumable once its commit or delivery put it
-            // in a queue.
-            None => self.moved.get(&offset).copied(),
-        };
-        let visible = place.is_some_and(|(q, qoff)| {
-            let queue = &self.queues[q as usize];
-            qoff < queue.visible as u64
-                && queue
-                    .units
-                    .get(qoff as usize)
-                    .is_some_and(|u| u.offset == offset)
-        });
-        let Some((q, _)) = place.filter(|_| visible) else {
-            return not(format!(
-                "offset {offset} is not a visible message (a pending or rolled-back transaction, or a delay not yet delivered)"
+                "offset {offset} is not a visible message (a pending or rolled-back transaction, a delay not yet delivered, or no message at all)"
             ));
         };
         let queue_topic = &self.topics[self.queues[q as usize].topic as usize].name;

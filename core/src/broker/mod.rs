@@ -22,6 +22,7 @@ use crate::Millis;
 mod apply;
 mod consumers;
 mod delays;
+mod index;
 mod replication;
 
 pub use replication::{common_prefix, ReplicationError, Role};
@@ -115,6 +116,8 @@ enum StateOp<'a> {
     Group { name: &'a str, fifo: bool },
     /// A master took over from here on, in this epoch (replication).
     Epoch { epoch: u64 },
+    /// A user topic deleted by a host (RocketMQ's deleteTopic): its name is free again.
+    TopicDeleted { name: &'a str },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -154,6 +157,8 @@ struct Topic {
     kind: TopicKind,
     queues: Vec<u32>,
     round_robin: u32,
+    /// Deleted ([`Broker::delete_topic`]): no longer found by name.
+    deleted: bool,
 }
 
 struct Queue {
@@ -383,6 +388,8 @@ pub struct Broker<S: Storage> {
     epochs: Vec<(u64, u64)>,
     /// Property buffers to reuse (the send path allocates none per message).
     props_pool: Vec<Vec<u8>>,
+    /// Messages by key and message id.
+    index: index::KeyIndex,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -494,6 +501,7 @@ impl<S: Storage> Broker<S> {
             replicated: 0,
             epochs: Vec::new(),
             props_pool: Vec::new(),
+            index: index::KeyIndex::default(),
         };
         let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
         let recovery_err = |e| match e {
@@ -581,6 +589,11 @@ impl<S: Storage> Broker<S> {
     #[must_use]
     pub fn pending_table_bytes(&self) -> usize {
         self.txns.heap_bytes() + self.delays.heap_bytes()
+    }
+    /// Bytes of memory the message index holds ([`Config::index_keys`]).
+    #[must_use]
+    pub fn index_bytes(&self) -> usize {
+        self.index.heap_bytes()
     }
     /// Whether appended bytes wait for a [`Broker::sync`].
     #[must_use]

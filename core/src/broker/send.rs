@@ -37,7 +37,7 @@ impl<S: Storage> Broker<S> {
             return Ok(Err(e));
         }
         // Everything is valid: create the topic and pick queues.
-        let t = self.topic(&messages[0].topic, self.cfg.default_queues);
+        let t = self.topic_for_send(&messages[0].topic);
         let n = messages.len();
         let now = self.now;
         // A batch goes to one queue, as RocketMQ's: the first message's choice.

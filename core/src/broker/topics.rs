@@ -10,7 +10,7 @@ impl<S: Storage> Broker<S> {
         let mut out: Vec<TopicInfo> = self
             .topics
             .iter()
-            .filter(|t| t.kind.is_readable())
+            .filter(|t| t.kind.is_readable() && !t.deleted)
             .map(|t| TopicInfo {
                 name: t.name.clone(),
                 queues: t
@@ -167,6 +167,53 @@ impl<S: Storage> Broker<S> {
         Ok(self.topic(name, queues))
     }
 
+    /// The topic a send or prepare goes to: as it is when it exists (a declared topic keeps
+    /// its queues), else auto-created with `default_queues`.
+    pub(super) fn topic_for_send(&mut self, name: &str) -> u32 {
+        match self.topic_ids.get(name) {
+            Some(&t) => t,
+            None => self.topic(name, self.cfg.default_queues),
+        }
+    }
+
+    /// Consumer groups with a committed offset in a queue of `topic`, by name (for admin
+    /// tools: who consumes a topic, online or not).
+    #[must_use]
+    pub fn groups_of_topic(&self, topic: &str) -> Vec<String> {
+        let Some(&t) = self.topic_ids.get(topic) else {
+            return Vec::new();
+        };
+        let queues = &self.topics[t as usize].queues;
+        let mut out: Vec<String> = self
+            .offsets
+            .keys()
+            .filter(|(_, q)| queues.contains(q))
+            .map(|(g, _)| self.groups[*g as usize].name.clone())
+            .collect();
+        out.sort();
+        out.dedup();
+        out
+    }
+
+    /// Deletes a user topic, durably (RocketMQ's deleteTopic): from then on routes, sends
+    /// (until it is created again), pulls, receives and offsets do not see it. Its records
+    /// stay in the log; the name may be used again, starting afresh. `Ok(Err(_))`: no such
+    /// user topic.
+    pub fn delete_topic(&mut self, name: &str) -> Res<Result<(), ClientError>, S> {
+        self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
+        if let Err(e) = topic::validate_user_topic(name) {
+            return Ok(Err(e));
+        }
+        if !self.topic_ids.contains_key(name) {
+            return Ok(Err(ClientError::UnknownTopic(name.into())));
+        }
+        self.write_state(&StateOp::TopicDeleted { name })?;
+        Ok(Ok(()))
+    }
+
     pub(super) fn topic(&mut self, name: &str, min_queues: u32) -> u32 {
         self.topic_with(name, min_queues, true)
     }
@@ -187,6 +234,7 @@ impl<S: Storage> Broker<S> {
                     kind: topic::classify(name),
                     queues: Vec::new(),
                     round_robin: 0,
+                    deleted: false,
                 });
                 self.topic_ids.insert(name.into(), t);
                 t

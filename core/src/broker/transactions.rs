@@ -81,7 +81,7 @@ impl<S: Storage> Broker<S> {
         {
             return Ok(Err(e));
         }
-        let t = self.topic(&m.topic, self.cfg.default_queues);
+        let t = self.topic_for_send(&m.topic);
         let queue_id = match self.pick_queue(t, &m) {
             Ok(q) => q,
             Err(e) => return Ok(Err(e)),
