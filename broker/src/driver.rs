@@ -28,7 +28,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, DetachedSync, FlushMode, Millis, Output, Reply, Request,
+    AnyStorage, Broker, CheckRequest, ClientError, DetachedSync, FlushMode, Millis, Output, Reply,
+    Request,
 };
 use tokio::sync::{mpsc as tmpsc, oneshot};
 use tracing::{debug, error, info, warn};
@@ -203,6 +204,25 @@ impl CoreHandle {
             let _ = tx.send(f(b));
         })))?;
         rx.await.map_err(|_| CoreFailure::Stopped)
+    }
+
+    /// Declares a consumer group ([`Broker::declare_group`]) and makes the declaration
+    /// durable before answering, whatever the flush mode: for `rocklet admin group` and, later,
+    /// mqadmin's updateSubGroup. `Ok(Err(_))`: the core refused the name.
+    pub async fn declare_group(
+        &self,
+        name: String,
+        fifo: bool,
+    ) -> Result<Result<(), ClientError>, CoreFailure> {
+        self.inspect(move |b| match b.declare_group(&name, fifo) {
+            Ok(Ok(())) => b
+                .sync()
+                .map(Ok)
+                .map_err(|e| CoreFailure::Storage(e.to_string())),
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(e) => Err(CoreFailure::Storage(e.to_string())),
+        })
+        .await?
     }
 
     /// Declares a producer connection's topics.

@@ -226,7 +226,8 @@ struct BrokerArgs {
     /// max_message_size, transaction_timeout_ms, transaction_check_interval_ms,
     /// transaction_check_max, delay_levels, default_queues, auto_create_topics,
     /// flush_interval_ms, …) and
-    /// [[topics]] declarations (name, queues, message_types). Flags override the file.
+    /// [[topics]] declarations (name, queues, message_types) and [[groups]] declarations
+    /// (name, fifo). Flags override the file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Refuse sends to topics that are not declared in the config file's [[topics]].
@@ -256,6 +257,18 @@ enum AdminCmd {
         /// Show at most this many.
         #[arg(long, default_value_t = 1000)]
         limit: u32,
+    },
+    /// Show a consumer group, or declare it FIFO (orderly receives) or not. Declare a group
+    /// before its push consumers start: they choose how to consume when they connect.
+    Group {
+        /// The consumer group.
+        name: String,
+        /// Declare it FIFO.
+        #[arg(long, conflicts_with = "no_fifo")]
+        fifo: bool,
+        /// Declare it not FIFO.
+        #[arg(long)]
+        no_fifo: bool,
     },
     /// Commit or roll back a pending transaction by hand.
     Resolve {
@@ -355,6 +368,14 @@ fn main() -> ExitCode {
             let out = match command {
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
+                AdminCmd::Group {
+                    name,
+                    fifo,
+                    no_fifo,
+                } => {
+                    let declare = (fifo || no_fifo).then_some(fifo);
+                    admin::client::group(&broker, &name, declare).await?
+                }
                 AdminCmd::Resolve { txn, resolution } => {
                     admin::client::resolve(&broker, &txn, &resolution).await?
                 }

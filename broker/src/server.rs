@@ -114,6 +114,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .map_err(|e| format!("cannot record topic `{}` in {}: {e}", t.name, dir.display()))?
             .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
     }
+    for g in &cfg.groups {
+        broker
+            .declare_group(&g.name, g.fifo)
+            .map_err(|e| format!("cannot record group `{}` in {}: {e}", g.name, dir.display()))?
+            .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
+    }
 
     let listener = TcpListener::bind(cfg.listen)
         .await

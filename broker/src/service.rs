@@ -577,7 +577,7 @@ impl Messaging {
     }
 
     /// The settings the broker answers a client's settings with.
-    fn settings_reply(&self, mut s: pb::Settings) -> pb::Settings {
+    async fn settings_reply(&self, mut s: pb::Settings) -> pb::Settings {
         let max_attempts = i32::try_from(self.cfg.core.max_delivery_attempts).unwrap_or(i32::MAX);
         s.backoff_policy = Some(pb::RetryPolicy {
             max_attempts,
@@ -598,7 +598,20 @@ impl Messaging {
                 p.validate_message_type = false;
             }
             Some(pb::settings::PubSub::Subscription(sub)) => {
-                sub.fifo = Some(false);
+                // A push consumer picks its consume service by this at start (RocketMQ's
+                // proxy reports the group's consumeMessageOrderly the same way).
+                let group = sub
+                    .group
+                    .as_ref()
+                    .map(|g| g.name.clone())
+                    .unwrap_or_default();
+                let fifo = !group.is_empty()
+                    && self
+                        .core
+                        .inspect(move |b| b.group_is_fifo(&group))
+                        .await
+                        .unwrap_or(false);
+                sub.fifo = Some(fifo);
                 if sub.receive_batch_size.is_none_or(|n| n <= 0) {
                     sub.receive_batch_size = Some(32);
                 }
@@ -1084,7 +1097,7 @@ impl MessagingService for Messaging {
                                 };
                                 let reply = pb::TelemetryCommand {
                                     status: Some(ok()),
-                                    command: Some(pb::telemetry_command::Command::Settings(this.settings_reply(s))),
+                                    command: Some(pb::telemetry_command::Command::Settings(this.settings_reply(s).await)),
                                 };
                                 let _ = tx.send(Ok(reply.clone()));
                                 let again = tx.clone();

@@ -1,0 +1,181 @@
+//! FIFO consumer groups over gRPC (issue #19): declaring them (config file, admin), the
+//! settings consumers get, the queue lock seen by two consumers.
+
+mod common;
+
+use std::time::Duration;
+
+use common::*;
+use rocklet_broker::config::GroupDecl;
+use rocklet_broker::pb::v2 as pb;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tokio_stream::StreamExt;
+
+const FIFO: &str = "FifoGroup";
+
+fn fifo_group(cfg: &mut rocklet_broker::config::BrokerConfig) {
+    cfg.groups.push(GroupDecl {
+        name: FIFO.into(),
+        fifo: true,
+    });
+}
+
+/// A consumer's telemetry stream as client `client` of `group`; the settings answered.
+struct Consumer {
+    _tx: mpsc::Sender<pb::TelemetryCommand>,
+    _inbound: tonic::Streaming<pb::TelemetryCommand>,
+    settings: pb::Settings,
+}
+
+async fn consumer(c: &mut Client, client: &str, group: &str) -> Consumer {
+    let (tx, rx) = mpsc::channel(4);
+    let settings = pb::Settings {
+        client_type: Some(pb::ClientType::PushConsumer as i32),
+        pub_sub: Some(pb::settings::PubSub::Subscription(pb::Subscription {
+            group: res(group),
+            ..Default::default()
+        })),
+        ..Default::default()
+    };
+    tx.send(pb::TelemetryCommand {
+        status: None,
+        command: Some(pb::telemetry_command::Command::Settings(settings)),
+    })
+    .await
+    .unwrap();
+    let mut req = tonic::Request::new(ReceiverStream::new(rx));
+    req.metadata_mut()
+        .insert("x-mq-client-id", client.parse().unwrap());
+    let mut inbound = c.telemetry(req).await.unwrap().into_inner();
+    let first = tokio::time::timeout(Duration::from_secs(5), inbound.next())
+        .await
+        .unwrap()
+        .unwrap()
+        .unwrap();
+    let Some(pb::telemetry_command::Command::Settings(settings)) = first.command else {
+        panic!("{first:?}")
+    };
+    Consumer {
+        _tx: tx,
+        _inbound: inbound,
+        settings,
+    }
+}
+
+fn is_fifo(s: &pb::Settings) -> bool {
+    match &s.pub_sub {
+        Some(pb::settings::PubSub::Subscription(sub)) => sub.fifo == Some(true),
+        other => panic!("{other:?}"),
+    }
+}
+
+fn fifo_msg(topic: &str, group: &str, body: &str) -> pb::Message {
+    let mut m = msg(topic, body.as_bytes(), pb::MessageType::Fifo, body);
+    m.system_properties.as_mut().unwrap().message_group = Some(group.into());
+    m
+}
+
+fn bodies(r: &Received) -> Vec<String> {
+    r.messages
+        .iter()
+        .map(|m| String::from_utf8(m.body.clone()).unwrap())
+        .collect()
+}
+
+#[tokio::test]
+async fn a_group_declared_fifo_in_the_config_is_fifo_in_its_settings() {
+    let mut b = TestBroker::start_with(fifo_group).await;
+    let c = consumer(&mut b.client, "c1", FIFO).await;
+    assert!(is_fifo(&c.settings), "{:?}", c.settings);
+    let other = consumer(&mut b.client, "c2", "PlainGroup").await;
+    assert!(!is_fifo(&other.settings), "{:?}", other.settings);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn the_admin_declares_a_group_fifo_durably() {
+    let mut b = TestBroker::start().await;
+    let addr = b.addr().to_string();
+    let out = rocklet_broker::admin::client::group(&addr, "Orders", None)
+        .await
+        .unwrap();
+    assert!(out.contains("not FIFO"), "{out}");
+    let out = rocklet_broker::admin::client::group(&addr, "Orders", Some(true))
+        .await
+        .unwrap();
+    assert!(out.contains("declared: FIFO"), "{out}");
+    assert!(is_fifo(
+        &consumer(&mut b.client, "c1", "Orders").await.settings
+    ));
+    let err = rocklet_broker::admin::client::group(&addr, "no spaces", Some(true))
+        .await
+        .unwrap_err();
+    assert!(err.contains("INVALID_GROUP"), "{err}");
+    // Recorded in the log: FIFO after a restart, and declared back to not FIFO.
+    let mut b = restart(b.stop().await).await;
+    let addr = b.addr().to_string();
+    assert!(is_fifo(
+        &consumer(&mut b.client, "c1", "Orders").await.settings
+    ));
+    let out = rocklet_broker::admin::client::group(&addr, "Orders", Some(false))
+        .await
+        .unwrap();
+    assert!(out.contains("declared: not FIFO"), "{out}");
+    assert!(!is_fifo(
+        &consumer(&mut b.client, "c1", "Orders").await.settings
+    ));
+    b.stop().await;
+}
+
+/// A broker on the data directory of one that stopped.
+async fn restart(dir: tempfile::TempDir) -> TestBroker {
+    let broker = rocklet_broker::server::start(
+        test_config(dir.path()),
+        std::sync::Arc::new(rocklet_broker::clock::SystemClock),
+    )
+    .await
+    .unwrap();
+    let client = connect(broker.addr).await;
+    TestBroker {
+        broker: Some(broker),
+        dir,
+        client,
+    }
+}
+
+#[tokio::test]
+async fn a_second_consumer_gets_nothing_from_a_queue_the_first_holds() {
+    let mut b = TestBroker::start_with(fifo_group).await;
+    for i in 0..4 {
+        let mut m = fifo_msg("FifoTopic", "order-1", &format!("m{i}"));
+        m.system_properties.as_mut().unwrap().queue_id = 0;
+        send_ok(&mut b.client, m).await;
+    }
+    let first = receive(&mut b.client, "FifoTopic", FIFO, 2, 30_000, 1_000).await;
+    assert_eq!(bodies(&first), ["m0", "m1"]);
+    let mut second = connect(b.addr()).await;
+    let r = receive(&mut second, "FifoTopic", FIFO, 2, 30_000, 300).await;
+    assert!(r.messages.is_empty(), "{:?}", bodies(&r));
+    assert_eq!(
+        ack(&mut b.client, "FifoTopic", FIFO, &first.messages[0])
+            .await
+            .code,
+        OK
+    );
+    let r = receive(&mut second, "FifoTopic", FIFO, 2, 30_000, 300).await;
+    assert!(
+        r.messages.is_empty(),
+        "m1 is still in flight: {:?}",
+        bodies(&r)
+    );
+    assert_eq!(
+        ack(&mut b.client, "FifoTopic", FIFO, &first.messages[1])
+            .await
+            .code,
+        OK
+    );
+    let r = receive(&mut second, "FifoTopic", FIFO, 2, 30_000, 1_000).await;
+    assert_eq!(bodies(&r), ["m2", "m3"]);
+    b.stop().await;
+}
