@@ -17,8 +17,9 @@
 //! Then it drains `poll_output()`: replies to their oneshot, transaction checks to a live
 //! producer that can answer them (a gRPC producer of the topic for `%TXN%<topic>`, a
 //! remoting connection of the producer group otherwise), availability notices to waiting
-//! long polls (receives and pulls). The tokio runtime
-//! never waits on an fsync.
+//! long polls (receives and pulls). An ack or dead-lettering by a FIFO group wakes the long
+//! polls of its topic too, as it may unlock a queue. The tokio runtime never waits on an
+//! fsync.
 
 use std::collections::{HashMap, HashSet};
 use std::sync::atomic::Ordering;
@@ -532,12 +533,25 @@ impl Driver {
                     }
                     _ => None,
                 };
+                // An ack or dead-lettering by a FIFO group may unlock its queue; the core gives
+                // no availability notice for that, so its long polls are woken here.
+                let unlocks = match &*request {
+                    Request::Ack { group, handle }
+                    | Request::ForwardToDeadLetter { group, handle }
+                        if self.broker.group_is_fifo(group) =>
+                    {
+                        Some(handle.topic.clone())
+                    }
+                    _ => None,
+                };
                 self.pending.insert(id, Pending { reply, watch });
                 if let Err(e) = self.broker.handle(now, id, *request) {
                     error!(error = %e, "request failed in storage; not applied");
                     if let Some(p) = self.pending.remove(&id) {
                         let _ = p.reply.send(Err(e.to_string()));
                     }
+                } else if let Some(topic) = unlocks {
+                    self.wake(&topic);
                 }
             }
             Command::ProducerUp {
@@ -655,16 +669,20 @@ impl Driver {
                     }
                 }
                 Output::Check(check) => self.route_check(check),
-                Output::Available { topic, .. } => {
-                    if let Some(list) = self.waiters.remove(&topic) {
-                        for w in list {
-                            let _ = w.send(());
-                        }
-                    }
-                }
+                Output::Available { topic, .. } => self.wake(&topic),
                 Output::Trace(t) => {
                     debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace")
                 }
+            }
+        }
+    }
+
+    /// Wakes the long polls waiting on `topic` (each receives again; one that finds nothing
+    /// waits anew).
+    fn wake(&mut self, topic: &str) {
+        if let Some(list) = self.waiters.remove(topic) {
+            for w in list {
+                let _ = w.send(());
             }
         }
     }

@@ -1,9 +1,10 @@
 //! FIFO consumer groups over gRPC (issue #19): declaring them (config file, admin), the
-//! settings consumers get, the queue lock seen by two consumers.
+//! settings consumers get, the queue lock seen by two consumers, long polls woken when a
+//! queue unlocks.
 
 mod common;
 
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use common::*;
 use rocklet_broker::config::GroupDecl;
@@ -177,5 +178,70 @@ async fn a_second_consumer_gets_nothing_from_a_queue_the_first_holds() {
     );
     let r = receive(&mut second, "FifoTopic", FIFO, 2, 30_000, 1_000).await;
     assert_eq!(bodies(&r), ["m2", "m3"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_long_poll_is_woken_when_the_queue_it_waits_on_unlocks() {
+    let mut b = TestBroker::start_with(fifo_group).await;
+    send_ok(&mut b.client, fifo_msg("WakeTopic", "g", "m0")).await;
+    send_ok(&mut b.client, fifo_msg("WakeTopic", "g", "m1")).await;
+    send_ok(&mut b.client, fifo_msg("WakeTopic", "g", "m2")).await;
+    let first = receive(&mut b.client, "WakeTopic", FIFO, 1, 30_000, 1_000).await;
+    assert_eq!(bodies(&first), ["m0"]);
+    let mut second = connect(b.addr()).await;
+    let waiting = tokio::spawn(async move {
+        let t = Instant::now();
+        let r = receive(&mut second, "WakeTopic", FIFO, 1, 30_000, 10_000).await;
+        (r, t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    assert_eq!(
+        ack(&mut b.client, "WakeTopic", FIFO, &first.messages[0])
+            .await
+            .code,
+        OK
+    );
+    let (r, took) = waiting.await.unwrap();
+    assert_eq!(bodies(&r), ["m1"]);
+    assert!(
+        took < Duration::from_secs(3),
+        "woken after {took:?}, not at the ack"
+    );
+    // Dead-lettering unlocks it too.
+    let mut third = connect(b.addr()).await;
+    let waiting = tokio::spawn(async move {
+        let t = Instant::now();
+        let r = receive(&mut third, "WakeTopic", FIFO, 1, 30_000, 10_000).await;
+        (r, t.elapsed())
+    });
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let f = b
+        .client
+        .forward_message_to_dead_letter_queue(pb::ForwardMessageToDeadLetterQueueRequest {
+            group: res(FIFO),
+            topic: res("WakeTopic"),
+            receipt_handle: handle(&r.messages[0]),
+            message_id: "m1".into(),
+            delivery_attempt: 16,
+            max_delivery_attempts: 16,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(f.status.unwrap().code, OK);
+    let (r, took) = waiting.await.unwrap();
+    assert_eq!(bodies(&r), ["m2"]);
+    assert!(took < Duration::from_secs(3), "woken after {took:?}");
+    let dlq = receive(
+        &mut b.client,
+        &format!("%DLQ%{FIFO}"),
+        "Ops",
+        4,
+        30_000,
+        1_000,
+    )
+    .await;
+    assert_eq!(bodies(&dlq), ["m1"]);
     b.stop().await;
 }
