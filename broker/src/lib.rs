@@ -9,6 +9,7 @@
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
 //! - [`gate`]: what a gRPC call passes before it is decoded (the request read deadline).
+//! - [`lease`]: deliveries kept invisible for push consumers while they hold them (auto renew).
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
@@ -23,6 +24,7 @@ pub mod convert;
 pub mod driver;
 pub mod error;
 pub mod gate;
+pub mod lease;
 pub mod metrics;
 pub mod net;
 pub mod remoting;

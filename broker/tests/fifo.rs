@@ -1,6 +1,6 @@
 //! FIFO consumer groups over gRPC (issue #19): declaring them (config file, admin), the
 //! settings consumers get, the queue lock seen by two consumers, long polls woken when a
-//! queue unlocks.
+//! queue unlocks, and the deliveries held for push consumers (auto renew) while they work.
 
 mod common;
 
@@ -82,6 +82,45 @@ fn bodies(r: &Received) -> Vec<String> {
         .iter()
         .map(|m| String::from_utf8(m.body.clone()).unwrap())
         .collect()
+}
+
+/// A push consumer's receive: `auto_renew`, no invisible duration, as client `client`.
+async fn push_receive(
+    c: &mut Client,
+    client: &str,
+    topic: &str,
+    group: &str,
+    max: i32,
+    poll_ms: u64,
+) -> Received {
+    let mut req = tonic::Request::new(pb::ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(pb::MessageQueue {
+            topic: res(topic),
+            ..Default::default()
+        }),
+        filter_expression: None,
+        batch_size: max,
+        invisible_duration: None,
+        auto_renew: true,
+        long_polling_timeout: Some(dur(poll_ms)),
+        attempt_id: Some("a".into()),
+    });
+    req.metadata_mut()
+        .insert("x-mq-client-id", client.parse().unwrap());
+    let mut stream = c.receive_message(req).await.unwrap().into_inner();
+    let mut out = Received {
+        status: pb::Status::default(),
+        messages: Vec::new(),
+    };
+    while let Some(r) = stream.next().await {
+        match r.unwrap().content.unwrap() {
+            pb::receive_message_response::Content::Status(s) => out.status = s,
+            pb::receive_message_response::Content::Message(m) => out.messages.push(m),
+            pb::receive_message_response::Content::DeliveryTimestamp(_) => {}
+        }
+    }
+    out
 }
 
 #[tokio::test]
@@ -243,5 +282,83 @@ async fn a_long_poll_is_woken_when_the_queue_it_waits_on_unlocks() {
     )
     .await;
     assert_eq!(bodies(&dlq), ["m1"]);
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn a_push_consumer_holds_its_batch_past_the_invisible_time_and_acks_with_its_handles() {
+    let mut b = TestBroker::start_with(|cfg| {
+        fifo_group(cfg);
+        cfg.core.default_invisible_ms = 1_500;
+    })
+    .await;
+    for i in 0..3 {
+        send_ok(&mut b.client, fifo_msg("RenewTopic", "g", &format!("m{i}"))).await;
+    }
+    let _telemetry = consumer(&mut b.client, "slow", FIFO).await;
+    let got = push_receive(&mut b.client, "slow", "RenewTopic", FIFO, 2, 1_000).await;
+    assert_eq!(bodies(&got), ["m0", "m1"]);
+    // Three invisible times later, still held: another consumer gets nothing.
+    tokio::time::sleep(Duration::from_millis(4_500)).await;
+    let mut other = connect(b.addr()).await;
+    let r = receive(&mut other, "RenewTopic", FIFO, 2, 30_000, 300).await;
+    assert!(
+        r.messages.is_empty(),
+        "redelivered while held: {:?}",
+        bodies(&r)
+    );
+    // The consumer acks with the handles it was given.
+    for m in &got.messages {
+        let s = ack(&mut b.client, "RenewTopic", FIFO, m).await;
+        assert_eq!(s.code, OK, "{}", s.message);
+    }
+    let r = receive(&mut other, "RenewTopic", FIFO, 2, 30_000, 1_000).await;
+    assert_eq!(bodies(&r), ["m2"]);
+    assert_eq!(attempt(&r.messages[0]), 1);
+    assert_eq!(
+        b.broker
+            .as_ref()
+            .unwrap()
+            .core
+            .inspect(|b| b.stats().redelivered)
+            .await
+            .unwrap(),
+        0
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn what_a_departed_consumer_held_goes_to_the_next_at_once() {
+    let mut b = TestBroker::start_with(fifo_group).await;
+    send_ok(&mut b.client, fifo_msg("GoneTopic", "g", "m0")).await;
+    send_ok(&mut b.client, fifo_msg("GoneTopic", "g", "m1")).await;
+    // Its telemetry stream closes (the process died): m0 is the next consumer's at once,
+    // not after the 30 s invisible time.
+    let telemetry = consumer(&mut b.client, "dies", FIFO).await;
+    let got = push_receive(&mut b.client, "dies", "GoneTopic", FIFO, 1, 1_000).await;
+    assert_eq!(bodies(&got), ["m0"]);
+    drop(telemetry);
+    let mut next = connect(b.addr()).await;
+    let t = Instant::now();
+    let r = receive(&mut next, "GoneTopic", FIFO, 1, 30_000, 5_000).await;
+    assert_eq!(bodies(&r), ["m0"]);
+    assert_eq!(attempt(&r.messages[0]), 2);
+    assert!(t.elapsed() < Duration::from_secs(4), "{:?}", t.elapsed());
+    assert_eq!(
+        ack(&mut next, "GoneTopic", FIFO, &r.messages[0]).await.code,
+        OK
+    );
+    // NotifyClientTermination does the same.
+    let _telemetry = consumer(&mut b.client, "leaves", FIFO).await;
+    let got = push_receive(&mut b.client, "leaves", "GoneTopic", FIFO, 1, 1_000).await;
+    assert_eq!(bodies(&got), ["m1"]);
+    let mut bye = tonic::Request::new(pb::NotifyClientTerminationRequest { group: res(FIFO) });
+    bye.metadata_mut()
+        .insert("x-mq-client-id", "leaves".parse().unwrap());
+    b.client.notify_client_termination(bye).await.unwrap();
+    let r = receive(&mut next, "GoneTopic", FIFO, 1, 30_000, 5_000).await;
+    assert_eq!(bodies(&r), ["m1"]);
+    assert_eq!(attempt(&r.messages[0]), 2);
     b.stop().await;
 }
