@@ -113,6 +113,14 @@ struct BenchCli {
     /// Consumer group.
     #[arg(long, default_value = "RockletBenchConsumer")]
     group: String,
+    /// Consume mode: declare the group FIFO (with --endpoint: through rocklet's admin
+    /// service) and send FIFO messages of --message-groups groups; the check also wants each
+    /// message group consumed in order.
+    #[arg(long)]
+    fifo: bool,
+    /// Message groups of a --fifo run (message `seq` is of group `seq % N`).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    message_groups: u64,
     /// No live line each second.
     #[arg(long)]
     quiet: bool,
@@ -185,6 +193,8 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.drain_timeout = secs(c.drain_timeout, "--drain-timeout")?;
     a.topic = c.topic;
     a.group = c.group;
+    a.fifo = c.fifo;
+    a.message_groups = c.message_groups;
     a.live = !c.quiet;
     Ok(a)
 }
