@@ -165,6 +165,36 @@ impl Admin for AdminService {
             other => Err(internal(format!("unexpected reply {other:?}"))),
         }
     }
+
+    async fn declare_group(
+        &self,
+        request: GrpcRequest<pb::DeclareGroupRequest>,
+    ) -> Result<Response<pb::DeclareGroupResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let pb::DeclareGroupRequest { name, fifo } = request.into_inner();
+        match self.core.declare_group(name.clone(), fifo).await {
+            Ok(Ok(())) => {
+                info!(group = %name, fifo, "consumer group declared by an operator");
+                Ok(Response::new(pb::DeclareGroupResponse {}))
+            }
+            Ok(Err(e)) => Err(GrpcStatus::invalid_argument(format!("{}: {e}", e.code()))),
+            Err(e) => Err(internal(e)),
+        }
+    }
+
+    async fn get_group(
+        &self,
+        request: GrpcRequest<pb::GetGroupRequest>,
+    ) -> Result<Response<pb::GetGroupResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let name = request.into_inner().name;
+        let fifo = self
+            .core
+            .inspect(move |b| b.group_is_fifo(&name))
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(pb::GetGroupResponse { fifo }))
+    }
 }
 
 /// Store time and message id of a half message.
@@ -261,6 +291,34 @@ pub mod client {
         }
         let _ = writeln!(out, "{} pending transaction(s)", r.total);
         Ok(out)
+    }
+
+    /// `rocklet admin group <name> [--fifo | --no-fifo]`: declares the group when `fifo` is
+    /// given, then says what it is.
+    pub async fn group(addr: &str, name: &str, fifo: Option<bool>) -> Result<String, String> {
+        let mut c = connect(addr).await?;
+        if let Some(fifo) = fifo {
+            c.declare_group(pb::DeclareGroupRequest {
+                name: name.into(),
+                fifo,
+            })
+            .await
+            .map_err(status)?;
+        }
+        let r = c
+            .get_group(pb::GetGroupRequest { name: name.into() })
+            .await
+            .map_err(status)?
+            .into_inner();
+        let what = if r.fifo {
+            "FIFO (orderly receives)"
+        } else {
+            "not FIFO"
+        };
+        Ok(match fifo {
+            Some(_) => format!("group {name} declared: {what}\n"),
+            None => format!("group {name}: {what}\n"),
+        })
     }
 
     /// `rocklet admin resolve <txn> commit|rollback`.

@@ -36,6 +36,10 @@
 //! name = "orders"
 //! queues = 4
 //! message_types = ["NORMAL", "TRANSACTION"]   # absent: every type
+//!
+//! [[groups]]                         # declared consumer groups, recorded in the log at start
+//! name = "order-processors"
+//! fifo = true                        # orderly (FIFO) receives; default false
 //! ```
 
 use std::net::SocketAddr;
@@ -162,6 +166,21 @@ pub struct TopicDecl {
     pub message_types: Option<Vec<TopicMessageType>>,
 }
 
+/// A consumer group declared in the config (RocketMQ's subscription group config), applied
+/// at every start with [`rocklet_core::Broker::declare_group`]: the log keeps the last
+/// declaration, so a group removed from the file keeps what it was last declared as, and one
+/// changed here is changed at the next start.
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct GroupDecl {
+    pub name: String,
+    /// Orderly (FIFO) receives: a queue's messages in queue order, one batch of a queue in
+    /// flight at a time, a failed message delivered again before the next (RocketMQ's
+    /// consumeMessageOrderly). Default false.
+    #[serde(default)]
+    pub fifo: bool,
+}
+
 /// The TOML file, every field optional.
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
@@ -187,6 +206,7 @@ pub struct FileConfig {
     pub http2_keepalive_timeout_ms: Option<Millis>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
+    pub groups: Vec<GroupDecl>,
 }
 
 impl FileConfig {
@@ -307,6 +327,8 @@ pub struct BrokerConfig {
     pub http2_keepalive_timeout_ms: Millis,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
+    /// Consumer groups declared at start (`[[groups]]`).
+    pub groups: Vec<GroupDecl>,
     /// Open a damaged log by moving the damage to `quarantine/` in the data directory
     /// instead of refusing to start (`rocklet broker --repair`; never from the file, so a
     /// repair is always a decision made for one start).
@@ -373,6 +395,7 @@ impl BrokerConfig {
                 .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS),
             core: f.core,
             topics: f.topics,
+            groups: f.groups,
             repair: false,
         }
     }
@@ -455,6 +478,17 @@ impl BrokerConfig {
                         t.name
                     ));
                 }
+            }
+        }
+        let mut seen = std::collections::HashSet::new();
+        for g in &self.groups {
+            rocklet_core::topic::validate_group(&g.name)
+                .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
+            if !seen.insert(g.name.as_str()) {
+                return Err(format!(
+                    "invalid config `groups`: `{}` is declared twice",
+                    g.name
+                ));
             }
         }
         Ok(())
@@ -589,6 +623,40 @@ mod tests {
         c.core.max_message_size = 1 << 20;
         c.core.max_batch_size = 1 << 20;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn groups_are_parsed_and_checked() {
+        let f = FileConfig::parse(
+            "[[groups]]\nname = \"orders\"\nfifo = true\n[[groups]]\nname = \"audit\"",
+        )
+        .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(
+            c.groups,
+            vec![
+                GroupDecl {
+                    name: "orders".into(),
+                    fifo: true
+                },
+                GroupDecl {
+                    name: "audit".into(),
+                    fifo: false
+                }
+            ]
+        );
+        c.validate().unwrap();
+        let twice = FileConfig::parse("[[groups]]\nname = \"g\"\n[[groups]]\nname = \"g\"")
+            .map(BrokerConfig::from_file)
+            .unwrap();
+        assert!(twice.validate().unwrap_err().contains("declared twice"));
+        let bad = FileConfig::parse("[[groups]]\nname = \"a b\"")
+            .map(BrokerConfig::from_file)
+            .unwrap();
+        let e = bad.validate().unwrap_err();
+        assert!(e.contains("groups") && e.contains("a b"), "{e}");
+        let e = FileConfig::parse("[[groups]]\nname = \"g\"\norderly = true").unwrap_err();
+        assert!(e.contains("orderly"), "{e}");
     }
 
     #[test]

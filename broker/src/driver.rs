@@ -49,8 +49,8 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, DetachedSync, Error, FlushMode, Millis, Output, Reply,
-    Request, Storage,
+    AnyStorage, Broker, CheckRequest, ClientError, DetachedSync, Error, FlushMode, Millis, Output,
+    Reply, Request, Storage,
 };
 use tokio::sync::{mpsc as tmpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
@@ -272,6 +272,25 @@ impl CoreHandle {
             let _ = tx.send(f(b));
         })))?;
         rx.await.map_err(|_| CoreFailure::Stopped)
+    }
+
+    /// Declares a consumer group ([`Broker::declare_group`]) and makes the declaration
+    /// durable before answering, whatever the flush mode: for `rocklet admin group` and, later,
+    /// mqadmin's updateSubGroup. `Ok(Err(_))`: the core refused the name.
+    pub async fn declare_group(
+        &self,
+        name: String,
+        fifo: bool,
+    ) -> Result<Result<(), ClientError>, CoreFailure> {
+        self.inspect(move |b| match b.declare_group(&name, fifo) {
+            Ok(Ok(())) => b
+                .sync()
+                .map(Ok)
+                .map_err(|e| CoreFailure::Storage(e.to_string())),
+            Ok(Err(e)) => Ok(Err(e)),
+            Err(e) => Err(CoreFailure::Storage(e.to_string())),
+        })
+        .await?
     }
 
     /// Declares a producer connection's topics.
@@ -806,6 +825,17 @@ impl Driver {
                         panic!("{DEBUG_PANIC_ENV}: a send to `{t}` (debug builds only)");
                     }
                 }
+                // An ack or dead-lettering by a FIFO group may unlock its queue; the core gives
+                // no availability notice for that, so its long polls are woken here.
+                let unlocks = match &*request {
+                    Request::Ack { group, handle }
+                    | Request::ForwardToDeadLetter { group, handle }
+                        if self.broker.group_is_fifo(group) =>
+                    {
+                        Some(handle.topic.clone())
+                    }
+                    _ => None,
+                };
                 self.pending.insert(id, Pending { reply, watch });
                 if let Err(e) = self.broker.handle(now, id, *request) {
                     match &e {
@@ -828,6 +858,8 @@ impl Driver {
                     if let Some(p) = self.pending.remove(&id) {
                         let _ = p.reply.send(Err(e.to_string()));
                     }
+                } else if let Some(topic) = unlocks {
+                    self.wake(&topic);
                 }
             }
             Command::ProducerUp {
@@ -945,16 +977,20 @@ impl Driver {
                     }
                 }
                 Output::Check(check) => self.route_check(check),
-                Output::Available { topic, .. } => {
-                    if let Some(list) = self.waiters.remove(&topic) {
-                        for w in list {
-                            let _ = w.send(());
-                        }
-                    }
-                }
+                Output::Available { topic, .. } => self.wake(&topic),
                 Output::Trace(t) => {
                     debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace")
                 }
+            }
+        }
+    }
+
+    /// Wakes the long polls waiting on `topic` (each receives again; one that finds nothing
+    /// waits anew).
+    fn wake(&mut self, topic: &str) {
+        if let Some(list) = self.waiters.remove(topic) {
+            for w in list {
+                let _ = w.send(());
             }
         }
     }

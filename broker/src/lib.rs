@@ -10,6 +10,7 @@
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
 //! - [`budget`]: the broker-wide budget of request bytes held.
 //! - [`gate`]: what a gRPC call passes before it is decoded (the read deadline, the budget).
+//! - [`lease`]: deliveries kept invisible for push consumers while they hold them (auto renew).
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
@@ -25,6 +26,7 @@ pub mod convert;
 pub mod driver;
 pub mod error;
 pub mod gate;
+pub mod lease;
 pub mod metrics;
 pub mod net;
 pub mod remoting;

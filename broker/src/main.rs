@@ -113,6 +113,14 @@ struct BenchCli {
     /// Consumer group.
     #[arg(long, default_value = "RockletBenchConsumer")]
     group: String,
+    /// Consume mode: declare the group FIFO (with --endpoint: through rocklet's admin
+    /// service) and send FIFO messages of --message-groups groups; the check also wants each
+    /// message group consumed in order.
+    #[arg(long)]
+    fifo: bool,
+    /// Message groups of a --fifo run (message `seq` is of group `seq % N`).
+    #[arg(long, value_name = "N", default_value_t = 32)]
+    message_groups: u64,
     /// No live line each second.
     #[arg(long)]
     quiet: bool,
@@ -185,6 +193,8 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.drain_timeout = secs(c.drain_timeout, "--drain-timeout")?;
     a.topic = c.topic;
     a.group = c.group;
+    a.fifo = c.fifo;
+    a.message_groups = c.message_groups;
     a.live = !c.quiet;
     Ok(a)
 }
@@ -226,7 +236,8 @@ struct BrokerArgs {
     /// max_message_size, transaction_timeout_ms, transaction_check_interval_ms,
     /// transaction_check_max, delay_levels, default_queues, auto_create_topics,
     /// flush_interval_ms, …) and
-    /// [[topics]] declarations (name, queues, message_types). Flags override the file.
+    /// [[topics]] declarations (name, queues, message_types) and [[groups]] declarations
+    /// (name, fifo). Flags override the file.
     #[arg(long, value_name = "FILE")]
     config: Option<PathBuf>,
     /// Refuse sends to topics that are not declared in the config file's [[topics]].
@@ -256,6 +267,18 @@ enum AdminCmd {
         /// Show at most this many.
         #[arg(long, default_value_t = 1000)]
         limit: u32,
+    },
+    /// Show a consumer group, or declare it FIFO (orderly receives) or not. Declare a group
+    /// before its push consumers start: they choose how to consume when they connect.
+    Group {
+        /// The consumer group.
+        name: String,
+        /// Declare it FIFO.
+        #[arg(long, conflicts_with = "no_fifo")]
+        fifo: bool,
+        /// Declare it not FIFO.
+        #[arg(long)]
+        no_fifo: bool,
     },
     /// Commit or roll back a pending transaction by hand.
     Resolve {
@@ -355,6 +378,14 @@ fn main() -> ExitCode {
             let out = match command {
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
+                AdminCmd::Group {
+                    name,
+                    fifo,
+                    no_fifo,
+                } => {
+                    let declare = (fifo || no_fifo).then_some(fifo);
+                    admin::client::group(&broker, &name, declare).await?
+                }
                 AdminCmd::Resolve { txn, resolution } => {
                     admin::client::resolve(&broker, &txn, &resolution).await?
                 }

@@ -127,6 +127,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .map_err(|e| format!("cannot record topic `{}` in {}: {e}", t.name, dir.display()))?
             .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
     }
+    for g in &cfg.groups {
+        broker
+            .declare_group(&g.name, g.fifo)
+            .map_err(|e| format!("cannot record group `{}` in {}: {e}", g.name, dir.display()))?
+            .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
+    }
 
     let listener = TcpListener::bind(cfg.listen)
         .await
@@ -155,10 +161,11 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
     let max_decode = cfg.max_request_message_bytes();
-    let messaging =
-        MessagingServiceServer::new(Messaging::new(core.clone(), cfg.clone(), m.clone()))
-            .max_decoding_message_size(max_decode)
-            .max_encoding_message_size(max_decode);
+    let service = Messaging::new(core.clone(), cfg.clone(), m.clone()).with_clock(clock.clone());
+    service.spawn_renewer();
+    let messaging = MessagingServiceServer::new(service)
+        .max_decoding_message_size(max_decode)
+        .max_encoding_message_size(max_decode);
     let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // Our own accept loop: the connection cap, TCP_NODELAY, and a pause when out of

@@ -18,19 +18,19 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rocklet_core::{
-    ClientError, Millis, ReceiptHandle, Reply, Request, Resolution, TagFilter, TxnId,
-};
+use rocklet_core::{ClientError, Millis, Reply, Request, Resolution, TagFilter, TxnId};
 use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus, Streaming};
 use tracing::{debug, info};
 
+use crate::clock::{Clock, SystemClock};
 use crate::config::{BrokerConfig, TopicMessageType};
 use crate::convert::{self, duration, duration_ms, resource_name, timestamp};
 use crate::driver::{txn_group, CoreHandle};
 use crate::error::{bad_request, client_error, core_failure, ok, status, unexpected};
+use crate::lease::Leases;
 use crate::metrics::Metrics;
 use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_server::MessagingService;
@@ -57,6 +57,8 @@ pub struct Messaging {
     metrics: Arc<Metrics>,
     next_conn: Arc<AtomicU64>,
     budget: Arc<ReceiveBudget>,
+    leases: Arc<Leases>,
+    clock: Arc<dyn Clock>,
 }
 
 impl Messaging {
@@ -73,13 +75,35 @@ impl Messaging {
             per_pop,
             metrics.clone(),
         ));
+        let leases = Arc::new(Leases::new(cfg.core.default_invisible_ms));
         Messaging {
             core,
             cfg,
             metrics,
             next_conn: Arc::new(AtomicU64::new(1)),
             budget,
+            leases,
+            clock: Arc::new(SystemClock),
         }
+    }
+
+    /// The clock leases are timed by (the broker's; the system clock by default).
+    #[must_use]
+    pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
+        self.clock = clock;
+        self
+    }
+
+    /// Starts renewing the deliveries push consumers hold ([`crate::lease`]); the task ends
+    /// when the service is dropped.
+    pub fn spawn_renewer(&self) {
+        crate::lease::spawn_renewer(&self.leases, self.core.clone(), self.clock.clone());
+    }
+
+    /// Deliveries held for push consumers now.
+    #[must_use]
+    pub fn leases(&self) -> &Arc<Leases> {
+        &self.leases
     }
 
     /// A resource's name, refused when missing or longer than `max_name_bytes`.
@@ -322,6 +346,7 @@ impl Messaging {
         &self,
         req: pb::ReceiveMessageRequest,
         grpc_timeout: Option<Millis>,
+        client: &str,
     ) -> (Vec<pb::ReceiveMessageResponse>, Option<Charge>) {
         let one = |s: Status| {
             (
@@ -423,6 +448,14 @@ impl Messaging {
             };
             match reply {
                 Reply::Received(msgs) if !msgs.is_empty() => {
+                    if req.auto_renew {
+                        // A push consumer: held invisible for as long as it holds them.
+                        let now = self.clock.now_ms();
+                        for r in &msgs {
+                            self.leases
+                                .add(client, &group, &r.handle, r.visible_at, now);
+                        }
+                    }
                     let mut out = Vec::with_capacity(msgs.len() + 2);
                     out.push(pb::ReceiveMessageResponse {
                         content: Some(pb::receive_message_response::Content::Status(ok())),
@@ -477,7 +510,7 @@ impl Messaging {
         // Send every ack first, then collect: one group commit covers them all.
         let mut waits = Vec::with_capacity(req.entries.len());
         for e in &req.entries {
-            let handle: Result<ReceiptHandle, _> = e.receipt_handle.parse();
+            let handle = self.leases.resolve(&group, &e.receipt_handle).await;
             waits.push(match handle {
                 Ok(handle) => {
                     let core = self.core.clone();
@@ -526,7 +559,7 @@ impl Messaging {
             Ok(g) => g,
             Err(s) => return fail(s),
         };
-        let handle: ReceiptHandle = match req.receipt_handle.parse() {
+        let handle = match self.leases.resolve(&group, &req.receipt_handle).await {
             Ok(h) => h,
             Err(e) => return fail(client_error(&e)),
         };
@@ -560,7 +593,7 @@ impl Messaging {
             Ok(g) => g,
             Err(s) => return s,
         };
-        let handle: ReceiptHandle = match req.receipt_handle.parse() {
+        let handle = match self.leases.resolve(&group, &req.receipt_handle).await {
             Ok(h) => h,
             Err(e) => return client_error(&e),
         };
@@ -577,7 +610,7 @@ impl Messaging {
     }
 
     /// The settings the broker answers a client's settings with.
-    fn settings_reply(&self, mut s: pb::Settings) -> pb::Settings {
+    async fn settings_reply(&self, mut s: pb::Settings) -> pb::Settings {
         let max_attempts = i32::try_from(self.cfg.core.max_delivery_attempts).unwrap_or(i32::MAX);
         s.backoff_policy = Some(pb::RetryPolicy {
             max_attempts,
@@ -598,7 +631,20 @@ impl Messaging {
                 p.validate_message_type = false;
             }
             Some(pb::settings::PubSub::Subscription(sub)) => {
-                sub.fifo = Some(false);
+                // A push consumer picks its consume service by this at start (RocketMQ's
+                // proxy reports the group's consumeMessageOrderly the same way).
+                let group = sub
+                    .group
+                    .as_ref()
+                    .map(|g| g.name.clone())
+                    .unwrap_or_default();
+                let fifo = !group.is_empty()
+                    && self
+                        .core
+                        .inspect(move |b| b.group_is_fifo(&group))
+                        .await
+                        .unwrap_or(false);
+                sub.fifo = Some(fifo);
                 if sub.receive_batch_size.is_none_or(|n| n <= 0) {
                     sub.receive_batch_size = Some(32);
                 }
@@ -1003,7 +1049,8 @@ impl MessagingService for Messaging {
     ) -> Result<Response<Self::ReceiveMessageStream>, GrpcStatus> {
         self.metrics.request("ReceiveMessage");
         let timeout = grpc_timeout_ms(&request);
-        let (out, charge) = self.receive(request.into_inner(), timeout).await;
+        let client = client_id(&request);
+        let (out, charge) = self.receive(request.into_inner(), timeout, &client).await;
         if let Some(pb::receive_message_response::Content::Status(s)) =
             out.first().and_then(|r| r.content.as_ref())
         {
@@ -1068,6 +1115,7 @@ impl MessagingService for Messaging {
         this.metrics
             .telemetry_streams
             .fetch_add(1, Ordering::Relaxed);
+        this.leases.client_up(&client);
         tokio::spawn(async move {
             let (check_tx, mut check_rx) = mpsc::unbounded_channel();
             let mut producer = false;
@@ -1084,7 +1132,7 @@ impl MessagingService for Messaging {
                                 };
                                 let reply = pb::TelemetryCommand {
                                     status: Some(ok()),
-                                    command: Some(pb::telemetry_command::Command::Settings(this.settings_reply(s))),
+                                    command: Some(pb::telemetry_command::Command::Settings(this.settings_reply(s).await)),
                                 };
                                 let _ = tx.send(Ok(reply.clone()));
                                 let again = tx.clone();
@@ -1122,6 +1170,7 @@ impl MessagingService for Messaging {
                 info!(client = %client, conn, "producer disconnected");
                 this.core.producer_down(conn);
             }
+            this.leases.client_down(&client, &this.core);
             this.metrics
                 .telemetry_streams
                 .fetch_sub(1, Ordering::Relaxed);
@@ -1134,7 +1183,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::NotifyClientTerminationRequest>,
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, GrpcStatus> {
-        debug!(client = %client_id(&request), "client terminated");
+        let client = client_id(&request);
+        debug!(client = %client, "client terminated");
+        // What it held goes to the group's other consumers at once.
+        self.leases.client_gone(&client, &self.core);
         let s = ok();
         self.counted("NotifyClientTermination", &s);
         Ok(Response::new(pb::NotifyClientTerminationResponse {

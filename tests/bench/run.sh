@@ -108,6 +108,13 @@ stop_broker
 start_broker sync
 m grpc_sync_txn "$R" bench txn --endpoint "$baddr" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
 m grpc_sync_txn64 "$R" bench txn --endpoint "$baddr" --clients 64 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+# FIFO consumption against normal consumption, back to back: messages loaded into the topic's
+# 4 queues, then received and acked; FIFO: 32 message groups, one batch per queue in flight.
+CONSUME=$(q 100000 20000)
+for c in 2 16; do
+  m "grpc_consume$c" "$R" bench consume --endpoint "$baddr" --topic "RockletBenchConsume$c" --group "RockletBenchConsume$c" --consumers "$c" --count "$CONSUME" --quiet
+  m "grpc_fifo$c" "$R" bench consume --endpoint "$baddr" --fifo --topic "RockletBenchFifo$c" --group "RockletBenchFifo$c" --consumers "$c" --count "$CONSUME" --quiet
+done
 stop_broker
 
 # --- pending backlog: memory, END_TRANSACTION cost, checks ----------------------------------
@@ -325,6 +332,19 @@ Client and broker share the 2 CPUs. Each client is one connection doing one requ
 
 - Start-up (exec to "serving" log line, 5 starts): ${startups[*]} ms; idle RSS $idle_mib MiB;
   RSS after the async runs $(awk -v k="${busy_rss:-0}" 'BEGIN { printf "%.1f", k / 1024 }') MiB.
+
+## FIFO consumption (\`rocklet bench consume --fifo\`)
+
+Sync-flush broker process; $CONSUME messages of 1 KiB loaded into the topic's 4 queues before
+the clock starts, then received in batches of 32 and acked. FIFO: the group is declared FIFO
+and the messages carry 32 message groups (each group's in one queue), so at most one batch
+per queue is in flight and a consumer beyond the fourth waits for a queue to unlock; the
+check also wants every message group consumed in order. One run each, back to back.
+
+| consumers | normal msg/s | FIFO msg/s | FIFO / normal | normal p99 | FIFO p99 | out of order |
+|---|---:|---:|---:|---:|---:|---:|
+| 2 | $(res grpc_consume2 per_s) | $(res grpc_fifo2 per_s) | $(ratio "$(res grpc_fifo2 per_s)" "$(res grpc_consume2 per_s)")× | $(res grpc_consume2 p99_ms) ms | $(res grpc_fifo2 p99_ms) ms | $(res grpc_fifo2 out_of_order) |
+| 16 | $(res grpc_consume16 per_s) | $(res grpc_fifo16 per_s) | $(ratio "$(res grpc_fifo16 per_s)" "$(res grpc_consume16 per_s)")× | $(res grpc_consume16 p99_ms) ms | $(res grpc_fifo16 p99_ms) ms | $(res grpc_fifo16 out_of_order) |
 
 ## Pending backlog
 

@@ -3,7 +3,7 @@
 # file, sync and async flush), against a broker process it starts (gRPC), the recovery mode,
 # and the peers (SQLite outbox, fsync ceiling), so the tooling cannot rot. Each run checks
 # correctness (every committed message consumed exactly once, no rolled-back message consumed,
-# no delayed message early) and exits non-zero otherwise. The full measurement is
+# no delayed message early, FIFO runs each message group in order) and exits non-zero otherwise. The full measurement is
 # tests/bench/run.sh.
 set -euo pipefail
 cd "$(dirname "$0")/../.."
@@ -26,6 +26,7 @@ run() { echo "+ rocklet bench $*"; "$B" bench "$@"; }
 for mode in send txn delay consume; do
   run "$mode" --embedded "${common[@]}"
 done
+run consume --embedded --fifo --message-groups 8 "${common[@]}"
 run txn --embedded --storage file --dir "$work" --flush sync "${common[@]}"
 run txn --embedded --storage file --dir "$work" --flush async "${common[@]}"
 run txn --embedded --backlog 2000 --backlog-check-after-ms 60000 "${common[@]}"
@@ -50,6 +51,7 @@ done
 for mode in send txn delay consume; do
   run "$mode" --endpoint "$addr" "${common[@]}"
 done
+run consume --endpoint "$addr" --fifo --topic RockletBenchFifo --group RockletBenchFifo "${common[@]}"
 kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
 
 P=target/debug

@@ -171,13 +171,20 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     let clock = Clock::new();
     let mut b = open(config(args), path.as_deref(), clock.now())?;
     b.set_producer_online(clock.now(), GROUP, true);
+    let mut ledger = Ledger::default();
+    if args.fifo {
+        b.declare_group(&args.group, true)
+            .map_err(|e| format!("cannot declare the group: {e}"))?
+            .map_err(|e| format!("cannot declare the group: {e}"))?;
+        ledger.expect_fifo(args.message_groups);
+    }
     let mut r = Run {
         args,
         b,
         clock,
         topic: args.topic(),
         run_id: (epoch_ms() as u32) ^ std::process::id().rotate_left(16),
-        ledger: Ledger::default(),
+        ledger,
         rec: Recorder::default(),
         deadline: Vec::new(),
         backlog: args.backlog,
@@ -236,7 +243,12 @@ impl Run<'_> {
     }
 
     fn message(&self, seq: u64) -> NewMessage {
-        NewMessage::new(self.topic.clone(), body(self.run_id, seq, self.args.size))
+        let mut m = NewMessage::new(self.topic.clone(), body(self.run_id, seq, self.args.size));
+        if self.args.fifo {
+            // The core picks the group's queue by its hash.
+            m.message_group = Some(format!("g{}", seq % self.args.message_groups));
+        }
+        m
     }
 
     /// Under sync flush, syncs here (after the sync in flight, if any).

@@ -17,7 +17,7 @@ use super::{
     Recorder, Target,
 };
 use crate::clock::SystemClock;
-use crate::config::BrokerConfig;
+use crate::config::{BrokerConfig, GroupDecl};
 use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_client::MessagingServiceClient;
 use crate::server;
@@ -145,12 +145,25 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             cfg.core.flush = args.flush;
             cfg.core.segment_size = 1 << 28;
             cfg.core.transaction_timeout_ms = args.check_after_ms;
+            if args.fifo {
+                cfg.groups.push(GroupDecl {
+                    name: args.group.clone(),
+                    fifo: true,
+                });
+            }
             scratch = Some(dir);
             let b = server::start(cfg, Arc::new(SystemClock)).await?;
             (b.addr.to_string(), Some(b))
         }
         Target::Embedded(_) => return Err("not a gRPC target".into()),
     };
+    if args.fifo && matches!(args.target, Target::Endpoint(_)) {
+        crate::admin::client::group(&hostport, &args.group, Some(true))
+            .await
+            .map_err(|e| {
+                format!("--fifo declares the group FIFO with rocklet's admin service: {e}")
+            })?;
+    }
     let url = format!("http://{hostport}");
     let pid = std::process::id();
     let run_id = (epoch_ms() as u32) ^ pid.rotate_left(16);
@@ -161,7 +174,7 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         client_id: format!("rocklet-bench-producer-{pid}-{run_id:08x}"),
         consumer_id: format!("rocklet-bench-consumer-{pid}-{run_id:08x}"),
         access: endpoints(&hostport),
-        ledger: Mutex::new(Ledger::default()),
+        ledger: Mutex::new(ledger(args)),
         rec: Mutex::new(Recorder::default()),
         deadline: Mutex::new(Vec::new()),
         backlog: if args.mode == Mode::Txn {
@@ -519,30 +532,94 @@ fn message(sh: &Shared, seq: u64, ty: pb::MessageType, deliver_at: Option<u64>) 
     }
 }
 
-/// Consume mode: the messages to consume, sent in batches before the clock starts.
+fn ledger(args: &BenchArgs) -> Ledger {
+    let mut l = Ledger::default();
+    if args.fifo {
+        l.expect_fifo(args.message_groups);
+    }
+    l
+}
+
+/// Consume mode: the messages to consume, sent in batches before the clock starts, spread
+/// over the topic's queues as clients spread them (FIFO: a message group's in one queue).
 async fn load(sh: &Arc<Shared>, url: &str) -> Result<(), String> {
     let mut c = connect(url).await?;
-    let n = sh.args.count;
-    let mut seq = 0;
-    while seq < n {
-        let k = (n - seq).min(32);
-        let messages = (seq..seq + k)
-            .map(|s| message(sh, s, pb::MessageType::Normal, None))
-            .collect();
-        let r = c
-            .send_message(req(
-                pb::SendMessageRequest { messages },
-                &sh.client_id,
-                CALL_TIMEOUT,
-            ))
-            .await
-            .map_err(|e| format!("load failed: {e}"))?;
-        ok(r.get_ref().status.as_ref()).map_err(|e| format!("load refused: {e}"))?;
-        let mut g = sh.ledger.lock().expect("ledger");
-        for s in seq..seq + k {
-            g.set(s, Fate::Once);
+    let route = c
+        .query_route(req(
+            pb::QueryRouteRequest {
+                topic: resource(&sh.topic),
+                endpoints: Some(sh.access.clone()),
+            },
+            &sh.client_id,
+            CALL_TIMEOUT,
+        ))
+        .await
+        .map_err(|e| format!("load: route: {e}"))?
+        .into_inner();
+    ok(route.status.as_ref()).map_err(|e| format!("load: route: {e}"))?;
+    let queues = (route.message_queues.len() as u64).max(1);
+    let fifo = sh.args.fifo;
+    let groups = sh.args.message_groups;
+    let queue_of = |seq: u64| {
+        if fifo {
+            (seq % groups) % queues
+        } else {
+            seq % queues
         }
-        seq += k;
+    };
+    // A batch goes to one queue: batches per queue, each in sequence order.
+    let mut pending: Vec<Vec<u64>> = vec![Vec::new(); queues as usize];
+    for seq in 0..sh.args.count {
+        let q = queue_of(seq) as usize;
+        pending[q].push(seq);
+        if pending[q].len() == 32 {
+            let batch = std::mem::take(&mut pending[q]);
+            load_batch(sh, &mut c, q as i32, &batch).await?;
+        }
+    }
+    for (q, batch) in pending.into_iter().enumerate() {
+        if !batch.is_empty() {
+            load_batch(sh, &mut c, q as i32, &batch).await?;
+        }
+    }
+    Ok(())
+}
+
+async fn load_batch(
+    sh: &Arc<Shared>,
+    c: &mut Client,
+    queue: i32,
+    seqs: &[u64],
+) -> Result<(), String> {
+    let messages = seqs
+        .iter()
+        .map(|&s| {
+            let ty = if sh.args.fifo {
+                pb::MessageType::Fifo
+            } else {
+                pb::MessageType::Normal
+            };
+            let mut m = message(sh, s, ty, None);
+            let sp = m.system_properties.as_mut().expect("set");
+            sp.queue_id = queue;
+            if sh.args.fifo {
+                sp.message_group = Some(format!("g{}", s % sh.args.message_groups));
+            }
+            m
+        })
+        .collect();
+    let r = c
+        .send_message(req(
+            pb::SendMessageRequest { messages },
+            &sh.client_id,
+            CALL_TIMEOUT,
+        ))
+        .await
+        .map_err(|e| format!("load failed: {e}"))?;
+    ok(r.get_ref().status.as_ref()).map_err(|e| format!("load refused: {e}"))?;
+    let mut g = sh.ledger.lock().expect("ledger");
+    for &s in seqs {
+        g.set(s, Fate::Once);
     }
     Ok(())
 }

@@ -39,6 +39,16 @@ pub struct Ledger {
     entries: Vec<Entry>,
     foreign: u64,
     consumed: u64,
+    /// FIFO runs: message `seq` is of message group `seq % groups`; the last sequence number
+    /// consumed of each group, and consumptions that came before an earlier one of theirs.
+    fifo: Option<FifoOrder>,
+}
+
+#[derive(Debug, Default)]
+struct FifoOrder {
+    groups: u64,
+    last: Vec<Option<u64>>,
+    out_of_order: u64,
 }
 
 /// The correctness check's findings.
@@ -56,6 +66,10 @@ pub struct Verdict {
     pub ambiguous: u64,
     pub foreign: u64,
     pub delayed: u64,
+    /// FIFO runs: messages consumed after a later one of their message group.
+    pub out_of_order: u64,
+    /// Whether group order was checked (a FIFO run).
+    pub fifo: bool,
 }
 
 impl Verdict {
@@ -67,6 +81,7 @@ impl Verdict {
             && self.rolled_back_consumed == 0
             && self.early == 0
             && self.never_checked == 0
+            && self.out_of_order == 0
     }
 
     /// One line.
@@ -111,6 +126,13 @@ impl Verdict {
         if self.foreign > 0 {
             let _ = write!(s, "; {} messages of other runs ignored", self.foreign);
         }
+        if self.fifo {
+            let _ = write!(
+                s,
+                "; {} consumed out of message-group order",
+                self.out_of_order
+            );
+        }
         s
     }
 }
@@ -142,6 +164,17 @@ impl Ledger {
         self.at(seq).deliver_at = at;
     }
 
+    /// A FIFO run: message `seq` is of message group `seq % groups`, and each group must be
+    /// consumed in sequence order (a message consumed again right after itself is a
+    /// duplicate, not out of order).
+    pub fn expect_fifo(&mut self, groups: u64) {
+        self.fifo = Some(FifoOrder {
+            groups: groups.max(1),
+            last: Vec::new(),
+            out_of_order: 0,
+        });
+    }
+
     /// A message of another run (or not a bench message) was consumed.
     pub fn foreign(&mut self) {
         self.foreign += 1;
@@ -151,6 +184,16 @@ impl Ledger {
     /// clock granularity). Returns the delivery lateness of a delayed message.
     pub fn consumed(&mut self, seq: u64, now: u64, tolerance_ms: u64) -> Option<u64> {
         self.consumed += 1;
+        if let Some(f) = &mut self.fifo {
+            let g = (seq % f.groups) as usize;
+            if g >= f.last.len() {
+                f.last.resize(g + 1, None);
+            }
+            match f.last[g] {
+                Some(last) if seq < last => f.out_of_order += 1,
+                _ => f.last[g] = Some(seq),
+            }
+        }
         let e = self.at(seq);
         e.consumed = e.consumed.saturating_add(1);
         if e.deliver_at == 0 {
@@ -204,6 +247,8 @@ impl Ledger {
     pub fn verdict(&self) -> Verdict {
         let mut v = Verdict {
             foreign: self.foreign,
+            fifo: self.fifo.is_some(),
+            out_of_order: self.fifo.as_ref().map_or(0, |f| f.out_of_order),
             ..Verdict::default()
         };
         for e in &self.entries {
@@ -293,5 +338,34 @@ mod tests {
         let mut l = Ledger::default();
         l.set(0, Fate::AwaitingCheck);
         assert!(!l.verdict().ok());
+    }
+
+    #[test]
+    fn a_fifo_run_fails_when_a_group_is_consumed_out_of_order() {
+        let mut l = Ledger::default();
+        l.expect_fifo(2);
+        for seq in 0..6 {
+            l.set(seq, Fate::Once);
+        }
+        // Groups 0 (0, 2, 4) and 1 (1, 3, 5), interleaved but each in order.
+        for seq in [1, 0, 3, 2, 4, 5] {
+            l.consumed(seq, 0, 0);
+        }
+        assert!(l.verdict().ok(), "{}", l.verdict().summary());
+        assert!(l
+            .verdict()
+            .summary()
+            .contains("0 consumed out of message-group order"));
+        let mut l = Ledger::default();
+        l.expect_fifo(2);
+        for seq in 0..4 {
+            l.set(seq, Fate::Once);
+        }
+        for seq in [0, 2, 1, 0, 3] {
+            l.consumed(seq, 0, 0);
+        }
+        let v = l.verdict();
+        assert_eq!((v.out_of_order, v.duplicated), (1, 1));
+        assert!(!v.ok());
     }
 }

@@ -182,6 +182,11 @@ pub struct BenchArgs {
     /// Topic (default per mode); consumer group.
     pub topic: Option<String>,
     pub group: String,
+    /// Consume mode: the group is declared FIFO and message `seq` is of message group
+    /// `seq % message_groups`; the check also wants each message group in order.
+    pub fifo: bool,
+    /// Message groups of a FIFO run.
+    pub message_groups: u64,
     /// Print the live line each second (to stderr).
     pub live: bool,
 }
@@ -212,6 +217,8 @@ impl BenchArgs {
             drain_timeout: Duration::from_secs(30),
             topic: None,
             group: "RockletBenchConsumer".into(),
+            fifo: false,
+            message_groups: 32,
             live: true,
         }
     }
@@ -247,6 +254,12 @@ impl BenchArgs {
             return Err(
                 "recover runs embedded with file storage: --embedded --storage file".into(),
             );
+        }
+        if self.fifo && self.mode != Mode::Consume {
+            return Err("--fifo measures FIFO consumption: use it with the consume mode".into());
+        }
+        if self.fifo && self.message_groups == 0 {
+            return Err("--message-groups must be at least 1".into());
         }
         if self.mode == Mode::Consume && self.duration.is_some() {
             return Err("consume measures a loaded count: give --count, not --duration".into());
@@ -439,6 +452,10 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
                 m.commit, m.rollback, m.unknown
             )
         }
+        Mode::Consume if args.fifo => format!(
+            "consumed messages (receive + ack, FIFO group, {} message groups)",
+            args.message_groups
+        ),
         Mode::Consume => "consumed messages (receive + ack)".into(),
         m => m.noun().into(),
     };
@@ -558,6 +575,11 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
     }
     if let Some(f) = o.fsyncs {
         fields.push(("fsyncs".into(), f.to_string()));
+    }
+    if args.fifo {
+        fields.push(("fifo".into(), "1".into()));
+        fields.push(("message_groups".into(), args.message_groups.to_string()));
+        fields.push(("out_of_order".into(), o.verdict.out_of_order.to_string()));
     }
     fields.extend(o.fields.iter().cloned());
     let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
