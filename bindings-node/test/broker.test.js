@@ -191,12 +191,16 @@ test('receive, changeInvisible, ack and redelivery', async () => {
   assert.equal(b.inflightCount('G', 'T'), 1);
   const changed = b.changeInvisible('G', m.handle, 5000);
   assert.equal(changed.visibleAt, 5000);
-  assert.throws(() => b.ack('G', m.handle), (e) => e instanceof ClientError && e.code === 'STALE_RECEIPT_HANDLE');
+  assert.notEqual(changed.handle, m.handle);
   await b.advance(4999);
   assert.deepEqual(b.receive('G', 'T', { invisibleMs: 1000 }), []);
   await b.advance(1);
   const [again] = b.receive('G', 'T', { invisibleMs: 1000 });
   assert.equal(again.attempt, 2);
+  // Handles of the earlier delivery, from before and after its renewal, are stale now.
+  for (const h of [m.handle, changed.handle]) {
+    assert.throws(() => b.ack('G', h), (e) => e instanceof ClientError && e.code === 'STALE_RECEIPT_HANDLE');
+  }
   b.ack('G', again.handle);
   assert.equal(b.inflightCount('G', 'T'), 0);
   await b.runUntilIdle();

@@ -1170,7 +1170,7 @@ impl PyBroker {
     }
 
     /// Changes how long a received message stays invisible; returns the new handle (the old
-    /// one is stale from now on).
+    /// one still names this delivery; a redelivery makes both stale).
     fn change_invisible(
         &self,
         py: Python<'_>,

@@ -131,7 +131,7 @@ client_errors! {
     TransactionAlreadyResolved = "TRANSACTION_ALREADY_RESOLVED": "The transaction was already resolved the other way.",
     WrongProducerGroup = "WRONG_PRODUCER_GROUP": "The transaction belongs to another producer group.",
     InvalidReceiptHandle = "INVALID_RECEIPT_HANDLE": "A receipt handle that names no delivery in flight.",
-    StaleReceiptHandle = "STALE_RECEIPT_HANDLE": "A receipt handle replaced by a redelivery or an invisible-time change.",
+    StaleReceiptHandle = "STALE_RECEIPT_HANDLE": "A receipt handle of an earlier delivery: the message was delivered again since.",
     InvalidArgument = "INVALID_ARGUMENT": "An argument outside what the broker accepts.",
     ProducerGroupRequired = "PRODUCER_GROUP_REQUIRED": "An END_TRANSACTION that names no producer group.",
     TooManyGroups = "TOO_MANY_GROUPS": "A new group past `max_groups`.",

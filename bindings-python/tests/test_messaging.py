@@ -136,11 +136,13 @@ def test_receive_ack_and_invisible_redelivery(broker: rocklet.Broker) -> None:
     with pytest.raises(rocklet.StaleReceiptHandle):
         broker.ack("G", got[1].handle)
     new = broker.change_invisible("G", again[0], 5000)
-    with pytest.raises(rocklet.StaleReceiptHandle):
-        broker.ack("G", again[0])
+    assert new != again[0].handle
     broker.advance(4999)
     assert broker.receive("G", "R", 10, invisible_ms=1000) == []
-    broker.ack("G", new)
+    # A change of invisible time renews the delivery: the handle from before it still acks.
+    broker.ack("G", again[0])
+    with pytest.raises(rocklet.InvalidReceiptHandle):
+        broker.ack("G", new)
     broker.advance(100_000)
     assert broker.receive("G", "R", 10, invisible_ms=1000) == []
     assert broker.inflight_count("G", "R") == 0

@@ -358,7 +358,7 @@ impl WasmBroker {
     }
 
     /// Changes how long a received message stays invisible. Returns `{handle, visibleAt}`;
-    /// the old handle is stale from now on.
+    /// the old handle still names this delivery (a redelivery makes both stale).
     #[wasm_bindgen(js_name = changeInvisible, unchecked_return_type = "{ handle: string; visibleAt: number }")]
     pub fn change_invisible(
         &mut self,

@@ -825,17 +825,6 @@ impl Driver {
                         panic!("{DEBUG_PANIC_ENV}: a send to `{t}` (debug builds only)");
                     }
                 }
-                // An ack or dead-lettering by a FIFO group may unlock its queue; the core gives
-                // no availability notice for that, so its long polls are woken here.
-                let unlocks = match &*request {
-                    Request::Ack { group, handle }
-                    | Request::ForwardToDeadLetter { group, handle }
-                        if self.broker.group_is_fifo(group) =>
-                    {
-                        Some(handle.topic.clone())
-                    }
-                    _ => None,
-                };
                 self.pending.insert(id, Pending { reply, watch });
                 if let Err(e) = self.broker.handle(now, id, *request) {
                     match &e {
@@ -858,8 +847,6 @@ impl Driver {
                     if let Some(p) = self.pending.remove(&id) {
                         let _ = p.reply.send(Err(e.to_string()));
                     }
-                } else if let Some(topic) = unlocks {
-                    self.wake(&topic);
                 }
             }
             Command::ProducerUp {

@@ -20,9 +20,9 @@
 //! `renewMaxTimeMillis`), leaving the delivery to its invisible time. A client with no open
 //! telemetry stream (every official client opens one) is not renewed.
 //!
-//! Leases are connection state: a restart starts with none. A consumer that acks a renewed
-//! delivery after a restart names a handle the core no longer takes (`INVALID_RECEIPT_HANDLE`,
-//! which clients give up on), and the delivery is made visible again after its invisible time.
+//! Leases are connection state: a restart starts with none. The handles survive it: a
+//! renewal keeps the earlier handles of the same delivery attempt valid in the core, so a
+//! consumer that acks a renewed delivery after a restart, with the handle it was given, acks it.
 
 use std::cmp::Reverse;
 use std::collections::{BinaryHeap, HashMap, HashSet};

@@ -310,36 +310,42 @@ async fn stale_forged_and_foreign_receipt_handles_are_refused() {
     let mut b = TestBroker::start().await;
     let c = &mut b.client;
     send_ok(c, msg("Rh", b"x", pb::MessageType::Normal, "R1")).await;
-    let r = receive(c, "Rh", "G", 1, 30_000, 1_000).await;
+    let r = receive(c, "Rh", "G", 1, 1_000, 1_000).await;
     let first = handle(&r.messages[0]);
-    // A new handle makes the old one stale.
-    let r2 = c
+    // Delivered again once its invisible time ran out: the first handle is stale.
+    tokio::time::sleep(std::time::Duration::from_millis(1_300)).await;
+    let r = receive(c, "Rh", "G", 1, 30_000, 2_000).await;
+    let second = handle(&r.messages[0]);
+    let s = ack_handle(c, "Rh", "G", &first).await;
+    assert_status(&s, pb::Code::InvalidReceiptHandle, "STALE_RECEIPT_HANDLE");
+    // A change of invisible time renews the attempt: it gives a new handle, and the one from
+    // before it still names the delivery.
+    let r3 = c
         .change_invisible_duration(pb::ChangeInvisibleDurationRequest {
             group: res("G"),
             topic: res("Rh"),
-            receipt_handle: first.clone(),
+            receipt_handle: second.clone(),
             invisible_duration: Some(dur(30_000)),
             message_id: "R1".into(),
         })
         .await
         .unwrap()
         .into_inner();
-    assert_eq!(r2.status.as_ref().unwrap().code, OK);
-    let second = r2.receipt_handle;
-    let s = ack_handle(c, "Rh", "G", &first).await;
-    assert_status(&s, pb::Code::InvalidReceiptHandle, "STALE_RECEIPT_HANDLE");
+    assert_eq!(r3.status.as_ref().unwrap().code, OK);
+    let third = r3.receipt_handle;
+    assert_ne!(third, second);
     // Forged: well-formed, but no such delivery.
-    let mut parts: Vec<String> = second.splitn(4, '.').map(str::to_string).collect();
+    let mut parts: Vec<String> = third.splitn(4, '.').map(str::to_string).collect();
     parts[2] = "999999".into();
     let forged = parts.join(".");
     let s = ack_handle(c, "Rh", "G", &forged).await;
     assert_status(&s, pb::Code::InvalidReceiptHandle, "INVALID_RECEIPT_HANDLE");
     // Another group's handle.
-    let s = ack_handle(c, "Rh", "OtherGroup", &second).await;
+    let s = ack_handle(c, "Rh", "OtherGroup", &third).await;
     assert_status(&s, pb::Code::InvalidReceiptHandle, "INVALID_RECEIPT_HANDLE");
-    // The real one works once; acking again is refused.
+    // The pre-renewal handle acks it once; acking again, with either handle, is refused.
     assert_eq!(ack_handle(c, "Rh", "G", &second).await.code, OK);
-    let s = ack_handle(c, "Rh", "G", &second).await;
+    let s = ack_handle(c, "Rh", "G", &third).await;
     assert_status(&s, pb::Code::InvalidReceiptHandle, "already acked");
     b.stop().await;
 }

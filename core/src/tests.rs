@@ -324,24 +324,68 @@ fn receive_ack_and_redelivery() {
     else {
         panic!()
     };
-    assert!(matches!(
+    // A change of invisible time renews the attempt: the handle from before it still names
+    // the delivery (a consumer that renews need not track the new handle), and acks it.
+    assert_eq!(
         sim.request(Request::Ack {
             group: "C".into(),
             handle: r2[0].handle.clone()
         })
         .unwrap(),
-        Reply::Error(_)
-    ));
-    assert_eq!(
+        Reply::Acked
+    );
+    assert!(matches!(
         sim.request(Request::Ack {
             group: "C".into(),
             handle
         })
         .unwrap(),
-        Reply::Acked
-    );
+        Reply::Error(_)
+    ));
     sim.advance(10_000).unwrap();
     assert!(recv(&mut sim).is_empty());
+}
+
+#[test]
+fn a_renewed_delivery_keeps_its_first_handle_across_a_restart() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    send(&mut sim, "T", "a");
+    let Reply::Received(r) = sim
+        .request(Request::Receive {
+            group: "C".into(),
+            topic: "T".into(),
+            queue_id: None,
+            max: 1,
+            invisible_ms: 1000,
+            filter: TagFilter::All,
+        })
+        .unwrap()
+    else {
+        panic!()
+    };
+    let first = r[0].handle.clone();
+    for _ in 0..3 {
+        assert!(matches!(
+            sim.request(Request::ChangeInvisible {
+                group: "C".into(),
+                handle: first.clone(),
+                invisible_ms: 60_000,
+            })
+            .unwrap(),
+            Reply::InvisibleChanged { .. }
+        ));
+    }
+    let now = sim.now;
+    let storage = sim.broker.into_storage();
+    let mut sim = Sim::with_storage(cfg(), storage, now).unwrap();
+    assert_eq!(
+        sim.request(Request::Ack {
+            group: "C".into(),
+            handle: first
+        })
+        .unwrap(),
+        Reply::Acked
+    );
 }
 
 #[test]

@@ -137,8 +137,8 @@ pub struct ReceiptHandle {
     pub topic: String,
     pub queue_id: u32,
     pub queue_offset: u64,
-    /// Log offset of the record that made this delivery; a later delivery or invisible-time
-    /// change makes a new one, and the old handle stale.
+    /// Log offset of the record that made this delivery or changed its invisible time. A
+    /// change keeps the delivery's earlier handles valid; a later delivery makes them stale.
     pub generation: u64,
 }
 

@@ -20,8 +20,8 @@
 //! ```
 //!
 //! The core's handle is (topic, queue, queue offset, generation), the generation naming the
-//! delivery (a redelivery or an invisible-time change makes a new one, and old handles
-//! stale). A pop names one generation per queue, so the pop response carries it as the
+//! delivery (a redelivery or an invisible-time change makes a new one; only a redelivery
+//! makes old handles stale). A pop names one generation per queue, so the pop response carries it as the
 //! queue's start offset (`startOffsetInfo`) with reviveQid 0, and `ck` brings it back.
 //!
 //! After a change of invisible time the client rebuilds extraInfo with `ck` = the queue

@@ -388,11 +388,17 @@ impl<S: Storage> Broker<S> {
                 pq.next = pq.next.max(next);
                 for &(qoff, attempt) in &entries {
                     pq.ready.remove(&qoff);
+                    // A change of invisible time renews the attempt; a receive starts one.
+                    let since = match pq.inflight.get(&qoff) {
+                        Some(i) if i.attempt == attempt => i.since,
+                        _ => off,
+                    };
                     pq.inflight.insert(
                         qoff,
                         Inflight {
                             attempt,
                             generation: off,
+                            since,
                         },
                     );
                     self.pop_timers.push(Reverse((until, g, q, qoff, off)));
@@ -427,15 +433,21 @@ impl<S: Storage> Broker<S> {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
+                let fifo = self.groups[g as usize].fifo;
                 if let Some(pq) = self.pops.get_mut(&(g, q)) {
                     if pq
                         .inflight
                         .get(&queue_offset)
-                        .is_some_and(|i| i.generation == generation)
+                        .is_some_and(|i| i.named_by(generation))
                     {
                         pq.inflight.remove(&queue_offset);
                         pq.ready.remove(&queue_offset);
+                        let unlocked = fifo && pq.inflight.is_empty();
                         self.stats.acked += 1;
+                        if unlocked {
+                            // A FIFO queue's batch is done: its next messages may go out.
+                            self.mark_notify(q);
+                        }
                         let unit_off = self.queues[q as usize]
                             .units
                             .get(queue_offset as usize)

@@ -364,9 +364,9 @@ impl<S: Storage> Broker<S> {
             .get(&(g, q))
             .and_then(|p| p.inflight.get(&h.queue_offset))
             .ok_or_else(|| bad("no delivery of this message is in flight (already acked?)"))?;
-        if inflight.generation != h.generation {
+        if !inflight.named_by(h.generation) {
             return Err(ClientError::StaleReceiptHandle(format!(
-                "{h}: the message was delivered again or its invisible time changed since"
+                "{h}: the message was delivered again since"
             )));
         }
         Ok((g, q, *inflight))

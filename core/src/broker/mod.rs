@@ -245,7 +245,18 @@ const PARKED: Millis = Millis::MAX - 1;
 #[derive(Clone, Copy, Debug)]
 struct Inflight {
     attempt: u32,
+    /// The record of its latest receive or invisible-time change.
     generation: u64,
+    /// The record of the receive that began this attempt: a handle of any generation from
+    /// here on (a renewal's earlier handle) still names this delivery.
+    since: u64,
+}
+
+impl Inflight {
+    /// Whether a receipt handle of `generation` names this delivery attempt.
+    fn named_by(&self, generation: u64) -> bool {
+        (self.since..=self.generation).contains(&generation)
+    }
 }
 
 #[derive(Default)]
