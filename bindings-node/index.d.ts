@@ -39,6 +39,8 @@ export interface BrokerConfig {
   maxTopics?: number;
   /** Consume-queue units one filtered pull or receive looks at, at most. */
   maxScanUnits?: number;
+  /** Index messages by key and message id (default true; about 16 bytes a key in memory). */
+  indexKeys?: boolean;
 }
 
 export interface BrokerOptions extends BrokerConfig {

@@ -85,7 +85,10 @@ pub struct Config {
     pub max_scan_units: u32,
     /// Replies and visibility also wait until the host reports, with
     /// [`Broker::replicated_to`](crate::Broker::replicated_to), that enough replicas hold the
-    /// bytes (RocketMQ's SYNC_MASTER). Off for a single broker.
+    /// bytes (RocketMQ's SYNC_MASTER). Off for a single broker. Set by a host that
+    /// replicates, never from a configuration file or a binding's options (a broker with no
+    /// replicas would hold every reply): not (de)serialized.
+    #[serde(skip)]
     pub replicated_acks: bool,
     /// Index messages by key (KEYS) and message id (UNIQ_KEY) for
     /// [`Broker::messages_by_key`](crate::Broker::messages_by_key), as RocketMQ's
