@@ -61,6 +61,9 @@ use crate::metrics::Metrics;
 /// The broker type the host runs.
 pub type CoreBroker = Broker<AnyStorage>;
 
+/// A failure of a core call in the host.
+pub type CoreError = Error<<AnyStorage as Storage>::Error>;
+
 /// A closure run on the core thread with the broker (introspection, admin).
 pub type InspectFn = Box<dyn FnOnce(&mut CoreBroker) + Send>;
 
@@ -282,10 +285,21 @@ impl CoreHandle {
         name: String,
         fifo: bool,
     ) -> Result<Result<(), ClientError>, CoreFailure> {
-        self.inspect(move |b| match b.declare_group(&name, fifo) {
-            Ok(Ok(())) => b
+        self.change(move |b| b.declare_group(&name, fifo)).await
+    }
+
+    /// Runs a change to the broker's tables (a topic or group declared or deleted) on the
+    /// core thread and makes what it wrote durable before answering, whatever the flush
+    /// mode: the answer never names a change a crash could undo. `Ok(Err(_))`: the core
+    /// refused it; a failed sync fails the broker (crash-only) and answers `Storage`.
+    pub async fn change<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CoreBroker) -> Result<Result<T, ClientError>, CoreError> + Send + 'static,
+    ) -> Result<Result<T, ClientError>, CoreFailure> {
+        self.inspect(move |b| match f(b) {
+            Ok(Ok(v)) => b
                 .sync()
-                .map(Ok)
+                .map(|()| Ok(v))
                 .map_err(|e| CoreFailure::Storage(e.to_string())),
             Ok(Err(e)) => Ok(Err(e)),
             Err(e) => Err(CoreFailure::Storage(e.to_string())),

@@ -513,17 +513,85 @@ async fn admin_requests_are_served_or_refused_by_name() {
         body.contains(r#"{"brokerName":"rocklet","queueId":0,"topic":"AdminT"}:0"#),
         "{body}"
     );
-    // Refused by name: deleting topics, key queries, and codes rocklet does not serve.
-    let r = c.call(215, &[("topic", "AdminT")], Vec::new()).await;
-    assert_eq!(r.code, 3);
-    assert!(r
-        .remark
-        .unwrap()
-        .contains("deleting a topic is not supported"));
+    // QUERY_MESSAGE: by message id (queryMsgByUniqueKey) and by key (queryMsgByKey), within
+    // the store times asked for; none found is QUERY_NOT_FOUND.
+    let p = props(&[("UNIQ_KEY", "K0"), ("KEYS", "order-1 order-2")]);
     let r = c
-        .call(12, &[("topic", "AdminT"), ("key", "k")], Vec::new())
+        .call(
+            310,
+            &[("a", "PG"), ("b", "AdminT"), ("e", "0"), ("i", &p)],
+            b"keyed".to_vec(),
+        )
         .await;
-    assert!(r.remark.unwrap().contains("no index of message keys"));
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let query = |key: &'static str, begin: &'static str, unique: bool| {
+        let mut h = vec![
+            ("topic", "AdminT"),
+            ("key", key),
+            ("maxNum", "64"),
+            ("beginTimestamp", begin),
+            ("endTimestamp", "9223372036854775807"),
+        ];
+        if unique {
+            h.push(("_UNIQUE_KEY_QUERY", "true"));
+        }
+        h
+    };
+    let r = c.call(12, &query("S1", "0", true), Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let got = records(&r.body);
+    assert_eq!(got.len(), 1);
+    assert_eq!((got[0].0.as_str(), &got[0].1[..]), ("AdminT", &b"x"[..]));
+    assert!(r.ext.contains_key("indexLastUpdateTimestamp"));
+    assert!(r.ext.contains_key("indexLastUpdatePhyoffset"));
+    let r = c.call(12, &query("order-2", "0", false), Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(records(&r.body)[0].1, b"keyed");
+    let r = c.call(12, &query("order-3", "0", false), Vec::new()).await;
+    assert_eq!(r.code, 22, "{:?}", r.remark);
+    let r = c
+        .call(
+            12,
+            &query("order-2", "9223372036854775806", false),
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 22, "stored before the window: {:?}", r.remark);
+    // QUERY_TOPIC_CONSUME_BY_WHO names offline groups with offsets in the topic too.
+    let r = c
+        .call(
+            15,
+            &[
+                ("consumerGroup", "OfflineG"),
+                ("topic", "AdminT"),
+                ("queueId", "0"),
+                ("commitOffset", "1"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(300, &[("topic", "AdminT")], Vec::new()).await;
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["groupList"], serde_json::json!(["AdminG", "OfflineG"]));
+    // deleteTopic: the broker's request deletes it, the name server's is then answered OK;
+    // a second broker request names the missing topic. Other topics stay.
+    let r = c.call(17, &[("topic", "AdminKept")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(215, &[("topic", "AdminT")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(216, &[("topic", "AdminT")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(351, &[("topic", "AdminT")], Vec::new()).await;
+    assert_eq!(r.code, 17, "{:?}", r.remark);
+    let r = c.call(215, &[("topic", "AdminT")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("UNKNOWN_TOPIC"));
+    let r = c
+        .call(215, &[("topic", "RMQ_SYS_TRANS_HALF_TOPIC")], Vec::new())
+        .await;
+    assert_eq!(r.code, 1, "system topics are not deleted: {:?}", r.remark);
+    // Refused by name: codes rocklet does not serve.
     let r = c.call(25, &[], Vec::new()).await;
     assert_eq!(r.code, 3);
     assert!(r.remark.unwrap().contains("(UPDATE_BROKER_CONFIG)"));
@@ -537,9 +605,11 @@ async fn admin_requests_are_served_or_refused_by_name() {
     );
     let r = ns.call(206, &[], Vec::new()).await;
     let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
-    assert!(v["topicList"]
-        .as_array()
-        .unwrap()
-        .contains(&serde_json::json!("AdminT")));
+    let topics = v["topicList"].as_array().unwrap();
+    assert!(
+        topics.contains(&serde_json::json!("AdminKept")),
+        "{topics:?}"
+    );
+    assert!(!topics.contains(&serde_json::json!("AdminT")), "deleted");
     b.stop().await;
 }

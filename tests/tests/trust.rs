@@ -620,3 +620,34 @@ fn messages_are_found_by_key_and_message_id_once_visible() {
     .unwrap();
     assert_eq!(off.index_bytes(), 0);
 }
+
+#[test]
+fn a_key_lookup_keeps_to_the_store_times_asked_for() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    for t in [1_000u64, 2_000, 3_000] {
+        let mut m = NewMessage::new("Orders", format!("at {t}").into_bytes());
+        m.keys = vec!["k".into()];
+        exec(&mut b, t, Request::Send { messages: vec![m] });
+    }
+    let bodies = |v: Vec<rocklet_core::Message>| {
+        v.into_iter()
+            .map(|m| String::from_utf8(m.body).unwrap())
+            .collect::<Vec<_>>()
+    };
+    assert_eq!(
+        bodies(b.messages_by_key("Orders", "k", 10).unwrap()),
+        ["at 3000", "at 2000", "at 1000"]
+    );
+    // Out-of-window messages do not use up `max`.
+    assert_eq!(
+        bodies(
+            b.messages_by_key_stored("Orders", "k", 1, 1_000..=2_500)
+                .unwrap()
+        ),
+        ["at 2000"]
+    );
+    assert!(b
+        .messages_by_key_stored("Orders", "k", 10, 3_001..=9_000)
+        .unwrap()
+        .is_empty());
+}

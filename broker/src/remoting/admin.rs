@@ -7,16 +7,18 @@
 //! GET_BROKER_RUNTIME_INFO (28), UPDATE_AND_CREATE_SUBSCRIPTIONGROUP (200),
 //! GET_CONSUME_STATS (208), GET_CONSUMER_CONNECTION_LIST (203),
 //! GET_PRODUCER_CONNECTION_LIST (204), QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_MESSAGE_BY_ID
-//! (33), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222).
+//! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
+//! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
+//! DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216). Every other admin code is
+//! refused naming it ([`code_name`]).
 //!
-//! Refused by name with the reason: DELETE_TOPIC_IN_BROKER / DELETE_TOPIC_IN_NAMESRV (the
-//! core cannot delete a topic) and QUERY_MESSAGE (12, queryMsgByKey / queryMsgByUniqueKey:
-//! the core keeps no key index, and a scan of the log is not an answer). Every other admin
-//! code is refused naming it ([`code_name`]).
+//! Changes (topics and groups created or deleted) are durable before they are answered,
+//! whatever the flush mode ([`crate::driver::CoreHandle::change`]).
 //!
 //! Costs: per request, lookups by name and at most one record read per queue (last
-//! timestamps), a binary search over a queue for a time (O(log n) reads), or a walk of the
-//! topic table for a group's topics (in memory, bounded by `max_topics`).
+//! timestamps), a binary search over a queue for a time (O(log n) reads), a walk of the
+//! topic table for a group's topics (in memory, bounded by `max_topics`), or a key lookup
+//! (at most [`MAX_QUERY`] messages read, of at most 4,096 index entries walked).
 //!
 //! Bodies are RocketMQ's fastjson: maps keyed by a MessageQueue are written with the object
 //! itself as the key (`{{"brokerName":…,"queueId":0,"topic":…}:{…}}`), which fastjson reads.
@@ -24,16 +26,18 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
+use rocklet_core::record::sys_flag;
 use rocklet_core::topic;
-use rocklet_core::TopicInfo;
+use rocklet_core::{ClientError, TopicInfo};
 use serde_json::{json, Value};
 
 use super::clients::Member;
 use super::codec::RemotingCommand;
 use super::handlers::{
-    core_failure, fail, field, json_body, lock, number, number_or, ok, required, status, Answer,
-    Ctx, BROKER_NAME,
+    core_failure, encode_message, fail, field, json_body, lock, number, number_or, ok, required,
+    status, Answer, Ctx, BROKER_NAME,
 };
+use crate::driver::CoreFailure;
 
 /// Admin request codes (RocketMQ's `RequestCode`).
 pub mod code {
@@ -60,10 +64,15 @@ pub mod code {
 /// Response codes of admin answers (RocketMQ's `ResponseCode`).
 const CONSUMER_NOT_ONLINE: i32 = 206;
 
+/// Most messages one QUERY_MESSAGE answers (RocketMQ's `maxMsgsNumBatch`, 64; mqadmin asks
+/// for 64).
+pub const MAX_QUERY: usize = 64;
+/// Messages a queryMsgByUniqueKey asks for (RocketMQ's `defaultQueryMaxNum`).
+const UNIQUE_QUERY_MAX: usize = 32;
+
 /// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
 /// asked (mqadmin's other commands, name-server and controller requests).
-const NAMES: [(i32, &str); 62] = [
-    (12, "QUERY_MESSAGE"),
+const NAMES: [(i32, &str); 59] = [
     (13, "QUERY_BROKER_OFFSET"),
     (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
     (21, "GET_ALL_TOPIC_CONFIG"),
@@ -93,8 +102,6 @@ const NAMES: [(i32, &str); 62] = [
     (212, "RESET_CONSUMER_OFFSET_IN_BROKER"),
     (213, "ADJUST_CONSUMER_THREAD_POOL"),
     (214, "WHO_CONSUME_THE_MESSAGE"),
-    (215, "DELETE_TOPIC_IN_BROKER"),
-    (216, "DELETE_TOPIC_IN_NAMESRV"),
     (217, "REGISTER_TOPIC_IN_NAMESRV"),
     (219, "GET_KVLIST_BY_NAMESPACE"),
     (220, "RESET_CONSUMER_CLIENT_OFFSET"),
@@ -149,20 +156,13 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_CONSUME_STATS => consume_stats(ctx, req).await,
         code::GET_CONSUMER_CONNECTION_LIST => consumer_connections(ctx, req),
         code::GET_PRODUCER_CONNECTION_LIST => producer_connections(ctx, req),
-        code::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by(ctx, req),
+        code::QUERY_TOPIC_CONSUME_BY_WHO => consumed_by(ctx, req).await,
         code::VIEW_MESSAGE_BY_ID => view_message(ctx, req).await,
         code::SEARCH_OFFSET_BY_TIMESTAMP => search_offset(ctx, req).await,
         code::INVOKE_BROKER_TO_RESET_OFFSET => reset_offset(ctx, req).await,
-        code::DELETE_TOPIC_IN_BROKER | code::DELETE_TOPIC_IN_NAMESRV => Err(fail(
-            req,
-            status::REQUEST_CODE_NOT_SUPPORTED,
-            "deleting a topic is not supported by rocklet: the log keeps every topic it ever had (the core has no topic deletion)",
-        )),
-        code::QUERY_MESSAGE => Err(fail(
-            req,
-            status::REQUEST_CODE_NOT_SUPPORTED,
-            "QUERY_MESSAGE (queryMsgByKey, queryMsgByUniqueKey) is not supported by rocklet: it keeps no index of message keys; look a message up by its offset message id (queryMsgById) or queue offset (queryMsgByOffset)",
-        )),
+        code::DELETE_TOPIC_IN_BROKER => delete_topic(ctx, req, false).await,
+        code::DELETE_TOPIC_IN_NAMESRV => delete_topic(ctx, req, true).await,
+        code::QUERY_MESSAGE => query_message(ctx, req).await,
         _ => return None,
     })
 }
@@ -250,26 +250,28 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let n = name.clone();
     let r = ctx
         .core
-        .inspect(move |b| {
+        .change(move |b| {
             if let Some(have) = b.topic_queue_count(&n) {
                 if have > read {
-                    return Ok(Err(format!(
+                    return Ok(Err(ClientError::InvalidArgument(format!(
                         "topic `{n}` has {have} queues; rocklet cannot remove queues (asked for {read})"
-                    )));
+                    ))));
                 }
             }
             b.create_topic(&n, read)
-                .map(|r| r.map_err(|e| format!("{}: {e}", e.code())))
-                .map_err(|e| e.to_string())
         })
         .await;
+    changed(req, r)
+}
+
+/// The answer to a change of the tables: OK, the core's refusal, or the storage failure.
+fn changed(req: &RemotingCommand, r: Result<Result<(), ClientError>, CoreFailure>) -> Answer {
     match r {
-        Ok(Ok(Ok(()))) => Ok(ok(req)),
-        Ok(Ok(Err(e))) => Err(fail(req, status::SYSTEM_ERROR, e)),
+        Ok(Ok(())) => Ok(ok(req)),
         Ok(Err(e)) => Err(fail(
             req,
-            status::SERVICE_NOT_AVAILABLE,
-            format!("storage failure: {e}"),
+            status::SYSTEM_ERROR,
+            format!("{}: {e}", e.code()),
         )),
         Err(e) => Err(core_failure(req, &e)),
     }
@@ -444,24 +446,8 @@ async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         ));
     }
     let fifo = v.get("consumeMessageOrderly").and_then(Value::as_bool) == Some(true);
-    let r = ctx
-        .core
-        .inspect(move |b| {
-            b.declare_group(&name, fifo)
-                .map(|r| r.map_err(|e| format!("{}: {e}", e.code())))
-                .map_err(|e| e.to_string())
-        })
-        .await;
-    match r {
-        Ok(Ok(Ok(()))) => Ok(ok(req)),
-        Ok(Ok(Err(e))) => Err(fail(req, status::SYSTEM_ERROR, e)),
-        Ok(Err(e)) => Err(fail(
-            req,
-            status::SERVICE_NOT_AVAILABLE,
-            format!("storage failure: {e}"),
-        )),
-        Err(e) => Err(core_failure(req, &e)),
-    }
+    let r = ctx.core.declare_group(name, fifo).await;
+    changed(req, r)
 }
 
 /// The topics a group consumes: its connected members' subscriptions, the topics it has
@@ -616,15 +602,22 @@ fn producer_connections(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     ))
 }
 
-/// QUERY_TOPIC_CONSUME_BY_WHO: the connected groups subscribed to the topic (the core
-/// lists no groups by topic, so offline groups with offsets in it are not named).
-fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+/// QUERY_TOPIC_CONSUME_BY_WHO: the groups that consume the topic, online (connected
+/// clients subscribed to it) or not (committed offsets in its queues).
+async fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let name = required(req, "topic")?.to_string();
-    let mut groups: Vec<String> = lock(&ctx.clients)
-        .consumer_groups()
-        .filter(|(_, g)| g.info.subscriptions.iter().any(|s| s.topic == name))
-        .map(|(n, _)| n.clone())
-        .collect();
+    let n = name.clone();
+    let mut groups = ctx
+        .core
+        .inspect(move |b| b.groups_of_topic(&n))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    groups.extend(
+        lock(&ctx.clients)
+            .consumer_groups()
+            .filter(|(_, g)| g.info.subscriptions.iter().any(|s| s.topic == name))
+            .map(|(n, _)| n.clone()),
+    );
     groups.sort();
     groups.dedup();
     Ok(with_body(req, json!({ "groupList": groups }).to_string()))
@@ -653,6 +646,87 @@ async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             format!("no message at log offset {offset}: {e}"),
         )),
     }
+}
+
+/// DELETE_TOPIC_IN_BROKER and DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic sends both, the
+/// broker's first): the topic is deleted durably (its records stay in the log, its name
+/// starts afresh). The name server's is answered OK when the broker's already deleted it.
+async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer {
+    let name = required(req, "topic")?.to_string();
+    let r = ctx
+        .core
+        .change(move |b| {
+            if namesrv && b.topic_info(&name).is_none() {
+                return Ok(Ok(()));
+            }
+            b.delete_topic(&name)
+        })
+        .await;
+    changed(req, r)
+}
+
+/// QUERY_MESSAGE (queryMsgByKey; queryMsgByUniqueKey with `_UNIQUE_KEY_QUERY`): the visible
+/// messages of the topic with the key (KEYS) or message id (UNIQ_KEY), stored between
+/// `beginTimestamp` and `endTimestamp`, newest first, at most `maxNum` (bounded by
+/// [`MAX_QUERY`]); QUERY_NOT_FOUND when there are none, as Apache answers. The body holds
+/// the records as pulls carry them; the client keeps those that name the key.
+async fn query_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?.to_string();
+    let key = required(req, "key")?.to_string();
+    let unique = field(req, "_UNIQUE_KEY_QUERY") == Some("true");
+    let max = if unique {
+        UNIQUE_QUERY_MAX
+    } else {
+        let n: i64 = number(req, "maxNum")?;
+        usize::try_from(n.max(1))
+            .unwrap_or(MAX_QUERY)
+            .min(MAX_QUERY)
+    };
+    let begin: i64 = number_or(req, "beginTimestamp", 0)?;
+    let end: i64 = number_or(req, "endTimestamp", i64::MAX)?;
+    let stored = u64::try_from(begin).unwrap_or(0)..=u64::try_from(end).unwrap_or(0);
+    let t = topic.clone();
+    let r = ctx
+        .core
+        .inspect(move |b| {
+            let found = b
+                .messages_by_key_stored(&t, &key, max, stored)
+                .map_err(|e| e.to_string())?;
+            Ok::<_, String>((found, b.log_end()))
+        })
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let (found, log_end) = r.map_err(|e| {
+        fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("reading the messages of key lookup in `{topic}`: {e}"),
+        )
+    })?;
+    let mut resp = if found.is_empty() {
+        fail(
+            req,
+            status::QUERY_NOT_FOUND,
+            "can not find message, maybe time range not correct",
+        )
+    } else {
+        let mut body = Vec::new();
+        for m in &found {
+            let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
+            body.extend(encode_message(m, m.offset, sys, &[]));
+        }
+        with_body(req, body)
+    };
+    // The index is current: it is updated as each message is written.
+    let newest = found.iter().map(|m| m.store_timestamp).max().unwrap_or(0);
+    resp.ext
+        .insert("indexLastUpdateTimestamp".into(), newest.to_string());
+    resp.ext
+        .insert("indexLastUpdatePhyoffset".into(), log_end.to_string());
+    if found.is_empty() {
+        return Err(resp);
+    }
+    Ok(resp)
 }
 
 /// The first queue offset whose message was stored at or after `ts` (the queue's end when
@@ -768,7 +842,8 @@ mod tests {
     #[test]
     fn unserved_codes_are_named() {
         assert_eq!(code_name(25), Some("UPDATE_BROKER_CONFIG"));
-        assert_eq!(code_name(215), Some("DELETE_TOPIC_IN_BROKER"));
+        assert_eq!(code_name(207), Some("DELETE_SUBSCRIPTIONGROUP"));
+        assert_eq!(code_name(215), None, "served");
         assert_eq!(code_name(99_999), None);
     }
 }

@@ -111,6 +111,18 @@ impl<S: Storage> Broker<S> {
     /// newest first, at most `max` (RocketMQ's queryMsgByKey / queryMsgByUniqueKey). A half
     /// message counts once it is committed, a delayed one once delivered.
     pub fn messages_by_key(&mut self, topic: &str, key: &str, max: usize) -> Res<Vec<Message>, S> {
+        self.messages_by_key_stored(topic, key, max, 0..=Millis::MAX)
+    }
+
+    /// [`Broker::messages_by_key`] for messages stored within `stored` (RocketMQ's
+    /// queryMessage begin and end timestamps); others do not count towards `max`.
+    pub fn messages_by_key_stored(
+        &mut self,
+        topic: &str,
+        key: &str,
+        max: usize,
+        stored: core::ops::RangeInclusive<Millis>,
+    ) -> Res<Vec<Message>, S> {
         let offsets: Vec<u64> = self.index.candidates(topic, key).collect();
         let mut out = Vec::new();
         for off in offsets {
@@ -125,7 +137,7 @@ impl<S: Storage> Broker<S> {
                 continue;
             };
             let named = m.msg_id == key || m.keys.iter().any(|k| k == key);
-            if named && m.topic == topic {
+            if named && m.topic == topic && stored.contains(&m.store_timestamp) {
                 out.push(m);
             }
         }

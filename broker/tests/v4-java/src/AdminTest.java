@@ -112,10 +112,12 @@ public class AdminTest {
         p.setNamesrvAddr(ns);
         p.start();
         String offsetId = null;
+        String[] msgIds = new String[4];
         long before = System.currentTimeMillis();
         for (int i = 0; i < 4; i++) {
             Message m = new Message(topic, "TagA", "key-" + i, ("admin-" + i).getBytes());
             SendResult r = p.send(m);
+            msgIds[i] = r.getMsgId();
             if (i == 0) {
                 offsetId = r.getOffsetMsgId();
             }
@@ -124,8 +126,11 @@ public class AdminTest {
         expect(a("producerConnection", "-g", pgroup, "-t", topic), a("JAVA"), errors);
         expect(a("queryMsgById", "-t", topic, "-i", offsetId), a("Topic:", topic, "[key-0]", "[TagA]"), errors);
         expect(a("queryMsgByOffset", "-t", topic, "-b", "rocklet", "-i", "0", "-o", "0"), a("OffsetID:", topic), errors);
-        // Refused by the broker (QUERY_MESSAGE: no key index); the tool reports no message.
-        expect(a("queryMsgByKey", "-t", topic, "-k", "key-1"), a("query message by key finished, but no message"));
+        // QUERY_MESSAGE from the broker's key index: by key, and by message id (the client's
+        // unique key).
+        expect(a("queryMsgByKey", "-t", topic, "-k", "key-1"), a("#Message ID", msgIds[1]), errors);
+        expect(a("queryMsgByKey", "-t", topic, "-k", "no-such-key"), a("query message by key finished, but no message"));
+        expect(a("queryMsgByUniqueKey", "-t", topic, "-i", msgIds[2]), a("Topic:", topic, "[key-2]", "[TagA]"), errors);
 
         AtomicInteger consumed = new AtomicInteger();
         DefaultMQPushConsumer c = new DefaultMQPushConsumer(group);
@@ -165,7 +170,10 @@ public class AdminTest {
         Thread.sleep(500);
         expect(a("resetOffsetByTime", "-g", group, "-t", topic, "-s", "now"), a("#resetOffset", "rocklet"), errors);
         expect(a("consumerProgress", "-g", group), a(topic), errors);
-        expect(a("deleteTopic", "-c", "rocklet", "-t", topic), a("deleting a topic is not supported"));
+        expect(a("deleteTopic", "-c", "rocklet", "-t", topic),
+            a("delete topic [" + topic + "] from cluster [rocklet] success", "delete topic [" + topic + "] from NameServer success"), errors);
+        // Gone from the topic list (the group's retry topic stays).
+        expect(a("topicList"), a("%RETRY%" + group), topic, "Exception", "command failed");
         p.shutdown();
 
         System.out.println();
