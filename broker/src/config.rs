@@ -182,6 +182,12 @@ pub struct FileConfig {
     pub http2_keepalive_timeout_ms: Option<Millis>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
+    /// The admin services on a listener of their own (default: on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// Users and ACL entries (`[auth]`, `[[auth.users]]`, `[[auth.acls]]`).
+    pub auth: crate::auth::AuthFileConfig,
+    /// TLS of the listeners (`[tls]`).
+    pub tls: crate::auth::tls::TlsFileConfig,
 }
 
 impl FileConfig {
@@ -289,6 +295,15 @@ pub struct BrokerConfig {
     pub http2_keepalive_timeout_ms: Millis,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
+    /// The admin services' own listener (`None`: served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// Users, ACL entries and the replay window.
+    pub auth: crate::auth::AuthFileConfig,
+    /// TLS of the gRPC, admin and remoting listeners.
+    pub tls: crate::auth::tls::TlsFileConfig,
+    /// Start on a non-loopback address with no user configured (`--insecure-no-auth`;
+    /// never from the file, so exposing an open broker is a decision made on the command line).
+    pub insecure_no_auth: bool,
     /// Open a damaged log by moving the damage to `quarantine/` in the data directory
     /// instead of refusing to start (`rocklet broker --repair`; never from the file, so a
     /// repair is always a decision made for one start).
@@ -352,6 +367,10 @@ impl BrokerConfig {
                 .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS),
             core: f.core,
             topics: f.topics,
+            admin_listen: f.admin_listen,
+            auth: f.auth,
+            tls: f.tls,
+            insecure_no_auth: false,
             repair: false,
         }
     }
@@ -409,6 +428,8 @@ impl BrokerConfig {
         if self.remoting_max_header_bytes < 1024 {
             return Err("invalid config `remoting_max_header_bytes`: must be at least 1024 (every remoting request has a header)".into());
         }
+        self.tls.validate()?;
+        self.auth.time_check()?;
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {
@@ -435,6 +456,21 @@ impl BrokerConfig {
     pub fn max_request_message_bytes(&self) -> usize {
         (self.core.max_message_size.max(self.core.max_batch_size) as usize).saturating_mul(2)
             + (1 << 20)
+    }
+
+    /// Every address the broker listens on for clients (gRPC, admin, remoting, name server;
+    /// metrics excluded), for the refusal to expose an open broker.
+    #[must_use]
+    pub fn client_listeners(&self) -> Vec<SocketAddr> {
+        [
+            Some(self.listen),
+            self.admin_listen,
+            self.remoting_listen,
+            self.namesrv_listen,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// The message types a topic accepts.

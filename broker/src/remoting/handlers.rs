@@ -99,6 +99,10 @@ pub struct Ctx {
     metrics: Option<Arc<Metrics>>,
     /// The broker-wide connection cap (none: unlimited).
     pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
+    /// Users and ACLs (authentication off unless users exist).
+    pub auth: Arc<crate::auth::Auth>,
+    /// TLS of the broker listener (none: plaintext).
+    pub tls: Option<Arc<crate::auth::tls::Tls>>,
 }
 
 impl Ctx {
@@ -116,7 +120,16 @@ impl Ctx {
             stats: Arc::new(RemotingStats::default()),
             metrics: None,
             conn_limit: None,
+            auth: crate::auth::Auth::disabled(),
+            tls: None,
         }
+    }
+
+    /// The same context checking credentials and ACLs.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<crate::auth::Auth>) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// The same context counting its errors in the broker's metrics too.
@@ -204,6 +217,12 @@ impl Conn {
             gone_notify: tokio::sync::Notify::new(),
             last_active: Mutex::new(tokio::time::Instant::now()),
         }
+    }
+
+    /// Our end of the connection (which listener it came in on).
+    #[must_use]
+    pub fn local(&self) -> SocketAddr {
+        self.local
     }
 
     /// Something was read from or written to the peer just now.
@@ -569,7 +588,16 @@ pub async fn handle(
     req: RemotingCommand,
 ) -> Option<RemotingCommand> {
     *lock(&conn.serialize) = req.serialize;
-    tracing::trace!(conn = conn.id, code = req.code, ext = ?req.ext, body = req.body.len(), "remoting request");
+    tracing::trace!(
+        conn = conn.id,
+        code = req.code,
+        body = req.body.len(),
+        "remoting request"
+    );
+    if let Err(refusal) = crate::auth::remoting::check(ctx, conn, &req).await {
+        ctx.stats.count(req.code, false);
+        return Some(refusal);
+    }
     let r = match req.code {
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
         code::HEART_BEAT => heartbeat(ctx, conn, checks, &req),
