@@ -303,7 +303,9 @@ enum AdminCmd {
 enum UserCmd {
     /// Add a user, or replace one added here before (kept in DATA_DIR/auth.json).
     Add {
-        access_key: String,
+        /// The new user's access key.
+        #[arg(value_name = "ACCESS_KEY")]
+        user: String,
         /// The secret key (or ROCKLET_NEW_SECRET_KEY).
         #[arg(long, env = "ROCKLET_NEW_SECRET_KEY", hide_env_values = true)]
         secret: String,
@@ -315,7 +317,10 @@ enum UserCmd {
         session_token: Option<String>,
     },
     /// Remove a user added here, with its ACL entries.
-    Remove { access_key: String },
+    Remove {
+        #[arg(value_name = "ACCESS_KEY")]
+        user: String,
+    },
     /// List users (never their secrets).
     List,
 }
@@ -460,7 +465,7 @@ fn main() -> ExitCode {
             });
             let out = match command {
                 AdminCmd::User(UserCmd::Add {
-                    access_key,
+                    user: access_key,
                     secret,
                     super_user,
                     session_token,
@@ -474,8 +479,8 @@ fn main() -> ExitCode {
                     };
                     sec::user_add(&broker, user).await?
                 }
-                AdminCmd::User(UserCmd::Remove { access_key }) => {
-                    sec::user_remove(&broker, &access_key).await?
+                AdminCmd::User(UserCmd::Remove { user }) => {
+                    sec::user_remove(&broker, &user).await?
                 }
                 AdminCmd::User(UserCmd::List) => sec::user_list(&broker).await?,
                 AdminCmd::Acl(AclCmd::Add {
