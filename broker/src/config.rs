@@ -31,6 +31,24 @@
 //! max_message_size = 4194304
 //! auto_create_topics = true
 //!
+//! admin_listen = "127.0.0.1:8082"   # the admin services on their own listener
+//!
+//! [auth]                             # users and ACLs: see crate::auth and the README's Security
+//! timestamp_window_s = 300
+//! [[auth.users]]
+//! access_key = "admin"
+//! secret_key = "change-me"
+//! super_user = true
+//! [[auth.acls]]
+//! user = "app"
+//! resource = "Topic:orders*"
+//! actions = ["Pub", "Sub"]
+//!
+//! [tls]                              # crate::auth::tls
+//! mode = "enforcing"
+//! cert = "server.pem"
+//! key = "server.key"
+//!
 //! [[topics]]                         # declared topics (the only ones with auto_create_topics = false)
 //! name = "orders"
 //! queues = 4

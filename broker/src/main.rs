@@ -134,6 +134,23 @@ struct BenchCli {
     /// No live line each second.
     #[arg(long)]
     quiet: bool,
+    /// Sign every call with this access key (and --secret-key); the in-process broker gets
+    /// it as a super user, so authentication is on.
+    #[arg(long, value_name = "AK", requires = "secret_key")]
+    access_key: Option<String>,
+    #[arg(long, value_name = "SK", requires = "access_key")]
+    secret_key: Option<String>,
+    /// TLS: the CA certificate (PEM) the broker's certificate is verified against.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The name the broker's certificate is for.
+    #[arg(long, value_name = "NAME", default_value = "localhost")]
+    tls_domain: String,
+    /// The in-process broker's certificate chain and key (PEM): it serves TLS enforcing.
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     transactional: bool,
@@ -204,6 +221,13 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.topic = c.topic;
     a.group = c.group;
     a.live = !c.quiet;
+    a.credentials = c.access_key.zip(c.secret_key);
+    a.tls = c.tls_ca.map(|ca| rocklet_broker::bench::BenchTls {
+        ca,
+        domain: c.tls_domain,
+        cert: c.tls_cert,
+        key: c.tls_key,
+    });
     Ok(a)
 }
 

@@ -22,7 +22,9 @@ use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_client::MessagingServiceClient;
 use crate::server;
 
-type Client = MessagingServiceClient<Channel>;
+type Client = MessagingServiceClient<
+    tonic::service::interceptor::InterceptedService<Channel, crate::auth::admin::Signer>,
+>;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const LONG_POLL: Duration = Duration::from_millis(1000);
@@ -104,14 +106,29 @@ impl Shared {
     }
 }
 
-async fn connect(url: &str) -> Result<Client, String> {
-    let ch = Endpoint::from_shared(url.to_string())
+/// A connection of its own, signing every call when the bench has credentials and over TLS
+/// when it has a CA (as an official client configured with both would).
+async fn connect(sh: &Shared, url: &str) -> Result<Client, String> {
+    let mut ep = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("bad endpoint {url}: {e}"))?
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    if let Some(tls) = &sh.args.tls {
+        let pem =
+            std::fs::read(&tls.ca).map_err(|e| format!("cannot read {}: {e}", tls.ca.display()))?;
+        let cfg = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+            .domain_name(tls.domain.clone());
+        ep = ep.tls_config(cfg).map_err(|e| format!("TLS: {e}"))?;
+    }
+    let ch = ep
         .connect()
         .await
         .map_err(|e| format!("cannot reach {url}: {e}"))?;
-    Ok(MessagingServiceClient::new(ch).max_decoding_message_size(64 << 20))
+    let signer = match &sh.args.credentials {
+        Some((ak, sk)) => crate::auth::admin::Signer::new(ak, sk),
+        None => crate::auth::admin::Signer::default(),
+    };
+    Ok(MessagingServiceClient::with_interceptor(ch, signer).max_decoding_message_size(64 << 20))
 }
 
 fn endpoints(hostport: &str) -> pb::Endpoints {
@@ -145,13 +162,32 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             cfg.core.flush = args.flush;
             cfg.core.segment_size = 1 << 28;
             cfg.core.transaction_timeout_ms = args.check_after_ms;
+            if let Some((ak, sk)) = &args.credentials {
+                cfg.auth.users.push(crate::auth::UserSpec {
+                    access_key: ak.clone(),
+                    secret_key: sk.clone(),
+                    super_user: true,
+                    session_token: None,
+                });
+            }
+            if let Some(t) = &args.tls {
+                cfg.tls = crate::auth::tls::TlsFileConfig {
+                    mode: Some(crate::auth::tls::Mode::Enforcing),
+                    cert: t.cert.clone(),
+                    key: t.key.clone(),
+                    ..Default::default()
+                };
+            }
             scratch = Some(dir);
             let b = server::start(cfg, Arc::new(SystemClock)).await?;
             (b.addr.to_string(), Some(b))
         }
         Target::Embedded(_) => return Err("not a gRPC target".into()),
     };
-    let url = format!("http://{hostport}");
+    let url = format!(
+        "{}://{hostport}",
+        if args.tls.is_some() { "https" } else { "http" }
+    );
     let pid = std::process::id();
     let run_id = (epoch_ms() as u32) ^ pid.rotate_left(16);
     let sh = Arc::new(Shared {
@@ -372,7 +408,7 @@ async fn open_telemetry(
     url: &str,
     consumer: bool,
 ) -> Result<(TeleTx, tonic::Streaming<pb::TelemetryCommand>), String> {
-    let mut c = connect(url).await?;
+    let mut c = connect(sh, url).await?;
     let (tx, rx) = mpsc::channel(64);
     tx.send(settings(sh, consumer))
         .await
@@ -418,7 +454,7 @@ async fn telemetry_producer(
     url: &str,
 ) -> Result<(TeleTx, tokio::task::JoinHandle<()>), String> {
     let (tx, mut inbound) = open_telemetry(sh, url, false).await?;
-    let client = connect(url).await?;
+    let client = connect(sh, url).await?;
     let sh = sh.clone();
     let task = tokio::spawn(async move {
         while let Some(Ok(cmd)) = inbound.next().await {
@@ -521,7 +557,7 @@ fn message(sh: &Shared, seq: u64, ty: pb::MessageType, deliver_at: Option<u64>) 
 
 /// Consume mode: the messages to consume, sent in batches before the clock starts.
 async fn load(sh: &Arc<Shared>, url: &str) -> Result<(), String> {
-    let mut c = connect(url).await?;
+    let mut c = connect(sh, url).await?;
     let n = sh.args.count;
     let mut seq = 0;
     while seq < n {
@@ -558,7 +594,7 @@ async fn produce_all(
     let stop_at = duration.map(|d| Instant::now() + d);
     let mut tasks = Vec::new();
     for _ in 0..sh.args.clients {
-        let client = connect(url).await?;
+        let client = connect(sh, url).await?;
         let sh = sh.clone();
         tasks.push(tokio::spawn(async move {
             produce(sh, client, end, stop_at, backlog).await;
@@ -727,7 +763,7 @@ async fn produce(
 
 /// A simple consumer: receive a batch, record it, ack it.
 async fn consume(sh: Arc<Shared>, url: String) {
-    let mut c = match connect(&url).await {
+    let mut c = match connect(&sh, &url).await {
         Ok(c) => c,
         Err(e) => {
             sh.error(e);

@@ -101,8 +101,6 @@ pub struct Ctx {
     pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
     /// Users and ACLs (authentication off unless users exist).
     pub auth: Arc<crate::auth::Auth>,
-    /// TLS of the broker listener (none: plaintext).
-    pub tls: Option<Arc<crate::auth::tls::Tls>>,
 }
 
 impl Ctx {
@@ -121,7 +119,6 @@ impl Ctx {
             metrics: None,
             conn_limit: None,
             auth: crate::auth::Auth::disabled(),
-            tls: None,
         }
     }
 
