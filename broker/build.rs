@@ -2,7 +2,11 @@
 //! no `protoc`, then generates prost messages and tonic services from them.
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {
-    let protos = ["proto/rocketmq_v2.proto", "proto/rocklet_admin.proto"];
+    let protos = [
+        "proto/rocketmq_v2.proto",
+        "proto/rocklet_admin.proto",
+        "proto/rocklet_security.proto",
+    ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");
     }

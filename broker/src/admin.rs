@@ -221,15 +221,19 @@ pub mod client {
     use crate::pb::admin as pb;
     use crate::pb::admin::admin_client::AdminClient;
 
-    async fn connect(addr: &str) -> Result<AdminClient<tonic::transport::Channel>, String> {
-        let url = if addr.contains("://") {
-            addr.to_string()
-        } else {
-            format!("http://{addr}")
-        };
-        AdminClient::connect(url.clone())
-            .await
-            .map_err(|e| format!("cannot reach the broker at {url}: {e}"))
+    /// Signed with the process's credentials, over TLS when asked (`crate::auth::admin`).
+    async fn connect(
+        addr: &str,
+    ) -> Result<
+        AdminClient<
+            tonic::service::interceptor::InterceptedService<
+                tonic::transport::Channel,
+                crate::auth::admin::Signer,
+            >,
+        >,
+        String,
+    > {
+        crate::auth::admin::admin_client(addr).await
     }
 
     fn status(e: tonic::Status) -> String {

@@ -32,6 +32,24 @@
 //! max_message_size = 4194304
 //! auto_create_topics = true
 //!
+//! admin_listen = "127.0.0.1:8082"   # the admin services on their own listener
+//!
+//! [auth]                             # users and ACLs: see crate::auth and the README's Security
+//! timestamp_window_s = 300
+//! [[auth.users]]
+//! access_key = "admin"
+//! secret_key = "change-me"
+//! super_user = true
+//! [[auth.acls]]
+//! user = "app"
+//! resource = "Topic:orders*"
+//! actions = ["Pub", "Sub"]
+//!
+//! [tls]                              # crate::auth::tls
+//! mode = "enforcing"
+//! cert = "server.pem"
+//! key = "server.key"
+//!
 //! [[topics]]                         # declared topics (the only ones with auto_create_topics = false)
 //! name = "orders"
 //! queues = 4
@@ -207,6 +225,13 @@ pub struct FileConfig {
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
     pub groups: Vec<GroupDecl>,
+
+    /// The admin services on a listener of their own (default: on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// Users and ACL entries (`[auth]`, `[[auth.users]]`, `[[auth.acls]]`).
+    pub auth: crate::auth::AuthFileConfig,
+    /// TLS of the listeners (`[tls]`).
+    pub tls: crate::auth::tls::TlsFileConfig,
 }
 
 impl FileConfig {
@@ -329,6 +354,16 @@ pub struct BrokerConfig {
     pub topics: Vec<TopicDecl>,
     /// Consumer groups declared at start (`[[groups]]`).
     pub groups: Vec<GroupDecl>,
+
+    /// The admin services' own listener (`None`: served on `listen`).
+    pub admin_listen: Option<SocketAddr>,
+    /// Users, ACL entries and the replay window.
+    pub auth: crate::auth::AuthFileConfig,
+    /// TLS of the gRPC, admin and remoting listeners.
+    pub tls: crate::auth::tls::TlsFileConfig,
+    /// Start on a non-loopback address with no user configured (`--insecure-no-auth`;
+    /// never from the file, so exposing an open broker is a decision made on the command line).
+    pub insecure_no_auth: bool,
     /// Open a damaged log by moving the damage to `quarantine/` in the data directory
     /// instead of refusing to start (`rocklet broker --repair`; never from the file, so a
     /// repair is always a decision made for one start).
@@ -396,6 +431,11 @@ impl BrokerConfig {
             core: f.core,
             topics: f.topics,
             groups: f.groups,
+
+            admin_listen: f.admin_listen,
+            auth: f.auth,
+            tls: f.tls,
+            insecure_no_auth: false,
             repair: false,
         }
     }
@@ -463,6 +503,9 @@ impl BrokerConfig {
                 self.max_inflight_request_bytes
             ));
         }
+
+        self.tls.validate()?;
+        self.auth.time_check()?;
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {
@@ -500,6 +543,21 @@ impl BrokerConfig {
     pub fn max_request_message_bytes(&self) -> usize {
         (self.core.max_message_size.max(self.core.max_batch_size) as usize).saturating_mul(2)
             + (1 << 20)
+    }
+
+    /// Every address the broker listens on for clients (gRPC, admin, remoting, name server;
+    /// metrics excluded), for the refusal to expose an open broker.
+    #[must_use]
+    pub fn client_listeners(&self) -> Vec<SocketAddr> {
+        [
+            Some(self.listen),
+            self.admin_listen,
+            self.remoting_listen,
+            self.namesrv_listen,
+        ]
+        .into_iter()
+        .flatten()
+        .collect()
     }
 
     /// The message types a topic accepts.

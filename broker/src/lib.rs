@@ -7,6 +7,7 @@
 //! - [`driver`]: the core thread, group commit, routing of replies, checks and wake-ups.
 //! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
+//! - [`auth`]: authentication, ACLs (RocketMQ 5's ACL 2.0 model) and TLS.
 //! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
 //! - [`budget`]: the broker-wide budget of request bytes held.
 //! - [`gate`]: what a gRPC call passes before it is decoded (the read deadline, the budget).
@@ -18,6 +19,7 @@
 //! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
 
 pub mod admin;
+pub mod auth;
 pub mod bench;
 pub mod budget;
 pub mod clock;

@@ -37,9 +37,27 @@ enum Cmd {
     Bench(Box<BenchCli>),
     /// Talk to a running broker.
     Admin {
-        /// The broker's gRPC address.
+        /// The broker's gRPC (or --admin-listen) address; `https://HOST:PORT` for TLS.
         #[arg(long, global = true, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
         broker: String,
+        /// Access key of a super user (when the broker has authentication on).
+        #[arg(long, global = true, env = "ROCKLET_ACCESS_KEY", value_name = "AK")]
+        access_key: Option<String>,
+        /// Its secret key (prefer the environment variable: flags show in `ps`).
+        #[arg(
+            long,
+            global = true,
+            env = "ROCKLET_SECRET_KEY",
+            value_name = "SK",
+            hide_env_values = true
+        )]
+        secret_key: Option<String>,
+        /// CA certificate (PEM) to verify the broker's TLS certificate; implies TLS.
+        #[arg(long, global = true, env = "ROCKLET_TLS_CA", value_name = "FILE")]
+        tls_ca: Option<PathBuf>,
+        /// Name the broker's certificate is for (default: the host of --broker).
+        #[arg(long, global = true, value_name = "NAME")]
+        tls_domain: Option<String>,
         #[command(subcommand)]
         command: AdminCmd,
     },
@@ -124,6 +142,23 @@ struct BenchCli {
     /// No live line each second.
     #[arg(long)]
     quiet: bool,
+    /// Sign every call with this access key (and --secret-key); the in-process broker gets
+    /// it as a super user, so authentication is on.
+    #[arg(long, value_name = "AK", requires = "secret_key")]
+    access_key: Option<String>,
+    #[arg(long, value_name = "SK", requires = "access_key")]
+    secret_key: Option<String>,
+    /// TLS: the CA certificate (PEM) the broker's certificate is verified against.
+    #[arg(long, value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// The name the broker's certificate is for.
+    #[arg(long, value_name = "NAME", default_value = "localhost")]
+    tls_domain: String,
+    /// The in-process broker's certificate chain and key (PEM): it serves TLS enforcing.
+    #[arg(long, value_name = "FILE", requires = "tls_ca")]
+    tls_cert: Option<PathBuf>,
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<PathBuf>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     transactional: bool,
@@ -196,6 +231,13 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.fifo = c.fifo;
     a.message_groups = c.message_groups;
     a.live = !c.quiet;
+    a.credentials = c.access_key.zip(c.secret_key);
+    a.tls = c.tls_ca.map(|ca| rocklet_broker::bench::BenchTls {
+        ca,
+        domain: c.tls_domain,
+        cert: c.tls_cert,
+        key: c.tls_key,
+    });
     Ok(a)
 }
 
@@ -256,6 +298,14 @@ struct BrokerArgs {
     /// DATA_DIR/quarantine/; the log reports what it moved.
     #[arg(long)]
     repair: bool,
+    /// Serve the admin services on this address only (default: on --listen). Or
+    /// `admin_listen` in the config file.
+    #[arg(long, value_name = "HOST:PORT")]
+    admin_listen: Option<SocketAddr>,
+    /// Start even on a non-loopback address with no user configured (authentication off:
+    /// anyone who reaches the broker may do anything).
+    #[arg(long)]
+    insecure_no_auth: bool,
 }
 
 #[derive(Debug, Subcommand)]
@@ -288,6 +338,72 @@ enum AdminCmd {
         #[arg(value_parser = ["commit", "rollback"])]
         resolution: String,
     },
+    /// Users (access key and secret key); the first one must be a super user.
+    #[command(subcommand)]
+    User(UserCmd),
+    /// ACL entries of users (RocketMQ 5's ACL 2.0 model).
+    #[command(subcommand)]
+    Acl(AclCmd),
+}
+
+#[derive(Debug, Subcommand)]
+enum UserCmd {
+    /// Add a user, or replace one added here before (kept in DATA_DIR/auth.json).
+    Add {
+        /// The new user's access key.
+        #[arg(value_name = "ACCESS_KEY")]
+        user: String,
+        /// The secret key (or ROCKLET_NEW_SECRET_KEY).
+        #[arg(long, env = "ROCKLET_NEW_SECRET_KEY", hide_env_values = true)]
+        secret: String,
+        /// A super user may do everything, admin included.
+        #[arg(long = "super")]
+        super_user: bool,
+        /// Requests must also carry this session token.
+        #[arg(long)]
+        session_token: Option<String>,
+    },
+    /// Remove a user added here, with its ACL entries.
+    Remove {
+        #[arg(value_name = "ACCESS_KEY")]
+        user: String,
+    },
+    /// List users (never their secrets).
+    List,
+}
+
+#[derive(Debug, Subcommand)]
+enum AclCmd {
+    /// Add an entry, or replace the one of the same user and resource.
+    Add {
+        /// The user (access key).
+        #[arg(long)]
+        user: String,
+        /// Topic:<name>, Group:<name>, Cluster; `*` for any name, a trailing `*` for a prefix.
+        #[arg(long)]
+        resource: String,
+        /// Pub, Sub, Create, Update, Delete, Get, List, All (comma-separated).
+        #[arg(long, value_delimiter = ',', required = true)]
+        actions: Vec<String>,
+        /// Allow or Deny (any matching Deny wins).
+        #[arg(long, default_value = "Allow")]
+        decision: String,
+        /// Source addresses or CIDR ranges the entry applies to (comma-separated; default: any).
+        #[arg(long, value_delimiter = ',')]
+        source_ips: Vec<String>,
+    },
+    /// Remove the entry of a user on a resource.
+    Remove {
+        #[arg(long)]
+        user: String,
+        #[arg(long)]
+        resource: String,
+    },
+    /// List entries (of one user, or all).
+    List {
+        #[arg(long, default_value = "")]
+        user: String,
+    },
 }
 
 fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
@@ -304,6 +420,10 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
         cfg.listen = l;
     }
     cfg.repair = a.repair;
+    cfg.insecure_no_auth = a.insecure_no_auth;
+    if let Some(l) = a.admin_listen {
+        cfg.admin_listen = Some(l);
+    }
     let remoting = a.remoting_listen.or(file_remoting);
     cfg.remoting_listen = resolve_listen(remoting, DEFAULT_REMOTING_LISTEN, cfg.listen);
     let namesrv = a.namesrv_listen.or(file_namesrv);
@@ -374,8 +494,63 @@ fn main() -> ExitCode {
             },
             Err(e) => Err(e),
         },
-        Cmd::Admin { broker, command } => rt.block_on(async {
+        Cmd::Admin {
+            broker,
+            access_key,
+            secret_key,
+            tls_ca,
+            tls_domain,
+            command,
+        } => rt.block_on(async {
+            use rocklet_broker::auth::admin::{client as sec, set_client_options, ClientOptions};
+            use rocklet_broker::pb::admin as pb;
+            set_client_options(ClientOptions {
+                access_key,
+                secret_key,
+                tls_ca,
+                tls_domain,
+            });
             let out = match command {
+                AdminCmd::User(UserCmd::Add {
+                    user: access_key,
+                    secret,
+                    super_user,
+                    session_token,
+                }) => {
+                    let user = pb::User {
+                        access_key,
+                        secret_key: secret,
+                        super_user,
+                        session_token: session_token.unwrap_or_default(),
+                        from_config: false,
+                    };
+                    sec::user_add(&broker, user).await?
+                }
+                AdminCmd::User(UserCmd::Remove { user }) => {
+                    sec::user_remove(&broker, &user).await?
+                }
+                AdminCmd::User(UserCmd::List) => sec::user_list(&broker).await?,
+                AdminCmd::Acl(AclCmd::Add {
+                    user,
+                    resource,
+                    actions,
+                    decision,
+                    source_ips,
+                }) => {
+                    let entry = pb::AclEntry {
+                        user,
+                        resource,
+                        actions,
+                        decision,
+                        source_ips,
+                        from_config: false,
+                    };
+                    sec::acl_add(&broker, entry).await?
+                }
+                AdminCmd::Acl(AclCmd::Remove { user, resource }) => {
+                    sec::acl_remove(&broker, &user, &resource).await?
+                }
+                AdminCmd::Acl(AclCmd::List { user }) => sec::acl_list(&broker, &user).await?,
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
                 AdminCmd::Group {

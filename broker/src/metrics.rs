@@ -123,6 +123,10 @@ pub struct Metrics {
     pub over_limit: [AtomicU64; LIMITS.len()],
     /// RocketMQ 4 remoting request counters, once remoting serves.
     pub remoting: std::sync::OnceLock<Arc<crate::remoting::stats::RemotingStats>>,
+    /// Requests refused by authentication or the ACL, by protocol and reason
+    /// ([`crate::auth::Protocol::ALL`] x [`crate::auth::Failure::ALL`]).
+    pub auth_failures:
+        [[AtomicU64; crate::auth::Failure::ALL.len()]; crate::auth::Protocol::ALL.len()],
 }
 
 impl Metrics {
@@ -138,6 +142,28 @@ impl Metrics {
         debug_assert!(LIMITS.contains(&limit), "unknown limit {limit}");
         if let Some(i) = LIMITS.iter().position(|l| *l == limit) {
             self.over_limit[i].fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Counts a request refused by authentication or the ACL.
+    pub fn auth_failure(&self, p: crate::auth::Protocol, f: crate::auth::Failure) {
+        let (Some(i), Some(j)) = (
+            crate::auth::Protocol::ALL.iter().position(|x| *x == p),
+            crate::auth::Failure::ALL.iter().position(|x| *x == f),
+        ) else {
+            return;
+        };
+        self.auth_failures[i][j].fetch_add(1, Ordering::Relaxed);
+    }
+
+    /// Refusals counted by authentication or the ACL for a protocol and reason.
+    pub fn auth_failure_count(&self, p: crate::auth::Protocol, f: crate::auth::Failure) -> u64 {
+        match (
+            crate::auth::Protocol::ALL.iter().position(|x| *x == p),
+            crate::auth::Failure::ALL.iter().position(|x| *x == f),
+        ) {
+            (Some(i), Some(j)) => self.auth_failures[i][j].load(Ordering::Relaxed),
+            _ => 0,
         }
     }
 
@@ -203,6 +229,21 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
             "rocklet_requests_over_limit_total{{limit=\"{limit}\"}} {}",
             m.over_limit[i].load(Ordering::Relaxed)
         );
+    }
+    let _ = writeln!(
+        out,
+        "# HELP rocklet_auth_failures_total Requests refused by authentication or the ACL, by protocol and reason\n# TYPE rocklet_auth_failures_total counter"
+    );
+    for (i, p) in crate::auth::Protocol::ALL.iter().enumerate() {
+        for (j, f) in crate::auth::Failure::ALL.iter().enumerate() {
+            let _ = writeln!(
+                out,
+                "rocklet_auth_failures_total{{protocol=\"{}\",reason=\"{}\"}} {}",
+                p.label(),
+                f.label(),
+                m.auth_failures[i][j].load(Ordering::Relaxed)
+            );
+        }
     }
     if let Some(r) = m.remoting.get() {
         r.render(&mut out);

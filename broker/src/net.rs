@@ -19,10 +19,11 @@ use std::task::{Context, Poll};
 use std::time::Duration;
 
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
-use tokio::net::{TcpListener, TcpStream};
+use tokio::net::TcpListener;
 use tokio::sync::{mpsc, OwnedSemaphorePermit, Semaphore};
-use tracing::{debug, warn};
+use tracing::{debug, info, warn};
 
+use crate::auth::tls::{MaybeTls, Tls};
 use crate::metrics::Metrics;
 
 /// Descriptors kept free for everything but connections: storage (at most 8 open segments,
@@ -161,7 +162,7 @@ pub async fn accept_failed(e: &io::Error, listener: &str) {
 /// never sent its preface, or vanished).
 #[derive(Debug)]
 pub struct GrpcConn {
-    io: TcpStream,
+    io: MaybeTls,
     _permit: ConnPermit,
     idle: Duration,
     last_read: tokio::time::Instant,
@@ -173,7 +174,7 @@ impl tonic::transport::server::Connected for GrpcConn {
     type ConnectInfo = tonic::transport::server::TcpConnectInfo;
 
     fn connect_info(&self) -> Self::ConnectInfo {
-        self.io.connect_info()
+        self.io.tcp().connect_info()
     }
 }
 
@@ -245,12 +246,15 @@ impl AsyncWrite for GrpcConn {
 
 /// The gRPC listener's accept loop: connections under the cap, with TCP_NODELAY (small
 /// replies must not wait for Nagle's algorithm), handed to tonic through the returned
-/// channel; the loop ends when tonic drops the receiver (shutdown).
+/// channel; the loop ends when tonic drops the receiver (shutdown). With `tls`, each
+/// connection's first byte decides (in a task of its own, within `handshake` time) whether
+/// it is a TLS handshake, plaintext that the mode lets through, or refused.
 pub fn grpc_incoming(
     listener: TcpListener,
     limit: Arc<ConnLimit>,
     idle: Duration,
     metrics: Arc<Metrics>,
+    tls: Option<(Arc<Tls>, Duration)>,
 ) -> mpsc::Receiver<io::Result<GrpcConn>> {
     let (tx, rx) = mpsc::channel(16);
     tokio::spawn(async move {
@@ -268,18 +272,41 @@ pub fn grpc_incoming(
                     if let Err(e) = io.set_nodelay(true) {
                         warn!("cannot set TCP_NODELAY: {e}");
                     }
-                    let now = tokio::time::Instant::now();
-                    let conn = GrpcConn {
-                        io,
-                        _permit: permit,
-                        idle,
-                        last_read: now,
-                        timer: Box::pin(tokio::time::sleep_until(now + idle)),
-                        metrics: metrics.clone(),
+                    let m = metrics.clone();
+                    let conn = move |io| {
+                        let now = tokio::time::Instant::now();
+                        GrpcConn {
+                            io,
+                            _permit: permit,
+                            idle,
+                            last_read: now,
+                            timer: Box::pin(tokio::time::sleep_until(now + idle)),
+                            metrics: m,
+                        }
                     };
-                    if tx.send(Ok(conn)).await.is_err() {
-                        return;
-                    }
+                    let Some((tls, handshake)) = &tls else {
+                        if tx.send(Ok(conn(MaybeTls::Plain(io)))).await.is_err() {
+                            return;
+                        }
+                        continue;
+                    };
+                    let (tls, handshake, tx) = (tls.clone(), *handshake, tx.clone());
+                    tokio::spawn(async move {
+                        match tokio::time::timeout(handshake, tls.accept(io, true)).await {
+                            Ok(Ok(io)) => {
+                                let _ = tx.send(Ok(conn(io))).await;
+                            }
+                            Ok(Err(e)) if e.kind() == io::ErrorKind::PermissionDenied => {
+                                info!(%peer, "plaintext gRPC connection refused: the listener's TLS mode is enforcing");
+                            }
+                            Ok(Err(e)) => {
+                                debug!(%peer, error = %e, "gRPC connection closed before TLS was established")
+                            }
+                            Err(_) => {
+                                debug!(%peer, "gRPC connection closed: no TLS handshake in time")
+                            }
+                        }
+                    });
                 }
                 Err(e) => accept_failed(&e, "grpc").await,
             }

@@ -13,6 +13,9 @@ use tokio_stream::wrappers::ReceiverStream;
 use tracing::{info, warn};
 
 use crate::admin::AdminService;
+use crate::auth::admin::{AdminGate, SecurityService};
+use crate::auth::tls::Tls;
+use crate::auth::Auth;
 use crate::budget::RequestBudget;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
@@ -21,6 +24,7 @@ use crate::gate::GateLayer;
 use crate::metrics::{self, Metrics};
 use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
+use crate::pb::admin::security_server::SecurityServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
 use crate::remoting::handlers::Ctx as RemotingCtx;
 use crate::remoting::server::{Listeners, RemotingServer};
@@ -41,7 +45,16 @@ pub struct RunningBroker {
     pub remoting_addr: Option<SocketAddr>,
     /// Where the name-server role is served (`None`: off).
     pub namesrv_addr: Option<SocketAddr>,
+    /// Where the admin services are served when they have a listener of their own.
+    pub admin_addr: Option<SocketAddr>,
+    /// Users and ACLs.
+    pub auth: Arc<Auth>,
+    /// TLS of the listeners (`None`: plaintext).
+    pub tls: Option<Arc<Tls>>,
     remoting: Option<RemotingServer>,
+    stop_admin: Option<oneshot::Sender<()>>,
+    admin_server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+    tls_reloader: Option<JoinHandle<()>>,
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
@@ -134,6 +147,23 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
     }
 
+    let m = Arc::new(Metrics::default());
+    let auth = Auth::open(&cfg.auth, Some(&dir), clock.clone(), m.clone())?;
+    if !auth.enabled() && !cfg.insecure_no_auth {
+        if let Some(a) = cfg
+            .client_listeners()
+            .into_iter()
+            .find(|a| !a.ip().is_loopback())
+        {
+            return Err(format!(
+                "refusing to listen on {a} with authentication off: anyone who can reach it could                  read, write and administer everything. Declare users in the config file                  ([[auth.users]], at least one with super_user = true), or listen on loopback                  only, or pass --insecure-no-auth to run open on purpose"
+            ));
+        }
+    }
+    if !auth.enabled() && cfg.insecure_no_auth {
+        warn!("authentication is off (--insecure-no-auth): every client may do everything");
+    }
+    let tls = Tls::load(&cfg.tls)?;
     let listener = TcpListener::bind(cfg.listen)
         .await
         .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
@@ -148,7 +178,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         None => None,
     };
 
-    let m = Arc::new(Metrics::default());
     let open = net::open_fds();
     let cap = net::connection_cap(cfg.max_connections, fd_limit, open);
     if cap < cfg.max_connections {
@@ -161,12 +190,35 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cfg = Arc::new(cfg);
     let max_decode = cfg.max_request_message_bytes();
-    let service = Messaging::new(core.clone(), cfg.clone(), m.clone()).with_clock(clock.clone());
+    let service = Messaging::new(core.clone(), cfg.clone(), m.clone())
+        .with_clock(clock.clone())
+        .with_auth(auth.clone());
     service.spawn_renewer();
     let messaging = MessagingServiceServer::new(service)
         .max_decoding_message_size(max_decode)
         .max_encoding_message_size(max_decode);
-    let admin = AdminServer::new(AdminService::new(core.clone(), clock.clone(), m.clone()));
+    // The admin services: a super user once authentication is on.
+    let gate = AdminGate::new(auth.clone());
+    let admin = AdminServer::with_interceptor(
+        AdminService::new(core.clone(), clock.clone(), m.clone()),
+        gate.clone(),
+    );
+    let security = SecurityServer::with_interceptor(SecurityService::new(auth.clone()), gate);
+    let admin_listener = match cfg.admin_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen for admin on {a}: {e}"))?,
+        ),
+        None => None,
+    };
+    let (admin_here, security_here, admin_elsewhere) = if admin_listener.is_some() {
+        (None, None, Some((admin, security)))
+    } else {
+        (Some(admin), Some(security), None)
+    };
+    let handshake = std::time::Duration::from_millis(cfg.request_read_timeout_ms);
+    let tls_for = |t: &Option<Arc<Tls>>| t.as_ref().map(|t| (t.clone(), handshake));
     let (stop_tx, stop_rx) = oneshot::channel::<()>();
     // Our own accept loop: the connection cap, TCP_NODELAY, and a pause when out of
     // descriptors (tonic's stream over the listener retried at once, spinning a core).
@@ -176,6 +228,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         conn_limit.clone(),
         idle,
         m.clone(),
+        tls_for(&tls),
     ));
     let ms = std::time::Duration::from_millis;
     let server = tokio::spawn(
@@ -193,11 +246,39 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
                 m.clone(),
             ))
             .add_service(messaging)
-            .add_service(admin)
+            .add_optional_service(admin_here)
+            .add_optional_service(security_here)
             .serve_with_incoming_shutdown(incoming, async {
                 let _ = stop_rx.await;
             }),
     );
+    let (admin_addr, stop_admin, admin_server) = match (admin_listener, admin_elsewhere) {
+        (Some(l), Some((admin, security))) => {
+            let a = l.local_addr().map_err(|e| e.to_string())?;
+            let incoming = ReceiverStream::new(net::grpc_incoming(
+                l,
+                conn_limit.clone(),
+                idle,
+                m.clone(),
+                tls_for(&tls),
+            ));
+            let (tx, rx) = oneshot::channel::<()>();
+            let server = tokio::spawn(
+                tonic::transport::Server::builder()
+                    .http2_keepalive_interval(Some(ms(cfg.http2_keepalive_interval_ms)))
+                    .http2_keepalive_timeout(Some(ms(cfg.http2_keepalive_timeout_ms)))
+                    .add_service(admin)
+                    .add_service(security)
+                    .serve_with_incoming_shutdown(incoming, async {
+                        let _ = rx.await;
+                    }),
+            );
+            info!(admin = %a, "serving the admin services on their own listener");
+            (Some(a), Some(tx), Some(server))
+        }
+        _ => (None, None, None),
+    };
+    let tls_reloader = tls.as_ref().map(Tls::spawn_reloader);
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -210,6 +291,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
     let remoting = remoting_listeners.map(|listeners| {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
+            .with_auth(auth.clone())
             .with_clock(clock.clone())
             .with_metrics(m.clone())
             .with_conn_limit(conn_limit.clone())
@@ -227,7 +309,13 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         metrics: m,
         remoting_addr: remoting.as_ref().and_then(|r| r.addr),
         namesrv_addr: remoting.as_ref().and_then(|r| r.namesrv_addr),
+        admin_addr,
+        auth,
+        tls,
         remoting,
+        stop_admin,
+        admin_server,
+        tls_reloader,
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
@@ -257,6 +345,15 @@ impl RunningBroker {
         }
         if let Some(mut r) = self.remoting.take() {
             r.stop();
+        }
+        if let Some(t) = self.tls_reloader.take() {
+            t.abort();
+        }
+        if let Some(s) = self.stop_admin.take() {
+            let _ = s.send(());
+        }
+        if let Some(a) = self.admin_server.take() {
+            let _ = tokio::time::timeout(std::time::Duration::from_secs(2), a).await;
         }
         if let Some(s) = self.stop_server.take() {
             let _ = s.send(());

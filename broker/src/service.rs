@@ -25,6 +25,7 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus, Streaming};
 use tracing::{debug, info};
 
+use crate::auth::{grpc as auth_grpc, Auth};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{BrokerConfig, TopicMessageType};
 use crate::convert::{self, duration, duration_ms, resource_name, timestamp};
@@ -59,6 +60,7 @@ pub struct Messaging {
     budget: Arc<ReceiveBudget>,
     leases: Arc<Leases>,
     clock: Arc<dyn Clock>,
+    auth: Arc<Auth>,
 }
 
 impl Messaging {
@@ -84,6 +86,7 @@ impl Messaging {
             budget,
             leases,
             clock: Arc::new(SystemClock),
+            auth: Auth::disabled(),
         }
     }
 
@@ -104,6 +107,13 @@ impl Messaging {
     #[must_use]
     pub fn leases(&self) -> &Arc<Leases> {
         &self.leases
+    }
+
+    /// The same service checking credentials and ACLs before every call.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<Auth>) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// A resource's name, refused when missing or longer than `max_name_bytes`.
@@ -948,6 +958,13 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::QueryRouteRequest>,
     ) -> Result<Response<pb::QueryRouteResponse>, GrpcStatus> {
+        if let Err(s) = auth_grpc::check(&self.auth, &request) {
+            self.counted("QueryRoute", &s);
+            return Ok(Response::new(pb::QueryRouteResponse {
+                status: Some(s),
+                message_queues: Vec::new(),
+            }));
+        }
         let req = request.into_inner();
         let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryRouteResponse {
@@ -971,9 +988,9 @@ impl MessagingService for Messaging {
 
     async fn heartbeat(
         &self,
-        _request: GrpcRequest<pb::HeartbeatRequest>,
+        request: GrpcRequest<pb::HeartbeatRequest>,
     ) -> Result<Response<pb::HeartbeatResponse>, GrpcStatus> {
-        let s = ok();
+        let s = auth_grpc::check(&self.auth, &request).map_or_else(|s| s, |_| ok());
         self.counted("Heartbeat", &s);
         Ok(Response::new(pb::HeartbeatResponse { status: Some(s) }))
     }
@@ -984,9 +1001,13 @@ impl MessagingService for Messaging {
     ) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
         let t = Instant::now();
         let client = client_id(&request);
+        let allowed = auth_grpc::check(&self.auth, &request);
         let req = request.into_inner();
         let n = req.messages.len();
-        let (status, mut entries) = self.send(req, client).await;
+        let (status, mut entries) = match allowed {
+            Ok(_) => self.send(req, client).await,
+            Err(s) => (s, Vec::new()),
+        };
         if entries.is_empty() {
             // One entry per message, each with the failure, as clients read entries (one
             // only for a request refused for its count: its size is the problem).
@@ -1014,6 +1035,13 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::QueryAssignmentRequest>,
     ) -> Result<Response<pb::QueryAssignmentResponse>, GrpcStatus> {
+        if let Err(s) = auth_grpc::check(&self.auth, &request) {
+            self.counted("QueryAssignment", &s);
+            return Ok(Response::new(pb::QueryAssignmentResponse {
+                status: Some(s),
+                assignments: Vec::new(),
+            }));
+        }
         let req = request.into_inner();
         let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryAssignmentResponse {
@@ -1050,7 +1078,15 @@ impl MessagingService for Messaging {
         self.metrics.request("ReceiveMessage");
         let timeout = grpc_timeout_ms(&request);
         let client = client_id(&request);
-        let (out, charge) = self.receive(request.into_inner(), timeout, &client).await;
+        let (out, charge) = match auth_grpc::check(&self.auth, &request) {
+            Ok(_) => self.receive(request.into_inner(), timeout, &client).await,
+            Err(s) => (
+                vec![pb::ReceiveMessageResponse {
+                    content: Some(pb::receive_message_response::Content::Status(s)),
+                }],
+                None,
+            ),
+        };
         if let Some(pb::receive_message_response::Content::Status(s)) =
             out.first().and_then(|r| r.content.as_ref())
         {
@@ -1071,7 +1107,13 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, GrpcStatus> {
-        let resp = self.ack(request.into_inner()).await;
+        let resp = match auth_grpc::check(&self.auth, &request) {
+            Ok(_) => self.ack(request.into_inner()).await,
+            Err(s) => pb::AckMessageResponse {
+                status: Some(s),
+                entries: Vec::new(),
+            },
+        };
         self.counted("AckMessage", resp.status.as_ref().expect("set"));
         Ok(Response::new(resp))
     }
@@ -1080,7 +1122,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, GrpcStatus> {
-        let s = self.forward_to_dlq(request.into_inner()).await;
+        let s = match auth_grpc::check(&self.auth, &request) {
+            Ok(_) => self.forward_to_dlq(request.into_inner()).await,
+            Err(s) => s,
+        };
         self.counted("ForwardMessageToDeadLetterQueue", &s);
         Ok(Response::new(pb::ForwardMessageToDeadLetterQueueResponse {
             status: Some(s),
@@ -1092,7 +1137,10 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, GrpcStatus> {
         let t = Instant::now();
-        let s = Messaging::end_transaction(self, request.into_inner()).await;
+        let s = match auth_grpc::check(&self.auth, &request) {
+            Ok(_) => Messaging::end_transaction(self, request.into_inner()).await,
+            Err(s) => s,
+        };
         self.metrics.end_transaction_latency.observe(t.elapsed());
         self.counted("EndTransaction", &s);
         Ok(Response::new(pb::EndTransactionResponse {
@@ -1108,6 +1156,14 @@ impl MessagingService for Messaging {
     ) -> Result<Response<Self::TelemetryStream>, GrpcStatus> {
         self.metrics.request("Telemetry");
         let client = client_id(&request);
+        // Authenticated once, from the stream's headers; each settings command is authorized.
+        let peer = auth_grpc::peer(&request);
+        let identity = if self.auth.enabled() {
+            auth_grpc::authenticate(&self.auth, &request, crate::auth::Protocol::Grpc)
+                .map_err(|r| auth_grpc::status(&r))
+        } else {
+            Ok(crate::auth::Identity::Open)
+        };
         let mut inbound = request.into_inner();
         let conn = self.next_conn.fetch_add(1, Ordering::Relaxed);
         let (tx, rx) = mpsc::unbounded_channel::<Result<pb::TelemetryCommand, GrpcStatus>>();
@@ -1124,6 +1180,14 @@ impl MessagingService for Messaging {
                     msg = inbound.next() => match msg {
                         Some(Ok(cmd)) => match cmd.command {
                             Some(pb::telemetry_command::Command::Settings(s)) => {
+                                let allowed = identity.clone().and_then(|id| {
+                                    use crate::auth::grpc::Needs as _;
+                                    auth_grpc::authorize(&this.auth, &id, peer, &s.needs())
+                                });
+                                if let Err(status) = allowed {
+                                    let _ = tx.send(Ok(pb::TelemetryCommand { status: Some(status), command: None }));
+                                    continue;
+                                }
                                 let topics: Option<Vec<String>> = match &s.pub_sub {
                                     Some(pb::settings::PubSub::Publishing(p)) => {
                                         Some(p.topics.iter().map(|t| t.name.clone()).filter(|t| !t.is_empty()).collect())
@@ -1185,9 +1249,14 @@ impl MessagingService for Messaging {
     ) -> Result<Response<pb::NotifyClientTerminationResponse>, GrpcStatus> {
         let client = client_id(&request);
         debug!(client = %client, "client terminated");
-        // What it held goes to the group's other consumers at once.
-        self.leases.client_gone(&client, &self.core);
-        let s = ok();
+        let s = auth_grpc::check(&self.auth, &request).map_or_else(
+            |s| s,
+            |_| {
+                // What it held goes to the group's other consumers at once.
+                self.leases.client_gone(&client, &self.core);
+                ok()
+            },
+        );
         self.counted("NotifyClientTermination", &s);
         Ok(Response::new(pb::NotifyClientTerminationResponse {
             status: Some(s),
@@ -1198,7 +1267,13 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, GrpcStatus> {
-        let resp = self.change_invisible(request.into_inner()).await;
+        let resp = match auth_grpc::check(&self.auth, &request) {
+            Ok(_) => self.change_invisible(request.into_inner()).await,
+            Err(s) => pb::ChangeInvisibleDurationResponse {
+                status: Some(s),
+                receipt_handle: String::new(),
+            },
+        };
         self.counted(
             "ChangeInvisibleDuration",
             resp.status.as_ref().expect("set"),

@@ -117,6 +117,42 @@ for c in 2 16; do
 done
 stop_broker
 
+# --- the cost of authentication and TLS: the same async runs, back to back -----------------
+# A broker process with a super user (every call signed and checked) and/or TLS enforcing (a
+# CA and certificate made here with openssl); the bench signs with MQv2-HMAC-SHA1 as the
+# official clients do and talks TLS with the CA.
+pki=$data/pki
+rm -rf "$pki"; mkdir -p "$pki"
+openssl req -x509 -newkey rsa:2048 -nodes -days 2 -subj "/CN=bench CA" -keyout "$pki/ca.key" -out "$pki/ca.pem" 2>/dev/null
+openssl req -newkey rsa:2048 -nodes -subj "/CN=localhost" -keyout "$pki/server.key" -out "$pki/server.csr" 2>/dev/null
+printf 'subjectAltName=IP:127.0.0.1,DNS:localhost\n' > "$pki/ext.cnf"
+openssl x509 -req -in "$pki/server.csr" -CA "$pki/ca.pem" -CAkey "$pki/ca.key" -CAcreateserial -days 2 -extfile "$pki/ext.cnf" -out "$pki/server.pem" 2>/dev/null
+sec_broker() { # $1 = auth|tls|both|none; sets bpid, baddr
+  local d=$data/broker-sec-$1
+  rm -rf "$d"; mkdir -p "$d"
+  : > "$d.toml"
+  case $1 in auth|both) printf '[[auth.users]]\naccess_key = "bench"\nsecret_key = "bench-secret"\nsuper_user = true\n' >> "$d.toml" ;; esac
+  case $1 in tls|both) printf '[tls]\nmode = "enforcing"\ncert = "%s"\nkey = "%s"\n' "$pki/server.pem" "$pki/server.key" >> "$d.toml" ;; esac
+  "$R" broker --data-dir "$d/data" --listen 127.0.0.1:0 --flush async --config "$d.toml" >"$out/broker-sec-$1.log" 2>&1 &
+  bpid=$!
+  baddr=
+  while [ -z "$baddr" ]; do
+    baddr=$(grep -o 'addr=127\.0\.0\.1:[0-9]*' "$out/broker-sec-$1.log" | head -1 | cut -d= -f2)
+    kill -0 "$bpid" 2>/dev/null || { echo "broker died"; cat "$out/broker-sec-$1.log"; return 1; }
+    [ -n "$baddr" ] || sleep 0.01
+  done
+}
+for v in none auth tls both; do
+  flags=()
+  case $v in auth|both) flags+=(--access-key bench --secret-key bench-secret) ;; esac
+  case $v in tls|both) flags+=(--tls-ca "$pki/ca.pem" --tls-domain localhost) ;; esac
+  for mode in send txn; do
+    sec_broker "$v" || break
+    m "sec_${v}_$mode" "$R" bench "$mode" --endpoint "$baddr" "${flags[@]}" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+    stop_broker
+  done
+done
+
 # --- pending backlog: memory, END_TRANSACTION cost, checks ----------------------------------
 m pending_mem "$EX/pending_memory" "$BACKLOG"
 m backlog0 "$R" bench txn --embedded --clients 1 --count "$(q 300000 50000)" --size 128 --quiet
@@ -345,6 +381,22 @@ check also wants every message group consumed in order. One run each, back to ba
 |---|---:|---:|---:|---:|---:|---:|
 | 2 | $(res grpc_consume2 per_s) | $(res grpc_fifo2 per_s) | $(ratio "$(res grpc_fifo2 per_s)" "$(res grpc_consume2 per_s)")× | $(res grpc_consume2 p99_ms) ms | $(res grpc_fifo2 p99_ms) ms | $(res grpc_fifo2 out_of_order) |
 | 16 | $(res grpc_consume16 per_s) | $(res grpc_fifo16 per_s) | $(ratio "$(res grpc_fifo16 per_s)" "$(res grpc_consume16 per_s)")× | $(res grpc_consume16 p99_ms) ms | $(res grpc_fifo16 p99_ms) ms | $(res grpc_fifo16 out_of_order) |
+
+## The cost of authentication and TLS (gRPC loopback, flush=async, 16 clients)
+
+The same runs back to back against a broker process with nothing on, a super user (every call
+signed with MQv2-HMAC-SHA1 by the bench, as the official clients sign, and checked), TLS
+enforcing (rustls, RSA 2048 certificate), and both. Each client keeps one connection, so the
+TLS handshake is paid once per client; what remains is the per-call signature check and the
+record encryption.
+
+| run | none | auth | TLS | auth + TLS |
+|---|---:|---:|---:|---:|
+| send ops/s | $(res sec_none_send per_s) | $(res sec_auth_send per_s) | $(res sec_tls_send per_s) | $(res sec_both_send per_s) |
+| send p50 / p99 | $(res sec_none_send p50_ms) / $(res sec_none_send p99_ms) ms | $(res sec_auth_send p50_ms) / $(res sec_auth_send p99_ms) ms | $(res sec_tls_send p50_ms) / $(res sec_tls_send p99_ms) ms | $(res sec_both_send p50_ms) / $(res sec_both_send p99_ms) ms |
+| txn ops/s | $(res sec_none_txn per_s) | $(res sec_auth_txn per_s) | $(res sec_tls_txn per_s) | $(res sec_both_txn per_s) |
+| txn p50 / p99 | $(res sec_none_txn p50_ms) / $(res sec_none_txn p99_ms) ms | $(res sec_auth_txn p50_ms) / $(res sec_auth_txn p99_ms) ms | $(res sec_tls_txn p50_ms) / $(res sec_tls_txn p99_ms) ms | $(res sec_both_txn p50_ms) / $(res sec_both_txn p99_ms) ms |
+| auth + TLS vs none | send $(ratio "$(res sec_both_send per_s)" "$(res sec_none_send per_s)")×, txn $(ratio "$(res sec_both_txn per_s)" "$(res sec_none_txn per_s)")× | | | |
 
 ## Pending backlog
 

@@ -22,7 +22,9 @@ use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_client::MessagingServiceClient;
 use crate::server;
 
-type Client = MessagingServiceClient<Channel>;
+type Client = MessagingServiceClient<
+    tonic::service::interceptor::InterceptedService<Channel, crate::auth::admin::Signer>,
+>;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 const LONG_POLL: Duration = Duration::from_millis(1000);
@@ -104,14 +106,29 @@ impl Shared {
     }
 }
 
-async fn connect(url: &str) -> Result<Client, String> {
-    let ch = Endpoint::from_shared(url.to_string())
+/// A connection of its own, signing every call when the bench has credentials and over TLS
+/// when it has a CA (as an official client configured with both would).
+async fn connect(sh: &Shared, url: &str) -> Result<Client, String> {
+    let mut ep = Endpoint::from_shared(url.to_string())
         .map_err(|e| format!("bad endpoint {url}: {e}"))?
-        .tcp_nodelay(true)
+        .tcp_nodelay(true);
+    if let Some(tls) = &sh.args.tls {
+        let pem =
+            std::fs::read(&tls.ca).map_err(|e| format!("cannot read {}: {e}", tls.ca.display()))?;
+        let cfg = tonic::transport::ClientTlsConfig::new()
+            .ca_certificate(tonic::transport::Certificate::from_pem(pem))
+            .domain_name(tls.domain.clone());
+        ep = ep.tls_config(cfg).map_err(|e| format!("TLS: {e}"))?;
+    }
+    let ch = ep
         .connect()
         .await
         .map_err(|e| format!("cannot reach {url}: {e}"))?;
-    Ok(MessagingServiceClient::new(ch).max_decoding_message_size(64 << 20))
+    let signer = match &sh.args.credentials {
+        Some((ak, sk)) => crate::auth::admin::Signer::new(ak, sk),
+        None => crate::auth::admin::Signer::default(),
+    };
+    Ok(MessagingServiceClient::with_interceptor(ch, signer).max_decoding_message_size(64 << 20))
 }
 
 fn endpoints(hostport: &str) -> pb::Endpoints {
@@ -151,6 +168,22 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
                     fifo: true,
                 });
             }
+            if let Some((ak, sk)) = &args.credentials {
+                cfg.auth.users.push(crate::auth::UserSpec {
+                    access_key: ak.clone(),
+                    secret_key: sk.clone(),
+                    super_user: true,
+                    session_token: None,
+                });
+            }
+            if let Some(t) = &args.tls {
+                cfg.tls = crate::auth::tls::TlsFileConfig {
+                    mode: Some(crate::auth::tls::Mode::Enforcing),
+                    cert: t.cert.clone(),
+                    key: t.key.clone(),
+                    ..Default::default()
+                };
+            }
             scratch = Some(dir);
             let b = server::start(cfg, Arc::new(SystemClock)).await?;
             (b.addr.to_string(), Some(b))
@@ -164,7 +197,10 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
                 format!("--fifo declares the group FIFO with rocklet's admin service: {e}")
             })?;
     }
-    let url = format!("http://{hostport}");
+    let url = format!(
+        "{}://{hostport}",
+        if args.tls.is_some() { "https" } else { "http" }
+    );
     let pid = std::process::id();
     let run_id = (epoch_ms() as u32) ^ pid.rotate_left(16);
     let sh = Arc::new(Shared {
@@ -385,7 +421,7 @@ async fn open_telemetry(
     url: &str,
     consumer: bool,
 ) -> Result<(TeleTx, tonic::Streaming<pb::TelemetryCommand>), String> {
-    let mut c = connect(url).await?;
+    let mut c = connect(sh, url).await?;
     let (tx, rx) = mpsc::channel(64);
     tx.send(settings(sh, consumer))
         .await
@@ -431,7 +467,7 @@ async fn telemetry_producer(
     url: &str,
 ) -> Result<(TeleTx, tokio::task::JoinHandle<()>), String> {
     let (tx, mut inbound) = open_telemetry(sh, url, false).await?;
-    let client = connect(url).await?;
+    let client = connect(sh, url).await?;
     let sh = sh.clone();
     let task = tokio::spawn(async move {
         while let Some(Ok(cmd)) = inbound.next().await {
@@ -543,7 +579,7 @@ fn ledger(args: &BenchArgs) -> Ledger {
 /// Consume mode: the messages to consume, sent in batches before the clock starts, spread
 /// over the topic's queues as clients spread them (FIFO: a message group's in one queue).
 async fn load(sh: &Arc<Shared>, url: &str) -> Result<(), String> {
-    let mut c = connect(url).await?;
+    let mut c = connect(sh, url).await?;
     let route = c
         .query_route(req(
             pb::QueryRouteRequest {
@@ -635,7 +671,7 @@ async fn produce_all(
     let stop_at = duration.map(|d| Instant::now() + d);
     let mut tasks = Vec::new();
     for _ in 0..sh.args.clients {
-        let client = connect(url).await?;
+        let client = connect(sh, url).await?;
         let sh = sh.clone();
         tasks.push(tokio::spawn(async move {
             produce(sh, client, end, stop_at, backlog).await;
@@ -804,7 +840,7 @@ async fn produce(
 
 /// A simple consumer: receive a batch, record it, ack it.
 async fn consume(sh: Arc<Shared>, url: String) {
-    let mut c = match connect(&url).await {
+    let mut c = match connect(&sh, &url).await {
         Ok(c) => c,
         Err(e) => {
             sh.error(e);

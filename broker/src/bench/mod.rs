@@ -189,6 +189,23 @@ pub struct BenchArgs {
     pub message_groups: u64,
     /// Print the live line each second (to stderr).
     pub live: bool,
+    /// Sign every gRPC call with this access key and secret key (the in-process broker gets
+    /// it as a super user, so authentication is on).
+    pub credentials: Option<(String, String)>,
+    /// Talk TLS (the in-process broker serves it in enforcing mode with the cert and key).
+    pub tls: Option<BenchTls>,
+}
+
+/// TLS of a gRPC bench run.
+#[derive(Debug, Clone)]
+pub struct BenchTls {
+    /// CA certificate (PEM) the broker's certificate is verified against.
+    pub ca: std::path::PathBuf,
+    /// Name the certificate must have.
+    pub domain: String,
+    /// The in-process broker's certificate chain and key (PEM).
+    pub cert: Option<std::path::PathBuf>,
+    pub key: Option<std::path::PathBuf>,
 }
 
 impl BenchArgs {
@@ -220,6 +237,8 @@ impl BenchArgs {
             fifo: false,
             message_groups: 32,
             live: true,
+            credentials: None,
+            tls: None,
         }
     }
 
@@ -427,15 +446,25 @@ fn ms(h: &Histogram<u64>, q: f64) -> f64 {
     h.value_at_quantile(q) as f64 / 1e3
 }
 
+fn security(args: &BenchArgs) -> &'static str {
+    match (args.credentials.is_some(), args.tls.is_some()) {
+        (false, false) => "",
+        (true, false) => ", signed calls (authentication on)",
+        (false, true) => ", TLS",
+        (true, true) => ", signed calls over TLS",
+    }
+}
+
 fn describe(args: &BenchArgs) -> String {
     match &args.target {
         Target::Embedded(None) => "embedded, memory storage".into(),
         Target::Embedded(Some(_)) => format!("embedded, file storage, {:?} flush", args.flush),
         Target::InProcess => format!(
-            "gRPC loopback to an in-process broker, {:?} flush",
-            args.flush
+            "gRPC loopback to an in-process broker, {:?} flush{}",
+            args.flush,
+            security(args)
         ),
-        Target::Endpoint(e) => format!("gRPC to {e}"),
+        Target::Endpoint(e) => format!("gRPC to {e}{}", security(args)),
     }
 }
 

@@ -105,6 +105,9 @@ pub struct Ctx {
     pub conn_limit: Option<Arc<crate::net::ConnLimit>>,
     /// The broker-wide budget of request bytes held (none: unlimited).
     pub request_budget: Option<Arc<crate::budget::RequestBudget>>,
+
+    /// Users and ACLs (authentication off unless users exist).
+    pub auth: Arc<crate::auth::Auth>,
 }
 
 impl Ctx {
@@ -123,7 +126,16 @@ impl Ctx {
             metrics: None,
             conn_limit: None,
             request_budget: None,
+
+            auth: crate::auth::Auth::disabled(),
         }
+    }
+
+    /// The same context checking credentials and ACLs.
+    #[must_use]
+    pub fn with_auth(mut self, auth: Arc<crate::auth::Auth>) -> Self {
+        self.auth = auth;
+        self
     }
 
     /// The same context counting its errors in the broker's metrics too.
@@ -174,6 +186,7 @@ impl Ctx {
 pub struct Conn {
     pub id: u64,
     pub peer: SocketAddr,
+    local: SocketAddr,
     tx: mpsc::UnboundedSender<Vec<u8>>,
     serialize: Mutex<SerializeType>,
     next_opaque: AtomicI32,
@@ -197,10 +210,16 @@ pub struct Conn {
 impl Conn {
     /// A connection whose frames go to `tx`.
     #[must_use]
-    pub fn new(id: u64, peer: SocketAddr, tx: mpsc::UnboundedSender<Vec<u8>>) -> Self {
+    pub fn new(
+        id: u64,
+        peer: SocketAddr,
+        local: SocketAddr,
+        tx: mpsc::UnboundedSender<Vec<u8>>,
+    ) -> Self {
         Conn {
             id,
             peer,
+            local,
             tx,
             serialize: Mutex::new(SerializeType::Json),
             next_opaque: AtomicI32::new(1),
@@ -212,6 +231,12 @@ impl Conn {
             gone_notify: tokio::sync::Notify::new(),
             last_active: Mutex::new(tokio::time::Instant::now()),
         }
+    }
+
+    /// Our end of the connection (which listener it came in on).
+    #[must_use]
+    pub fn local(&self) -> SocketAddr {
+        self.local
     }
 
     /// Something was read from or written to the peer just now.
@@ -632,7 +657,16 @@ pub async fn handle(
     req: RemotingCommand,
 ) -> Option<RemotingCommand> {
     *lock(&conn.serialize) = req.serialize;
-    tracing::trace!(conn = conn.id, code = req.code, ext = ?req.ext, body = req.body.len(), "remoting request");
+    tracing::trace!(
+        conn = conn.id,
+        code = req.code,
+        body = req.body.len(),
+        "remoting request"
+    );
+    if let Err(refusal) = crate::auth::remoting::check(ctx, conn, &req).await {
+        ctx.stats.count(req.code, false);
+        return Some(refusal);
+    }
     let r = match req.code {
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
         code::HEART_BEAT => heartbeat(ctx, conn, checks, &req).await,
@@ -1881,7 +1915,7 @@ mod tests {
     async fn queued_bytes_are_counted_until_written_and_waiters_wake() {
         let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
         let (tx, mut rx) = mpsc::unbounded_channel();
-        let conn = Arc::new(Conn::new(1, a, tx));
+        let conn = Arc::new(Conn::new(1, a, a, tx));
         let cmd = RemotingCommand::request(code::HEART_BEAT, BTreeMap::new(), vec![0; 1000]);
         conn.send(&cmd);
         conn.send(&cmd);

@@ -170,9 +170,10 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
 
 async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     let _ = stream.set_nodelay(true);
+    let local = stream.local_addr().unwrap_or(peer);
     let (mut rd, mut wr) = stream.into_split();
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
-    let conn = Arc::new(Conn::new(id, peer, tx));
+    let conn = Arc::new(Conn::new(id, peer, local, tx));
     let w = conn.clone();
     let writer = tokio::spawn(async move {
         while let Some(frame) = rx.recv().await {
