@@ -295,7 +295,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .with_clock(clock.clone())
             .with_metrics(m.clone())
             .with_conn_limit(conn_limit.clone())
-            .with_request_budget(request_budget.clone());
+            .with_request_budget(request_budget.clone())
+            .with_tls(tls.clone(), handshake);
         let _ = m.remoting.set(ctx.stats());
         let r = RemotingServer::serve(listeners, ctx);
         info!(remoting = ?r.addr, namesrv = ?r.namesrv_addr, "serving RocketMQ 4 remoting");

@@ -771,3 +771,94 @@ async fn tls_enforcing_permissive_reload_and_client_certificates() {
     );
     b.stop().await;
 }
+
+/// A remoting request over TLS trusting `pki`'s CA; `Err` when the handshake or the call fails.
+async fn remoting_tls_call(
+    addr: SocketAddr,
+    pki: &Pki,
+    cmd: RemotingCommand,
+) -> std::io::Result<RemotingCommand> {
+    use tokio_rustls::rustls;
+    let mut roots = rustls::RootCertStore::empty();
+    let mut pem = pki.ca_pem.as_bytes();
+    for c in rustls_pemfile_certs(&mut pem) {
+        roots.add(c).unwrap();
+    }
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()
+        .unwrap()
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    let tcp = tokio::net::TcpStream::connect(addr).await?;
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let mut s = tokio_rustls::TlsConnector::from(Arc::new(cfg))
+        .connect(name, tcp)
+        .await?;
+    s.write_all(&cmd.encode()).await?;
+    let mut len = [0u8; 4];
+    s.read_exact(&mut len).await?;
+    let n = codec::frame_length(len).unwrap();
+    let mut buf = vec![0; n];
+    s.read_exact(&mut buf).await?;
+    Ok(codec::decode_frame(&buf).unwrap())
+}
+
+/// The certificates of a PEM file.
+fn rustls_pemfile_certs(
+    pem: &mut &[u8],
+) -> Vec<tokio_rustls::rustls::pki_types::CertificateDer<'static>> {
+    use tokio_rustls::rustls::pki_types::pem::PemObject;
+    tokio_rustls::rustls::pki_types::CertificateDer::pem_slice_iter(pem)
+        .map(Result::unwrap)
+        .collect()
+}
+
+/// Whether a plaintext remoting request gets no answer (the connection is closed).
+async fn remoting_plain_refused(addr: SocketAddr, cmd: RemotingCommand) -> bool {
+    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
+    let _ = s.write_all(&cmd.encode()).await;
+    let mut len = [0u8; 4];
+    matches!(
+        tokio::time::timeout(Duration::from_secs(5), s.read_exact(&mut len)).await,
+        Ok(Err(_))
+    )
+}
+
+#[tokio::test]
+async fn remoting_and_name_server_speak_tls_enforcing_and_permissive() {
+    let route = || {
+        signed(
+            105,
+            &[("topic", "pub-orders")],
+            b"",
+            "alice",
+            "alice-secret",
+        )
+    };
+    for mode in [Mode::Enforcing, Mode::Permissive] {
+        let pki = Pki::new();
+        let dir = tempfile::tempdir().unwrap();
+        let b = start(dir.path(), |c| {
+            c.tls = pki.config(mode);
+            c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+            c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        })
+        .await;
+        for addr in [b.remoting_addr.unwrap(), b.namesrv_addr.unwrap()] {
+            let r = remoting_tls_call(addr, &pki, route()).await.unwrap();
+            assert_eq!(r.code, 0, "{mode:?} {addr}: {:?}", r.remark);
+            let other = Pki::new();
+            assert!(
+                remoting_tls_call(addr, &other, route()).await.is_err(),
+                "a client trusting another CA"
+            );
+            if mode == Mode::Enforcing {
+                assert!(remoting_plain_refused(addr, route()).await, "{addr}");
+            } else {
+                assert_eq!(remoting_call(addr, route()).await.code, 0);
+            }
+        }
+        b.stop().await;
+    }
+}

@@ -108,6 +108,8 @@ pub struct Ctx {
 
     /// Users and ACLs (authentication off unless users exist).
     pub auth: Arc<crate::auth::Auth>,
+    /// TLS of the listeners, and how long a handshake may take (none: plaintext only).
+    pub tls: Option<(Arc<crate::auth::tls::Tls>, Duration)>,
 }
 
 impl Ctx {
@@ -128,6 +130,7 @@ impl Ctx {
             request_budget: None,
 
             auth: crate::auth::Auth::disabled(),
+            tls: None,
         }
     }
 
@@ -157,6 +160,18 @@ impl Ctx {
     #[must_use]
     pub fn with_request_budget(mut self, budget: Arc<crate::budget::RequestBudget>) -> Self {
         self.request_budget = Some(budget);
+        self
+    }
+
+    /// The same context serving TLS as `tls` says (`handshake`: the longest a handshake may
+    /// take).
+    #[must_use]
+    pub fn with_tls(
+        mut self,
+        tls: Option<Arc<crate::auth::tls::Tls>>,
+        handshake: Duration,
+    ) -> Self {
+        self.tls = tls.map(|t| (t, handshake));
         self
     }
 

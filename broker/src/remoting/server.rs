@@ -12,14 +12,20 @@
 //! request, so nothing can be answered without it), its body's once the header says what
 //! it is; a body that does not fit is skipped as it arrives and answered `SYSTEM_BUSY`. The
 //! bytes are held until the request's handling ends (a long-polling pull holds its header).
+//!
+//! TLS (`[tls]`, both listeners, as RocketMQ's remoting server): the first byte of a
+//! connection tells a TLS handshake from plaintext; `enforcing` refuses plaintext, and
+//! `permissive` serves both on one port. The handshake must end within
+//! `request_read_timeout_ms`.
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
-use tokio::net::tcp::OwnedReadHalf;
+use tokio::io::{
+    AsyncBufRead, AsyncBufReadExt, AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt, BufReader,
+};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, Semaphore};
 use tokio::task::JoinHandle;
@@ -28,6 +34,7 @@ use tracing::{debug, info};
 use super::codec::{self, RemotingCommand};
 use super::handlers::{self, Conn, Ctx};
 use super::stats::RemotingStats;
+use crate::auth::tls::MaybeTls;
 use crate::budget::HeldBytes;
 
 /// Requests of one connection handled at the same time; more wait (the reader stops reading).
@@ -171,7 +178,42 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
 async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
     let _ = stream.set_nodelay(true);
     let local = stream.local_addr().unwrap_or(peer);
-    let (mut rd, mut wr) = stream.into_split();
+    let Some((tls, handshake)) = ctx.tls.clone() else {
+        let (rd, wr) = stream.into_split();
+        return run(BufReader::new(rd), wr, peer, local, id, ctx).await;
+    };
+    match tokio::time::timeout(handshake, tls.accept(stream, false)).await {
+        Ok(Ok(MaybeTls::Plain(tcp))) => {
+            let (rd, wr) = tcp.into_split();
+            run(BufReader::new(rd), wr, peer, local, id, ctx).await;
+        }
+        Ok(Ok(MaybeTls::Tls(s))) => {
+            let (rd, wr) = tokio::io::split(*s);
+            run(BufReader::new(rd), wr, peer, local, id, ctx).await;
+        }
+        Ok(Err(e)) => {
+            info!(conn = id, %peer, error = %e, "remoting connection refused: TLS");
+        }
+        Err(_) => {
+            ctx.over_limit("request_read_timeout_ms");
+            info!(conn = id, %peer, "remoting connection closed: no TLS handshake within request_read_timeout_ms");
+        }
+    }
+}
+
+/// Serves one connection: `rd` buffered (a wait for the next request looks at its first
+/// byte without taking it, in TLS or not).
+async fn run<R, W>(
+    mut rd: BufReader<R>,
+    mut wr: W,
+    peer: SocketAddr,
+    local: SocketAddr,
+    id: u64,
+    ctx: Arc<Ctx>,
+) where
+    R: AsyncRead + Unpin,
+    W: AsyncWrite + Unpin + Send + 'static,
+{
     let (tx, mut rx) = mpsc::unbounded_channel::<Vec<u8>>();
     let conn = Arc::new(Conn::new(id, peer, local, tx));
     let w = conn.clone();
@@ -197,12 +239,13 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
             break;
         }
         // Idle: nothing read or written for idle_timeout_ms while no request is being handled
-        // closes it. (A peek waits for a byte without taking it: giving up on it loses nothing.)
-        let mut first = [0u8; 1];
+        // closes it. (Filling the buffer takes nothing out of it: giving up on the wait loses
+        // nothing.)
         loop {
             let due = conn.last_active() + idle;
-            match tokio::time::timeout_at(due, rd.peek(&mut first)).await {
-                Ok(Ok(0) | Err(_)) => break 'conn,
+            match tokio::time::timeout_at(due, rd.fill_buf()).await {
+                Ok(Err(_)) => break 'conn,
+                Ok(Ok([])) => break 'conn,
                 Ok(Ok(_)) => break,
                 Err(_)
                     if slots.available_permits() == MAX_IN_FLIGHT
@@ -282,7 +325,7 @@ enum Next {
 
 /// Reads one frame: the header first (what the request is decides how much body it may
 /// carry, and a body it may not carry is skipped as it arrives instead of being held).
-async fn read_request(rd: &mut OwnedReadHalf, ctx: &Ctx, conn: &Conn) -> Next {
+async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Conn) -> Next {
     let mut prefix = [0u8; 4];
     if rd.read_exact(&mut prefix).await.is_err() {
         return Next::Close;
