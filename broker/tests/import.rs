@@ -268,7 +268,7 @@ fn normal_messages_keep_queues_offsets_and_consumer_offsets() {
     s.finish(&[
         (
             "topics.json",
-            r#"{"topicConfigTable":{"Orders":{"topicName":"Orders","readQueueNums":4,"writeQueueNums":4,"perm":6},"TBW102":{"topicName":"TBW102","readQueueNums":8,"writeQueueNums":8},"%RETRY%billing":{"topicName":"%RETRY%billing","readQueueNums":1,"writeQueueNums":1}},"dataVersion":{"counter":3}}"#,
+            r#"{"topicConfigTable":{"Orders":{"topicName":"Orders","readQueueNums":4,"writeQueueNums":4,"perm":6},"TBW102":{"topicName":"TBW102","readQueueNums":8,"writeQueueNums":8},"%RETRY%billing":{"topicName":"%RETRY%billing","readQueueNums":1,"writeQueueNums":1},"ProdCluster":{"readQueueNums":16},"ProdCluster_REPLY_TOPIC":{"readQueueNums":1},"broker-a":{"readQueueNums":1},"rmq_sys_REVIVE_LOG_ProdCluster":{"readQueueNums":8},"rmq_sys_SYNC_BROKER_MEMBER_broker-a":{"readQueueNums":1},"RMQ_SYS_ROCKSDB_TRANS_HALF_TOPIC":{"readQueueNums":1}},"dataVersion":{"counter":3}}"#,
         ),
         (
             "subscriptionGroup.json",
@@ -740,6 +740,30 @@ fn stores_that_cannot_be_imported_are_refused_and_nothing_is_left() {
     assert_eq!(std::fs::read(busy.join("keep")).unwrap(), b"mine");
     assert!(refused(import::run(&opts(&ok, &ok.join("inside")))).contains("overlap"));
     assert!(!ok.join("inside").exists());
+    // Another program's file in commitlog/; a config file that is not JSON; too many queues.
+    let src = store("stray", &|s| {
+        s.put(Rec::new("T", 0, b"x", T0));
+    });
+    std::fs::write(src.join("commitlog/notes.txt"), b"x").unwrap();
+    assert!(refused(run(&src)).contains("notes.txt is not a commit-log file"));
+    let src = store("bad-json", &|s| {
+        s.put(Rec::new("T", 0, b"x", T0));
+    });
+    std::fs::write(
+        src.join("config/consumerOffset.json"),
+        b"{\"offsetTable\": [",
+    )
+    .unwrap();
+    assert!(refused(run(&src)).contains("consumerOffset.json is not RocketMQ's JSON"));
+    let src = store("wide", &|s| {
+        s.put(Rec::new("T", 0, b"x", T0));
+    });
+    std::fs::write(
+        src.join("config/topics.json"),
+        br#"{"topicConfigTable":{"T":{"readQueueNums":2048,"writeQueueNums":16}}}"#,
+    )
+    .unwrap();
+    assert!(refused(run(&src)).contains("topic T needs 2048 queues"));
     // A record the core refuses stops the import: an empty body.
     let src = store("empty-body", &|s| {
         s.put(Rec::new("T", 0, b"", T0));

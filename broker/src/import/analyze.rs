@@ -105,9 +105,12 @@ pub(super) fn kind(t: &str) -> Kind {
         topic::CHECK_MAX => Kind::Skip(format!(
             "records of {t}: half messages RocketMQ's checker gave up on (transactionCheckMax)"
         )),
-        "rmq_sys_REVIVE_LOG" => Kind::Skip(format!(
+        t if t.starts_with("rmq_sys_REVIVE_LOG") => Kind::Skip(format!(
             "records of {t}: pop checkpoints and acks (a message popped and not acked is not made visible again)"
         )),
+        t if t.starts_with("RMQ_SYS_") || t == "CHECKPOINT_TOPIC" => {
+            Kind::Skip(format!("records of RocketMQ system topic {t}"))
+        }
         t if t.starts_with(topic::DLQ_PREFIX) => Kind::Skip(format!(
             "messages of dead-letter topic {t}: the core takes no sends to %DLQ% topics"
         )),
@@ -617,8 +620,29 @@ impl Analysis<'_> {
             let table = v["topicConfigTable"].as_object().ok_or_else(|| {
                 ImportError::refused(format!("{} has no topicConfigTable", path.display()))
             })?;
+            // The topics a broker creates for itself (TopicConfigManager): its cluster's and
+            // its own name, the cluster's reply topic; their names are in the revive and
+            // broker-member topics it creates too.
+            let own: Vec<String> = table
+                .keys()
+                .filter_map(|k| {
+                    k.strip_prefix("rmq_sys_REVIVE_LOG_")
+                        .map(|c| [c.to_string(), format!("{c}_REPLY_TOPIC")])
+                        .or_else(|| {
+                            k.strip_prefix("rmq_sys_SYNC_BROKER_MEMBER_")
+                                .map(|b| [b.to_string(), b.to_string()])
+                        })
+                })
+                .flatten()
+                .collect();
             for (name, t) in table {
                 if kind(name) != Kind::User {
+                    continue;
+                }
+                if own.contains(name) {
+                    self.plan.report.skip(
+                        "topics RocketMQ created for itself (its cluster's and broker's names, the reply topic): not created",
+                    );
                     continue;
                 }
                 let q = ["readQueueNums", "writeQueueNums"]
@@ -706,6 +730,12 @@ fn read_offsets(store: &Store, report: &mut Report) -> Result<Offsets, ImportErr
     let table = v["offsetTable"]
         .as_object()
         .ok_or_else(|| ImportError::refused(format!("{} has no offsetTable", path.display())))?;
+    if let Some(pulls) = v["pullOffsetTable"].as_object().filter(|m| !m.is_empty()) {
+        report.notes.push(format!(
+            "{} entries of pullOffsetTable (RocketMQ 5's pull positions, not committed consumer offsets) are not imported",
+            pulls.len()
+        ));
+    }
     for (key, queues) in table {
         let Some((t, group)) = key.split_once('@') else {
             report.skip(format!("consumer offsets under {key:?} (not topic@group)"));
