@@ -1,6 +1,7 @@
 // Rocklet playground. The page owns the clock and plays the producer and the consumer; every
 // piece of broker state it shows is read back from the core after each step.
 import init, { Broker, systemTopics } from './pkg/rocklet_wasm.js';
+import { opLabel, opTag } from './names.js';
 
 const GROUP = 'PG';
 const CONSUMER = 'CG';
@@ -141,12 +142,12 @@ const actions = {
 const TRACE = {
   stored: (e) => ['B', 'B', `stored in ${code(e.topic)} (commit log offset ${e.offset}), consume queue unit written`, 'stored'],
   half_stored: (e) => ['B', 'B', `half message in ${code(T.half)} (real topic ${code(e.topic)} in REAL_TOPIC): invisible to consumers`, 'half'],
-  check_sent: (e) => ['B', 'B', `op ${code('"c"')} record in ${code(T.op)}: ${esc(e.detail)} sent`, 'check'],
+  check_sent: (e) => ['B', 'B', `${esc(opLabel('c'))} record in ${code(T.op)}: ${esc(e.detail)} sent`, 'check'],
   check_parked: () => ['B', 'B', `check due, but no producer of ${GROUP} is online: parked, no attempt used`, 'check'],
-  committed: (e) => ['B', 'B', `op ${code('"d"')} record (COMMIT) in ${code(T.op)} → half message at ${e.offset} visible in ${code(e.topic)}`, 'commit'],
-  rolled_back: (e) => ['B', 'B', `op ${code('"d"')} record (ROLLBACK) in ${code(T.op)} → half message at ${e.offset} discarded, never visible`, 'rollback'],
-  check_max_reached: () => ['B', 'B', `transactionCheckMax reached: op ${code('"x"')} record, message moved to ${code(T.checkMax)}`, 'rollback'],
-  half_expired: () => ['B', 'B', `half message older than half_reserve_ms: dropped (op ${code('"e"')})`, 'rollback'],
+  committed: (e) => ['B', 'B', `${esc(opLabel('d'))} record (COMMIT) in ${code(T.op)} → half message at ${e.offset} visible in ${code(e.topic)}`, 'commit'],
+  rolled_back: (e) => ['B', 'B', `${esc(opLabel('d'))} record (ROLLBACK) in ${code(T.op)} → half message at ${e.offset} discarded, never visible`, 'rollback'],
+  check_max_reached: () => ['B', 'B', `transactionCheckMax reached: ${esc(opLabel('x'))} record, message moved to ${code(T.checkMax)}`, 'rollback'],
+  half_expired: () => ['B', 'B', `half message older than half_reserve_ms: dropped (${esc(opLabel('e'))})`, 'rollback'],
   delay_stored: (e) => ['B', 'B', `delayed: stored in ${code(T.schedule)} until ${secs(Number(e.detail.replace(/\D/g, '')))} (real topic ${code(e.topic)})`, 'delay'],
   delivered: (e) => ['B', 'B', `due: delivered to ${code(e.topic)} (record in ${code(T.delayOp)})`, 'delay'],
   received: (e) => ['B', 'C', `POP ${code(e.topic)}: ${esc(e.detail)}`, 'consume'],
@@ -290,7 +291,7 @@ function render() {
     const tag = prop(end, 'TAGS');
     if (tag === 'd') return end.transactionType === 'commit' ? { cls: 'commit', badge: 'committed', text: 'committed (op "d")' } : { cls: 'rollback', badge: 'rolled back', text: 'rolled back (op "d")' };
     if (tag === 'x') return { cls: 'rollback', badge: 'check max', text: `check max → ${T.checkMax}` };
-    if (tag === 'e') return { cls: 'rollback', badge: 'expired', text: 'expired (op "e")' };
+    if (tag === 'e') return { cls: 'rollback', badge: 'expired', text: 'expired (Rocklet\'s op "e")' };
     return { cls: '', text: tag };
   };
   const halves = recs.filter((r) => r.topic === T.half);
@@ -314,12 +315,12 @@ function render() {
   }).join('') || '<div class="empty">no half message</div>';
 
   // op queue
-  const opName = { d: 'REMOVE (resolved)', c: 'checked', x: 'check max', e: 'expired' };
   $('ops').innerHTML = ops.map((o) => {
     const tag = prop(o, 'TAGS');
     const kind = tag === 'd' ? (o.transactionType === 'commit' ? 'commit' : 'rollback') : tag === 'c' ? 'check' : 'rollback';
     const times = prop(o, 'TRANSACTION_CHECK_TIMES');
-    return `<div class="item chip-row" data-rec="${o.offset}"><span class="chip op ${kind}">"${esc(tag)}"</span><span class="meta">${esc(opName[tag] ?? tag)}${tag === 'd' ? ` · ${o.transactionType.toUpperCase()}` : ''}${times ? ` #${times}` : ''} → half @${field(o, 'PREPARED_TRANSACTION_OFFSET')}</span></div>`;
+    const t = opTag(tag);
+    return `<div class="item chip-row" data-rec="${o.offset}" title="${esc(t.meaning)}"><span class="chip op ${kind}">"${esc(tag)}"</span><span class="meta">${esc(t.origin)}'s ${esc(t.name)}${tag === 'd' ? ` · ${o.transactionType.toUpperCase()}` : ''}${times ? ` #${times}` : ''} → half @${field(o, 'PREPARED_TRANSACTION_OFFSET')}</span></div>`;
   }).join('') || '<div class="empty">no op record</div>';
 
   // pending checks, with deadlines

@@ -63,7 +63,11 @@ async function main() {
     const now = Number((await page.textContent('#now')).replace(/[^\d.]/g, ''));
     assert.equal(now, 6, 'the check comes at transaction_timeout_ms (6 s)');
     assert.match(await timeline(), /END_TRANSACTION COMMIT_MESSAGE \(answer to check #1/);
-    assert.match(await timeline(), /op "d" record \(COMMIT\)/);
+    // Op tags: "d" is RocketMQ's REMOVE_TAG, the check's "c" is Rocklet's own.
+    assert.match(await timeline(), /RocketMQ's op "d" \(REMOVE_TAG\) record \(COMMIT\)/);
+    assert.match(await timeline(), /Rocklet's own op "c" \(checked; not a RocketMQ tag\) record/);
+    assert.match(await page.textContent('#ops'), /Rocklet's checked/);
+    assert.match(await page.textContent('#ops'), /RocketMQ's REMOVE_TAG/);
     assert.equal(await consumed('order-A'), 1, 'order-A must be consumed exactly once after the check');
     assert.equal(await consumed('order-B'), 0);
 

@@ -17,6 +17,7 @@
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
 //! - [`server`]: opening the data directory and running everything until a signal.
 //! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
+//! - [`import`]: `rocklet import`, an Apache RocketMQ store into a new data directory.
 
 pub mod admin;
 pub mod auth;
@@ -28,6 +29,7 @@ pub mod convert;
 pub mod driver;
 pub mod error;
 pub mod gate;
+pub mod import;
 pub mod lease;
 pub mod metrics;
 pub mod net;

@@ -35,6 +35,10 @@ enum Cmd {
     /// a delayed one early). Against `--endpoint` (any RocketMQ 5 gRPC endpoint), an
     /// in-process broker over gRPC loopback (default), or `--embedded` (the core in-process).
     Bench(Box<BenchCli>),
+    /// Convert an Apache RocketMQ 4.x/5.x store into a new Rocklet data directory (the store
+    /// is only read): messages keep their topics, queues and queue offsets, consumer offsets
+    /// stay valid, transactions and delayed messages carry on. Prints what it did.
+    Import(ImportArgs),
     /// Talk to a running broker.
     Admin {
         /// The broker's gRPC (or --admin-listen) address; `https://HOST:PORT` for TLS.
@@ -308,6 +312,45 @@ struct BrokerArgs {
     insecure_no_auth: bool,
 }
 
+#[derive(Debug, clap::Args)]
+struct ImportArgs {
+    /// RocketMQ's storePathRootDir: the directory holding commitlog/ and config/.
+    #[arg(long, value_name = "DIR")]
+    from_rocketmq: PathBuf,
+    /// The new data directory (must not exist, or be empty).
+    #[arg(long, value_name = "DIR")]
+    data_dir: PathBuf,
+    /// The config file the broker will run with (its [core] table: segment_size,
+    /// max_message_size, delay_levels, …).
+    #[arg(long, value_name = "FILE")]
+    config: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    json: bool,
+}
+
+fn import(a: ImportArgs) -> Result<(), String> {
+    let core = match &a.config {
+        Some(p) => rocklet_broker::config::FileConfig::load(p)?.core,
+        None => rocklet_core::Config::default(),
+    };
+    let opts = rocklet_broker::import::Options {
+        from: a.from_rocketmq,
+        data_dir: a.data_dir,
+        core,
+    };
+    let report = rocklet_broker::import::run(&opts).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
 #[derive(Debug, Subcommand)]
 enum AdminCmd {
     /// List topics and their queues.
@@ -494,6 +537,7 @@ fn main() -> ExitCode {
             },
             Err(e) => Err(e),
         },
+        Cmd::Import(args) => import(args),
         Cmd::Admin {
             broker,
             access_key,

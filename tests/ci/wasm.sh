@@ -5,7 +5,8 @@
 #   2. no-std proof: rocklet-core alone for wasm32-unknown-unknown with only core + alloc
 #   3. bindings-wasm/build.sh: release .wasm, JS glue (web -> playground/pkg, nodejs), wasm-opt,
 #      no `env` imports, size report
-#   4. node --test: the binding's tests and every scenario vector (tests/vectors/scenarios)
+#   4. node --test: the binding's tests, every scenario vector (tests/vectors/scenarios) and the
+#      playground's op-tag names (RocketMQ's or Rocklet's own)
 #   5. headless Chromium: the playground's "crash, then check commits" by clicking its controls;
 #      screenshot -> target/wasm-artifacts/playground.png
 # Run from anywhere; needs root for apt-get (skipped when the packages are there).
@@ -50,9 +51,10 @@ env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO_TARGET
 step "build rocklet-wasm"
 bash "$ROOT/bindings-wasm/build.sh"
 
-step "node --test (binding + scenario vectors)"
+step "node --test (binding + scenario vectors + the playground's names)"
 PKG_NODE="$ROOT/target/wasm-pkg/node" node --test --test-reporter=dot \
-  "$ROOT/bindings-wasm/tests/binding.test.mjs" "$ROOT/bindings-wasm/tests/vectors.test.mjs"
+  "$ROOT/bindings-wasm/tests/binding.test.mjs" "$ROOT/bindings-wasm/tests/vectors.test.mjs" \
+  "$ROOT/bindings-wasm/tests/names.test.mjs"
 
 step "headless chromium"
 mkdir -p "$ART"
