@@ -685,13 +685,14 @@ fn stores_that_cannot_be_imported_are_refused_and_nothing_is_left() {
         assert!(!data.exists(), "{} was left behind", data.display());
         r
     };
-    // The queue's first messages were deleted with their files.
+    // A queue that starts past 0 although the commit log starts at 0: records are missing.
     let src = store("late-start", &|s| {
         let mut r = Rec::new("T", 0, b"x", T0);
         r.queue_offset = Some(5);
         s.put(r);
     });
-    assert!(refused(run(&src)).contains("queue T:0 starts at queue offset 5"));
+    assert!(refused(run(&src))
+        .contains("queue T:0 starts at queue offset 5 (log offset 0), not 0, although"));
     // A gap inside a queue.
     let src = store("gap", &|s| {
         s.put(Rec::new("T", 0, b"x", T0));
@@ -799,4 +800,35 @@ fn a_torn_tail_in_the_last_file_is_cut_as_rocketmq_recovery_cuts_it() {
     );
     let mut b = open(&data, T0);
     assert_eq!(bodies(&mut b, "T", 0), ["kept"]);
+}
+
+#[test]
+fn a_store_whose_oldest_files_rocketmq_deleted_keeps_its_queue_offsets() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("store");
+    let mut s = Rmq::new(&src, 1024);
+    for i in 0..40u64 {
+        s.put(Rec::new("T", 0, format!("m{i}").as_bytes(), T0 + i));
+    }
+    assert!(s.files.len() > 2, "the test needs several files");
+    s.finish(&[("consumerOffset.json", r#"{"offsetTable":{"T@g":{0:30}}}"#)]);
+    // fileReservedTime: RocketMQ deleted the oldest file.
+    std::fs::remove_file(src.join("commitlog/00000000000000000000")).unwrap();
+    let data = tmp.path().join("data");
+    import::run(&opts(&src, &data)).unwrap();
+    let mut b = open(&data, T0 + 100);
+    let first = b.queue_min_offset("T", 0).unwrap();
+    assert!(
+        first > 0,
+        "the queue starts where its oldest kept message is"
+    );
+    let got = bodies(&mut b, "T", 0);
+    let want: Vec<String> = (first..40).map(|i| format!("m{i}")).collect();
+    assert_eq!(
+        got, want,
+        "every kept message, at its RocketMQ queue offset"
+    );
+    let m = b.browse("T", 0, first, 1).unwrap();
+    assert_eq!(m[0].queue_offset, first);
+    assert_eq!(b.committed_offset("g", "T", 0), Some(30));
 }

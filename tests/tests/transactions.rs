@@ -347,3 +347,39 @@ fn old_duplicate_ends_never_copy_or_resurrect() {
         b = Broker::open(Config::default(), b.into_storage(), 4).unwrap();
     }
 }
+
+#[test]
+fn a_half_keeps_the_check_count_it_carries_and_a_committed_message_is_of_commit_type() {
+    use rocklet_core::record::sys_flag;
+    let mut b = Broker::open(Config::default(), MemStorage::new(), 0).unwrap();
+    // As `rocklet import` brings a half over from RocketMQ: with the checks it had there.
+    let mut m = NewMessage::new("Orders", body(1));
+    m.properties = vec![("TRANSACTION_CHECK_TIMES".into(), "5".into())];
+    m.queue_id = Some(0);
+    let req = Request::Prepare {
+        group: "PG".into(),
+        message: m,
+        check_immunity_ms: None,
+    };
+    let Reply::Sent(r) = b.execute(0, req).unwrap() else {
+        panic!()
+    };
+    let txn = r[0].txn.unwrap();
+    assert_eq!(b.pending_transactions(10)[0].checks, 5);
+    let b2 = Broker::open(Config::default(), b.into_storage(), 1).unwrap();
+    assert_eq!(b2.pending_transactions(10)[0].checks, 5, "after a restart");
+    let mut b = b2;
+    b.execute(1, end_req(txn, Resolution::Commit, false))
+        .unwrap();
+    let got = b.browse("Orders", 0, 0, 10).unwrap();
+    assert_eq!(
+        got[0].sys_flag & sys_flag::TRANSACTION_TYPE_MASK,
+        sys_flag::TRANSACTION_COMMIT_TYPE,
+        "consumers see a committed message, as RocketMQ's committed copy"
+    );
+    assert_eq!(
+        got[0].property("TRAN_MSG"),
+        Some("true"),
+        "as RocketMQ keeps it"
+    );
+}

@@ -651,3 +651,76 @@ fn a_key_lookup_keeps_to_the_store_times_asked_for() {
         .unwrap()
         .is_empty());
 }
+
+#[test]
+fn a_queue_started_at_an_offset_serves_from_there_and_keeps_it_across_restarts() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    b.create_topic("Old", 2).unwrap().unwrap();
+    b.start_queue_at("Old", 1, 1_000).unwrap().unwrap();
+    assert!(b.start_queue_at("Old", 1, 5).unwrap().is_err(), "only once");
+    assert!(
+        b.start_queue_at("Missing", 0, 5).unwrap().is_err(),
+        "the topic is created first"
+    );
+    let mut m = NewMessage::new("Old", &b"first kept"[..]);
+    m.queue_id = Some(1);
+    let Reply::Sent(r) = exec(&mut b, 0, Request::Send { messages: vec![m] }) else {
+        panic!()
+    };
+    assert_eq!(r[0].queue_offset, 1_000);
+    assert!(
+        b.start_queue_at("Old", 0, 7).is_ok(),
+        "the other, empty queue may still start"
+    );
+    let check = |b: &mut Broker<MemStorage>| {
+        assert_eq!(b.queue_min_offset("Old", 1), Some(1_000));
+        let t = b.topic_info("Old").unwrap();
+        assert_eq!(t.queues[1], (1, 1_001, 1_001));
+        // A pull below the first offset starts at it (RocketMQ: OFFSET_TOO_SMALL).
+        let pull = Request::Pull {
+            group: "P".into(),
+            topic: "Old".into(),
+            queue_id: 1,
+            offset: Some(0),
+            max: 32,
+            filter: TagFilter::All,
+            auto_commit: false,
+        };
+        match exec(b, 0, pull) {
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => {
+                assert_eq!(messages.len(), 1);
+                assert_eq!(messages[0].queue_offset, 1_000);
+                assert_eq!((next_offset, max_offset), (1_001, 1_001));
+            }
+            other => panic!("{other:?}"),
+        }
+        let got = b.browse("Old", 1, 0, 10).unwrap();
+        assert_eq!(got[0].body, b"first kept");
+    };
+    check(&mut b);
+    let Reply::Received(r) = exec(&mut b, 0, receive("G", "Old", TagFilter::All)) else {
+        panic!()
+    };
+    assert_eq!(r.len(), 1);
+    assert_eq!(r[0].message.queue_offset, 1_000);
+    let h = r[0].handle.clone();
+    let mut b = Broker::open(cfg(), b.into_storage(), 1).unwrap();
+    check(&mut b);
+    assert_eq!(b.queue_min_offset("Old", 0), Some(7));
+    // The delivery made before the restart is acked after it.
+    assert_eq!(
+        exec(
+            &mut b,
+            1,
+            Request::Ack {
+                group: "G".into(),
+                handle: h
+            }
+        ),
+        Reply::Acked
+    );
+}

@@ -215,6 +215,9 @@ pub(super) struct Plan {
     pub groups: BTreeMap<String, bool>,
     /// (group, topic, queue id, offset).
     pub offsets: Vec<(String, String, u32, u64)>,
+    /// Queues whose first kept message is past queue offset 0 (RocketMQ deleted the files
+    /// before it): (topic, queue id, first queue offset).
+    pub starts: Vec<(String, u32, u64)>,
     /// Live half copies to store as pending transactions.
     pub pending_halves: HashSet<u64>,
     /// Delayed records to send after everything else, with their due time, in log order.
@@ -242,6 +245,8 @@ struct Analysis<'c> {
     waiting: HashMap<(String, String), VecDeque<usize>>,
     /// Delivered copies that matched a record only the checkpoint did not yet count.
     stale_checkpoint: u64,
+    /// The first log offset the store still holds.
+    log_start: u64,
 }
 
 pub(super) fn analyze(store: &Store, cfg: &Config) -> Result<Plan, ImportError> {
@@ -256,6 +261,7 @@ pub(super) fn analyze(store: &Store, cfg: &Config) -> Result<Plan, ImportError> 
         delays: Vec::new(),
         waiting: HashMap::new(),
         stale_checkpoint: 0,
+        log_start: store.first_offset(),
     };
     let mut first = None;
     let end = store.scan(|off, r| {
@@ -456,11 +462,19 @@ impl Analysis<'_> {
         };
         let key = (t.to_string(), qid);
         let first = !self.next.contains_key(&key);
+        if first && r.header.queue_offset != 0 && self.log_start > 0 {
+            // RocketMQ deleted the files that held its first messages (fileReservedTime): the
+            // queue starts where its oldest kept message is, so offsets stay RocketMQ's.
+            self.plan
+                .starts
+                .push((t.to_string(), qid, r.header.queue_offset));
+            self.next.insert(key.clone(), r.header.queue_offset);
+        }
         let next = self.next.entry(key).or_insert(0);
         if *next != r.header.queue_offset {
             return Err(ImportError::refused(if first {
                 format!(
-                    "queue {t}:{qid} starts at queue offset {} (log offset {off}), not 0: RocketMQ deleted the commit-log files that held its first messages (fileReservedTime), and Rocklet's core cannot start a queue past offset 0 yet, so its queue offsets and consumer offsets could not be kept",
+                    "queue {t}:{qid} starts at queue offset {} (log offset {off}), not 0, although the commit log starts at offset 0: records are missing, so its queue offsets could not be kept",
                     r.header.queue_offset
                 )
             } else {

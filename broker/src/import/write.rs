@@ -183,6 +183,17 @@ impl Writer<'_> {
                 })?;
             self.report.topics += 1;
         }
+        for (t, q, offset) in &self.plan.starts {
+            self.broker
+                .start_queue_at(t, *q, *offset)
+                .map_err(|e| storage_err(e, opts))?
+                .map_err(|e| {
+                    ImportError::refused(format!(
+                        "queue {t}:{q} cannot start at queue offset {offset}: {}: {e}",
+                        e.code()
+                    ))
+                })?;
+        }
         for (g, &fifo) in &self.plan.groups {
             self.broker
                 .declare_group(g, fifo)

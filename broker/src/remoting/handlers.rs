@@ -695,7 +695,7 @@ pub async fn handle(
         code::QUERY_CONSUMER_OFFSET => query_offset(ctx, &req).await,
         code::UPDATE_CONSUMER_OFFSET => update_offset(ctx, &req).await,
         code::GET_MAX_OFFSET => max_offset(ctx, &req).await,
-        code::GET_MIN_OFFSET => min_offset(&req),
+        code::GET_MIN_OFFSET => min_offset(ctx, &req).await,
         code::GET_CONSUMER_LIST_BY_GROUP => consumer_list(ctx, &req),
         code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
         code::LOCK_BATCH_MQ => lock_batch(ctx, conn, &req),
@@ -1605,10 +1605,19 @@ async fn max_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(r)
 }
 
-fn min_offset(req: &RemotingCommand) -> Answer {
-    required(req, "topic")?;
+/// GET_MIN_OFFSET: the queue's first offset (0 unless the queue was started later, as an
+/// imported RocketMQ store's queue is).
+async fn min_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number_or(req, "queueId", 0)?;
+    let min = ctx
+        .core
+        .inspect(move |b| b.queue_min_offset(&topic, queue_id))
+        .await
+        .map_err(|e| core_failure(req, &e))?
+        .unwrap_or(0);
     let mut r = ok(req);
-    r.ext.insert("offset".into(), "0".into());
+    r.ext.insert("offset".into(), min.to_string());
     Ok(r)
 }
 

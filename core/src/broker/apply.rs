@@ -12,7 +12,8 @@ impl<S: Storage> Broker<S> {
             StateOp::Topic { .. }
             | StateOp::Group { .. }
             | StateOp::Epoch { .. }
-            | StateOp::TopicDeleted { .. } => topic::TOPICS,
+            | StateOp::TopicDeleted { .. }
+            | StateOp::QueueStart { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
         let spec = Spec::internal(topic, &body, Vec::new(), self.now);
@@ -181,7 +182,11 @@ impl<S: Storage> Broker<S> {
                         size: r.total_size,
                         queue: q,
                         tag_hash: tag_hash(r.prop(prop::TAGS)),
-                        checks: 0,
+                        // A half brought over from RocketMQ keeps the checks it had there.
+                        checks: r
+                            .prop(prop::TRANSACTION_CHECK_TIMES)
+                            .and_then(|c| c.parse::<u16>().ok())
+                            .unwrap_or(0),
                         group,
                     });
                 }
@@ -316,7 +321,8 @@ impl<S: Storage> Broker<S> {
         let out_of_range = match &op {
             StateOp::Offset { queue_id, .. }
             | StateOp::Ck { queue_id, .. }
-            | StateOp::Ack { queue_id, .. } => *queue_id >= MAX_QUEUES,
+            | StateOp::Ack { queue_id, .. }
+            | StateOp::QueueStart { queue_id, .. } => *queue_id >= MAX_QUEUES,
             StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
             StateOp::Group { .. } | StateOp::Epoch { .. } | StateOp::TopicDeleted { .. } => false,
         };
@@ -325,6 +331,23 @@ impl<S: Storage> Broker<S> {
             return;
         }
         match op {
+            StateOp::QueueStart {
+                topic: name,
+                queue_id,
+                offset,
+            } => {
+                if topic::validate_user_topic(name).is_err() {
+                    return;
+                }
+                let t = self.topic(name, queue_id + 1);
+                let q = self.queue_of(t, queue_id);
+                let queue = &mut self.queues[q as usize];
+                // Only an empty queue moves (start_queue_at checks; a forged record does not).
+                if queue.next == 0 && queue.base == 0 {
+                    queue.base = offset;
+                    queue.next = offset;
+                }
+            }
             StateOp::TopicDeleted { name } => {
                 // The queues stay (pending halves and delays may still name them), unreachable:
                 // a topic of this name made later starts afresh.
@@ -380,8 +403,9 @@ impl<S: Storage> Broker<S> {
                 let q = self.queue_of(t, queue_id);
                 // A record naming messages the queue does not hold (a damaged or forged log)
                 // is ignored: deliveries exist only for stored messages.
-                let stored = self.queues[q as usize].units.len() as u64;
-                if next > stored || entries.iter().any(|&(qoff, _)| qoff >= stored) {
+                let queue = &self.queues[q as usize];
+                let stored = queue.stored_end();
+                if next > stored || entries.iter().any(|&(qoff, _)| queue.unit(qoff).is_none()) {
                     return;
                 }
                 let pq = self.pops.entry((g, q)).or_default();
@@ -409,10 +433,7 @@ impl<S: Storage> Broker<S> {
                     } else {
                         TraceKind::Received
                     };
-                    let unit_off = self.queues[q as usize]
-                        .units
-                        .get(qoff as usize)
-                        .map_or(off, |u| u.offset);
+                    let unit_off = self.queues[q as usize].unit(qoff).map_or(off, |u| u.offset);
                     self.trace_txn(
                         kind,
                         unit_off,
@@ -449,8 +470,7 @@ impl<S: Storage> Broker<S> {
                             self.mark_notify(q);
                         }
                         let unit_off = self.queues[q as usize]
-                            .units
-                            .get(queue_offset as usize)
+                            .unit(queue_offset)
                             .map_or(off, |u| u.offset);
                         self.trace_txn(TraceKind::Acked, unit_off, q, String::from(group));
                     }

@@ -92,8 +92,10 @@ impl<S: Storage> Broker<S> {
             .get(group)
             .and_then(|g| self.offsets.get(&(*g, q)))
             .copied();
-        let start = offset.unwrap_or(committed.unwrap_or(0));
-        let visible = self.queues[q as usize].visible as u64;
+        let base = self.queues[q as usize].base;
+        // Below the queue's first offset (RocketMQ: OFFSET_TOO_SMALL): from its first message.
+        let start = offset.unwrap_or(committed.unwrap_or(0)).max(base);
+        let visible = self.queues[q as usize].visible_end();
         let mut messages = Vec::new();
         let mut at = start.min(visible);
         let cap = u64::from(self.cfg.max_transfer_bytes);
@@ -105,7 +107,9 @@ impl<S: Storage> Broker<S> {
         let mut scanned = 0u64;
         while at < visible && messages.len() < max as usize && scanned < scan_limit {
             scanned += 1;
-            let unit = self.queues[q as usize].units[at as usize];
+            let Some(unit) = self.queues[q as usize].unit(at) else {
+                break;
+            };
             if let TagFilter::Tags(tags) = filter {
                 if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
                     at += 1;
@@ -251,11 +255,11 @@ impl<S: Storage> Broker<S> {
                 continue;
             }
             let redeliver_only = fifo && !pq.ready.is_empty();
-            let units = &self.queues[q as usize].units;
+            let queue = &self.queues[q as usize];
             // Expired deliveries first, then new messages.
             let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
             for qoff in ready {
-                let size = units.get(qoff as usize).map_or(0, |u| u64::from(u.size));
+                let size = queue.unit(qoff).map_or(0, |u| u64::from(u.size));
                 if out.len() + entries.len() > 0 && bytes + size > cap {
                     full = true;
                     break;
@@ -264,13 +268,13 @@ impl<S: Storage> Broker<S> {
                 let attempt = pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1);
                 entries.push((qoff, attempt));
             }
-            let old_next = pq.next;
+            let old_next = pq.next.max(queue.base);
             let mut next = old_next;
-            let visible = self.queues[q as usize].visible as u64;
+            let visible = queue.visible_end();
             let mut msgs = Vec::new();
             for &(qoff, _) in &entries {
                 // In-flight entries only ever name existing units (apply_state checks).
-                let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+                let Some(unit) = self.queues[q as usize].unit(qoff) else {
                     msgs.push(None);
                     continue;
                 };
@@ -282,7 +286,9 @@ impl<S: Storage> Broker<S> {
                     break;
                 }
                 scanned += 1;
-                let unit = self.queues[q as usize].units[next as usize];
+                let Some(unit) = self.queues[q as usize].unit(next) else {
+                    break;
+                };
                 // The tag hash in the consume queue rules most messages out unread.
                 if let TagFilter::Tags(tags) = filter {
                     if !tags.iter().any(|t| tag_hash(Some(t)) == unit.tag_hash) {
@@ -574,7 +580,7 @@ impl<S: Storage> Broker<S> {
     /// Copies a received message to `%DLQ%<group>` and retires its delivery, in one atomic
     /// group of two records.
     pub(super) fn dead_letter(&mut self, g: u32, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
-        let Some(&unit) = self.queues[q as usize].units.get(qoff as usize) else {
+        let Some(unit) = self.queues[q as usize].unit(qoff) else {
             return Ok(());
         };
         let group = self.groups[g as usize].name.clone();

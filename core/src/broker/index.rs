@@ -132,7 +132,9 @@ impl<S: Storage> Broker<S> {
             let Some((q, qoff)) = self.visible_place(off)? else {
                 continue;
             };
-            let unit = self.queues[q as usize].units[qoff as usize];
+            let Some(unit) = self.queues[q as usize].unit(qoff) else {
+                continue;
+            };
             let Some(m) = self.read_message(q, qoff, unit)? else {
                 continue;
             };
@@ -175,11 +177,7 @@ impl<S: Storage> Broker<S> {
         };
         Ok(place.filter(|&(q, qoff)| {
             let queue = &self.queues[q as usize];
-            qoff < queue.visible as u64
-                && queue
-                    .units
-                    .get(qoff as usize)
-                    .is_some_and(|u| u.offset == offset)
+            qoff < queue.visible_end() && queue.unit(qoff).is_some_and(|u| u.offset == offset)
         }))
     }
 }

@@ -118,6 +118,12 @@ enum StateOp<'a> {
     Epoch { epoch: u64 },
     /// A user topic deleted by a host (RocketMQ's deleteTopic): its name is free again.
     TopicDeleted { name: &'a str },
+    /// An empty queue starts at this queue offset ([`Broker::start_queue_at`]).
+    QueueStart {
+        topic: &'a str,
+        queue_id: u32,
+        offset: u64,
+    },
 }
 
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
@@ -164,12 +170,31 @@ struct Topic {
 struct Queue {
     topic: u32,
     queue_id: u32,
+    /// Queue offset of `units[0]` (a queue brought over from RocketMQ starts where its
+    /// oldest kept message was: [`Broker::start_queue_at`]).
+    base: u64,
     units: Vec<CqUnit>,
     /// Next queue offset (internal topics keep only this).
     next: u64,
     /// Units consumers may see (below the durable point under sync flush).
     visible: usize,
     notify: bool,
+}
+
+impl Queue {
+    /// The unit at a queue offset, if the queue holds it.
+    fn unit(&self, queue_offset: u64) -> Option<CqUnit> {
+        let i = usize::try_from(queue_offset.checked_sub(self.base)?).ok()?;
+        self.units.get(i).copied()
+    }
+    /// The queue offset consumers may read up to (exclusive).
+    fn visible_end(&self) -> u64 {
+        self.base + self.visible as u64
+    }
+    /// The queue offset after the last unit held.
+    fn stored_end(&self) -> u64 {
+        self.base + self.units.len() as u64
+    }
 }
 
 struct Group {

@@ -18,7 +18,7 @@ impl<S: Storage> Broker<S> {
                     .iter()
                     .map(|&q| {
                         let q = &self.queues[q as usize];
-                        (q.queue_id, q.next, q.visible as u64)
+                        (q.queue_id, q.next, q.visible_end())
                     })
                     .collect(),
             })
@@ -39,10 +39,68 @@ impl<S: Storage> Broker<S> {
                 .iter()
                 .map(|&q| {
                     let q = &self.queues[q as usize];
-                    (q.queue_id, q.next, q.visible as u64)
+                    (q.queue_id, q.next, q.visible_end())
                 })
                 .collect(),
         })
+    }
+
+    /// The first queue offset a queue holds (0 unless it was started later with
+    /// [`Broker::start_queue_at`]: RocketMQ's min offset); `None` when there is no such queue.
+    #[must_use]
+    pub fn queue_min_offset(&self, topic: &str, queue_id: u32) -> Option<u64> {
+        self.queue_index(topic, queue_id)
+            .map(|q| self.queues[q as usize].base)
+    }
+
+    /// Starts an empty queue at `offset`, durably: its first message gets that queue
+    /// offset, and reads below it find nothing (RocketMQ's min offset, for a store whose
+    /// oldest files were deleted). For hosts that restore a store (`rocklet import`).
+    /// `Ok(Err(_))`: not a user or retry topic, no such queue, or the queue already holds
+    /// messages or was started.
+    pub fn start_queue_at(
+        &mut self,
+        topic_name: &str,
+        queue_id: u32,
+        offset: u64,
+    ) -> Res<Result<(), ClientError>, S> {
+        self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
+        if let Err(e) = topic::validate_user_topic(topic_name) {
+            return Ok(Err(e));
+        }
+        if queue_id >= MAX_QUEUES {
+            return Ok(Err(ClientError::InvalidQueue {
+                topic: topic_name.into(),
+                queue_id,
+                queues: MAX_QUEUES,
+            }));
+        }
+        let Some(q) = self.queue_index(topic_name, queue_id) else {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "queue {queue_id} of `{topic_name}` does not exist: create the topic with its \
+                 queues first"
+            ))));
+        };
+        {
+            let queue = &self.queues[q as usize];
+            if queue.next != 0 || queue.base != 0 {
+                return Ok(Err(ClientError::InvalidArgument(format!(
+                    "queue {queue_id} of `{topic_name}` already starts at {} and holds {} \
+                     messages: only an empty queue can be started at an offset",
+                    queue.base,
+                    queue.units.len()
+                ))));
+            }
+        }
+        self.write_state(&StateOp::QueueStart {
+            topic: topic_name,
+            queue_id,
+            offset,
+        })?;
+        Ok(Ok(()))
     }
 
     /// Queues of a topic, `None` when it does not exist.
@@ -53,7 +111,8 @@ impl<S: Storage> Broker<S> {
             .map(|&t| self.topics[t as usize].queues.len() as u32)
     }
 
-    /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file would hold).
+    /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file would hold), from
+    /// its first offset ([`Broker::queue_min_offset`]) on.
     #[must_use]
     pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Vec<CqUnit> {
         self.queue_index(topic, queue_id)
@@ -73,11 +132,13 @@ impl<S: Storage> Broker<S> {
         let Some(q) = self.queue_index(topic_name, queue_id) else {
             return Ok(Vec::new());
         };
-        let visible = self.queues[q as usize].visible as u64;
+        let visible = self.queues[q as usize].visible_end();
         let mut out = Vec::new();
-        let mut at = from;
+        let mut at = from.max(self.queues[q as usize].base);
         while at < visible && out.len() < max {
-            let unit = self.queues[q as usize].units[at as usize];
+            let Some(unit) = self.queues[q as usize].unit(at) else {
+                break;
+            };
             if let Some(m) = self.read_message(q, at, unit)? {
                 out.push(m);
             }
@@ -244,6 +305,7 @@ impl<S: Storage> Broker<S> {
             let queue_id = self.topics[t as usize].queues.len() as u32;
             let q = self.queues.len() as u32;
             self.queues.push(Queue {
+                base: 0,
                 topic: t,
                 queue_id,
                 units: Vec::new(),
@@ -320,6 +382,11 @@ impl<S: Storage> Broker<S> {
             return Ok(None);
         };
         let mut m = message_from(&r, unit.offset, r.header.store_host);
+        if topic::classify(r.topic) == TopicKind::Half {
+            // A committed half: consumers see it as RocketMQ's committed copy, of commit type.
+            m.sys_flag =
+                (m.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK) | sys_flag::TRANSACTION_COMMIT_TYPE;
+        }
         m.topic.clone_from(topic_name);
         m.queue_id = queue_id;
         m.queue_offset = queue_offset;
