@@ -190,7 +190,8 @@ test('receive, change invisible, ack; reopen keeps what the log holds', () => {
   b.ack('G', got[0].handle);
   const changed = b.changeInvisible('G', got[1].handle, 5000);
   assert.equal(changed.visibleAt, 5000);
-  assert.equal(code(() => b.ack('G', got[1].handle)), 'STALE_RECEIPT_HANDLE');
+  // Changing the invisible time renews the attempt; it does not retire the handle it was given.
+  assert.notEqual(changed.handle, got[1].handle);
   assert.equal(b.inflightCount('G', 'R'), 1);
   const report = b.reopen();
   assert.equal(report.records > 0, true);
@@ -200,6 +201,11 @@ test('receive, change invisible, ack; reopen keeps what the log holds', () => {
   b.advanceTo(5000);
   const again = b.receive({ group: 'G', topic: 'R', invisibleMs: 1000 });
   assert.deepEqual(again.map((r) => [r.message.body, r.attempt]), [['b', 2]]);
+  // Redelivery is what makes the earlier attempt's handles stale.
+  assert.equal(code(() => b.ack('G', got[1].handle)), 'STALE_RECEIPT_HANDLE');
+  assert.equal(code(() => b.ack('G', changed.handle)), 'STALE_RECEIPT_HANDLE');
+  b.ack('G', again[0].handle);
+  assert.equal(b.inflightCount('G', 'R'), 0);
 });
 
 test('pull commits offsets when asked', () => {
