@@ -737,6 +737,15 @@ impl Recovery {
             self.report.records += recs.len() as u64;
             self.ready.extend(recs);
         }
+        // A repair blank takes BLANK_LEN bytes: a valid record that starts closer than that
+        // to the damage cannot stay in place, so the range goes on to the next valid record
+        // after the blank's room, and that record's bytes are kept in quarantine with the rest.
+        let after = match after {
+            After::Valid(q) if q - cut_at < BLANK_LEN as u64 => {
+                scan_after(log, base, cut_at + BLANK_LEN as u64 - 1, seg_len, next_base)?
+            }
+            a => a,
+        };
         // Up to the next valid record, or to the segment's end; a range that ends in zeros
         // is kept up to its last byte that is not (the name says the whole range).
         let (upto, kept_to) = match after {

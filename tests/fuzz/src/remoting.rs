@@ -209,14 +209,22 @@ impl Session {
         }
     }
 
-    /// Frames the broker pushed by itself: transaction checks.
+    /// Frames the broker pushed by itself: transaction checks, and NOTIFY_CONSUMER_IDS_CHANGED
+    /// when a group this connection's client is in changes.
     fn drain_pushed(&mut self) {
         while let Ok(frame) = self.pushed.try_recv() {
             // As the connection's writer does once a frame is out.
             self.conn.written(frame.len());
             let c = codec::decode(&frame).expect("a pushed frame decodes");
+            assert!(c.is_oneway() && !c.is_response(), "pushed: {c:?}");
+            if c.code == code::NOTIFY_CONSUMER_IDS_CHANGED {
+                assert!(
+                    c.ext.get("consumerGroup").is_some_and(|g| !g.is_empty()),
+                    "a notification names its group: {c:?}"
+                );
+                continue;
+            }
             assert_eq!(c.code, code::CHECK_TRANSACTION_STATE, "pushed: {c:?}");
-            assert!(c.is_oneway() && !c.is_response());
             let off = c
                 .ext
                 .get("commitLogOffset")
