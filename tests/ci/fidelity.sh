@@ -12,8 +12,8 @@
 #     one JVM: broker/tests/v4-java/src/AdminTest.java): clusterList, brokerStatus,
 #     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
 #     producerConnection, consumerConnection, consumerProgress, queryMsgById,
-#     queryMsgByOffset, resetOffsetByTime (group online and offline) and the refusals of
-#     queryMsgByKey and deleteTopic, each command's output checked.
+#     queryMsgByKey, queryMsgByOffset, resetOffsetByTime (group online and offline) and
+#     deleteTopic, each command's output checked.
 # Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache, the
 # Maven repository and the jars (about 80 MB), the compiled Java tests.
 # Run from anywhere: bash tests/ci/fidelity.sh
