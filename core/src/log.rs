@@ -733,6 +733,7 @@ impl Recovery {
             });
         }
         // Repair: the damaged bytes go to quarantine first (durably), then the log skips them.
+        let kept_group = self.group.is_some();
         if let Some((_, _, recs)) = self.group.take() {
             self.report.records += recs.len() as u64;
             self.ready.extend(recs);
@@ -767,6 +768,18 @@ impl Recovery {
                 log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
                 self.seek(q);
+            }
+            After::Nothing { .. } if last && kept_group => {
+                // The valid records of an atomic group the damage cut stay, as after any
+                // repair: a repair blank after them ends their group for every later open
+                // (without it the next open would find the group torn at the tail and cut
+                // it, with whatever was appended after this repair). The log goes on after it.
+                log.storage.truncate(base, cut_at)?;
+                record::encode_repair_blank(&mut blank, BLANK_LEN as u32);
+                log.storage.write(base, cut_at, &blank)?;
+                log.storage.sync()?;
+                self.end = base + cut_at + BLANK_LEN as u64;
+                self.next_segment();
             }
             After::Nothing { .. } if last => {
                 log.storage.truncate(base, cut_at)?;
