@@ -228,6 +228,28 @@ start_rocklet "$WORK/data" "$(printf '[core]\ntransaction_timeout_ms = 1000\ntra
 java_run "$WORK/consume-rocklet.log" ImportScenario consume "$ROCKLET_NS" "$WORK/rocklet.jsonl"
 stop_rocklet
 grep '^consume: check' "$WORK/consume-apache.log" "$WORK/consume-rocklet.log" | sed "s|$WORK/||" || true
+# Apache may check a pending transaction again before the op record of the first answer is
+# written; answered commit twice, it writes the committed message twice (at-least-once, as
+# RocketMQ documents): the same message id at the next queue offset. Such a second copy is
+# one message, not a difference (counted and shown).
+python3 - "$WORK/apache.jsonl" <<'PY'
+import re, sys
+# Lines sort by topic, queue and a zero-padded queue offset (not JSON numbers: read by regex).
+path = sys.argv[1]
+kept, seen, dropped = [], set(), []
+for line in open(path, encoding="utf-8"):
+    topic = re.search(r'"topic":"([^"]*)"', line).group(1)
+    msg_id = re.search(r'"msgId":"([^"]*)"', line).group(1)
+    place = re.search(r'"queueId":(\d+),"queueOffset":(\d+)', line).groups()
+    if '"PGROUP":' in line and (topic, msg_id) in seen:
+        dropped.append(f"{topic} queue {place[0]} offset {place[1]} {msg_id}")
+        continue
+    seen.add((topic, msg_id))
+    kept.append(line)
+open(path, "w", encoding="utf-8").writelines(kept)
+for d in dropped:
+    print("apache committed a transaction twice, second copy set aside:", d)
+PY
 same "$WORK/apache.jsonl" "$WORK/rocklet.jsonl"
 
 step "Rocklet -> RocketMQ: rocklet's segment files in RocketMQ's CommitLog and a 5.5.0 broker"
