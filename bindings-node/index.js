@@ -180,12 +180,17 @@ class Broker extends Native {
     return run;
   }
 
-  // Steps the manual clock timer by timer up to `target` (every timer when null); call
-  // only inside #serial.
+  // The embedding layer's drive: steps the manual clock timer by timer up to `target`
+  // (every timer when null), handing out each step's checks; they are answered before the
+  // next step. Call only inside #serial.
   async #drive(target) {
     this[KICK]();
     await this.#settle();
-    while (super.stepClock(target)) {
+    super.driveStart(target);
+    for (;;) {
+      const checks = super.driveNext();
+      if (!checks.length) break;
+      for (const check of checks) this.#answer(check);
       this[KICK]();
       await this.#settle();
     }
@@ -294,7 +299,13 @@ class Broker extends Native {
             last = m.handle;
             return { done: false, value: m };
           }
-          batch = broker.receive(group, topic, req);
+          try {
+            batch = broker.receive(group, topic, req);
+          } catch (err) {
+            // A subscription may start before its topic exists: it waits for the first send.
+            if (!(err instanceof ClientError && err.code === 'UNKNOWN_TOPIC')) throw err;
+            batch = [];
+          }
           if (!batch.length) {
             waiting = broker.#wait(topic);
             await waiting.promise;

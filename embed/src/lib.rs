@@ -11,7 +11,8 @@
 //! - [`Drive`]: advance / run-until-idle — steps the clock and hands out, between steps, the
 //!   checks that step produced, so each is answered at its own time. The binding calls its
 //!   language's checker (which may call the broker again: nothing is borrowed meanwhile) and
-//!   feeds the answer back with [`Host::answer`]; [`parse_answer`] reads what it said.
+//!   feeds the answer back with [`Host::answer`] (the core's `Resolution::from_str` reads
+//!   what it said).
 //! - [`Endpoint`] and the operations over it ([`send`], [`prepare`] and [`Transaction`],
 //!   [`end`], [`pull`] across queues, [`receive`], [`ack`], ...), and [`Subscription`]: the
 //!   same defaults and the same errors in every language. A host with its own locking (the
@@ -39,8 +40,8 @@ pub use clock::SystemClock;
 pub use clock::{AnyClock, Clock, ManualClock};
 pub use host::{Checkers, Drive, Host};
 pub use ops::{
-    ack, change_invisible, commit_offset, end, forward_to_dead_letter, parse_answer, prepare, pull,
-    receive, send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
+    ack, change_invisible, commit_offset, end, forward_to_dead_letter, prepare, pull, receive,
+    send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
     Transaction,
 };
 pub use subscription::Subscription;

@@ -155,18 +155,6 @@ pub fn end<E: Endpoint>(
     }
 }
 
-/// Reads what a checker answered: `commit`, `rollback` or `unknown` (any case).
-pub fn parse_answer(s: &str) -> Result<Resolution, String> {
-    match s.to_ascii_lowercase().as_str() {
-        "commit" => Ok(Resolution::Commit),
-        "rollback" => Ok(Resolution::Rollback),
-        "unknown" => Ok(Resolution::Unknown),
-        _ => Err(format!(
-            "a resolution is \"commit\", \"rollback\" or \"unknown\", not {s:?}"
-        )),
-    }
-}
-
 /// A pull: every queue of the topic in order unless `queue` names one.
 #[derive(Debug, Clone)]
 pub struct PullArgs {
@@ -200,16 +188,17 @@ pub struct Pulled {
     pub queues: Vec<QueueRead>,
 }
 
-fn topic_queues<E: Endpoint>(ep: &mut E, topic: &str) -> Result<u32, Fail<E::Error>> {
-    ep.queue_count(topic)?
-        .ok_or_else(|| Fail::Client(ClientError::UnknownTopic(topic.into())))
+/// `UnknownTopic` for a topic that does not exist. Asked after the core answered the request:
+/// a bad topic or group name is the core's error first (and the request changed nothing).
+fn must_exist<H>(count: Option<u32>, topic: &str) -> Result<u32, Fail<H>> {
+    count.ok_or_else(|| Fail::Client(ClientError::UnknownTopic(topic.into())))
 }
 
 /// Pulls: one queue when `queue` is given, else every queue of the topic in order until
 /// `max` messages. A topic that does not exist is `UnknownTopic` (a typo must not read as
 /// "no messages").
 pub fn pull<E: Endpoint>(ep: &mut E, a: PullArgs) -> Result<Pulled, Fail<E::Error>> {
-    let count = topic_queues(ep, &a.topic)?;
+    let count = ep.queue_count(&a.topic)?;
     let queues: Vec<u32> = match a.queue {
         Some(q) => vec![q],
         None if a.offset.is_some() => {
@@ -217,7 +206,8 @@ pub fn pull<E: Endpoint>(ep: &mut E, a: PullArgs) -> Result<Pulled, Fail<E::Erro
                 "offset needs a queue: an offset is a position in one queue".into(),
             ))
         }
-        None => (0..count).collect(),
+        // A missing topic still goes to the core once: it judges the names.
+        None => (0..count.unwrap_or(1)).collect(),
     };
     let mut out = Pulled {
         messages: Vec::new(),
@@ -253,6 +243,7 @@ pub fn pull<E: Endpoint>(ep: &mut E, a: PullArgs) -> Result<Pulled, Fail<E::Erro
             r => return Err(unexpected(&r)),
         }
     }
+    must_exist(count, &a.topic)?;
     Ok(out)
 }
 
@@ -271,7 +262,8 @@ pub struct ReceiveArgs {
 
 /// Receives messages; a topic that does not exist is `UnknownTopic`.
 pub fn receive<E: Endpoint>(ep: &mut E, a: ReceiveArgs) -> Result<Vec<Received>, Fail<E::Error>> {
-    topic_queues(ep, &a.topic)?;
+    let count = ep.queue_count(&a.topic)?;
+    let topic = a.topic.clone();
     match ep.request(Request::Receive {
         group: a.group,
         topic: a.topic,
@@ -280,7 +272,10 @@ pub fn receive<E: Endpoint>(ep: &mut E, a: ReceiveArgs) -> Result<Vec<Received>,
         invisible_ms: a.invisible_ms,
         filter: a.filter,
     })? {
-        Reply::Received(v) => Ok(v),
+        Reply::Received(v) => {
+            must_exist(count, &topic)?;
+            Ok(v)
+        }
         r => Err(unexpected(&r)),
     }
 }
