@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
 };
+use pyo3::IntoPyObjectExt;
 use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
     Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
@@ -161,12 +162,72 @@ pub fn txn_id(py: Python<'_>, s: &str) -> PyResult<TxnId> {
     s.parse().map_err(|e| client_error(py, &e))
 }
 
-/// A resolution from `"commit"`, `"rollback"` or `"unknown"`.
-pub fn resolution(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
+/// A resolution from `"commit"`, `"rollback"` or `"unknown"`; `what` names the value (an
+/// argument, or the checker's answer). Another string is a ValueError.
+pub fn resolution(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
     let s = v.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err("a resolution is one of the strings 'commit', 'rollback', 'unknown'")
+        PyTypeError::new_err(format!(
+            "{what} must be 'commit', 'rollback' or 'unknown', not {}",
+            type_name(v)
+        ))
     })?;
-    s.to_str()?.parse().map_err(|e| client_error(py, &e))
+    s.to_str()?.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be 'commit', 'rollback' or 'unknown', not {}",
+            v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |n| n.to_string())
+}
+
+/// A str argument; `what` names it in the TypeError.
+pub fn string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    match v.cast::<PyString>() {
+        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be a str, not {}",
+            type_name(v)
+        ))),
+    }
+}
+
+fn nat<T: TryFrom<i128>>(what: &str, v: i128, max: u64) -> PyResult<T> {
+    T::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {v}")))
+}
+
+/// A whole-number argument that fits a u32; out of range is a ValueError naming it.
+pub fn u32_arg(what: &str, v: i128) -> PyResult<u32> {
+    nat(what, v, u64::from(u32::MAX))
+}
+
+/// A whole-number argument that fits a u64 (ms, offsets).
+pub fn u64_arg(what: &str, v: i128) -> PyResult<u64> {
+    nat(what, v, u64::MAX)
+}
+
+pub fn opt_u32(what: &str, v: Option<i128>) -> PyResult<Option<u32>> {
+    v.map(|v| u32_arg(what, v)).transpose()
+}
+
+pub fn opt_u64(what: &str, v: Option<i128>) -> PyResult<Option<u64>> {
+    v.map(|v| u64_arg(what, v)).transpose()
+}
+
+/// `limit=None`: all.
+pub fn limit(v: Option<i128>) -> PyResult<usize> {
+    Ok(opt_u64("limit", v)?.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// `repr()` of a value as Python shows it (for reprs: `None`, `'x'`, `6000`).
+pub fn repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<String> {
+    let o = v.into_bound_py_any(py)?;
+    Ok(o.repr()?.to_str()?.to_owned())
 }
 
 /// A receipt handle: its string, or the `Received` that carries it.
@@ -333,9 +394,4 @@ pub fn stats<'py>(py: Python<'py>, s: Stats) -> PyResult<Bound<'py, PyDict>> {
         d.set_item(k, v)?;
     }
     Ok(d)
-}
-
-/// The resolution's name, as checkers return it.
-pub fn resolution_name(r: Resolution) -> &'static str {
-    r.as_str()
 }

@@ -337,6 +337,11 @@ impl<S: Storage, C: Clock> Host<S, C> {
         }
     }
 
+    /// Whether checks wait to be taken.
+    pub fn has_checks(&self) -> bool {
+        !self.checks.is_empty()
+    }
+
     /// The checks asked for since the last take, in order, each with the time it was asked.
     pub fn take_checks(&mut self) -> Vec<(CheckRequest, Millis)> {
         self.checks.drain(..).collect()

@@ -188,10 +188,14 @@ pub struct Pulled {
     pub queues: Vec<QueueRead>,
 }
 
-/// `UnknownTopic` for a topic that does not exist. Asked after the core answered the request:
-/// a bad topic or group name is the core's error first (and the request changed nothing).
-fn must_exist<H>(count: Option<u32>, topic: &str) -> Result<u32, Fail<H>> {
-    count.ok_or_else(|| Fail::Client(ClientError::UnknownTopic(topic.into())))
+/// `UnknownTopic` for a topic that does not exist. Asked after the core answered: a bad topic
+/// or group name is the core's error first; and a topic a concurrent send created meanwhile
+/// exists (what the request got is handed out, never dropped).
+fn must_exist<E: Endpoint>(ep: &mut E, topic: &str, got: bool) -> Result<(), Fail<E::Error>> {
+    if got || ep.queue_count(topic)?.is_some() {
+        return Ok(());
+    }
+    Err(Fail::Client(ClientError::UnknownTopic(topic.into())))
 }
 
 /// Pulls: one queue when `queue` is given, else every queue of the topic in order until
@@ -243,7 +247,7 @@ pub fn pull<E: Endpoint>(ep: &mut E, a: PullArgs) -> Result<Pulled, Fail<E::Erro
             r => return Err(unexpected(&r)),
         }
     }
-    must_exist(count, &a.topic)?;
+    must_exist(ep, &a.topic, !out.messages.is_empty())?;
     Ok(out)
 }
 
@@ -262,7 +266,6 @@ pub struct ReceiveArgs {
 
 /// Receives messages; a topic that does not exist is `UnknownTopic`.
 pub fn receive<E: Endpoint>(ep: &mut E, a: ReceiveArgs) -> Result<Vec<Received>, Fail<E::Error>> {
-    let count = ep.queue_count(&a.topic)?;
     let topic = a.topic.clone();
     match ep.request(Request::Receive {
         group: a.group,
@@ -273,7 +276,7 @@ pub fn receive<E: Endpoint>(ep: &mut E, a: ReceiveArgs) -> Result<Vec<Received>,
         filter: a.filter,
     })? {
         Reply::Received(v) => {
-            must_exist(count, &topic)?;
+            must_exist(ep, &topic, !v.is_empty())?;
             Ok(v)
         }
         r => Err(unexpected(&r)),

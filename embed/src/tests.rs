@@ -336,3 +336,48 @@ fn eager_sync_releases_replies_at_once_and_reopen_recovers() {
     let p = pull(&mut h, pull_args(None, 32)).unwrap();
     assert_eq!(bodies(&p.messages), ["x"]);
 }
+
+/// A send that creates the topic lands between the layer's look and the core's answer (as a
+/// producer thread's can): what the receive got is handed out, not dropped as UnknownTopic.
+struct SendFirst<'a>(&'a mut H);
+
+impl Endpoint for SendFirst<'_> {
+    type Error = rocklet_core::Error<<MemStorage as rocklet_core::Storage>::Error>;
+    fn request(&mut self, req: Request) -> Result<Reply, Fail<Self::Error>> {
+        if matches!(req, Request::Receive { .. } | Request::Pull { .. }) {
+            send_one(self.0, msg("New", "raced", 0)).unwrap();
+        }
+        self.0.request(req)
+    }
+    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, Fail<Self::Error>> {
+        self.0.queue_count(topic)
+    }
+    fn transaction_group(
+        &mut self,
+        txn: rocklet_core::TxnId,
+    ) -> Result<Option<String>, Fail<Self::Error>> {
+        Endpoint::transaction_group(self.0, txn)
+    }
+}
+
+#[test]
+fn a_topic_created_meanwhile_is_read_not_refused() {
+    let mut h = host();
+    let got = receive(
+        &mut SendFirst(&mut h),
+        ReceiveArgs {
+            group: "G".into(),
+            topic: "New".into(),
+            queue: None,
+            max: 8,
+            invisible_ms: 1000,
+            filter: TagFilter::All,
+        },
+    )
+    .unwrap();
+    assert_eq!(got.len(), 1);
+    let mut a = pull_args(Some(0), 8);
+    a.topic = "New".into();
+    let p = pull(&mut SendFirst(&mut h), a).unwrap();
+    assert_eq!(bodies(&p.messages), ["raced", "raced"]);
+}
