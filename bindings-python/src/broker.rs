@@ -541,7 +541,7 @@ impl PyBroker {
         py: Python<'_>,
         path: Option<PathBuf>,
         clock: &str,
-        start_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::start_ms_opt_int)] start_ms: Option<i128>,
         repair: bool,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
@@ -742,17 +742,17 @@ impl PyBroker {
     fn send(
         &self,
         py: Python<'_>,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        delay_level: Option<i128>,
-        deliver_at_ms: Option<i128>,
-        delay_ms: Option<i128>,
-        queue_id: Option<i128>,
-        message_group: Option<String>,
-        message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::delay_level_opt_int)] delay_level: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::deliver_at_ms_opt_int)] deliver_at_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::delay_ms_opt_int)] delay_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_group_opt_str)] message_group: Option<String>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
     ) -> PyResult<PySendResult> {
         let queue_id = convert::opt_u32("queue_id", queue_id)?;
         let mut m = new_message(
@@ -781,9 +781,9 @@ impl PyBroker {
     fn send_batch(
         &self,
         py: Python<'_>,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         messages: &Bound<'_, PyAny>,
-        queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
     ) -> PyResult<Vec<PySendResult>> {
         let queue_id = convert::opt_u32("queue_id", queue_id)?;
         let mut out = Vec::new();
@@ -841,7 +841,7 @@ impl PyBroker {
     fn set_checker(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         checker: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         if let Some(c) = &checker {
@@ -864,15 +864,17 @@ impl PyBroker {
     #[allow(clippy::too_many_arguments)]
     fn prepare(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<i128>,
-        message_id: Option<String>,
-        check_immunity_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
+            i128,
+        >,
     ) -> PyResult<PyTransaction> {
         let py = slf.py();
         let queue_id = convert::opt_u32("queue_id", queue_id)?;
@@ -897,15 +899,17 @@ impl PyBroker {
     #[allow(clippy::too_many_arguments)]
     fn transaction(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<i128>,
-        message_id: Option<String>,
-        check_immunity_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
+            i128,
+        >,
     ) -> PyResult<PyTransaction> {
         Self::prepare(
             slf,
@@ -929,7 +933,7 @@ impl PyBroker {
         py: Python<'_>,
         transaction_id: &Bound<'_, PyAny>,
         resolution: &Bound<'_, PyAny>,
-        group: Option<String>,
+        #[pyo3(from_py_with = convert::arg::group_opt_str)] group: Option<String>,
     ) -> PyResult<bool> {
         let txn = convert::txn_id(py, &convert::string("transaction_id", transaction_id)?)?;
         let r = convert::resolution("resolution", resolution)?;
@@ -944,10 +948,10 @@ impl PyBroker {
     fn pull(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue: Option<i128>,
-        max: i128,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
     ) -> PyResult<Vec<Py<PyMessage>>> {
         let args = embed::PullArgs {
@@ -970,11 +974,11 @@ impl PyBroker {
     fn pull_queue(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue_id: i128,
-        offset: Option<i128>,
-        max: i128,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
+        #[pyo3(from_py_with = convert::arg::offset_opt_int)] offset: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         auto_commit: bool,
     ) -> PyResult<PyPullResult> {
@@ -1002,10 +1006,10 @@ impl PyBroker {
     fn commit_offset(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue_id: i128,
-        offset: i128,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
+        #[pyo3(from_py_with = convert::arg::offset_int)] offset: i128,
     ) -> PyResult<()> {
         let q = convert::u32_arg("queue_id", queue_id)?;
         let o = convert::u64_arg("offset", offset)?;
@@ -1016,12 +1020,12 @@ impl PyBroker {
     fn committed_offset(
         &self,
         py: Python<'_>,
-        group: &str,
-        topic: &str,
-        queue_id: i128,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
     ) -> PyResult<Option<u64>> {
         let q = convert::u32_arg("queue_id", queue_id)?;
-        self.read(py, |c| c.committed_offset(group, topic, q))
+        self.read(py, |c| c.committed_offset(&group, &topic, q))
     }
 
     /// Receives up to `max` messages for `group`, invisible to the group for `invisible_ms`
@@ -1032,11 +1036,11 @@ impl PyBroker {
     fn receive(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        max: i128,
-        invisible_ms: i128,
-        queue: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
+        #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
         tags: &str,
     ) -> PyResult<Vec<Py<PyReceived>>> {
         let args = embed::ReceiveArgs {
@@ -1062,9 +1066,9 @@ impl PyBroker {
     fn change_invisible(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         handle: &Bound<'_, PyAny>,
-        invisible_ms: i128,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
     ) -> PyResult<String> {
         let handle = convert::handle(py, handle)?;
         let ms = convert::u64_arg("invisible_ms", invisible_ms)?;
@@ -1077,7 +1081,7 @@ impl PyBroker {
     fn forward_to_dead_letter(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         handle: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let handle = convert::handle(py, handle)?;
@@ -1089,9 +1093,9 @@ impl PyBroker {
     fn send_back(
         &self,
         py: Python<'_>,
-        group: String,
-        offset: i128,
-        delay_level: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::offset_int)] offset: i128,
+        #[pyo3(from_py_with = convert::arg::delay_level_opt_int)] delay_level: Option<i128>,
     ) -> PyResult<PySendResult> {
         let offset = convert::u64_arg("offset", offset)?;
         let level = convert::opt_u32("delay_level", delay_level)?;
@@ -1108,10 +1112,10 @@ impl PyBroker {
     #[pyo3(signature = (group, topic, *, invisible_ms, max=32, tags="*", timeout=None))]
     fn subscribe(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
-        invisible_ms: i128,
-        max: i128,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         timeout: Option<f64>,
     ) -> PyResult<PySubscription> {
@@ -1161,7 +1165,7 @@ impl PyBroker {
     fn pending_transactions(
         &self,
         py: Python<'_>,
-        limit: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::limit_opt_int)] limit: Option<i128>,
     ) -> PyResult<Vec<PyPendingTransaction>> {
         let n = convert::limit(limit)?;
         let ts = self.read(py, |c| c.pending_transactions(n))?;
@@ -1178,7 +1182,7 @@ impl PyBroker {
 
     /// Messages `group` received from `topic` and has not acked yet.
     fn inflight_count(&self, py: Python<'_>, group: &str, topic: &str) -> PyResult<usize> {
-        self.read(py, |c| c.inflight_count(group, topic))
+        self.read(py, |c| c.inflight_count(&group, &topic))
     }
 
     /// The broker's counters (messages stored, commits, rollbacks, checks, ...).

@@ -395,3 +395,64 @@ pub fn stats<'py>(py: Python<'py>, s: Stats) -> PyResult<Bound<'py, PyDict>> {
     }
     Ok(d)
 }
+
+/// An int argument; `what` names it in the TypeError.
+pub fn int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<i128> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not {}",
+            type_name(v)
+        )));
+    }
+    v.extract::<i128>()
+        .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {}", v)))
+}
+
+pub fn opt_int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    int(what, v).map(Some)
+}
+
+pub fn opt_string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    string(what, v).map(Some)
+}
+
+/// Argument extractors that name their argument in the error (`#[pyo3(from_py_with)]`).
+pub mod arg {
+    use super::*;
+
+    macro_rules! named {
+        ($($f:ident: $t:ty = $conv:ident($name:literal),)*) => {
+            $(pub fn $f(v: &Bound<'_, PyAny>) -> PyResult<$t> {
+                $conv($name, v)
+            })*
+        };
+    }
+
+    named! {
+    check_immunity_ms_opt_int: Option<i128> = opt_int("check_immunity_ms"),
+    delay_level_opt_int: Option<i128> = opt_int("delay_level"),
+    delay_ms_opt_int: Option<i128> = opt_int("delay_ms"),
+    deliver_at_ms_opt_int: Option<i128> = opt_int("deliver_at_ms"),
+    group_opt_str: Option<String> = opt_string("group"),
+    group_str: String = string("group"),
+    invisible_ms_int: i128 = int("invisible_ms"),
+    limit_opt_int: Option<i128> = opt_int("limit"),
+    max_int: i128 = int("max"),
+    message_group_opt_str: Option<String> = opt_string("message_group"),
+    message_id_opt_str: Option<String> = opt_string("message_id"),
+    offset_int: i128 = int("offset"),
+    offset_opt_int: Option<i128> = opt_int("offset"),
+    queue_opt_int: Option<i128> = opt_int("queue"),
+    queue_id_int: i128 = int("queue_id"),
+    queue_id_opt_int: Option<i128> = opt_int("queue_id"),
+    start_ms_opt_int: Option<i128> = opt_int("start_ms"),
+    tag_opt_str: Option<String> = opt_string("tag"),
+    topic_str: String = string("topic"),
+    }
+}
