@@ -1182,7 +1182,7 @@ impl PyBroker {
 
     /// Messages `group` received from `topic` and has not acked yet.
     fn inflight_count(&self, py: Python<'_>, group: &str, topic: &str) -> PyResult<usize> {
-        self.read(py, |c| c.inflight_count(&group, &topic))
+        self.read(py, |c| c.inflight_count(group, topic))
     }
 
     /// The broker's counters (messages stored, commits, rollbacks, checks, ...).
