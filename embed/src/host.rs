@@ -36,6 +36,8 @@ pub struct Host<S: Storage, C: Clock> {
     available: Vec<(String, u32)>,
     trace: Vec<TraceEvent>,
     replies: BTreeMap<u64, Result<Reply, String>>,
+    /// Keep every output in order for [`Host::take_outputs`] instead of sorting them.
+    raw: Option<Vec<Output>>,
     generation: u64,
 }
 
@@ -67,6 +69,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
             available: Vec::new(),
             trace: Vec::new(),
             replies: BTreeMap::new(),
+            raw: None,
             generation: 0,
         })
     }
@@ -76,6 +79,19 @@ impl<S: Storage, C: Clock> Host<S, C> {
     pub fn eager_sync(mut self, on: bool) -> Self {
         self.eager_sync = on;
         self
+    }
+
+    /// Keeps every output in order for [`Host::take_outputs`] (a host that shows the flow
+    /// itself, as the wasm playground does); checks then go there too, not to a [`Drive`].
+    #[must_use]
+    pub fn raw_outputs(mut self) -> Self {
+        self.raw = Some(Vec::new());
+        self
+    }
+
+    /// Every output since the last take, in order (with [`Host::raw_outputs`]).
+    pub fn take_outputs(&mut self) -> Vec<Output> {
+        self.raw.as_mut().map(core::mem::take).unwrap_or_default()
     }
 
     /// The broker, unless closed.
@@ -174,6 +190,10 @@ impl<S: Storage, C: Clock> Host<S, C> {
             let _ = core.sync();
         }
         while let Some(out) = core.poll_output() {
+            if let Some(raw) = self.raw.as_mut() {
+                raw.push(out);
+                continue;
+            }
             match out {
                 Output::Reply { id, reply } => {
                     self.replies.insert(id, Ok(reply));
