@@ -310,7 +310,8 @@ export declare class Broker {
 
   // clock
   readonly clock: 'system' | 'manual';
-  now(): number;
+  /** The clock's reading in ms (a getter, as `clock`, `closed` and `failed`; the same name in Python and wasm). */
+  readonly now: number;
   pollTimeout(): number | undefined;
   advance(ms: number): Promise<void>;
   advanceTo(t: number): Promise<void>;

@@ -209,10 +209,10 @@ class Broker extends Native {
     if (!Number.isSafeInteger(ms) || ms < 0) {
       return Promise.reject(new ClientError(`invalid argument: advance(ms) needs a whole number >= 0, got ${ms}`, 'INVALID_ARGUMENT'));
     }
-    return this.#serial(() => this.#drive(this.now() + ms));
+    return this.#serial(() => this.#drive(this.now + ms));
   }
 
-  /** Manual clock: advance(t - now()). */
+  /** Manual clock: advance(t - now). */
   advanceTo(t) {
     if (!Number.isSafeInteger(t)) {
       return Promise.reject(new ClientError(`invalid argument: advanceTo(t) needs a whole number, got ${t}`, 'INVALID_ARGUMENT'));

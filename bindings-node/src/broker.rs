@@ -449,8 +449,9 @@ impl JsBroker {
         }
     }
 
-    /// The host clock's reading, in ms (the manual clock, or the system time).
-    #[napi]
+    /// The host clock's reading, in ms (the manual clock, or the system time): a getter, as
+    /// in Python and wasm.
+    #[napi(getter)]
     pub fn now(&self) -> f64 {
         self.host.now() as f64
     }

@@ -79,6 +79,18 @@ test('pull reads every queue unless a queue is given (the README example)', () =
   }
 });
 
+test('now is a getter, as clock, closed and failed (and as in Python and wasm)', async () => {
+  const b = manual({ now: 1000 });
+  try {
+    assert.equal(typeof b.now, 'number');
+    assert.equal(b.now, 1000);
+    await b.advance(250);
+    assert.equal(b.now, 1250);
+  } finally {
+    b.close();
+  }
+});
+
 test('pull and receive on a topic that does not exist throw UNKNOWN_TOPIC', () => {
   const b = manual();
   try {

@@ -46,7 +46,8 @@ async function main(): Promise<void> {
     if (e instanceof RockletError) console.log(e.code);
   }
   const why: string | null = broker.failed;
-  console.log(offset, n, next, firstQueue, notOne, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
+  const now: number = broker.now;
+  console.log(now, offset, n, next, firstQueue, notOne, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
   broker.close();
   try {
     const repaired = new Broker({ path: 'data', repair: true });

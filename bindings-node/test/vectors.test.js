@@ -51,7 +51,7 @@ async function run(vector, dir) {
   try {
     for (const [i, step] of vector.steps.entries()) {
       // Advance to the step's time (the same time too: what came due there fires first).
-      await broker.advanceTo(step.at ?? broker.now());
+      await broker.advanceTo(step.at ?? broker.now);
       let result;
       try {
         result = await apply(step);
@@ -153,7 +153,7 @@ async function run(vector, dir) {
         return { transactions: b.pendingTransactions().length, delays: b.pendingDelays().length };
       case 'reopen': {
         assert.ok(dir, 'reopen runs durable only');
-        const now = b.now();
+        const now = b.now;
         b.close();
         broker = open(now);
         for (const g of answers.keys()) register(g);
