@@ -322,6 +322,12 @@ export declare class Broker {
   driveStart(target?: number | null): void;
   /** Manual clock, low level: the checks of the drive's next step, `[]` when it is over. */
   driveNext(): CheckRequest[];
+  /** Low level (`subscribe` uses it): opens a subscription, answering its id. */
+  subscriptionOpen(group: string, topic: string, options: SubscribeOptions): number;
+  /** Low level: the next message (acking the one before), or `null` when none is visible. */
+  subscriptionNext(id: number): ReceivedMessage | null;
+  /** Low level: ends a subscription, leaving its current message un-acked. */
+  subscriptionStop(id: number): void;
   /** System clock, low level: fire what is due now (the timer calls it). */
   fireDue(): void;
 

@@ -26,6 +26,9 @@ pub struct JsBroker {
     host: Host,
     /// The advance / run-until-idle under way (`driveStart` .. `driveNext` answering `[]`).
     drive: Option<Drive>,
+    /// Open `subscribe` loops by id (the wrapper's async iterators), with the next id.
+    subs: std::collections::BTreeMap<u32, embed::Subscription>,
+    next_sub: u32,
 }
 
 impl JsBroker {
@@ -99,7 +102,12 @@ impl JsBroker {
                 ClockKind::System => AnyClock::Host(SystemClock),
             };
             let host = Host::open(o.config, storage, clock, o.repair)?;
-            Ok(JsBroker { host, drive: None })
+            Ok(JsBroker {
+                host,
+                drive: None,
+                subs: std::collections::BTreeMap::new(),
+                next_sub: 0,
+            })
         };
         match catch_unwind(AssertUnwindSafe(open)) {
             Ok(Ok(b)) => Ok(b),
@@ -408,6 +416,59 @@ impl JsBroker {
         })
     }
 
+    /// Opens a subscription (the wrapper's `subscribe` loop): the embedding layer's ack rule
+    /// (a message is acked when the loop asks for the next one) and missing-topic rule (it
+    /// waits for the topic). Answers its id for `subscriptionNext` / `subscriptionStop`.
+    #[napi]
+    pub fn subscription_open(
+        &mut self,
+        env: Env,
+        group: Unknown<'_>,
+        topic: Unknown<'_>,
+        options: Unknown<'_>,
+    ) -> napi::Result<u32> {
+        self.guard(&env, |b| {
+            let group = str_arg("group", group)?;
+            let topic = str_arg("topic", topic)?;
+            let o = Opts::new("options", Some(options), &["invisibleMs", "tags", "batch"])?;
+            let invisible_ms = o.uint("invisibleMs")?.ok_or_else(|| {
+                arg("subscribe needs options.invisibleMs (ms a message stays invisible until acked)")
+            })?;
+            let batch = o.u32("batch")?.unwrap_or(1);
+            let sub = embed::Subscription::new(group, topic, invisible_ms, batch, convert::tags(&o)?);
+            let id = b.next_sub;
+            b.next_sub = b.next_sub.wrapping_add(1);
+            b.subs.insert(id, sub);
+            Ok(id)
+        })
+    }
+
+    /// The subscription's next message (acking the one before), or `null` when none is
+    /// visible now (the wrapper waits for the topic's next availability notice).
+    #[napi]
+    pub fn subscription_next(
+        &mut self,
+        env: Env,
+        id: u32,
+    ) -> napi::Result<Option<convert::JsReceived>> {
+        self.guard(&env, |b| {
+            let Some(mut sub) = b.subs.remove(&id) else {
+                return Err(arg(format!("no open subscription {id}")));
+            };
+            let r = sub.next(&mut b.host);
+            b.subs.insert(id, sub);
+            Ok(r?.map(convert::received))
+        })
+    }
+
+    /// Ends a subscription; its current message stays un-acked.
+    #[napi]
+    pub fn subscription_stop(&mut self, id: u32) {
+        if let Some(mut s) = self.subs.remove(&id) {
+            s.stop();
+        }
+    }
+
     // ---- durability and lifetime ----------------------------------------------------------
 
     /// Makes everything written durable (fsync for a broker with a `path`).
@@ -422,6 +483,7 @@ impl JsBroker {
     pub fn close(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
             b.drive = None;
+            b.subs.clear();
             Ok(b.host.close()?)
         })
     }
