@@ -179,3 +179,20 @@ def test_resolutions_are_typed_as_literals(tmp_path: Path) -> None:
     assert out.returncode == 1, out.stdout
     assert "bad.py:9" in out.stdout and "set_checker" in out.stdout, out.stdout
     assert out.stdout.count("error:") == 1, out.stdout
+
+
+def test_async_def_checkers_work_on_the_system_clock_driver() -> None:
+    import time
+
+    async def checker(m: rocklet.Message) -> Literal["rollback"]:
+        await asyncio.sleep(0.001)
+        return "rollback"
+
+    with rocklet.Broker(transaction_timeout_ms=100, transaction_check_interval_ms=100) as b:
+        b.set_checker("PG", checker)
+        b.prepare("PG", "T", b"x")
+        deadline = time.monotonic() + 10
+        while b.pending_transactions() and time.monotonic() < deadline:
+            time.sleep(0.02)
+        assert b.pending_transactions() == []
+        assert b.stats()["rolled_back"] == 1
