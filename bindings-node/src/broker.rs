@@ -246,9 +246,7 @@ impl JsBroker {
         self.guard(&env, |b| {
             let name = str_arg("name", name)?;
             let queues = convert::u32_of("queues", queues)?;
-            let r = b.host.core_mut()?.create_topic(&name, queues);
-            b.host.drain();
-            r?.map_err(Fail::Client)
+            b.host.create_topic(&name, queues)?.map_err(Fail::Client)
         })
     }
 

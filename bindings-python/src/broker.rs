@@ -1146,12 +1146,8 @@ impl PyBroker {
     /// Creates a topic with `queues` queues (or grows it).
     fn create_topic(&self, py: Python<'_>, name: &str, queues: i128) -> PyResult<()> {
         let queues = convert::u32_arg("queues", queues)?;
-        self.with(py, |h| {
-            let r = h.core_mut()?.create_topic(name, queues);
-            h.drain();
-            Ok(r?)
-        })?
-        .map_err(|e| client_error(py, &e))
+        self.with(py, |h| Ok(h.create_topic(name, queues)?))?
+            .map_err(|e| client_error(py, &e))
     }
 
     /// Consumer-visible topics with their queues (and `depth`, visible messages).

@@ -185,10 +185,6 @@ impl<S: Storage, C: Clock> Host<S, C> {
         let Some(core) = self.core.as_mut() else {
             return;
         };
-        if self.eager_sync && core.needs_sync() && core.failed().is_none() {
-            // Memory storage cannot fail a sync; a storage that can is not eager.
-            let _ = core.sync();
-        }
         while let Some(out) = core.poll_output() {
             if let Some(raw) = self.raw.as_mut() {
                 raw.push(out);
@@ -213,9 +209,17 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self.generation = self.generation.wrapping_add(1);
     }
 
+    /// After a call: under eager sync, syncs what it wrote (a failed sync is the call's
+    /// error, and the core's failed state from then on); drains; says the error as it is.
     fn after<T>(&mut self, r: Result<T, Error<S::Error>>) -> Result<T, HostFail<S>> {
+        let synced = match self.core.as_mut() {
+            Some(core) if self.eager_sync && r.is_ok() && core.needs_sync() => core.sync(),
+            _ => Ok(()),
+        };
         self.drain();
-        r.map_err(|e| self.host_err(e))
+        let v = r.map_err(|e| self.host_err(e))?;
+        synced.map_err(|e| self.host_err(e))?;
+        Ok(v)
     }
 
     /// Runs one request to its reply at the clock's time; a client's mistake is
@@ -255,8 +259,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
     /// reports).
     pub fn sync_failed(&mut self, reason: &str) -> Result<(), HostFail<S>> {
         self.core_mut()?.sync_failed(reason);
-        self.drain();
-        Ok(())
+        self.after(Ok(()))
     }
 
     /// Whether a producer of `group` can answer checks; checks of an offline group wait
@@ -264,8 +267,18 @@ impl<S: Storage, C: Clock> Host<S, C> {
     pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), HostFail<S>> {
         let now = self.clock.now();
         self.core_mut()?.set_producer_online(now, group, online);
-        self.drain();
-        Ok(())
+        self.after(Ok(()))
+    }
+
+    /// Creates a topic with `queues` queues (or grows it to that many); a bad name or count
+    /// is the inner `Err`.
+    pub fn create_topic(
+        &mut self,
+        name: &str,
+        queues: u32,
+    ) -> Result<Result<(), rocklet_core::ClientError>, HostFail<S>> {
+        let r = self.core_mut()?.create_topic(name, queues);
+        self.after(r)
     }
 
     /// The producer group of a pending transaction.

@@ -381,3 +381,13 @@ fn a_topic_created_meanwhile_is_read_not_refused() {
     let p = pull(&mut SendFirst(&mut h), a).unwrap();
     assert_eq!(bodies(&p.messages), ["raced", "raced"]);
 }
+
+#[test]
+fn create_topic_through_the_host_makes_the_topic_readable() {
+    let mut h = host();
+    assert_eq!(h.create_topic("Made", 2).unwrap(), Ok(()));
+    let mut a = pull_args(None, 8);
+    a.topic = "Made".into();
+    assert_eq!(pull(&mut h, a).unwrap().queues.len(), 2);
+    assert!(h.create_topic("bad topic", 2).unwrap().is_err());
+}
