@@ -125,8 +125,27 @@ export interface ReceivedMessage extends Message {
   visibleAt: number;
 }
 
+export interface QueueRead {
+  queueId: number;
+  /** Where the next pull of this queue starts. */
+  nextOffset: number;
+  /** The queue's end (visible messages). */
+  maxOffset: number;
+}
+
+/** What a pull read: without a queue id, every queue of the topic in order. */
 export interface Pulled {
   messages: Message[];
+  /** The queue's next offset when one queue was read, else absent (see `queues`). */
+  nextOffset?: number;
+  /** The queue's end when one queue was read, else absent. */
+  maxOffset?: number;
+  /** Each queue read, in order. */
+  queues: QueueRead[];
+}
+
+/** What a pull of one queue read. */
+export interface PulledQueue extends Pulled {
   nextOffset: number;
   maxOffset: number;
 }
@@ -147,7 +166,8 @@ export interface CheckRequest {
   message: Message;
 }
 
-export type Checker = (check: CheckRequest) => Resolution | string | Promise<Resolution | string>;
+/** What a checker answers: one of the three resolutions (any other string is a type error). */
+export type Checker = (check: CheckRequest) => Resolution | Promise<Resolution>;
 
 export type TraceKind =
   | 'stored' | 'half_stored' | 'committed' | 'rolled_back' | 'check_sent' | 'check_parked'
@@ -224,7 +244,7 @@ export interface Stats {
 }
 
 export interface PullOptions {
-  /** Start here instead of the group's committed offset. */
+  /** Start here instead of the group's committed offset (needs a queue id). */
   offset?: number;
   /** At most this many (default: as many as the core hands out at once). */
   max?: number;
@@ -272,7 +292,14 @@ export declare class Broker {
   off(event: 'checkerError', fn: (err: unknown, check: CheckRequest) => void): this;
 
   // consumer
-  pull(group: string, topic: string, queueId: number, options?: PullOptions): Pulled;
+  /**
+   * Reads from the group's committed offsets: the queue `queueId` names, or every queue of
+   * the topic in order (no queue id, `null`, or options in third place). A topic that does
+   * not exist throws `ClientError` `UNKNOWN_TOPIC`.
+   */
+  pull(group: string, topic: string, queueId: number, options?: PullOptions): PulledQueue;
+  pull(group: string, topic: string, queueId?: null, options?: PullOptions): Pulled;
+  pull(group: string, topic: string, options: PullOptions): Pulled;
   commitOffset(group: string, topic: string, queueId: number, offset: number): void;
   receive(group: string, topic: string, options: ReceiveOptions): ReceivedMessage[];
   ack(group: string, handle: string): void;
@@ -283,13 +310,24 @@ export declare class Broker {
 
   // clock
   readonly clock: 'system' | 'manual';
-  now(): number;
+  /** The clock's reading in ms (a getter, as `clock`, `closed` and `failed`; the same name in Python and wasm). */
+  readonly now: number;
   pollTimeout(): number | undefined;
   advance(ms: number): Promise<void>;
   advanceTo(t: number): Promise<void>;
   runUntilIdle(): Promise<void>;
-  /** Manual clock, low level: fire the next timer due by `target` (`advance` loops on it). */
+  /** Manual clock, low level: fire the next timer due by `target`. */
   stepClock(target?: number | null): boolean;
+  /** Manual clock, low level: start a drive to `target` (until idle when `null`); `advance` uses it. */
+  driveStart(target?: number | null): void;
+  /** Manual clock, low level: the checks of the drive's next step, `[]` when it is over. */
+  driveNext(): CheckRequest[];
+  /** Low level (`subscribe` uses it): opens a subscription, answering its id. */
+  subscriptionOpen(group: string, topic: string, options: SubscribeOptions): number;
+  /** Low level: the next message (acking the one before), or `null` when none is visible. */
+  subscriptionNext(id: number): ReceivedMessage | null;
+  /** Low level: ends a subscription, leaving its current message un-acked. */
+  subscriptionStop(id: number): void;
   /** System clock, low level: fire what is due now (the timer calls it). */
   fireDue(): void;
 

@@ -16,11 +16,10 @@ const KICK = Symbol('rocklet.kick');
 const DRIVING = [
   'send', 'sendBatch', 'prepare', 'endTransaction', 'commit', 'rollback', 'setProducerOnline',
   'createTopic', 'pull', 'commitOffset', 'receive', 'ack', 'changeInvisible',
-  'forwardToDeadLetter', 'sendBack', 'sync', 'close', 'fireDue', '__failSyncForTest',
+  'forwardToDeadLetter', 'sendBack', 'sync', 'close', 'fireDue', '__failSyncForTest', 'subscriptionNext',
 ];
 
 const MAX_TIMER = 2 ** 31 - 1;
-const HANDLE_GONE = new Set(['INVALID_RECEIPT_HANDLE', 'STALE_RECEIPT_HANDLE']);
 
 class Broker extends Native {
   #checkers = new Map();
@@ -180,12 +179,17 @@ class Broker extends Native {
     return run;
   }
 
-  // Steps the manual clock timer by timer up to `target` (every timer when null); call
-  // only inside #serial.
+  // The embedding layer's drive: steps the manual clock timer by timer up to `target`
+  // (every timer when null), handing out each step's checks; they are answered before the
+  // next step. Call only inside #serial.
   async #drive(target) {
     this[KICK]();
     await this.#settle();
-    while (super.stepClock(target)) {
+    super.driveStart(target);
+    for (;;) {
+      const checks = super.driveNext();
+      if (!checks.length) break;
+      for (const check of checks) this.#answer(check);
       this[KICK]();
       await this.#settle();
     }
@@ -204,10 +208,10 @@ class Broker extends Native {
     if (!Number.isSafeInteger(ms) || ms < 0) {
       return Promise.reject(new ClientError(`invalid argument: advance(ms) needs a whole number >= 0, got ${ms}`, 'INVALID_ARGUMENT'));
     }
-    return this.#serial(() => this.#drive(this.now() + ms));
+    return this.#serial(() => this.#drive(this.now + ms));
   }
 
-  /** Manual clock: advance(t - now()). */
+  /** Manual clock: advance(t - now). */
   advanceTo(t) {
     if (!Number.isSafeInteger(t)) {
       return Promise.reject(new ClientError(`invalid argument: advanceTo(t) needs a whole number, got ${t}`, 'INVALID_ARGUMENT'));
@@ -262,49 +266,35 @@ class Broker extends Native {
         throw new ClientError(`invalid argument: subscribe has no option '${k}' (known: invisibleMs, tags, batch)`, 'INVALID_ARGUMENT');
       }
     }
-    const req = { invisibleMs: o.invisibleMs, max: o.batch ?? 1 };
-    if (o.tags !== undefined) req.tags = o.tags;
+    // The ack rule and the missing-topic rule are the embedding layer's (native side).
+    const id = super.subscriptionOpen(group, topic, o);
     const broker = this;
-    let batch = [];
-    let last = null;
     let done = false;
     let waiting = null;
+    const stop = () => {
+      if (!done) super.subscriptionStop(id);
+      done = true;
+    };
     return {
       [Symbol.asyncIterator]() {
         return this;
       },
       async next() {
-        if (last !== null && !broker.closed) {
-          const handle = last;
-          last = null;
-          try {
-            broker.ack(group, handle);
-          } catch (err) {
-            // Acked (or its invisible time changed) by the loop body itself: nothing to do.
-            if (!(err instanceof ClientError && HANDLE_GONE.has(err.code))) throw err;
-          }
-        }
         for (;;) {
           if (done || broker.closed) {
-            done = true;
+            stop();
             return { done: true, value: undefined };
           }
-          if (batch.length) {
-            const m = batch.shift();
-            last = m.handle;
-            return { done: false, value: m };
-          }
-          batch = broker.receive(group, topic, req);
-          if (!batch.length) {
-            waiting = broker.#wait(topic);
-            await waiting.promise;
-            waiting = null;
-          }
+          const m = broker.subscriptionNext(id);
+          if (m) return { done: false, value: m };
+          waiting = broker.#wait(topic);
+          await waiting.promise;
+          waiting = null;
         }
       },
       async return() {
-        done = true;
         if (waiting) waiting.cancel();
+        stop();
         return { done: true, value: undefined };
       },
     };

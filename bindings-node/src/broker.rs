@@ -1,56 +1,34 @@
-//! `JsBroker`, exported to JS as the native `Broker`: one core broker, the host clock, and
-//! the outputs the core hands out (checks, availability notices, trace events) kept until
-//! the JS side takes them.
+//! `JsBroker`, exported to JS as the native `Broker`: a `rocklet_embed::Host` (one core
+//! broker, its clock, the outputs kept until the JS side takes them) and the conversions of
+//! its arguments and results.
 //!
-//! Every request goes through `Broker::execute` (the binding is a synchronous host), then
-//! `poll_output` is drained. Nothing here decides anything about messages: checks go to the
-//! JS wrapper, which routes them to the group's checker and feeds the answer back through
-//! `endTransaction(txn, answer, { fromCheck: true })`.
+//! Nothing here decides anything: the drive loop (`driveStart` / `driveNext`), pull across
+//! queues, ends without a group, the missing-topic rule are the embedding layer's. Checks go
+//! to the JS wrapper, which routes them to the group's checker and feeds the answer back
+//! through `endTransaction(txn, answer, { fromCheck: true })`.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
-use std::time::{SystemTime, UNIX_EPOCH};
 
 use napi::bindgen_prelude::*;
 use napi::Env;
 use napi_derive::napi;
-use rocklet_core::{AnyStorage, Broker, CheckRequest, Millis, Output, Reply, Request, TraceEvent};
+use rocklet_core::{AnyStorage, Resolution};
+use rocklet_embed::{self as embed, AnyClock, Clock, Drive, ManualClock, SystemClock};
 
 use crate::convert::{self, ClockKind, Opts};
 use crate::error::{arg, Fail, Res};
 
-type Core = Broker<AnyStorage>;
+type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 
 #[napi(js_name = "Broker")]
+#[derive(Debug)]
 pub struct JsBroker {
-    /// `None` once closed (or after a caught panic, which leaves the state unknown).
-    core: Option<Core>,
-    closed_why: &'static str,
-    clock: ClockKind,
-    /// The manual clock's reading.
-    manual_now: Millis,
-    trace_on: bool,
-    checks: Vec<(CheckRequest, Millis)>,
-    available: Vec<convert::JsAvailable>,
-    trace: Vec<TraceEvent>,
-}
-
-impl std::fmt::Debug for JsBroker {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsBroker")
-            .field("core", &self.core)
-            .field("clock", &self.clock)
-            .finish_non_exhaustive()
-    }
-}
-
-fn system_now() -> Millis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
-}
-
-fn unexpected(r: &Reply) -> Fail {
-    Fail::Internal(format!("unexpected reply {r:?}"))
+    host: Host,
+    /// The advance / run-until-idle under way (`driveStart` .. `driveNext` answering `[]`).
+    drive: Option<Drive>,
+    /// Open `subscribe` loops by id (the wrapper's async iterators), with the next id.
+    subs: std::collections::BTreeMap<u32, embed::Subscription>,
+    next_sub: u32,
 }
 
 impl JsBroker {
@@ -59,87 +37,24 @@ impl JsBroker {
     fn guard<T>(&mut self, env: &Env, f: impl FnOnce(&mut Self) -> Res<T>) -> napi::Result<T> {
         match catch_unwind(AssertUnwindSafe(|| f(self))) {
             Ok(Ok(v)) => Ok(v),
-            Ok(Err(e)) => {
-                // The storage error that failed the broker is said as the failure it is: the
-                // call that hit it throws what every later call will.
-                let failed = self.core.as_ref().and_then(|c| c.failed());
-                let e = match (e, failed) {
-                    (Fail::Storage(_), Some(reason)) => Fail::Failed(reason.to_owned()),
-                    (e, _) => e,
-                };
-                Err(e.into_js(env))
-            }
+            Ok(Err(e)) => Err(e.into_js(env)),
             Err(p) => {
                 let msg = p
                     .downcast_ref::<&str>()
                     .map(|s| (*s).to_string())
                     .or_else(|| p.downcast_ref::<String>().cloned())
                     .unwrap_or_else(|| "unknown panic".into());
-                self.core = None;
-                self.closed_why = "the broker was closed after an internal error (a caught panic)";
+                self.host
+                    .abandon("the broker was closed after an internal error (a caught panic)");
                 Err(Fail::Internal(format!("panic: {msg}")).into_js(env))
             }
-        }
-    }
-
-    fn core(&mut self) -> Res<&mut Core> {
-        let why = self.closed_why;
-        self.core.as_mut().ok_or(Fail::Closed(why))
-    }
-
-    /// The host clock's reading.
-    fn clock_now(&self) -> Millis {
-        match self.clock {
-            ClockKind::Manual => self.manual_now,
-            ClockKind::System => system_now(),
-        }
-    }
-
-    /// Takes everything the core has for the host.
-    fn drain(&mut self) {
-        let Some(core) = self.core.as_mut() else {
-            return;
-        };
-        while let Some(out) = core.poll_output() {
-            match out {
-                Output::Check(c) => self.checks.push((c, core.now())),
-                Output::Available { topic, queue_id } => self
-                    .available
-                    .push(convert::JsAvailable { topic, queue_id }),
-                Output::Trace(t) => {
-                    if self.trace_on {
-                        self.trace.push(t);
-                    }
-                }
-                // `execute` answers directly (a failed sync as its `Err`); no request goes
-                // through `handle`.
-                Output::Reply { .. } | Output::Failed { .. } => {}
-            }
-        }
-    }
-
-    /// Runs one request to its reply; a client error becomes `Fail::Client`.
-    fn exec(&mut self, req: Request) -> Res<Reply> {
-        let now = self.clock_now();
-        let result = self.core()?.execute(now, req);
-        self.drain();
-        match result? {
-            Reply::Error(e) => Err(Fail::Client(e)),
-            r => Ok(r),
-        }
-    }
-
-    fn send_one(&mut self, req: Request) -> Res<convert::JsSendResult> {
-        match self.exec(req)? {
-            Reply::Sent(mut v) if v.len() == 1 => Ok(convert::send_result(v.remove(0))),
-            r => Err(unexpected(&r)),
         }
     }
 
     fn end(
         &mut self,
         txn: Unknown<'_>,
-        resolution: rocklet_core::Resolution,
+        resolution: Resolution,
         opts: Option<Unknown<'_>>,
         from_check_ok: bool,
     ) -> Res<convert::JsEnded> {
@@ -150,43 +65,14 @@ impl JsBroker {
             &["group"]
         };
         let o = Opts::new("options", opts, allowed)?;
-        // Without a group, the transaction's own: the application owns the broker.
-        let group = match o.string("group")? {
-            Some(g) => Some(g),
-            None => self.core()?.transaction_group(txn)?,
-        };
+        let group = o.string("group")?;
         let from_check = o.bool("fromCheck")?.unwrap_or(false);
-        match self.exec(Request::EndTransaction {
-            txn,
-            resolution,
-            group,
-            from_check,
-        })? {
-            Reply::Ended {
-                txn,
-                resolution,
-                duplicate,
-            } => Ok(convert::JsEnded {
-                txn: txn.to_string(),
-                resolution: resolution.as_str().into(),
-                duplicate,
-            }),
-            r => Err(unexpected(&r)),
-        }
-    }
-
-    /// Fires the timers due by `now` (the core makes what they wrote durable as its flush
-    /// mode says).
-    fn timers(&mut self, now: Millis) -> Res<()> {
-        self.core()?.handle_timeout(now)?;
-        Ok(())
-    }
-
-    fn manual(&self, what: &'static str) -> Res<()> {
-        if self.clock != ClockKind::Manual {
-            return Err(Fail::WrongClock(what));
-        }
-        Ok(())
+        let e = embed::end(&mut self.host, txn, resolution, group, from_check)?;
+        Ok(convert::JsEnded {
+            txn: e.txn.to_string(),
+            resolution: e.resolution.as_str().into(),
+            duplicate: e.duplicate,
+        })
     }
 }
 
@@ -211,27 +97,16 @@ impl JsBroker {
         let open = || -> Res<Self> {
             let o = convert::broker_options(options)?;
             let storage = AnyStorage::open(o.path.as_deref()).map_err(Fail::Storage)?;
-            let start = match o.clock {
-                ClockKind::Manual => o.now.unwrap_or(0),
-                ClockKind::System => system_now(),
+            let clock = match o.clock {
+                ClockKind::Manual => AnyClock::Manual(ManualClock(o.now.unwrap_or(0))),
+                ClockKind::System => AnyClock::Host(SystemClock),
             };
-            let trace_on = o.config.trace;
-            let core = if o.repair {
-                Broker::open_repairing(o.config, storage, start)?
-            } else {
-                Broker::open(o.config, storage, start)?
-            };
-            // Recovery moves the broker's time up to the newest record: so does the clock.
-            let manual_now = core.now().max(start);
+            let host = Host::open(o.config, storage, clock, o.repair)?;
             Ok(JsBroker {
-                core: Some(core),
-                closed_why: "the broker is closed",
-                clock: o.clock,
-                manual_now,
-                trace_on,
-                checks: Vec::new(),
-                available: Vec::new(),
-                trace: Vec::new(),
+                host,
+                drive: None,
+                subs: std::collections::BTreeMap::new(),
+                next_sub: 0,
             })
         };
         match catch_unwind(AssertUnwindSafe(open)) {
@@ -254,7 +129,7 @@ impl JsBroker {
     ) -> napi::Result<convert::JsSendResult> {
         self.guard(&env, |b| {
             let m = convert::new_message(str_arg("topic", topic)?, body, options)?;
-            b.send_one(Request::Send { messages: vec![m] })
+            Ok(convert::send_result(embed::send_one(&mut b.host, m)?))
         })
     }
 
@@ -287,10 +162,8 @@ impl JsBroker {
                 }
                 batch.push(m);
             }
-            match b.exec(Request::Send { messages: batch })? {
-                Reply::Sent(v) => Ok(v.into_iter().map(convert::send_result).collect()),
-                r => Err(unexpected(&r)),
-            }
+            let sent = embed::send(&mut b.host, batch)?;
+            Ok(sent.into_iter().map(convert::send_result).collect())
         })
     }
 
@@ -306,11 +179,8 @@ impl JsBroker {
             let group = str_arg("group", group)?;
             let (message, check_immunity_ms) =
                 convert::message_object("message", message, None, true)?;
-            b.send_one(Request::Prepare {
-                group,
-                message,
-                check_immunity_ms,
-            })
+            let tx = embed::prepare(&mut b.host, group, message, check_immunity_ms)?;
+            Ok(convert::send_result(tx.sent))
         })
     }
 
@@ -337,9 +207,7 @@ impl JsBroker {
         txn: Unknown<'_>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| {
-            b.end(txn, rocklet_core::Resolution::Commit, options, false)
-        })
+        self.guard(&env, |b| b.end(txn, Resolution::Commit, options, false))
     }
 
     /// Rolls a transaction back.
@@ -350,9 +218,7 @@ impl JsBroker {
         txn: Unknown<'_>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| {
-            b.end(txn, rocklet_core::Resolution::Rollback, options, false)
-        })
+        self.guard(&env, |b| b.end(txn, Resolution::Rollback, options, false))
     }
 
     /// Whether a producer of `group` can answer checks (the wrapper's `setChecker` says so).
@@ -365,10 +231,7 @@ impl JsBroker {
     ) -> napi::Result<()> {
         self.guard(&env, |b| {
             let group = str_arg("group", group)?;
-            let now = b.clock_now();
-            b.core()?.set_producer_online(now, &group, online);
-            b.drain();
-            Ok(())
+            Ok(b.host.set_producer_online(&group, online)?)
         })
     }
 
@@ -383,49 +246,53 @@ impl JsBroker {
         self.guard(&env, |b| {
             let name = str_arg("name", name)?;
             let queues = convert::u32_of("queues", queues)?;
-            b.core()?.create_topic(&name, queues)?.map_err(Fail::Client)
+            b.host.create_topic(&name, queues)?.map_err(Fail::Client)
         })
     }
 
     // ---- consumer -----------------------------------------------------------------------
 
-    /// Reads a queue from the group's committed offset (or `offset`).
+    /// Reads from the group's committed offsets (or `offset`, with a queue): the queue
+    /// `queueId` names, or every queue of the topic in order. `pull(group, topic, options)`
+    /// reads every queue too. A topic that does not exist throws `UNKNOWN_TOPIC`.
     #[napi]
     pub fn pull(
         &mut self,
         env: Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
-        queue_id: Unknown<'_>,
+        queue_id: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
     ) -> napi::Result<convert::JsPulled> {
         self.guard(&env, |b| {
             let group = str_arg("group", group)?;
             let topic = str_arg("topic", topic)?;
-            let queue_id = convert::u32_of("queueId", queue_id)?;
-            let o = Opts::new("options", options, &["offset", "max", "tags", "autoCommit"])?;
-            let req = Request::Pull {
-                group,
-                topic,
-                queue_id,
-                offset: o.uint("offset")?,
-                // Absent: as many as the core hands out in one call.
-                max: o.u32("max")?.unwrap_or(u32::MAX),
-                filter: convert::tags(&o)?,
-                auto_commit: o.bool("autoCommit")?.unwrap_or(true),
+            // `pull(group, topic, options)`: the third argument is the options.
+            let (queue, options) = match convert::present(queue_id)? {
+                Some(v) if v.get_type()? == ValueType::Object => {
+                    if convert::present(options)?.is_some() {
+                        return Err(arg("queueId must be a number (options come fourth)"));
+                    }
+                    (None, Some(v))
+                }
+                Some(v) => (Some(convert::u32_of("queueId", v)?), options),
+                None => (None, options),
             };
-            match b.exec(req)? {
-                Reply::Pulled {
-                    messages,
-                    next_offset,
-                    max_offset,
-                } => Ok(convert::JsPulled {
-                    messages: messages.into_iter().map(convert::message).collect(),
-                    next_offset: next_offset as f64,
-                    max_offset: max_offset as f64,
-                }),
-                r => Err(unexpected(&r)),
-            }
+            let o = Opts::new("options", options, &["offset", "max", "tags", "autoCommit"])?;
+            let p = embed::pull(
+                &mut b.host,
+                embed::PullArgs {
+                    group,
+                    topic,
+                    queue,
+                    offset: o.uint("offset")?,
+                    // Absent: as many as the core hands out in one call.
+                    max: o.u32("max")?.unwrap_or(u32::MAX),
+                    filter: convert::tags(&o)?,
+                    auto_commit: o.bool("autoCommit")?.unwrap_or(true),
+                },
+            )?;
+            Ok(convert::pulled(p, queue.is_some()))
         })
     }
 
@@ -440,20 +307,15 @@ impl JsBroker {
         offset: Unknown<'_>,
     ) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let req = Request::CommitOffset {
-                group: str_arg("group", group)?,
-                topic: str_arg("topic", topic)?,
-                queue_id: convert::u32_of("queueId", queue_id)?,
-                offset: convert::uint("offset", offset)?,
-            };
-            match b.exec(req)? {
-                Reply::OffsetCommitted => Ok(()),
-                r => Err(unexpected(&r)),
-            }
+            let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
+            let q = convert::u32_of("queueId", queue_id)?;
+            let offset = convert::uint("offset", offset)?;
+            Ok(embed::commit_offset(&mut b.host, g, t, q, offset)?)
         })
     }
 
-    /// Receives messages, invisible to the group for `invisibleMs` unless acked.
+    /// Receives messages, invisible to the group for `invisibleMs` unless acked. A topic
+    /// that does not exist throws `UNKNOWN_TOPIC`.
     #[napi]
     pub fn receive(
         &mut self,
@@ -473,18 +335,18 @@ impl JsBroker {
             let invisible_ms = o
                 .uint("invisibleMs")?
                 .ok_or_else(|| arg("options.invisibleMs is required"))?;
-            let req = Request::Receive {
-                group,
-                topic,
-                queue_id: o.u32("queueId")?,
-                max: o.u32("max")?.unwrap_or(u32::MAX),
-                invisible_ms,
-                filter: convert::tags(&o)?,
-            };
-            match b.exec(req)? {
-                Reply::Received(v) => Ok(v.into_iter().map(convert::received).collect()),
-                r => Err(unexpected(&r)),
-            }
+            let got = embed::receive(
+                &mut b.host,
+                embed::ReceiveArgs {
+                    group,
+                    topic,
+                    queue: o.u32("queueId")?,
+                    max: o.u32("max")?.unwrap_or(u32::MAX),
+                    invisible_ms,
+                    filter: convert::tags(&o)?,
+                },
+            )?;
+            Ok(got.into_iter().map(convert::received).collect())
         })
     }
 
@@ -492,14 +354,9 @@ impl JsBroker {
     #[napi]
     pub fn ack(&mut self, env: Env, group: Unknown<'_>, handle: Unknown<'_>) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let req = Request::Ack {
-                group: str_arg("group", group)?,
-                handle: convert::handle("handle", handle)?,
-            };
-            match b.exec(req)? {
-                Reply::Acked => Ok(()),
-                r => Err(unexpected(&r)),
-            }
+            let g = str_arg("group", group)?;
+            let h = convert::handle("handle", handle)?;
+            Ok(embed::ack(&mut b.host, g, h)?)
         })
     }
 
@@ -513,18 +370,14 @@ impl JsBroker {
         invisible_ms: Unknown<'_>,
     ) -> napi::Result<convert::JsInvisibleChanged> {
         self.guard(&env, |b| {
-            let req = Request::ChangeInvisible {
-                group: str_arg("group", group)?,
-                handle: convert::handle("handle", handle)?,
-                invisible_ms: convert::uint("invisibleMs", invisible_ms)?,
-            };
-            match b.exec(req)? {
-                Reply::InvisibleChanged { handle, visible_at } => Ok(convert::JsInvisibleChanged {
-                    handle: handle.to_string(),
-                    visible_at: visible_at as f64,
-                }),
-                r => Err(unexpected(&r)),
-            }
+            let g = str_arg("group", group)?;
+            let h = convert::handle("handle", handle)?;
+            let ms = convert::uint("invisibleMs", invisible_ms)?;
+            let (handle, visible_at) = embed::change_invisible(&mut b.host, g, h, ms)?;
+            Ok(convert::JsInvisibleChanged {
+                handle: handle.to_string(),
+                visible_at: visible_at as f64,
+            })
         })
     }
 
@@ -537,14 +390,9 @@ impl JsBroker {
         handle: Unknown<'_>,
     ) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let req = Request::ForwardToDeadLetter {
-                group: str_arg("group", group)?,
-                handle: convert::handle("handle", handle)?,
-            };
-            match b.exec(req)? {
-                Reply::Forwarded => Ok(()),
-                r => Err(unexpected(&r)),
-            }
+            let g = str_arg("group", group)?;
+            let h = convert::handle("handle", handle)?;
+            Ok(embed::forward_to_dead_letter(&mut b.host, g, h)?)
         })
     }
 
@@ -559,13 +407,64 @@ impl JsBroker {
     ) -> napi::Result<convert::JsSendResult> {
         self.guard(&env, |b| {
             let o = Opts::new("options", options, &["delayLevel"])?;
-            let req = Request::SendBack {
-                group: str_arg("group", group)?,
-                offset: convert::uint("offset", offset)?,
-                delay_level: o.u32("delayLevel")?,
-            };
-            b.send_one(req)
+            let g = str_arg("group", group)?;
+            let offset = convert::uint("offset", offset)?;
+            let r = embed::send_back(&mut b.host, g, offset, o.u32("delayLevel")?)?;
+            Ok(convert::send_result(r))
         })
+    }
+
+    /// Opens a subscription (the wrapper's `subscribe` loop): the embedding layer's ack rule
+    /// (a message is acked when the loop asks for the next one) and missing-topic rule (it
+    /// waits for the topic). Answers its id for `subscriptionNext` / `subscriptionStop`.
+    #[napi]
+    pub fn subscription_open(
+        &mut self,
+        env: Env,
+        group: Unknown<'_>,
+        topic: Unknown<'_>,
+        options: Unknown<'_>,
+    ) -> napi::Result<u32> {
+        self.guard(&env, |b| {
+            let group = str_arg("group", group)?;
+            let topic = str_arg("topic", topic)?;
+            let o = Opts::new("options", Some(options), &["invisibleMs", "tags", "batch"])?;
+            let invisible_ms = o.uint("invisibleMs")?.ok_or_else(|| {
+                arg("subscribe needs options.invisibleMs (ms a message stays invisible until acked)")
+            })?;
+            let batch = o.u32("batch")?.unwrap_or(1);
+            let sub = embed::Subscription::new(group, topic, invisible_ms, batch, convert::tags(&o)?);
+            let id = b.next_sub;
+            b.next_sub = b.next_sub.wrapping_add(1);
+            b.subs.insert(id, sub);
+            Ok(id)
+        })
+    }
+
+    /// The subscription's next message (acking the one before), or `null` when none is
+    /// visible now (the wrapper waits for the topic's next availability notice).
+    #[napi]
+    pub fn subscription_next(
+        &mut self,
+        env: Env,
+        id: u32,
+    ) -> napi::Result<Option<convert::JsReceived>> {
+        self.guard(&env, |b| {
+            let Some(mut sub) = b.subs.remove(&id) else {
+                return Err(arg(format!("no open subscription {id}")));
+            };
+            let r = sub.next(&mut b.host);
+            b.subs.insert(id, sub);
+            Ok(r?.map(convert::received))
+        })
+    }
+
+    /// Ends a subscription; its current message stays un-acked.
+    #[napi]
+    pub fn subscription_stop(&mut self, id: u32) {
+        if let Some(mut s) = self.subs.remove(&id) {
+            s.stop();
+        }
     }
 
     // ---- durability and lifetime ----------------------------------------------------------
@@ -573,11 +472,7 @@ impl JsBroker {
     /// Makes everything written durable (fsync for a broker with a `path`).
     #[napi]
     pub fn sync(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            b.core()?.sync()?;
-            b.drain();
-            Ok(())
-        })
+        self.guard(&env, |b| Ok(b.host.sync()?))
     }
 
     /// Syncs and closes the broker (releasing its data directory). Idempotent. A failed
@@ -585,29 +480,21 @@ impl JsBroker {
     #[napi]
     pub fn close(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
-            let Some(mut core) = b.core.take() else {
-                return Ok(());
-            };
-            b.closed_why = "the broker is closed";
-            if core.failed().is_none() {
-                core.sync()?;
-            }
-            Ok(())
+            b.drive = None;
+            b.subs.clear();
+            Ok(b.host.close()?)
         })
     }
 
     #[napi(getter)]
     pub fn closed(&self) -> bool {
-        self.core.is_none()
+        self.host.is_closed()
     }
 
     /// Why the broker stopped taking requests (a sync failed), or `null`.
     #[napi(getter)]
     pub fn failed(&self) -> Option<String> {
-        self.core
-            .as_ref()
-            .and_then(|c| c.failed())
-            .map(str::to_owned)
+        self.host.failed().map(str::to_owned)
     }
 
     // ---- clock -----------------------------------------------------------------------------
@@ -615,58 +502,84 @@ impl JsBroker {
     /// 'system' or 'manual'.
     #[napi(getter)]
     pub fn clock(&self) -> String {
-        match self.clock {
-            ClockKind::System => "system".into(),
-            ClockKind::Manual => "manual".into(),
+        if self.host.clock().is_manual() {
+            "manual".into()
+        } else {
+            "system".into()
         }
     }
 
-    /// The host clock's reading, in ms (the manual clock, or the system time).
-    #[napi]
+    /// The host clock's reading, in ms (the manual clock, or the system time): a getter, as
+    /// in Python and wasm.
+    #[napi(getter)]
     pub fn now(&self) -> f64 {
-        self.clock_now() as f64
+        self.host.now() as f64
     }
 
     /// When something is next due (a check, a delayed delivery, a redelivery), or `null`.
     #[napi]
     pub fn poll_timeout(&mut self, env: Env) -> napi::Result<Option<f64>> {
-        self.guard(&env, |b| Ok(b.core()?.poll_timeout().map(|t| t as f64)))
+        self.guard(&env, |b| {
+            b.host.core()?;
+            Ok(b.host.next_due().map(|t| t as f64))
+        })
     }
 
     /// Manual clock: fires the next timer due at or before `target` (any, when `target` is
     /// `null`) at its own time and answers `true`; when none is, moves the clock to `target`
-    /// and answers `false`. The wrapper's `advance` calls it until `false`, answering the
-    /// checks each step produced before the next.
+    /// and answers `false`.
     #[napi]
     pub fn step_clock(&mut self, env: Env, target: Option<Unknown<'_>>) -> napi::Result<bool> {
         self.guard(&env, |b| {
-            b.manual("stepClock needs a broker with clock: 'manual'")?;
+            let target = convert::present(target)?
+                .map(|t| convert::uint("target", t))
+                .transpose()?;
+            Ok(b.host.step(target)?)
+        })
+    }
+
+    /// Manual clock: starts an advance to `target` (until idle when `null`); `driveNext`
+    /// then hands out the checks of each step until it answers `[]`. The wrapper's
+    /// `advance`, `advanceTo` and `runUntilIdle` answer each batch before the next.
+    #[napi]
+    pub fn drive_start(&mut self, env: Env, target: Option<Unknown<'_>>) -> napi::Result<()> {
+        self.guard(&env, |b| {
+            if !b.host.clock().is_manual() {
+                return Err(Fail::WrongClock(
+                    "advancing needs a broker with clock: 'manual'",
+                ));
+            }
             let target = convert::present(target)?
                 .map(|t| convert::uint("target", t))
                 .transpose()?;
             if let Some(t) = target {
-                if t < b.manual_now {
+                if t < b.host.now() {
                     return Err(arg(format!(
                         "target {t} is before the clock ({})",
-                        b.manual_now
+                        b.host.now()
                     )));
                 }
             }
-            let due = b.core()?.poll_timeout();
-            let fired = match (due, target) {
-                (Some(d), Some(t)) if d <= t => Some(d),
-                (Some(d), None) => Some(d),
-                _ => None,
+            b.drive = Some(target.map_or_else(Drive::until_idle, Drive::to));
+            Ok(())
+        })
+    }
+
+    /// The checks of the drive's next step (`[]`: the drive is over).
+    #[napi]
+    pub fn drive_next(&mut self, env: Env) -> napi::Result<Vec<convert::JsCheck>> {
+        self.guard(&env, |b| {
+            let Some(mut d) = b.drive.take() else {
+                return Ok(Vec::new());
             };
-            let to = fired.or(target);
-            if let Some(to) = to {
-                b.manual_now = b.manual_now.max(to);
-                let now = b.manual_now;
-                let r = b.timers(now);
-                b.drain();
-                r?;
+            let checks = d.next(&mut b.host)?;
+            if !checks.is_empty() {
+                b.drive = Some(d);
             }
-            Ok(fired.is_some())
+            Ok(checks
+                .into_iter()
+                .map(|(c, at)| convert::check(c, at))
+                .collect())
         })
     }
 
@@ -674,14 +587,12 @@ impl JsBroker {
     #[napi]
     pub fn fire_due(&mut self, env: Env) -> napi::Result<()> {
         self.guard(&env, |b| {
-            if b.clock != ClockKind::System {
+            if b.host.clock().is_manual() {
                 return Err(Fail::WrongClock(
                     "fireDue is for a broker with clock: 'system'",
                 ));
             }
-            let r = b.timers(system_now());
-            b.drain();
-            r
+            Ok(b.host.fire_due()?)
         })
     }
 
@@ -690,8 +601,9 @@ impl JsBroker {
     /// Checks the core asked for since the last call, in order.
     #[napi]
     pub fn take_checks(&mut self) -> Vec<convert::JsCheck> {
-        self.checks
-            .drain(..)
+        let checks = self.host.take_checks();
+        checks
+            .into_iter()
             .map(|(c, at)| convert::check(c, at))
             .collect()
     }
@@ -699,13 +611,17 @@ impl JsBroker {
     /// Queues that got a visible message since the last call.
     #[napi]
     pub fn take_available(&mut self) -> Vec<convert::JsAvailable> {
-        std::mem::take(&mut self.available)
+        let a = self.host.take_available();
+        a.into_iter()
+            .map(|(topic, queue_id)| convert::JsAvailable { topic, queue_id })
+            .collect()
     }
 
     /// Trace events (with `trace: true`) since the last call, in order.
     #[napi]
     pub fn take_trace(&mut self) -> Vec<convert::JsTrace> {
-        self.trace.drain(..).map(convert::trace).collect()
+        let t = self.host.take_trace();
+        t.into_iter().map(convert::trace).collect()
     }
 
     // ---- introspection ---------------------------------------------------------------------
@@ -719,7 +635,8 @@ impl JsBroker {
     ) -> napi::Result<Vec<convert::JsPendingTxn>> {
         self.guard(&env, |b| {
             let n = to_limit(limit)?;
-            Ok(b.core()?
+            Ok(b.host
+                .core()?
                 .pending_transactions(n)
                 .into_iter()
                 .map(convert::pending_txn)
@@ -736,7 +653,8 @@ impl JsBroker {
     ) -> napi::Result<Vec<convert::JsPendingDelay>> {
         self.guard(&env, |b| {
             let n = to_limit(limit)?;
-            Ok(b.core()?
+            Ok(b.host
+                .core()?
                 .pending_delays(n)
                 .into_iter()
                 .map(convert::pending_delay)
@@ -748,7 +666,8 @@ impl JsBroker {
     #[napi]
     pub fn topics(&mut self, env: Env) -> napi::Result<Vec<convert::JsTopicInfo>> {
         self.guard(&env, |b| {
-            Ok(b.core()?
+            Ok(b.host
+                .core()?
                 .topics()
                 .into_iter()
                 .map(convert::topic_info)
@@ -767,7 +686,8 @@ impl JsBroker {
         self.guard(&env, |b| {
             let topic = str_arg("topic", topic)?;
             let q = convert::u32_of("queueId", queue_id)?;
-            Ok(b.core()?
+            Ok(b.host
+                .core()?
                 .consume_queue(&topic, q)
                 .into_iter()
                 .map(convert::cq_unit)
@@ -787,7 +707,7 @@ impl JsBroker {
         self.guard(&env, |b| {
             let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
             let q = convert::u32_of("queueId", queue_id)?;
-            Ok(b.core()?.committed_offset(&g, &t, q).map(|o| o as f64))
+            Ok(b.host.core()?.committed_offset(&g, &t, q).map(|o| o as f64))
         })
     }
 
@@ -801,32 +721,34 @@ impl JsBroker {
     ) -> napi::Result<u32> {
         self.guard(&env, |b| {
             let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
-            Ok(u32::try_from(b.core()?.inflight_count(&g, &t)).unwrap_or(u32::MAX))
+            Ok(u32::try_from(b.host.core()?.inflight_count(&g, &t)).unwrap_or(u32::MAX))
         })
     }
 
     /// Core counters.
     #[napi]
     pub fn stats(&mut self, env: Env) -> napi::Result<std::collections::HashMap<String, f64>> {
-        self.guard(&env, |b| Ok(convert::stats(b.core()?.stats())))
+        self.guard(&env, |b| Ok(convert::stats(b.host.core()?.stats())))
     }
 
     /// Bytes in the log.
     #[napi]
     pub fn log_end(&mut self, env: Env) -> napi::Result<f64> {
-        self.guard(&env, |b| Ok(b.core()?.log_end() as f64))
+        self.guard(&env, |b| Ok(b.host.core()?.log_end() as f64))
     }
 
     /// What recovery found when the broker opened.
     #[napi]
     pub fn recovery_report(&mut self, env: Env) -> napi::Result<convert::JsRecoveryReport> {
-        self.guard(&env, |b| Ok(convert::recovery(b.core()?.recovery_report())))
+        self.guard(&env, |b| {
+            Ok(convert::recovery(b.host.core()?.recovery_report()))
+        })
     }
 
     /// The effective configuration (camelCase).
     #[napi]
     pub fn config(&mut self, env: Env) -> napi::Result<serde_json::Value> {
-        self.guard(&env, |b| convert::config_out(b.core()?.config()))
+        self.guard(&env, |b| convert::config_out(b.host.core()?.config()))
     }
 
     /// Test hook: tells the core a sync failed (`Broker::sync_failed`, what a host that syncs
@@ -834,11 +756,7 @@ impl JsBroker {
     /// fail from a test.
     #[napi(js_name = "__failSyncForTest")]
     pub fn fail_sync_for_test(&mut self, env: Env, reason: String) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            b.core()?.sync_failed(&reason);
-            b.drain();
-            Ok(())
-        })
+        self.guard(&env, |b| Ok(b.host.sync_failed(&reason)?))
     }
 
     /// Test hook: panics inside a guarded call, to show that no panic reaches JS.

@@ -660,8 +660,38 @@ pub(crate) fn received(r: Received) -> JsReceived {
 #[derive(Debug)]
 pub struct JsPulled {
     pub messages: Vec<JsMessage>,
+    /// The queue's next offset when one queue was read, else absent (see `queues`).
+    pub next_offset: Option<f64>,
+    /// The queue's end when one queue was read, else absent.
+    pub max_offset: Option<f64>,
+    /// Each queue read, in order.
+    pub queues: Vec<JsQueueRead>,
+}
+
+#[napi(object)]
+#[derive(Debug)]
+pub struct JsQueueRead {
+    pub queue_id: u32,
     pub next_offset: f64,
     pub max_offset: f64,
+}
+
+pub(crate) fn pulled(p: rocklet_embed::Pulled, one_queue: bool) -> JsPulled {
+    let single = p.queues.first().filter(|_| one_queue).copied();
+    JsPulled {
+        messages: p.messages.into_iter().map(message).collect(),
+        next_offset: single.map(|q| num(q.next_offset)),
+        max_offset: single.map(|q| num(q.max_offset)),
+        queues: p
+            .queues
+            .into_iter()
+            .map(|q| JsQueueRead {
+                queue_id: q.queue_id,
+                next_offset: num(q.next_offset),
+                max_offset: num(q.max_offset),
+            })
+            .collect(),
+    }
 }
 
 #[napi(object)]

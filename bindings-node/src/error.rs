@@ -74,6 +74,19 @@ impl From<rocklet_core::Error<io::Error>> for Fail {
     }
 }
 
+impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for Fail {
+    fn from(e: rocklet_embed::Fail<rocklet_core::Error<io::Error>>) -> Self {
+        match e {
+            rocklet_embed::Fail::Client(e) => Fail::Client(e),
+            rocklet_embed::Fail::Host(e) => e.into(),
+            rocklet_embed::Fail::Closed(why) => Fail::Closed(why),
+            rocklet_embed::Fail::WrongClock(why) => Fail::WrongClock(why),
+            rocklet_embed::Fail::Argument(why) => Fail::Argument(why),
+            other => Fail::Internal(other.to_string()),
+        }
+    }
+}
+
 impl From<napi::Error> for Fail {
     fn from(e: napi::Error) -> Self {
         Fail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))

@@ -11,6 +11,12 @@ const {
 const tmp = () => fs.mkdtempSync(path.join(os.tmpdir(), 'rocklet-node-'));
 const bodies = (list) => list.map((m) => m.body.toString());
 const manual = (extra) => new Broker({ clock: 'manual', ...extra });
+const code = (fn, cls, c, re) => assert.throws(fn, (e) => {
+  assert.ok(e instanceof RockletError && e instanceof cls, `${e}`);
+  assert.equal(e.code, c);
+  if (re) assert.match(e.message, re);
+  return true;
+});
 
 // ---- durable -------------------------------------------------------------------------------
 
@@ -44,6 +50,57 @@ test('a durable broker reopened keeps pending transactions, delays and offsets',
     b.close();
   } finally {
     fs.rmSync(dir, { recursive: true, force: true });
+  }
+});
+
+test('pull reads every queue unless a queue is given (the README example)', () => {
+  const b = manual({ defaultQueues: 4 });
+  try {
+    b.send('orders', 'q1', { queueId: 1 });
+    b.send('orders', 'q3', { queueId: 3 });
+    // One queue: that queue only, with its offsets.
+    const one = b.pull('billing', 'orders', 3);
+    assert.deepEqual(bodies(one.messages), ['q3']);
+    assert.equal(one.nextOffset, 1);
+    assert.deepEqual(one.queues.map((q) => q.queueId), [3]);
+    // No queue (or null, or options third): every queue, in order.
+    const all = b.pull('billing', 'orders');
+    assert.deepEqual(bodies(all.messages), ['q1']);
+    assert.equal(all.nextOffset, undefined);
+    assert.deepEqual(all.queues.map((q) => [q.queueId, q.nextOffset]), [[0, 0], [1, 1], [2, 0], [3, 1]]);
+    b.send('orders', 'q0', { queueId: 0 });
+    b.send('orders', 'q2', { queueId: 2 });
+    assert.deepEqual(bodies(b.pull('G2', 'orders', null, { autoCommit: false }).messages), ['q0', 'q1', 'q2', 'q3']);
+    assert.deepEqual(bodies(b.pull('G2', 'orders', { max: 3 }).messages), ['q0', 'q1', 'q2']);
+    assert.deepEqual(bodies(b.pull('G2', 'orders', { max: 3 }).messages), ['q3']);
+    code(() => b.pull('G', 'orders', { offset: 0 }), ClientError, 'INVALID_ARGUMENT', /offset needs a queue/);
+  } finally {
+    b.close();
+  }
+});
+
+test('now is a getter, as clock, closed and failed (and as in Python and wasm)', async () => {
+  const b = manual({ now: 1000 });
+  try {
+    assert.equal(typeof b.now, 'number');
+    assert.equal(b.now, 1000);
+    await b.advance(250);
+    assert.equal(b.now, 1250);
+  } finally {
+    b.close();
+  }
+});
+
+test('pull and receive on a topic that does not exist throw UNKNOWN_TOPIC', () => {
+  const b = manual();
+  try {
+    b.send('orders', 'x');
+    code(() => b.pull('G', 'ordres'), ClientError, 'UNKNOWN_TOPIC', /ordres/);
+    code(() => b.pull('G', 'ordres', 0), ClientError, 'UNKNOWN_TOPIC', /ordres/);
+    code(() => b.receive('G', 'ordres', { invisibleMs: 1000 }), ClientError, 'UNKNOWN_TOPIC', /ordres/);
+    assert.equal(b.topics().find((t) => t.name === 'ordres'), undefined);
+  } finally {
+    b.close();
   }
 });
 
@@ -284,12 +341,6 @@ test('introspection: topics, consume queue, stats, config, trace', async () => {
 
 test('bad input gives RockletError subclasses with a code', () => {
   const b = manual();
-  const code = (fn, cls, c, re) => assert.throws(fn, (e) => {
-    assert.ok(e instanceof RockletError && e instanceof cls, `${e}`);
-    assert.equal(e.code, c);
-    if (re) assert.match(e.message, re);
-    return true;
-  });
   code(() => b.send('', 'x'), ClientError, 'INVALID_TOPIC');
   code(() => b.send('T', ''), ClientError, 'EMPTY_BODY');
   code(() => b.send('T', 42), ClientError, 'INVALID_ARGUMENT', /body must be a Buffer/);

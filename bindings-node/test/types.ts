@@ -24,6 +24,18 @@ async function main(): Promise<void> {
   }
   const pulled = broker.pull('G', 'T', 0, { max: 10, autoCommit: false });
   const next: number = pulled.nextOffset;
+  // Without a queue id: every queue; the per-queue offsets are in `queues`.
+  const all = broker.pull('G', 'T', { max: 10 });
+  const firstQueue: number | undefined = all.queues[0]?.nextOffset;
+  // @ts-expect-error: a pull across queues has no single next offset
+  const notOne: number = all.nextOffset;
+  // A checker answers one of the three resolutions; any other string does not type-check.
+  broker.setChecker('PG2', () => 'unknown');
+  // @ts-expect-error: 'yes' is not a resolution
+  broker.setChecker('PG3', () => 'yes');
+  const someString: string = 'commit';
+  // @ts-expect-error: a plain string is not a resolution
+  broker.setChecker('PG4', () => someString);
   const pending = broker.pendingTransactions().map((p) => p.nextCheck ?? -1);
   const kinds = broker.takeTrace().map((e) => e.kind);
   broker.on('checkerError', (err, check) => console.log(err, check.txn));
@@ -34,7 +46,8 @@ async function main(): Promise<void> {
     if (e instanceof RockletError) console.log(e.code);
   }
   const why: string | null = broker.failed;
-  console.log(offset, n, next, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
+  const now: number = broker.now;
+  console.log(now, offset, n, next, firstQueue, notOne, pending, kinds, broker.stats().committed, broker.config().delayLevels, why);
   broker.close();
   try {
     const repaired = new Broker({ path: 'data', repair: true });

@@ -57,10 +57,10 @@ def place_order(broker: rocklet.Broker, db: sqlite3.Connection, order_id: str, a
             raise
 
 
-def checker_for(db_path: Path) -> Callable[[rocklet.Message], str]:
+def checker_for(db_path: Path) -> Callable[[rocklet.Message], rocklet.Resolution]:
     """The check-back: does the order the half message announces exist?"""
 
-    def check(message: rocklet.Message) -> str:
+    def check(message: rocklet.Message) -> rocklet.Resolution:
         order_id = message.properties.get("order_id", "")
         db = open_db(db_path)
         try:

@@ -1,5 +1,6 @@
-//! `Broker` (the core broker behind a mutex, driven by the host clock), `Transaction` and
-//! `Subscription`.
+//! `Broker` (a `rocklet_embed::Host` behind a mutex, driven by the host clock), `Transaction`
+//! and `Subscription`. The drive loop, the transaction rule, pull across queues and the
+//! subscription's ack rule are the embedding layer's; this file adds the GIL and the mutex.
 //!
 //! Threading: every call releases the GIL, then takes the broker's mutex; nothing waits for
 //! the GIL while holding that mutex, so Python threads and the driver thread cannot deadlock.
@@ -9,22 +10,22 @@
 //! callers group-commit: the first waiting writer lets the writers queued behind it append
 //! (a fair unlock), then syncs once for all of them.
 
-use std::collections::{HashMap, VecDeque};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::{JoinHandle, ThreadId};
-use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
+use std::time::{Duration, Instant};
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use pyo3::exceptions::{PyStopAsyncIteration, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, Error as CoreError, Millis, NewMessage, Output, Reply,
-    Request, Resolution, TxnId,
+    AnyStorage, CheckRequest, Error as CoreError, Millis, NewMessage, Reply, Request, Resolution,
+    TxnId,
 };
+use rocklet_embed::{self as embed, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock};
 
 use crate::convert;
 use crate::error::{client_error, core_error, open_error, Fail};
@@ -33,25 +34,17 @@ use crate::types::{
     PySendResult, PyTopicInfo,
 };
 
-type Core = Broker<AnyStorage>;
+type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
+/// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
+type EFail = embed::Fail<Fail>;
 
 /// Everything behind the mutex.
 struct State {
-    /// `None` once closed.
-    core: Option<Core>,
-    /// Replies released by the core, by request id, until their caller takes them; `Err` is
-    /// a reply that waited for a sync that failed (the reason).
-    replies: HashMap<u64, Result<Reply, String>>,
-    /// Checks to hand to checkers.
-    checks: VecDeque<CheckRequest>,
+    host: Host,
     /// A group-commit leader is gathering writers before its sync.
     syncing: bool,
-    /// The manual clock.
-    manual_now: Millis,
     /// When the driver next wakes by itself (0 while it is awake).
     driver_wake: Millis,
-    /// Bumped whenever state changed: subscribers re-try on a change.
-    generation: u64,
     /// Set after a storage failure in the driver or a caught panic: the broker is unusable.
     /// (A failed sync is the core's own state: it refuses every later call itself.)
     broken: Option<String>,
@@ -65,14 +58,8 @@ struct Shared {
     event_cv: Condvar,
     manual: bool,
     shutdown: AtomicBool,
-    checkers: Mutex<HashMap<String, Py<PyAny>>>,
+    checkers: Mutex<Checkers<Py<PyAny>>>,
     driver_thread: Mutex<Option<ThreadId>>,
-}
-
-fn system_now() -> Millis {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as Millis)
 }
 
 fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
@@ -86,67 +73,34 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
 }
 
 impl Shared {
-    fn now(&self, st: &State) -> Millis {
-        if self.manual {
-            st.manual_now
-        } else {
-            system_now()
-        }
-    }
-
-    fn core(st: &mut State) -> Result<&mut Core, Fail> {
-        if let Some(why) = &st.broken {
-            return Err(Fail::Broken(why.clone()));
-        }
-        st.core.as_mut().ok_or(Fail::Closed)
-    }
-
-    /// Runs `f` on the core, turning a panic into an error that marks the broker broken.
+    /// Runs `f` on the host, turning a panic into an error that marks the broker broken.
     fn guarded<T>(
         &self,
         st: &mut State,
-        f: impl FnOnce(&mut Core, Millis) -> Result<T, Fail>,
+        f: impl FnOnce(&mut Host) -> Result<T, Fail>,
     ) -> Result<T, Fail> {
-        let now = self.now(st);
-        let core = Self::core(st)?;
-        match catch_unwind(AssertUnwindSafe(|| f(core, now))) {
-            // The storage error that failed the broker: said as the failure it is, so the call
-            // that hit it raises what every later call will.
-            Ok(Err(Fail::Core(CoreError::Storage(_)))) if core.failed().is_some() => {
-                Err(Fail::Core(CoreError::Failed {
-                    reason: core.failed().unwrap_or_default().to_owned(),
-                }))
-            }
+        if let Some(why) = &st.broken {
+            return Err(Fail::Broken(why.clone()));
+        }
+        let r = catch_unwind(AssertUnwindSafe(|| f(&mut st.host)));
+        let r = match r {
             Ok(r) => r,
             Err(p) => {
                 let why = panic_text(&*p);
                 st.broken = Some(format!("internal error: {why}"));
-                self.event_cv.notify_all();
                 Err(Fail::Panic(why))
             }
-        }
+        };
+        self.notify(st);
+        r
     }
 
-    /// Drains the core's outputs: replies to their callers, checks to the checker queue.
-    fn collect(&self, st: &mut State) {
-        let Some(core) = st.core.as_mut() else { return };
-        while let Some(out) = core.poll_output() {
-            match out {
-                Output::Reply { id, reply } => {
-                    st.replies.insert(id, Ok(reply));
-                }
-                Output::Failed { id, reason } => {
-                    st.replies.insert(id, Err(reason));
-                }
-                Output::Check(c) => st.checks.push_back(c),
-                // Availability and trace events: the generation bump below wakes waiters.
-                _ => {}
-            }
-        }
-        let next = core.poll_timeout().unwrap_or(Millis::MAX);
-        st.generation = st.generation.wrapping_add(1);
+    /// Wakes waiters after a change: subscribers and group-commit followers, and the driver
+    /// when checks wait or the next deadline moved earlier.
+    fn notify(&self, st: &State) {
         self.event_cv.notify_all();
-        if !self.manual && (!st.checks.is_empty() || next < st.driver_wake) {
+        let next = st.host.next_due().unwrap_or(Millis::MAX);
+        if !self.manual && (st.host.has_checks() || next < st.driver_wake) {
             self.driver_cv.notify_one();
         }
     }
@@ -155,17 +109,11 @@ impl Shared {
     /// Also says whether checks wait for a checker.
     fn request(&self, req: Request) -> Result<(Reply, bool), Fail> {
         let mut st = self.state.lock();
-        let id = self.guarded(&mut st, |core, now| {
-            let id = core.next_request_id();
-            core.handle(now, id, req)?;
-            Ok(id)
-        });
         // Also after an error: a failed write fails the replies that waited on a sync.
-        self.collect(&mut st);
-        let id = id?;
+        let id = self.guarded(&mut st, |h| Ok(h.submit(req)?))?;
         let taken = |st: &mut State| {
-            st.replies.remove(&id).map(|r| match r {
-                Ok(r) => Ok((r, !st.checks.is_empty())),
+            st.host.take_reply(id).map(|r| match r {
+                Ok(r) => Ok((r, st.host.has_checks())),
                 Err(reason) => Err(Fail::Core(CoreError::Failed { reason })),
             })
         };
@@ -174,7 +122,7 @@ impl Shared {
                 return r;
             }
             // The reply waits for a sync (sync flush), unless the broker went away meanwhile.
-            Self::core(&mut st)?;
+            self.guarded(&mut st, |h| Ok(h.core().map(drop)?))?;
             if st.syncing {
                 self.event_cv.wait(&mut st);
                 continue;
@@ -182,9 +130,8 @@ impl Shared {
             st.syncing = true;
             // Let the writers already queued on the mutex append first: one sync covers all.
             MutexGuard::unlocked_fair(&mut st, || {});
-            let res = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
+            let res = self.guarded(&mut st, |h| Ok(h.sync()?));
             st.syncing = false;
-            self.collect(&mut st);
             if let Err(e) = res {
                 // Closed meanwhile: close() synced, so the reply may have been released; or
                 // the sync failed, and the reply came out failed with the others that waited.
@@ -193,61 +140,15 @@ impl Shared {
         }
     }
 
-    /// The producer group of a transaction (for ends that do not name it: the application
-    /// owns the broker).
-    fn transaction_group(&self, txn: TxnId) -> Result<Option<String>, Fail> {
+    /// Runs `f` on the host under the mutex.
+    fn with<T>(&self, f: impl FnOnce(&mut Host) -> Result<T, Fail>) -> Result<T, Fail> {
         let mut st = self.state.lock();
-        self.guarded(&mut st, |core, _| {
-            core.transaction_group(txn).map_err(Fail::from)
-        })
-    }
-
-    /// Feeds a checker's answer back.
-    fn answer(&self, txn: TxnId, group: String, resolution: Resolution) -> Result<(), Fail> {
-        let mut st = self.state.lock();
-        let req = Request::EndTransaction {
-            txn,
-            resolution,
-            group: Some(group),
-            from_check: true,
-        };
-        // The producer may have resolved it meanwhile: a client error here changes nothing.
-        let r = self.guarded(&mut st, |core, now| {
-            core.execute(now, req).map(drop).map_err(Fail::from)
-        });
-        self.collect(&mut st);
-        r
-    }
-
-    /// Manual clock: fires the next timer due at or before `target` (true), or moves the
-    /// clock to `target` when none is (false).
-    fn step_to(&self, target: Millis) -> Result<bool, Fail> {
-        let mut st = self.state.lock();
-        let next = Self::core(&mut st)?.poll_timeout();
-        let (at, more) = match next {
-            Some(t) if t <= target => (t.max(st.manual_now), true),
-            _ => (target.max(st.manual_now), false),
-        };
-        st.manual_now = at;
-        let r = self.guarded(&mut st, |core, now| {
-            core.handle_timeout(now).map_err(Fail::from)
-        });
-        self.collect(&mut st);
-        r.map(|()| more)
-    }
-
-    /// Syncs everything appended.
-    fn flush(&self) -> Result<(), Fail> {
-        let mut st = self.state.lock();
-        let r = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
-        self.collect(&mut st);
-        r
+        self.guarded(&mut st, f)
     }
 
     /// Reads the core under the mutex.
-    fn read<T>(&self, f: impl FnOnce(&mut Core) -> T) -> Result<T, Fail> {
-        let mut st = self.state.lock();
-        self.guarded(&mut st, |core, _| Ok(f(core)))
+    fn read<T>(&self, f: impl FnOnce(&rocklet_core::Broker<AnyStorage>) -> T) -> Result<T, Fail> {
+        self.with(|h| Ok(f(h.core()?)))
     }
 
     fn is_driver_thread(&self) -> bool {
@@ -258,17 +159,13 @@ impl Shared {
     fn shut(&self) -> Result<(), Fail> {
         self.shutdown.store(true, Ordering::SeqCst);
         let mut st = self.state.lock();
-        let failed = st.core.as_ref().is_some_and(|c| c.failed().is_some());
-        // A broker that failed has nothing it could sync: its failure was reported already.
-        let res = if st.core.is_some() && st.broken.is_none() && !failed {
-            let r = self.guarded(&mut st, |core, _| core.sync().map_err(Fail::from));
-            self.collect(&mut st);
-            r
-        } else {
+        // A broker that broke has nothing it could sync: its failure was reported already.
+        let res = if st.broken.is_some() {
+            st.host.abandon("the broker is closed");
             Ok(())
+        } else {
+            self.guarded(&mut st, |h| Ok(h.close()?))
         };
-        st.core = None;
-        st.checks.clear();
         self.driver_cv.notify_all();
         self.event_cv.notify_all();
         res
@@ -296,15 +193,42 @@ fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
     }
 }
 
+/// What a checker answered, awaited when it is a coroutine (`async def` checkers): on a
+/// fresh event loop, in a helper thread when this thread runs one already.
+fn await_answer<'py>(answer: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
+    let py = answer.py();
+    if !py
+        .import("inspect")?
+        .call_method1("iscoroutine", (&answer,))?
+        .is_truthy()?
+    {
+        return Ok(answer);
+    }
+    let asyncio = py.import("asyncio")?;
+    let run = asyncio.getattr("run")?;
+    if asyncio.call_method0("get_running_loop").is_err() {
+        return run.call1((answer,));
+    }
+    let pool = py
+        .import("concurrent.futures")?
+        .getattr("ThreadPoolExecutor")?
+        .call1((1,))?;
+    let result = pool
+        .call_method1("submit", (run, answer))
+        .and_then(|f| f.call_method0("result"));
+    pool.call_method0("shutdown")?;
+    result
+}
+
 /// Asks the group's checker about a transaction. An exception, a panic or a bad answer is
 /// reported and answered Unknown: the transaction stays pending and is checked again.
-fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: CheckRequest) -> Resolution {
-    let (group, txn) = (c.group.clone(), c.txn);
+fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
     let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
-        let msg = convert::check_message(py, c)?;
-        let answer = checker.call1(py, (msg,))?;
-        convert::resolution(py, answer.bind(py))
+        let msg = convert::check_message(py, c.clone())?;
+        let answer = await_answer(checker.bind(py).call1((msg,))?)?;
+        convert::resolution("the checker's answer", &answer)
     }));
+    let (group, txn) = (&c.group, c.txn);
     match res {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => {
@@ -331,27 +255,35 @@ fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: CheckRequest) -> Resoluti
     }
 }
 
-/// Answers every queued check with the registered checkers, until none are left.
+/// Answers checks with the registered checkers; a group without one leaves its check
+/// unanswered (the transaction stays pending).
+fn answer(
+    shared: &Shared,
+    py: Python<'_>,
+    checks: Vec<(CheckRequest, Millis)>,
+) -> Result<(), Fail> {
+    for (c, _) in checks {
+        let checker = shared
+            .checkers
+            .lock()
+            .get(&c.group)
+            .map(|f| f.clone_ref(py));
+        if let Some(f) = checker {
+            let r = ask_checker(py, &f, &c);
+            py.detach(|| shared.with(|h| Ok(h.answer(&c, r)?)))?;
+        }
+    }
+    Ok(())
+}
+
+/// Answers every queued check, until none are left.
 fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
     loop {
-        let batch: Vec<CheckRequest> = py.detach(|| shared.state.lock().checks.drain(..).collect());
+        let batch = py.detach(|| shared.state.lock().host.take_checks());
         if batch.is_empty() {
             return Ok(());
         }
-        for c in batch {
-            let txn = c.txn;
-            let group = c.group.clone();
-            let checker = shared
-                .checkers
-                .lock()
-                .get(&c.group)
-                .map(|f| f.clone_ref(py));
-            let answer = match checker {
-                Some(f) => ask_checker(py, &f, c),
-                None => Resolution::Unknown,
-            };
-            py.detach(|| shared.answer(txn, group, answer))?;
-        }
+        answer(shared, py, batch)?;
     }
 }
 
@@ -363,22 +295,20 @@ fn drive(shared: Arc<Shared>) {
             let mut st = shared.state.lock();
             loop {
                 if shared.shutdown.load(Ordering::SeqCst)
-                    || st.core.is_none()
+                    || st.host.is_closed()
                     || st.broken.is_some()
                 {
                     return;
                 }
                 st.driver_wake = 0;
-                let res = shared.guarded(&mut st, |core, now| {
-                    if core.poll_timeout().is_some_and(|t| t <= now) {
-                        core.handle_timeout(now)?;
-                    }
-                    Ok(core.poll_timeout())
+                let res = shared.guarded(&mut st, |h| {
+                    h.fire_due()?;
+                    Ok(h.next_due())
                 });
                 let next = match res {
                     Ok(n) => n,
                     Err(f) => {
-                        let failed = st.core.as_ref().and_then(|c| c.failed()).map(str::to_owned);
+                        let failed = st.host.failed().map(str::to_owned);
                         let why = match &failed {
                             Some(reason) => format!(
                                 "the broker stopped after a failed sync ({reason}); every call raises BrokerFailed: close it and open it again"
@@ -389,7 +319,7 @@ fn drive(shared: Arc<Shared>) {
                             st.broken.get_or_insert_with(|| why.clone());
                         }
                         // Waiting callers and subscribers see the failure on their next try.
-                        shared.collect(&mut st);
+                        shared.notify(&st);
                         drop(st);
                         Python::try_attach(|py| {
                             log_error(py, &format!("rocklet driver stopped: {why}"), None)
@@ -397,12 +327,11 @@ fn drive(shared: Arc<Shared>) {
                         return;
                     }
                 };
-                shared.collect(&mut st);
-                if !st.checks.is_empty() {
+                if st.host.has_checks() {
                     break;
                 }
                 let wake = next.unwrap_or(Millis::MAX);
-                let now = system_now();
+                let now = st.host.now();
                 if wake <= now {
                     continue;
                 }
@@ -439,7 +368,7 @@ fn drive(shared: Arc<Shared>) {
 /// `transaction_check_max`, `delay_levels`, `flush="async"|"sync"`, `segment_size`,
 /// `max_message_size`, ...). `clock="system"` runs a background driver thread that fires
 /// checks and delayed deliveries on time; `clock="manual"` moves time only by `advance()`.
-#[pyclass(frozen, module = "rocklet._rocklet", name = "Broker")]
+#[pyclass(frozen, module = "rocklet", name = "Broker")]
 pub struct PyBroker {
     shared: Arc<Shared>,
     driver: Mutex<Option<JoinHandle<()>>>,
@@ -464,6 +393,52 @@ impl Drop for PyBroker {
 
 fn fail(py: Python<'_>) -> impl Fn(Fail) -> PyErr + '_ {
     move |f| f.into_py(py)
+}
+
+/// The exception for a shared operation's failure.
+fn efail(py: Python<'_>) -> impl Fn(EFail) -> PyErr + '_ {
+    move |e| match e {
+        embed::Fail::Client(c) => client_error(py, &c),
+        embed::Fail::Host(f) => f.into_py(py),
+        embed::Fail::Closed(_) => Fail::Closed.into_py(py),
+        embed::Fail::WrongClock(w) => Fail::Value(w.into()).into_py(py),
+        embed::Fail::Argument(w) => Fail::Value(w).into_py(py),
+        other => Fail::Internal(format!("{other:?}")).into_py(py),
+    }
+}
+
+/// Where the shared operations send requests: the broker, with the GIL at hand for the
+/// checkers a manual-clock request makes due.
+struct Ep<'a, 'py> {
+    broker: &'a PyBroker,
+    py: Python<'py>,
+}
+
+impl embed::Endpoint for Ep<'_, '_> {
+    type Error = Fail;
+    fn request(&mut self, req: Request) -> Result<Reply, EFail> {
+        let shared = &self.broker.shared;
+        let r = self.py.detach(|| shared.request(req));
+        if shared.manual && r.as_ref().map_or(true, |(_, checks)| *checks) {
+            answer_checks(shared, self.py).map_err(embed::Fail::Host)?;
+        }
+        match r.map_err(embed::Fail::Host)?.0 {
+            Reply::Error(e) => Err(embed::Fail::Client(e)),
+            reply => Ok(reply),
+        }
+    }
+    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, EFail> {
+        let shared = &self.broker.shared;
+        self.py
+            .detach(|| shared.read(|c| c.topic_queue_count(topic)))
+            .map_err(embed::Fail::Host)
+    }
+    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, EFail> {
+        let shared = &self.broker.shared;
+        self.py
+            .detach(|| shared.with(|h| Ok(h.transaction_group(txn)?)))
+            .map_err(embed::Fail::Host)
+    }
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -491,83 +466,30 @@ fn new_message(
 }
 
 impl PyBroker {
-    /// Runs a request; a client error becomes its exception. In manual-clock mode the checks
-    /// it caused are answered before returning.
-    fn call(&self, py: Python<'_>, req: Request) -> PyResult<Reply> {
-        let shared = &self.shared;
-        let r = py.detach(|| shared.request(req));
-        if shared.manual && r.as_ref().map_or(true, |(_, checks)| *checks) {
-            answer_checks(shared, py).map_err(fail(py))?;
-        }
-        match r.map_err(fail(py))?.0 {
-            Reply::Error(e) => Err(client_error(py, &e)),
-            reply => Ok(reply),
-        }
+    fn ep<'a, 'py>(&'a self, py: Python<'py>) -> Ep<'a, 'py> {
+        Ep { broker: self, py }
     }
 
-    fn sent(reply: Reply) -> PyResult<Vec<PySendResult>> {
-        match reply {
-            Reply::Sent(rs) => Ok(rs.into_iter().map(convert::send_result).collect()),
-            other => Err(unexpected(&other)),
-        }
-    }
-
-    fn end(
+    /// Runs `f` on the host with the GIL released.
+    fn with<T: Send>(
         &self,
         py: Python<'_>,
-        txn: TxnId,
-        resolution: Resolution,
-        group: Option<String>,
-    ) -> PyResult<bool> {
-        let group = match group {
-            Some(g) => Some(g),
-            None => {
-                let shared = &self.shared;
-                py.detach(|| shared.transaction_group(txn))
-                    .map_err(fail(py))?
-            }
-        };
-        match self.call(
-            py,
-            Request::EndTransaction {
-                txn,
-                resolution,
-                group,
-                from_check: false,
-            },
-        )? {
-            Reply::Ended { duplicate, .. } => Ok(duplicate),
-            other => Err(unexpected(&other)),
-        }
+        f: impl FnOnce(&mut Host) -> Result<T, Fail> + Send,
+    ) -> PyResult<T> {
+        py.detach(|| self.shared.with(f)).map_err(fail(py))
     }
 
-    #[allow(clippy::too_many_arguments)]
-    fn do_receive(
+    /// Reads the core with the GIL released.
+    fn read<T: Send>(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        max: u32,
-        invisible_ms: Millis,
-        queue: Option<u32>,
-        tags: &str,
-    ) -> PyResult<Vec<Py<PyReceived>>> {
-        let req = Request::Receive {
-            group,
-            topic,
-            queue_id: queue,
-            max,
-            invisible_ms,
-            filter: convert::tags(tags),
-        };
-        match self.call(py, req)? {
-            Reply::Received(rs) => rs.into_iter().map(|r| convert::received(py, r)).collect(),
-            other => Err(unexpected(&other)),
-        }
+        f: impl FnOnce(&rocklet_core::Broker<AnyStorage>) -> T + Send,
+    ) -> PyResult<T> {
+        py.detach(|| self.shared.read(f)).map_err(fail(py))
     }
 
     fn generation(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.shared.state.lock().generation)
+        py.detach(|| self.shared.state.lock().host.generation())
     }
 
     /// Waits (GIL released) until the state changes after `gen`, the deadline passes, or the
@@ -576,7 +498,7 @@ impl PyBroker {
         let slice = Duration::from_millis(100);
         py.detach(|| {
             let mut st = self.shared.state.lock();
-            if st.generation == gen && st.core.is_some() {
+            if st.host.generation() == gen && !st.host.is_closed() {
                 let wait = deadline.map_or(slice, |d| {
                     d.saturating_duration_since(Instant::now()).min(slice)
                 });
@@ -585,10 +507,30 @@ impl PyBroker {
         });
         py.check_signals()
     }
-}
 
-fn unexpected(r: &Reply) -> PyErr {
-    crate::error::InternalError::new_err(format!("unexpected reply from the core: {r:?}"))
+    /// Manual clock: a whole drive, each step's checks answered before the next.
+    fn run_drive(&self, py: Python<'_>, mut d: Drive) -> PyResult<()> {
+        let shared = &self.shared;
+        answer_checks(shared, py).map_err(fail(py))?;
+        loop {
+            let checks = py
+                .detach(|| shared.with(|h| Ok(d.next(h)?)))
+                .map_err(fail(py))?;
+            if checks.is_empty() {
+                return Ok(());
+            }
+            answer(shared, py, checks).map_err(fail(py))?;
+        }
+    }
+
+    fn manual(&self, what: &str) -> PyResult<()> {
+        if !self.shared.manual {
+            return Err(PyValueError::new_err(format!(
+                "{what} needs a broker opened with clock='manual'"
+            )));
+        }
+        Ok(())
+    }
 }
 
 #[pymethods]
@@ -599,7 +541,7 @@ impl PyBroker {
         py: Python<'_>,
         path: Option<PathBuf>,
         clock: &str,
-        start_ms: Option<Millis>,
+        #[pyo3(from_py_with = convert::arg::start_ms_opt_int)] start_ms: Option<i128>,
         repair: bool,
         config: Option<&Bound<'_, PyDict>>,
     ) -> PyResult<Self> {
@@ -615,6 +557,7 @@ impl PyBroker {
         if start_ms.is_some() && !manual {
             return Err(PyValueError::new_err("start_ms needs clock='manual'"));
         }
+        let start_ms = convert::opt_u64("start_ms", start_ms)?;
         let cfg = convert::config(config)?;
         let storage = py
             .detach(|| AnyStorage::open(path.as_deref()))
@@ -624,36 +567,26 @@ impl PyBroker {
                     &e,
                 )
             })?;
-        let now = if manual {
-            start_ms.unwrap_or(0)
+        let clock = if manual {
+            AnyClock::Manual(ManualClock(start_ms.unwrap_or(0)))
         } else {
-            system_now()
+            AnyClock::Host(SystemClock)
         };
-        let core = py
-            .detach(|| {
-                if repair {
-                    Broker::open_repairing(cfg, storage, now)
-                } else {
-                    Broker::open(cfg, storage, now)
-                }
-            })
+        let host = py
+            .detach(|| Host::open(cfg, storage, clock, repair))
             .map_err(|e| core_error(py, e))?;
         let shared = Arc::new(Shared {
             state: Mutex::new(State {
-                core: Some(core),
-                replies: HashMap::new(),
-                checks: VecDeque::new(),
+                host,
                 syncing: false,
-                manual_now: now,
                 driver_wake: 0,
-                generation: 0,
                 broken: None,
             }),
             driver_cv: Condvar::new(),
             event_cv: Condvar::new(),
             manual,
             shutdown: AtomicBool::new(false),
-            checkers: Mutex::new(HashMap::new()),
+            checkers: Mutex::new(Checkers::default()),
             driver_thread: Mutex::new(None),
         });
         let driver = if manual {
@@ -697,73 +630,72 @@ impl PyBroker {
     /// The broker's current time in ms (the manual clock, or the system clock).
     #[getter]
     fn now(&self, py: Python<'_>) -> u64 {
-        py.detach(|| {
-            let st = self.shared.state.lock();
-            self.shared.now(&st)
-        })
+        py.detach(|| self.shared.state.lock().host.clock().now())
     }
 
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.shared.state.lock().core.is_none())
+        py.detach(|| self.shared.state.lock().host.is_closed())
     }
 
     /// What recovery found when the broker opened: segments and records read, the torn tail
     /// cut (`cuts`), the damaged ranges `repair=True` moved to quarantine (`quarantined`).
     #[getter]
     fn recovery_report(&self, py: Python<'_>) -> PyResult<PyRecoveryReport> {
-        py.detach(|| {
-            self.shared
-                .read(|c| convert::recovery_report(c.recovery_report()))
-        })
-        .map_err(fail(py))
+        self.read(py, |c| convert::recovery_report(c.recovery_report()))
     }
 
     /// Why the broker stopped taking requests, or None: a sync failed, and every call raises
     /// `BrokerFailed` until it is closed and opened again.
     #[getter]
     fn failed(&self, py: Python<'_>) -> PyResult<Option<String>> {
-        py.detach(|| self.shared.read(|c| c.failed().map(str::to_owned)))
-            .map_err(fail(py))
+        self.read(py, |c| c.failed().map(str::to_owned))
     }
 
     /// Bytes in the log (next append offset).
     #[getter]
     fn log_end(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| self.shared.read(|c| c.log_end()))
-            .map_err(fail(py))
+        self.read(py, |c| c.log_end())
     }
 
     /// Everything below this log offset is durable.
     #[getter]
     fn log_synced(&self, py: Python<'_>) -> PyResult<u64> {
-        py.detach(|| self.shared.read(|c| c.log_synced()))
-            .map_err(fail(py))
+        self.read(py, |c| c.log_synced())
     }
 
     /// Manual clock only: moves time forward by `ms`, firing every check, delayed delivery
     /// and redelivery due on the way at its own time (checkers are called from here).
-    fn advance(&self, py: Python<'_>, ms: Millis) -> PyResult<()> {
-        if !self.shared.manual {
-            return Err(PyValueError::new_err(
-                "advance() needs a broker opened with clock='manual'",
-            ));
+    fn advance(&self, py: Python<'_>, ms: i128) -> PyResult<()> {
+        self.manual("advance()")?;
+        let ms = convert::u64_arg("ms", ms)?;
+        let target = self.now(py).saturating_add(ms);
+        self.run_drive(py, Drive::to(target))
+    }
+
+    /// Manual clock only: `advance(t - now)`; `t` before `now` is a ValueError.
+    fn advance_to(&self, py: Python<'_>, t: i128) -> PyResult<()> {
+        self.manual("advance_to()")?;
+        let t = convert::u64_arg("t", t)?;
+        let now = self.now(py);
+        if t < now {
+            return Err(PyValueError::new_err(format!(
+                "t ({t}) is before the clock ({now})"
+            )));
         }
-        let shared = &self.shared;
-        let target = py.detach(|| shared.state.lock().manual_now.saturating_add(ms));
-        loop {
-            answer_checks(shared, py).map_err(fail(py))?;
-            let more = py.detach(|| shared.step_to(target)).map_err(fail(py))?;
-            if !more {
-                return answer_checks(shared, py).map_err(fail(py));
-            }
-        }
+        self.run_drive(py, Drive::to(t))
+    }
+
+    /// Manual clock only: fires timers in order (each at its own time) until none is left.
+    fn run_until_idle(&self, py: Python<'_>) -> PyResult<()> {
+        self.manual("run_until_idle()")?;
+        self.run_drive(py, Drive::until_idle())
     }
 
     /// Makes everything appended durable now (fsync), whatever the flush mode.
     fn flush(&self, py: Python<'_>) -> PyResult<()> {
-        py.detach(|| self.shared.flush()).map_err(fail(py))
+        self.with(py, |h| Ok(h.sync()?))
     }
 
     /// Syncs, stops the driver thread and releases the data directory. Idempotent.
@@ -778,7 +710,7 @@ impl PyBroker {
             }
             r
         });
-        let old: Vec<Py<PyAny>> = shared.checkers.lock().drain().map(|(_, f)| f).collect();
+        let old = shared.checkers.lock().clear();
         drop(old);
         res.map_err(fail(py))
     }
@@ -793,14 +725,14 @@ impl PyBroker {
         Ok(false)
     }
 
-    fn __repr__(&self, py: Python<'_>) -> String {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
         let closed = self.closed(py);
-        format!(
-            "Broker(path={:?}, clock={:?}{})",
-            self.path(),
-            self.clock(),
+        Ok(format!(
+            "Broker(path={}, clock={}{})",
+            convert::repr(py, self.path())?,
+            convert::repr(py, self.clock())?,
             if closed { ", closed" } else { "" }
-        )
+        ))
     }
 
     /// Sends one message; returns where it was stored. `delay_level` (1..N of the
@@ -810,18 +742,19 @@ impl PyBroker {
     fn send(
         &self,
         py: Python<'_>,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        delay_level: Option<u32>,
-        deliver_at_ms: Option<Millis>,
-        delay_ms: Option<Millis>,
-        queue_id: Option<u32>,
-        message_group: Option<String>,
-        message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::delay_level_opt_int)] delay_level: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::deliver_at_ms_opt_int)] deliver_at_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::delay_ms_opt_int)] delay_ms: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_group_opt_str)] message_group: Option<String>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
     ) -> PyResult<PySendResult> {
+        let queue_id = convert::opt_u32("queue_id", queue_id)?;
         let mut m = new_message(
             topic,
             body,
@@ -832,9 +765,13 @@ impl PyBroker {
             message_id,
             message_group,
         )?;
-        m.delay = convert::delay(delay_level, deliver_at_ms, delay_ms)?;
-        let mut rs = Self::sent(self.call(py, Request::Send { messages: vec![m] })?)?;
-        rs.pop().ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))
+        m.delay = convert::delay(
+            convert::opt_u32("delay_level", delay_level)?,
+            convert::opt_u64("deliver_at_ms", deliver_at_ms)?,
+            convert::opt_u64("delay_ms", delay_ms)?,
+        )?;
+        let r = embed::send_one(&mut self.ep(py), m).map_err(efail(py))?;
+        Ok(convert::send_result(r))
     }
 
     /// Sends a batch to one topic, all or nothing, with consecutive queue offsets. Each item is
@@ -844,39 +781,39 @@ impl PyBroker {
     fn send_batch(
         &self,
         py: Python<'_>,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         messages: &Bound<'_, PyAny>,
-        queue_id: Option<u32>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
     ) -> PyResult<Vec<PySendResult>> {
+        let queue_id = convert::opt_u32("queue_id", queue_id)?;
         let mut out = Vec::new();
-        for item in messages.try_iter()? {
+        for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
             let m = if let Ok(d) = item.cast::<pyo3::types::PyMapping>() {
                 let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
                     Ok(if d.contains(k)? {
-                        Some(d.get_item(k)?)
+                        Some(d.get_item(k)?).filter(|v| !v.is_none())
                     } else {
                         None
                     })
                 };
                 for k in d.keys()?.iter() {
-                    let k: String = k.extract()?;
+                    let k: String = convert::string(&format!("messages[{i}] key"), &k)?;
                     if !matches!(k.as_str(), "body" | "tag" | "keys" | "properties" | "topic") {
                         return Err(PyValueError::new_err(format!(
-                            "batch item key `{k}` is not one of body, tag, keys, properties, topic"
+                            "messages[{i}]: key `{k}` is not one of body, tag, keys, properties, topic"
                         )));
                     }
                 }
                 let body = get("body")?
-                    .ok_or_else(|| PyValueError::new_err("batch item without `body`"))?;
-                let tag = match get("tag")? {
-                    Some(t) if !t.is_none() => Some(t.extract()?),
-                    _ => None,
-                };
-                let item_topic = match get("topic")? {
-                    Some(t) if !t.is_none() => t.extract()?,
-                    _ => topic.clone(),
-                };
+                    .ok_or_else(|| PyValueError::new_err(format!("messages[{i}] has no `body`")))?;
+                let tag = get("tag")?
+                    .map(|t| convert::string(&format!("messages[{i}].tag"), &t))
+                    .transpose()?;
+                let item_topic = get("topic")?
+                    .map(|t| convert::string(&format!("messages[{i}].topic"), &t))
+                    .transpose()?
+                    .unwrap_or_else(|| topic.clone());
                 new_message(
                     item_topic,
                     &body,
@@ -892,44 +829,33 @@ impl PyBroker {
             };
             out.push(m);
         }
-        Self::sent(self.call(py, Request::Send { messages: out })?)
+        let rs = embed::send(&mut self.ep(py), out).map_err(efail(py))?;
+        Ok(rs.into_iter().map(convert::send_result).collect())
     }
 
     /// Registers the checker of a producer group (the group comes online: its pending
     /// transactions are checked). `checker(message)` returns "commit", "rollback" or
-    /// "unknown"; `message.transaction_id` names the transaction. None removes it (checks of
-    /// the group wait without using attempts).
+    /// "unknown" (an `async def` checker is awaited); `message.transaction_id` names the
+    /// transaction. None removes it (checks of the group wait without using attempts).
     #[pyo3(signature = (group, checker))]
     fn set_checker(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         checker: Option<Py<PyAny>>,
     ) -> PyResult<()> {
         if let Some(c) = &checker {
             if !c.bind(py).is_callable() {
-                return Err(pyo3::exceptions::PyTypeError::new_err(
-                    "checker must be callable",
-                ));
+                return Err(PyTypeError::new_err(format!(
+                    "checker must be callable or None, not {}",
+                    c.bind(py).get_type().name()?
+                )));
             }
         }
         let online = checker.is_some();
-        let old = match checker {
-            Some(c) => self.shared.checkers.lock().insert(group.clone(), c),
-            None => self.shared.checkers.lock().remove(&group),
-        };
+        let old = self.shared.checkers.lock().set_local(&group, checker);
         drop(old);
-        let shared = &self.shared;
-        py.detach(|| {
-            let mut st = shared.state.lock();
-            shared.guarded(&mut st, |core, now| {
-                core.set_producer_online(now, &group, online);
-                Ok(())
-            })?;
-            shared.collect(&mut st);
-            Ok::<(), Fail>(())
-        })
-        .map_err(fail(py))
+        self.with(py, |h| Ok(h.set_producer_online(&group, online)?))
     }
 
     /// Stores a half (prepared) message of producer group `group`: invisible until committed.
@@ -938,42 +864,30 @@ impl PyBroker {
     #[allow(clippy::too_many_arguments)]
     fn prepare(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<u32>,
-        message_id: Option<String>,
-        check_immunity_ms: Option<Millis>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
+            i128,
+        >,
     ) -> PyResult<PyTransaction> {
         let py = slf.py();
+        let queue_id = convert::opt_u32("queue_id", queue_id)?;
+        let immunity = convert::opt_u64("check_immunity_ms", check_immunity_ms)?;
         let message = new_message(
             topic, body, tag, keys, properties, queue_id, message_id, None,
         )?;
-        let req = Request::Prepare {
-            group: group.clone(),
-            message,
-            check_immunity_ms,
-        };
-        let mut rs = Self::sent(slf.get().call(py, req)?)?;
-        let result = rs
-            .pop()
-            .ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))?;
-        let txn = result
-            .transaction_id
-            .as_deref()
-            .map(|t| convert::txn_id(py, t))
-            .transpose()?
-            .ok_or_else(|| {
-                crate::error::InternalError::new_err("a prepare returned no transaction id")
-            })?;
+        let tx =
+            embed::prepare(&mut slf.get().ep(py), group, message, immunity).map_err(efail(py))?;
         Ok(PyTransaction {
             broker: slf.clone().unbind(),
-            txn,
-            group,
-            result: Py::new(py, result)?,
+            result: Py::new(py, convert::send_result(tx.sent.clone()))?,
+            tx,
             resolution: Mutex::new(None),
         })
     }
@@ -985,15 +899,17 @@ impl PyBroker {
     #[allow(clippy::too_many_arguments)]
     fn transaction(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         body: &Bound<'_, PyAny>,
-        tag: Option<String>,
+        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
         keys: Option<&Bound<'_, PyAny>>,
         properties: Option<&Bound<'_, PyAny>>,
-        queue_id: Option<u32>,
-        message_id: Option<String>,
-        check_immunity_ms: Option<Millis>,
+        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
+        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
+            i128,
+        >,
     ) -> PyResult<PyTransaction> {
         Self::prepare(
             slf,
@@ -1015,61 +931,40 @@ impl PyBroker {
     fn end_transaction(
         &self,
         py: Python<'_>,
-        transaction_id: &str,
+        transaction_id: &Bound<'_, PyAny>,
         resolution: &Bound<'_, PyAny>,
-        group: Option<String>,
+        #[pyo3(from_py_with = convert::arg::group_opt_str)] group: Option<String>,
     ) -> PyResult<bool> {
-        let txn = convert::txn_id(py, transaction_id)?;
-        let r = convert::resolution(py, resolution)?;
-        self.end(py, txn, r, group)
+        let txn = convert::txn_id(py, &convert::string("transaction_id", transaction_id)?)?;
+        let r = convert::resolution("resolution", resolution)?;
+        let e = embed::end(&mut self.ep(py), txn, r, group, false).map_err(efail(py))?;
+        Ok(e.duplicate)
     }
 
     /// Reads up to `max` messages for consumer group `group`, from its committed offsets,
-    /// and commits past them. `queue=None` reads the topic's queues in order.
+    /// and commits past them: the queue `queue` names, or every queue of the topic in order.
+    /// A topic that does not exist raises `UnknownTopic`.
     #[pyo3(signature = (group, topic, queue=None, max=32, *, tags="*"))]
     fn pull(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue: Option<u32>,
-        max: u32,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
     ) -> PyResult<Vec<Py<PyMessage>>> {
-        let queues: Vec<u32> = match queue {
-            Some(q) => vec![q],
-            None => {
-                let t = topic.clone();
-                py.detach(|| {
-                    self.shared
-                        .read(|c| c.topics().into_iter().find(|i| i.name == t))
-                })
-                .map_err(fail(py))?
-                .map(|i| i.queues.into_iter().map(|(q, _, _)| q).collect())
-                .unwrap_or_default()
-            }
+        let args = embed::PullArgs {
+            group,
+            topic,
+            queue: convert::opt_u32("queue", queue)?,
+            offset: None,
+            max: convert::u32_arg("max", max)?,
+            filter: convert::tags(tags),
+            auto_commit: true,
         };
-        let mut out = Vec::new();
-        for q in queues {
-            let left = max.saturating_sub(out.len() as u32);
-            if left == 0 {
-                break;
-            }
-            let req = Request::Pull {
-                group: group.clone(),
-                topic: topic.clone(),
-                queue_id: q,
-                offset: None,
-                max: left,
-                filter: convert::tags(tags),
-                auto_commit: true,
-            };
-            match self.call(py, req)? {
-                Reply::Pulled { messages, .. } => out.extend(convert::messages(py, messages)?),
-                other => return Err(unexpected(&other)),
-            }
-        }
-        Ok(out)
+        let p = embed::pull(&mut self.ep(py), args).map_err(efail(py))?;
+        convert::messages(py, p.messages)
     }
 
     /// Reads one queue from `offset` (default: the group's committed offset); commits past
@@ -1079,94 +974,91 @@ impl PyBroker {
     fn pull_queue(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue_id: u32,
-        offset: Option<u64>,
-        max: u32,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
+        #[pyo3(from_py_with = convert::arg::offset_opt_int)] offset: Option<i128>,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         auto_commit: bool,
     ) -> PyResult<PyPullResult> {
-        let req = Request::Pull {
+        let args = embed::PullArgs {
             group,
             topic,
-            queue_id,
-            offset,
-            max,
+            queue: Some(convert::u32_arg("queue_id", queue_id)?),
+            offset: convert::opt_u64("offset", offset)?,
+            max: convert::u32_arg("max", max)?,
             filter: convert::tags(tags),
             auto_commit,
         };
-        match self.call(py, req)? {
-            Reply::Pulled {
-                messages,
-                next_offset,
-                max_offset,
-            } => Ok(PyPullResult {
-                messages: convert::messages(py, messages)?,
-                next_offset,
-                max_offset,
-            }),
-            other => Err(unexpected(&other)),
-        }
+        let p = embed::pull(&mut self.ep(py), args).map_err(efail(py))?;
+        let q = p.queues.first().copied().ok_or_else(|| {
+            crate::error::InternalError::new_err("a pull of one queue read no queue")
+        })?;
+        Ok(PyPullResult {
+            messages: convert::messages(py, p.messages)?,
+            next_offset: q.next_offset,
+            max_offset: q.max_offset,
+        })
     }
 
     /// Commits a consumer group's offset in a queue.
     fn commit_offset(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        queue_id: u32,
-        offset: u64,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
+        #[pyo3(from_py_with = convert::arg::offset_int)] offset: i128,
     ) -> PyResult<()> {
-        self.call(
-            py,
-            Request::CommitOffset {
-                group,
-                topic,
-                queue_id,
-                offset,
-            },
-        )
-        .map(drop)
+        let q = convert::u32_arg("queue_id", queue_id)?;
+        let o = convert::u64_arg("offset", offset)?;
+        embed::commit_offset(&mut self.ep(py), group, topic, q, o).map_err(efail(py))
     }
 
     /// A consumer group's committed offset in a queue, or None.
     fn committed_offset(
         &self,
         py: Python<'_>,
-        group: &str,
-        topic: &str,
-        queue_id: u32,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
     ) -> PyResult<Option<u64>> {
-        py.detach(|| {
-            self.shared
-                .read(|c| c.committed_offset(group, topic, queue_id))
-        })
-        .map_err(fail(py))
+        let q = convert::u32_arg("queue_id", queue_id)?;
+        self.read(py, |c| c.committed_offset(&group, &topic, q))
     }
 
     /// Receives up to `max` messages for `group`, invisible to the group for `invisible_ms`
-    /// unless acked (then redelivered with the next attempt number).
+    /// unless acked (then redelivered with the next attempt number). A topic that does not
+    /// exist raises `UnknownTopic`.
     #[pyo3(signature = (group, topic, max=32, *, invisible_ms, queue=None, tags="*"))]
     #[allow(clippy::too_many_arguments)]
     fn receive(
         &self,
         py: Python<'_>,
-        group: String,
-        topic: String,
-        max: u32,
-        invisible_ms: Millis,
-        queue: Option<u32>,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
+        #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
         tags: &str,
     ) -> PyResult<Vec<Py<PyReceived>>> {
-        self.do_receive(py, group, topic, max, invisible_ms, queue, tags)
+        let args = embed::ReceiveArgs {
+            group,
+            topic,
+            queue: convert::opt_u32("queue", queue)?,
+            max: convert::u32_arg("max", max)?,
+            invisible_ms: convert::u64_arg("invisible_ms", invisible_ms)?,
+            filter: convert::tags(tags),
+        };
+        let rs = embed::receive(&mut self.ep(py), args).map_err(efail(py))?;
+        rs.into_iter().map(|r| convert::received(py, r)).collect()
     }
 
     /// Acknowledges a received message (by its handle or its `Received`).
     fn ack(&self, py: Python<'_>, group: String, handle: &Bound<'_, PyAny>) -> PyResult<()> {
         let handle = convert::handle(py, handle)?;
-        self.call(py, Request::Ack { group, handle }).map(drop)
+        embed::ack(&mut self.ep(py), group, handle).map_err(efail(py))
     }
 
     /// Changes how long a received message stays invisible; returns the new handle (the old
@@ -1174,34 +1066,26 @@ impl PyBroker {
     fn change_invisible(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         handle: &Bound<'_, PyAny>,
-        invisible_ms: Millis,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
     ) -> PyResult<String> {
         let handle = convert::handle(py, handle)?;
-        match self.call(
-            py,
-            Request::ChangeInvisible {
-                group,
-                handle,
-                invisible_ms,
-            },
-        )? {
-            Reply::InvisibleChanged { handle, .. } => Ok(handle.to_string()),
-            other => Err(unexpected(&other)),
-        }
+        let ms = convert::u64_arg("invisible_ms", invisible_ms)?;
+        let (h, _) =
+            embed::change_invisible(&mut self.ep(py), group, handle, ms).map_err(efail(py))?;
+        Ok(h.to_string())
     }
 
     /// Gives a received message up at once: it goes to `%DLQ%<group>`.
     fn forward_to_dead_letter(
         &self,
         py: Python<'_>,
-        group: String,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         handle: &Bound<'_, PyAny>,
     ) -> PyResult<()> {
         let handle = convert::handle(py, handle)?;
-        self.call(py, Request::ForwardToDeadLetter { group, handle })
-            .map(drop)
+        embed::forward_to_dead_letter(&mut self.ep(py), group, handle).map_err(efail(py))
     }
 
     /// A pulled message (by log `offset`) failed: back to `%RETRY%<group>` after a delay.
@@ -1209,68 +1093,66 @@ impl PyBroker {
     fn send_back(
         &self,
         py: Python<'_>,
-        group: String,
-        offset: u64,
-        delay_level: Option<u32>,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::offset_int)] offset: i128,
+        #[pyo3(from_py_with = convert::arg::delay_level_opt_int)] delay_level: Option<i128>,
     ) -> PyResult<PySendResult> {
-        let mut rs = Self::sent(self.call(
-            py,
-            Request::SendBack {
-                group,
-                offset,
-                delay_level,
-            },
-        )?)?;
-        rs.pop().ok_or_else(|| unexpected(&Reply::Sent(Vec::new())))
+        let offset = convert::u64_arg("offset", offset)?;
+        let level = convert::opt_u32("delay_level", delay_level)?;
+        let r = embed::send_back(&mut self.ep(py), group, offset, level).map_err(efail(py))?;
+        Ok(convert::send_result(r))
     }
 
     /// An iterator of `Received` for `group` on `topic`: each `next()` waits (GIL released)
     /// for a message; it stops after `timeout` seconds without one (None: waits forever, until
-    /// close). Also an async iterator (`async for`), waiting in the default executor.
+    /// close). Also an async iterator (`async for`), waiting in the default executor. As in
+    /// Node, a message is acked when the loop asks for the next one; leaving the loop
+    /// (break, an exception) leaves the current one un-acked, so it comes back after
+    /// `invisible_ms`. The topic may not exist yet: the loop waits for it.
     #[pyo3(signature = (group, topic, *, invisible_ms, max=32, tags="*", timeout=None))]
     fn subscribe(
         slf: &Bound<'_, Self>,
-        group: String,
-        topic: String,
-        invisible_ms: Millis,
-        max: u32,
+        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
+        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
+        #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
+        #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         timeout: Option<f64>,
     ) -> PyResult<PySubscription> {
         let timeout = match timeout {
             Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(PyValueError::new_err(
-                    "timeout must be a non-negative number of seconds",
-                ))
+                return Err(PyValueError::new_err(format!(
+                    "timeout must be a non-negative number of seconds, not {t}"
+                )))
             }
             Some(t) => Some(Duration::from_secs_f64(t)),
             None => None,
         };
+        let sub = embed::Subscription::new(
+            group.clone(),
+            topic,
+            convert::u64_arg("invisible_ms", invisible_ms)?,
+            convert::u32_arg("max", max)?,
+            convert::tags(tags),
+        );
         Ok(PySubscription {
             broker: slf.clone().unbind(),
             group,
-            topic,
-            invisible_ms,
-            max,
-            tags: tags.to_owned(),
             timeout,
-            buffer: Mutex::new(VecDeque::new()),
+            sub: Mutex::new(Some(sub)),
         })
     }
 
     /// Creates a topic with `queues` queues (or grows it).
-    fn create_topic(&self, py: Python<'_>, name: &str, queues: u32) -> PyResult<()> {
-        py.detach(|| self.shared.read(|c| c.create_topic(name, queues)))
-            .and_then(|r| r.map_err(Fail::from))
-            .map_err(fail(py))?
+    fn create_topic(&self, py: Python<'_>, name: &str, queues: i128) -> PyResult<()> {
+        let queues = convert::u32_arg("queues", queues)?;
+        self.with(py, |h| Ok(h.create_topic(name, queues)?))?
             .map_err(|e| client_error(py, &e))
     }
 
     /// Consumer-visible topics with their queues (and `depth`, visible messages).
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<PyTopicInfo>> {
-        let ts = py
-            .detach(|| self.shared.read(|c| c.topics()))
-            .map_err(fail(py))?;
+        let ts = self.read(py, |c| c.topics())?;
         Ok(ts.into_iter().map(convert::topic_info).collect())
     }
 
@@ -1279,52 +1161,40 @@ impl PyBroker {
     fn pending_transactions(
         &self,
         py: Python<'_>,
-        limit: Option<usize>,
+        #[pyo3(from_py_with = convert::arg::limit_opt_int)] limit: Option<i128>,
     ) -> PyResult<Vec<PyPendingTransaction>> {
-        let n = limit.unwrap_or(usize::MAX);
-        let ts = py
-            .detach(|| self.shared.read(|c| c.pending_transactions(n)))
-            .map_err(fail(py))?;
+        let n = convert::limit(limit)?;
+        let ts = self.read(py, |c| c.pending_transactions(n))?;
         Ok(ts.into_iter().map(convert::pending_txn).collect())
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_delays(
-        &self,
-        py: Python<'_>,
-        limit: Option<usize>,
-    ) -> PyResult<Vec<PyPendingDelay>> {
-        let n = limit.unwrap_or(usize::MAX);
-        let ds = py
-            .detach(|| self.shared.read(|c| c.pending_delays(n)))
-            .map_err(fail(py))?;
+    fn pending_delays(&self, py: Python<'_>, limit: Option<i128>) -> PyResult<Vec<PyPendingDelay>> {
+        let n = convert::limit(limit)?;
+        let ds = self.read(py, |c| c.pending_delays(n))?;
         Ok(ds.into_iter().map(convert::pending_delay).collect())
     }
 
     /// Messages `group` received from `topic` and has not acked yet.
     fn inflight_count(&self, py: Python<'_>, group: &str, topic: &str) -> PyResult<usize> {
-        py.detach(|| self.shared.read(|c| c.inflight_count(group, topic)))
-            .map_err(fail(py))
+        self.read(py, |c| c.inflight_count(group, topic))
     }
 
     /// The broker's counters (messages stored, commits, rollbacks, checks, ...).
     fn stats<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyDict>> {
-        let s = py
-            .detach(|| self.shared.read(|c| c.stats()))
-            .map_err(fail(py))?;
+        let s = self.read(py, |c| c.stats())?;
         convert::stats(py, s)
     }
 }
 
 /// A prepared transaction. `commit()` / `rollback()`, or use it as a context manager:
 /// a normal exit commits, an exception rolls back (and propagates).
-#[pyclass(frozen, module = "rocklet._rocklet", name = "Transaction")]
+#[pyclass(frozen, module = "rocklet", name = "Transaction")]
 #[derive(Debug)]
 pub struct PyTransaction {
     broker: Py<PyBroker>,
-    txn: TxnId,
-    group: String,
+    tx: embed::Transaction,
     result: Py<PySendResult>,
     resolution: Mutex<Option<Resolution>>,
 }
@@ -1332,9 +1202,9 @@ pub struct PyTransaction {
 impl PyTransaction {
     fn finish(&self, py: Python<'_>, r: Resolution) -> PyResult<bool> {
         let dup = self
-            .broker
-            .get()
-            .end(py, self.txn, r, Some(self.group.clone()))?;
+            .tx
+            .end(&mut self.broker.get().ep(py), r)
+            .map_err(efail(py))?;
         *self.resolution.lock() = Some(r);
         Ok(dup)
     }
@@ -1344,13 +1214,18 @@ impl PyTransaction {
 impl PyTransaction {
     /// The transaction id (16 hex digits).
     #[getter]
+    fn id(&self) -> String {
+        self.tx.txn.to_string()
+    }
+    /// The transaction id (16 hex digits); the same as `id`.
+    #[getter]
     fn transaction_id(&self) -> String {
-        self.txn.to_string()
+        self.tx.txn.to_string()
     }
     /// The producer group.
     #[getter]
     fn group(&self) -> &str {
-        &self.group
+        &self.tx.group
     }
     /// Where the half message was stored (its `msg_id` is the message's id once committed).
     #[getter]
@@ -1360,7 +1235,7 @@ impl PyTransaction {
     /// "commit" or "rollback" once this object ended it, else None.
     #[getter]
     fn resolution(&self) -> Option<&'static str> {
-        self.resolution.lock().map(convert::resolution_name)
+        self.resolution.lock().map(Resolution::as_str)
     }
     /// Commits: the message becomes visible. Returns True if it was already committed.
     fn commit(&self, py: Python<'_>) -> PyResult<bool> {
@@ -1382,54 +1257,65 @@ impl PyTransaction {
         tb: Option<&Bound<'_, PyAny>>,
     ) -> PyResult<bool> {
         let _ = (exc, tb);
-        if self.resolution.lock().is_some() {
-            return Ok(false);
-        }
-        if exc_type.is_none_or(|t| t.is_none()) {
-            self.finish(py, Resolution::Commit)?;
-        } else if let Err(e) = self.finish(py, Resolution::Rollback) {
-            // Keep the block's exception; the checker resolves the transaction later.
-            log_error(
-                py,
-                &format!(
-                    "rollback of transaction {} failed; the checker will decide",
-                    self.txn
-                ),
-                Some(&e),
-            );
+        let ok = exc_type.is_none_or(|t| t.is_none());
+        let ended = *self.resolution.lock();
+        match embed::Transaction::on_exit(ended, ok) {
+            None => {}
+            Some(r @ Resolution::Rollback) => {
+                if let Err(e) = self.finish(py, r) {
+                    // Keep the block's exception; the checker resolves the transaction later.
+                    log_error(
+                        py,
+                        &format!(
+                            "rollback of transaction {} failed; the checker will decide",
+                            self.tx.txn
+                        ),
+                        Some(&e),
+                    );
+                }
+            }
+            Some(r) => {
+                self.finish(py, r)?;
+            }
         }
         Ok(false)
     }
-    fn __repr__(&self) -> String {
-        format!(
-            "Transaction(id={:?}, group={:?}, resolution={})",
-            self.txn.to_string(),
-            self.group,
-            self.resolution()
-                .map_or("None".to_owned(), |r| format!("{r:?}"))
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Transaction(id={}, group={}, resolution={})",
+            convert::repr(py, self.id())?,
+            convert::repr(py, self.group())?,
+            convert::repr(py, self.resolution())?
+        ))
     }
 }
 
 /// Messages of a topic as they arrive, for one consumer group (see `Broker.subscribe`).
-#[pyclass(frozen, module = "rocklet._rocklet", name = "Subscription")]
+#[pyclass(frozen, module = "rocklet", name = "Subscription")]
 #[derive(Debug)]
 pub struct PySubscription {
     broker: Py<PyBroker>,
     group: String,
-    topic: String,
-    invisible_ms: Millis,
-    max: u32,
-    tags: String,
     timeout: Option<Duration>,
-    buffer: Mutex<VecDeque<Py<PyReceived>>>,
+    /// Taken while a thread is in `next`.
+    sub: Mutex<Option<embed::Subscription>>,
 }
 
 impl PySubscription {
     fn next_received(&self, py: Python<'_>) -> PyResult<Option<Py<PyReceived>>> {
-        if let Some(r) = self.buffer.lock().pop_front() {
-            return Ok(Some(r));
-        }
+        let mut sub = self.sub.lock().take().ok_or_else(|| {
+            PyRuntimeError::new_err("this subscription is being read by another thread")
+        })?;
+        let r = self.next_with(py, &mut sub);
+        *self.sub.lock() = Some(sub);
+        r
+    }
+
+    fn next_with(
+        &self,
+        py: Python<'_>,
+        sub: &mut embed::Subscription,
+    ) -> PyResult<Option<Py<PyReceived>>> {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
         loop {
@@ -1437,19 +1323,8 @@ impl PySubscription {
                 return Ok(None);
             }
             let gen = broker.generation(py);
-            let got = broker.do_receive(
-                py,
-                self.group.clone(),
-                self.topic.clone(),
-                self.max,
-                self.invisible_ms,
-                None,
-                &self.tags,
-            )?;
-            if !got.is_empty() {
-                let mut buf = self.buffer.lock();
-                buf.extend(got);
-                return Ok(buf.pop_front());
+            if let Some(r) = sub.next(&mut broker.ep(py)).map_err(efail(py))? {
+                return convert::received(py, r).map(Some);
             }
             if deadline.is_some_and(|d| Instant::now() >= d) {
                 return Ok(None);
@@ -1483,7 +1358,7 @@ impl PySubscription {
         self.next_received(py)?
             .ok_or_else(|| PyStopAsyncIteration::new_err(()))
     }
-    /// Acknowledges a message this subscription delivered.
+    /// Acknowledges a message this subscription delivered (moving on acks it too).
     fn ack(&self, py: Python<'_>, received: &Bound<'_, PyAny>) -> PyResult<()> {
         self.broker.get().ack(py, self.group.clone(), received)
     }

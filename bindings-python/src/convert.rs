@@ -5,6 +5,7 @@ use pyo3::prelude::*;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
 };
+use pyo3::IntoPyObjectExt;
 use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
     Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
@@ -161,12 +162,72 @@ pub fn txn_id(py: Python<'_>, s: &str) -> PyResult<TxnId> {
     s.parse().map_err(|e| client_error(py, &e))
 }
 
-/// A resolution from `"commit"`, `"rollback"` or `"unknown"`.
-pub fn resolution(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
+/// A resolution from `"commit"`, `"rollback"` or `"unknown"`; `what` names the value (an
+/// argument, or the checker's answer). Another string is a ValueError.
+pub fn resolution(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
     let s = v.cast::<PyString>().map_err(|_| {
-        PyTypeError::new_err("a resolution is one of the strings 'commit', 'rollback', 'unknown'")
+        PyTypeError::new_err(format!(
+            "{what} must be 'commit', 'rollback' or 'unknown', not {}",
+            type_name(v)
+        ))
     })?;
-    s.to_str()?.parse().map_err(|e| client_error(py, &e))
+    s.to_str()?.parse().map_err(|_| {
+        PyValueError::new_err(format!(
+            "{what} must be 'commit', 'rollback' or 'unknown', not {}",
+            v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
+        ))
+    })
+}
+
+fn type_name(v: &Bound<'_, PyAny>) -> String {
+    v.get_type()
+        .name()
+        .map_or_else(|_| "?".into(), |n| n.to_string())
+}
+
+/// A str argument; `what` names it in the TypeError.
+pub fn string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
+    match v.cast::<PyString>() {
+        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Err(_) => Err(PyTypeError::new_err(format!(
+            "{what} must be a str, not {}",
+            type_name(v)
+        ))),
+    }
+}
+
+fn nat<T: TryFrom<i128>>(what: &str, v: i128, max: u64) -> PyResult<T> {
+    T::try_from(v)
+        .map_err(|_| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {v}")))
+}
+
+/// A whole-number argument that fits a u32; out of range is a ValueError naming it.
+pub fn u32_arg(what: &str, v: i128) -> PyResult<u32> {
+    nat(what, v, u64::from(u32::MAX))
+}
+
+/// A whole-number argument that fits a u64 (ms, offsets).
+pub fn u64_arg(what: &str, v: i128) -> PyResult<u64> {
+    nat(what, v, u64::MAX)
+}
+
+pub fn opt_u32(what: &str, v: Option<i128>) -> PyResult<Option<u32>> {
+    v.map(|v| u32_arg(what, v)).transpose()
+}
+
+pub fn opt_u64(what: &str, v: Option<i128>) -> PyResult<Option<u64>> {
+    v.map(|v| u64_arg(what, v)).transpose()
+}
+
+/// `limit=None`: all.
+pub fn limit(v: Option<i128>) -> PyResult<usize> {
+    Ok(opt_u64("limit", v)?.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+}
+
+/// `repr()` of a value as Python shows it (for reprs: `None`, `'x'`, `6000`).
+pub fn repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<String> {
+    let o = v.into_bound_py_any(py)?;
+    Ok(o.repr()?.to_str()?.to_owned())
 }
 
 /// A receipt handle: its string, or the `Received` that carries it.
@@ -335,7 +396,63 @@ pub fn stats<'py>(py: Python<'py>, s: Stats) -> PyResult<Bound<'py, PyDict>> {
     Ok(d)
 }
 
-/// The resolution's name, as checkers return it.
-pub fn resolution_name(r: Resolution) -> &'static str {
-    r.as_str()
+/// An int argument; `what` names it in the TypeError.
+pub fn int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<i128> {
+    if v.is_instance_of::<PyBool>() || !v.is_instance_of::<PyInt>() {
+        return Err(PyTypeError::new_err(format!(
+            "{what} must be an int, not {}",
+            type_name(v)
+        )));
+    }
+    v.extract::<i128>()
+        .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {}", v)))
+}
+
+pub fn opt_int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    int(what, v).map(Some)
+}
+
+pub fn opt_string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<String>> {
+    if v.is_none() {
+        return Ok(None);
+    }
+    string(what, v).map(Some)
+}
+
+/// Argument extractors that name their argument in the error (`#[pyo3(from_py_with)]`).
+pub mod arg {
+    use super::*;
+
+    macro_rules! named {
+        ($($f:ident: $t:ty = $conv:ident($name:literal),)*) => {
+            $(pub fn $f(v: &Bound<'_, PyAny>) -> PyResult<$t> {
+                $conv($name, v)
+            })*
+        };
+    }
+
+    named! {
+    check_immunity_ms_opt_int: Option<i128> = opt_int("check_immunity_ms"),
+    delay_level_opt_int: Option<i128> = opt_int("delay_level"),
+    delay_ms_opt_int: Option<i128> = opt_int("delay_ms"),
+    deliver_at_ms_opt_int: Option<i128> = opt_int("deliver_at_ms"),
+    group_opt_str: Option<String> = opt_string("group"),
+    group_str: String = string("group"),
+    invisible_ms_int: i128 = int("invisible_ms"),
+    limit_opt_int: Option<i128> = opt_int("limit"),
+    max_int: i128 = int("max"),
+    message_group_opt_str: Option<String> = opt_string("message_group"),
+    message_id_opt_str: Option<String> = opt_string("message_id"),
+    offset_int: i128 = int("offset"),
+    offset_opt_int: Option<i128> = opt_int("offset"),
+    queue_opt_int: Option<i128> = opt_int("queue"),
+    queue_id_int: i128 = int("queue_id"),
+    queue_id_opt_int: Option<i128> = opt_int("queue_id"),
+    start_ms_opt_int: Option<i128> = opt_int("start_ms"),
+    tag_opt_str: Option<String> = opt_string("tag"),
+    topic_str: String = string("topic"),
+    }
 }

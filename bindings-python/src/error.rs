@@ -29,55 +29,55 @@ use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
 
 create_exception!(
-    _rocklet,
+    rocklet,
     RockletError,
     PyException,
     "Base of every error Rocklet raises; `code` is a stable upper-case code."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     ClientError,
     RockletError,
     "The caller's mistake: nothing changed in the broker."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     ConfigError,
     RockletError,
     "A configuration value that cannot work."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     StorageError,
     RockletError,
     "The storage failed (I/O error, data directory in use)."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     BrokerFailed,
     StorageError,
     "A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     CorruptLog,
     RockletError,
     "The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     EncodeError,
     RockletError,
     "A record would not fit the commit-log format."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     BrokerClosed,
     RockletError,
     "The broker was closed."
 );
 create_exception!(
-    _rocklet,
+    rocklet,
     InternalError,
     RockletError,
     "A bug in Rocklet (a Rust panic was caught); the broker is unusable."
@@ -85,7 +85,7 @@ create_exception!(
 
 macro_rules! client_errors {
     ($( $name:ident = $code:literal : $doc:literal ),* $(,)?) => {
-        $( create_exception!(_rocklet, $name, ClientError, $doc); )*
+        $( create_exception!(rocklet, $name, ClientError, $doc); )*
 
         /// The exception class for a client error code; `None` for codes this binding does
         /// not know yet (the core's enum is non-exhaustive).
@@ -149,6 +149,23 @@ pub enum Fail {
     /// The broker stopped after an earlier storage failure or a caught panic.
     Broken(String),
     Panic(String),
+    /// An argument out of range (ValueError; the text names it).
+    Value(String),
+    /// A bug: an unexpected reply.
+    Internal(String),
+}
+
+impl From<rocklet_embed::Fail<CoreError<io::Error>>> for Fail {
+    fn from(e: rocklet_embed::Fail<CoreError<io::Error>>) -> Self {
+        match e {
+            rocklet_embed::Fail::Client(c) => Fail::Client(c),
+            rocklet_embed::Fail::Host(c) => Fail::Core(c),
+            rocklet_embed::Fail::Closed(_) => Fail::Closed,
+            rocklet_embed::Fail::WrongClock(w) => Fail::Value(w.into()),
+            rocklet_embed::Fail::Argument(w) => Fail::Value(w),
+            other => Fail::Internal(other.to_string()),
+        }
+    }
 }
 
 impl From<CoreError<io::Error>> for Fail {
@@ -176,6 +193,8 @@ impl Fail {
             Fail::Panic(why) => {
                 InternalError::new_err(format!("internal error (a bug in Rocklet): {why}"))
             }
+            Fail::Value(why) => pyo3::exceptions::PyValueError::new_err(why),
+            Fail::Internal(why) => InternalError::new_err(format!("internal error: {why}")),
         }
     }
 }

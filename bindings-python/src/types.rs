@@ -4,7 +4,7 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 /// A stored message as consumers (and checkers) see it.
-#[pyclass(frozen, module = "rocklet._rocklet", name = "Message")]
+#[pyclass(frozen, module = "rocklet", name = "Message")]
 #[derive(Debug)]
 pub struct PyMessage {
     /// Topic.
@@ -67,21 +67,21 @@ impl PyMessage {
     fn text(&self, py: Python<'_>) -> String {
         String::from_utf8_lossy(self.body.as_bytes(py)).into_owned()
     }
-    fn __repr__(&self, py: Python<'_>) -> String {
-        format!(
-            "Message(topic={:?}, queue_id={}, queue_offset={}, msg_id={:?}, tag={:?}, body={} bytes)",
-            self.topic,
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Message(topic={}, queue_id={}, queue_offset={}, msg_id={}, tag={}, body={} bytes)",
+            crate::convert::repr(py, self.topic.clone())?,
             self.queue_id,
             self.queue_offset,
-            self.msg_id,
-            self.tag,
+            crate::convert::repr(py, self.msg_id.clone())?,
+            crate::convert::repr(py, self.tag.clone())?,
             self.body.as_bytes(py).len()
-        )
+        ))
     }
 }
 
 /// Where a sent (or prepared) message was stored.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "SendResult")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "SendResult")]
 #[derive(Debug, Clone)]
 pub struct PySendResult {
     /// Message id.
@@ -100,16 +100,21 @@ pub struct PySendResult {
 
 #[pymethods]
 impl PySendResult {
-    fn __repr__(&self) -> String {
-        format!(
-            "SendResult(msg_id={:?}, topic={:?}, queue_id={}, queue_offset={}, offset={}, transaction_id={:?})",
-            self.msg_id, self.topic, self.queue_id, self.queue_offset, self.offset, self.transaction_id
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "SendResult(msg_id={}, topic={}, queue_id={}, queue_offset={}, offset={}, transaction_id={})",
+            crate::convert::repr(py, self.msg_id.clone())?,
+            crate::convert::repr(py, self.topic.clone())?,
+            self.queue_id,
+            self.queue_offset,
+            self.offset,
+            crate::convert::repr(py, self.transaction_id.clone())?
+        ))
     }
 }
 
 /// A received message with the handle that acks it.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Received")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "Received")]
 #[derive(Debug)]
 pub struct PyReceived {
     /// The message.
@@ -124,16 +129,18 @@ pub struct PyReceived {
 
 #[pymethods]
 impl PyReceived {
-    fn __repr__(&self) -> String {
-        format!(
-            "Received(handle={:?}, attempt={}, visible_at={})",
-            self.handle, self.attempt, self.visible_at
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Received(handle={}, attempt={}, visible_at={})",
+            crate::convert::repr(py, self.handle.clone())?,
+            self.attempt,
+            self.visible_at
+        ))
     }
 }
 
 /// One page of a queue read by `pull_queue`.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PullResult")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "PullResult")]
 #[derive(Debug)]
 pub struct PyPullResult {
     /// Messages, in queue order.
@@ -157,7 +164,7 @@ impl PyPullResult {
 }
 
 /// One queue of a topic.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "QueueInfo")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "QueueInfo")]
 #[derive(Debug, Clone)]
 pub struct PyQueueInfo {
     /// Queue id.
@@ -179,7 +186,7 @@ impl PyQueueInfo {
 }
 
 /// A topic and its queues.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "TopicInfo")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "TopicInfo")]
 #[derive(Debug)]
 pub struct PyTopicInfo {
     /// Topic name.
@@ -195,23 +202,18 @@ impl PyTopicInfo {
     fn depth(&self) -> u64 {
         self.queues.iter().map(|q| q.visible).sum()
     }
-    fn __repr__(&self) -> String {
-        format!(
-            "TopicInfo(name={:?}, queues={}, depth={})",
-            self.name,
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "TopicInfo(name={}, queues={}, depth={})",
+            crate::convert::repr(py, self.name.clone())?,
             self.queues.len(),
             self.depth()
-        )
+        ))
     }
 }
 
 /// A transaction waiting for its resolution.
-#[pyclass(
-    frozen,
-    get_all,
-    module = "rocklet._rocklet",
-    name = "PendingTransaction"
-)]
+#[pyclass(frozen, get_all, module = "rocklet", name = "PendingTransaction")]
 #[derive(Debug)]
 pub struct PyPendingTransaction {
     /// Transaction id (16 hex digits).
@@ -230,16 +232,20 @@ pub struct PyPendingTransaction {
 
 #[pymethods]
 impl PyPendingTransaction {
-    fn __repr__(&self) -> String {
-        format!(
-            "PendingTransaction(transaction_id={:?}, group={:?}, topic={:?}, checks={}, next_check={:?})",
-            self.transaction_id, self.group, self.topic, self.checks, self.next_check
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "PendingTransaction(transaction_id={}, group={}, topic={}, checks={}, next_check={})",
+            crate::convert::repr(py, self.transaction_id.clone())?,
+            crate::convert::repr(py, self.group.clone())?,
+            crate::convert::repr(py, self.topic.clone())?,
+            self.checks,
+            crate::convert::repr(py, self.next_check)?
+        ))
     }
 }
 
 /// A delayed message not yet delivered.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "PendingDelay")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "PendingDelay")]
 #[derive(Debug)]
 pub struct PyPendingDelay {
     /// Log offset of the stored delayed message.
@@ -254,16 +260,19 @@ pub struct PyPendingDelay {
 
 #[pymethods]
 impl PyPendingDelay {
-    fn __repr__(&self) -> String {
-        format!(
-            "PendingDelay(offset={}, topic={:?}, queue_id={}, due={})",
-            self.offset, self.topic, self.queue_id, self.due
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "PendingDelay(offset={}, topic={}, queue_id={}, due={})",
+            self.offset,
+            crate::convert::repr(py, self.topic.clone())?,
+            self.queue_id,
+            self.due
+        ))
     }
 }
 
 /// A torn tail cut off the log on open (nothing acknowledged can be in one).
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Cut")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "Cut")]
 #[derive(Debug, Clone)]
 pub struct PyCut {
     /// Log offset of the first byte cut.
@@ -279,16 +288,19 @@ pub struct PyCut {
 
 #[pymethods]
 impl PyCut {
-    fn __repr__(&self) -> String {
-        format!(
-            "Cut(offset={}, bytes={}, kept_as={:?}, reason={:?})",
-            self.offset, self.bytes, self.kept_as, self.reason
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Cut(offset={}, bytes={}, kept_as={}, reason={})",
+            self.offset,
+            self.bytes,
+            crate::convert::repr(py, self.kept_as.clone())?,
+            crate::convert::repr(py, self.reason.clone())?
+        ))
     }
 }
 
 /// A damaged range that `repair=True` moved out of the log into quarantine.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "Quarantined")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "Quarantined")]
 #[derive(Debug, Clone)]
 pub struct PyQuarantined {
     /// Log offset of the first damaged byte.
@@ -303,16 +315,19 @@ pub struct PyQuarantined {
 
 #[pymethods]
 impl PyQuarantined {
-    fn __repr__(&self) -> String {
-        format!(
-            "Quarantined(offset={}, bytes={}, name={:?}, reason={:?})",
-            self.offset, self.bytes, self.name, self.reason
-        )
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Quarantined(offset={}, bytes={}, name={}, reason={})",
+            self.offset,
+            self.bytes,
+            crate::convert::repr(py, self.name.clone())?,
+            crate::convert::repr(py, self.reason.clone())?
+        ))
     }
 }
 
 /// What recovery found when the broker opened.
-#[pyclass(frozen, get_all, module = "rocklet._rocklet", name = "RecoveryReport")]
+#[pyclass(frozen, get_all, module = "rocklet", name = "RecoveryReport")]
 #[derive(Debug)]
 pub struct PyRecoveryReport {
     /// Segment files read.

@@ -141,7 +141,11 @@ class Runner:
         tags = s.get("tags", "*")
         info = [t for t in self.broker.topics() if t.name == topic]
         if not info:
-            r = self.broker.pull_queue(group, topic, 0, offset=0, tags=tags, auto_commit=False)
+            # Validates the name; a topic that does not exist reads as no messages here.
+            try:
+                r = self.broker.pull_queue(group, topic, 0, offset=0, tags=tags, auto_commit=False)
+            except rocklet.UnknownTopic:
+                return {"bodies": []}
             return {"bodies": [m.text() for m in r.messages]}
         bodies: List[str] = []
         for q in info[0].queues:

@@ -8,9 +8,9 @@
 //! time steps with `stepToNextEvent()` while `nextEventAt()` is due and drains in between.
 
 use alloc::string::String;
-use alloc::vec::Vec;
 
-use rocklet_core::{Broker, Config, MemStorage, Reply, Request};
+use rocklet_core::{Broker, MemStorage};
+use rocklet_embed::{self as embed, ManualClock};
 use wasm_bindgen::prelude::*;
 
 use crate::convert;
@@ -33,9 +33,11 @@ export interface Message {
   bornTimestamp: number; storeTimestamp: number; reconsumeTimes: number; flag: number; sysFlag: number;
   bornHost: string; storeHost: string;
 }
-export interface Pulled { messages: Message[]; nextOffset: number; maxOffset: number; }
+/** `nextOffset` / `maxOffset`: of the queue, when one was read; `queues`: each queue read. */
+export interface Pulled { messages: Message[]; nextOffset?: number; maxOffset?: number; queues: { queueId: number; nextOffset: number; maxOffset: number }[]; }
 export interface Received { message: Message; handle: string; attempt: number; visibleAt: number; }
-export interface PullArgs { group: string; topic: string; queueId: number; offset?: number; max?: number; tags?: string; autoCommit?: boolean; }
+/** Without `queueId`: every queue of the topic in order (`offset` needs a queue). */
+export interface PullArgs { group: string; topic: string; queueId?: number; offset?: number; max?: number; tags?: string; autoCommit?: boolean; }
 export interface ReceiveArgs { group: string; topic: string; invisibleMs: number; queueId?: number; max?: number; tags?: string; }
 export interface EndOptions { fromCheck?: boolean; group?: string; }
 export type Output =
@@ -64,44 +66,28 @@ export interface RecoveryReport {
 #[wasm_bindgen(js_name = Broker)]
 #[derive(Debug)]
 pub struct WasmBroker {
-    inner: Broker<MemStorage>,
+    host: Host,
+}
+
+/// Memory storage is durable as soon as it is written: the host syncs whatever a call
+/// appended (`eager_sync`), so under sync flush replies and messages are released at once.
+type Host = embed::Host<MemStorage, ManualClock>;
+
+fn fail(
+    e: embed::Fail<rocklet_core::Error<<MemStorage as rocklet_core::Storage>::Error>>,
+) -> JsValue {
+    match e {
+        embed::Fail::Client(c) => error::client(&c),
+        embed::Fail::Host(e) => error::core(&e),
+        embed::Fail::Argument(w) => error::js_error("INVALID_ARGUMENT", &w),
+        other => error::js_error("INTERNAL", &alloc::format!("{other:?}")),
+    }
 }
 
 impl WasmBroker {
-    /// Runs one request at the broker's current time; a client's mistake throws.
-    fn run(&mut self, request: Request) -> Result<Reply, JsValue> {
-        let now = self.inner.now();
-        let reply = self
-            .inner
-            .execute(now, request)
-            .map_err(|e| error::core(&e))?;
-        // execute syncs under sync flush when the request itself wrote; timers it fired first
-        // may have written too.
-        self.settle()?;
-        match reply {
-            Reply::Error(e) => Err(error::client(&e)),
-            reply => Ok(reply),
-        }
+    fn core(&self) -> Result<&Broker<MemStorage>, JsValue> {
+        self.host.core().map_err(fail)
     }
-
-    /// Memory storage is durable as soon as it is written: sync whatever a call appended, so
-    /// under sync flush its replies and messages are released at once (the host's part of
-    /// the durability schedule; a no-op for the log under async flush).
-    fn settle(&mut self) -> Result<(), JsValue> {
-        if self.inner.needs_sync() {
-            self.inner.sync().map_err(|e| error::core(&e))?;
-        }
-        Ok(())
-    }
-
-    fn open(cfg: Config, storage: MemStorage, now: u64) -> Result<Broker<MemStorage>, JsValue> {
-        Broker::open(cfg, storage, now).map_err(|e| error::core(&e))
-    }
-}
-
-/// A reply of another kind than the request's: the core broke its contract.
-fn unexpected(reply: &Reply) -> JsValue {
-    error::js_error("INTERNAL", &alloc::format!("unexpected reply {reply:?}"))
 }
 
 #[wasm_bindgen(js_class = Broker)]
@@ -114,9 +100,11 @@ impl WasmBroker {
     pub fn new(config: Option<JsValue>, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
         let cfg = convert::config(config.unwrap_or(JsValue::UNDEFINED))?;
         let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
-        Ok(WasmBroker {
-            inner: Self::open(cfg, MemStorage::new(), now)?,
-        })
+        let host = Host::open(cfg, MemStorage::new(), ManualClock(now), false)
+            .map_err(|e| error::core(&e))?
+            .eager_sync(true)
+            .raw_outputs();
+        Ok(WasmBroker { host })
     }
 
     /// Drops the broker and opens a new one over the same (memory) storage, as a restart
@@ -124,10 +112,8 @@ impl WasmBroker {
     /// Returns the recovery report.
     #[wasm_bindgen(unchecked_return_type = "RecoveryReport")]
     pub fn reopen(&mut self) -> Result<JsValue, JsValue> {
-        let cfg = self.inner.config().clone();
-        let storage = self.inner.storage().clone();
-        self.inner = Self::open(cfg, storage, self.inner.now())?;
-        convert::recovery_report(self.inner.recovery_report())
+        self.host.reopen().map_err(fail)?;
+        convert::recovery_report(self.core()?.recovery_report())
     }
 
     // ---- clock ---------------------------------------------------------------------------
@@ -135,33 +121,31 @@ impl WasmBroker {
     /// The broker's time: the latest time it was given.
     #[wasm_bindgen(getter)]
     pub fn now(&self) -> f64 {
-        convert::number(self.inner.now())
+        convert::number(self.host.now())
     }
 
     /// When the next check, delayed delivery or redelivery is due (`undefined`: nothing is).
     #[wasm_bindgen(js_name = nextEventAt)]
     pub fn next_event_at(&self) -> Option<f64> {
-        self.inner.poll_timeout().map(convert::number)
+        self.host.next_due().map(convert::number)
     }
 
     /// Moves the clock to `ms` (never backwards), doing everything due on the way.
     #[wasm_bindgen(js_name = advanceTo)]
     pub fn advance_to(&mut self, ms: f64) -> Result<(), JsValue> {
         let ms = convert::millis("ms", ms)?;
-        self.inner.handle_timeout(ms).map_err(|e| error::core(&e))?;
-        self.settle()
+        self.host.jump_to(ms).map_err(fail)
     }
 
     /// Moves the clock to the next event (`nextEventAt()`) and does what is due then; returns
     /// the new time, or `undefined` (clock unchanged) when nothing is scheduled.
     #[wasm_bindgen(js_name = stepToNextEvent)]
     pub fn step_to_next_event(&mut self) -> Result<Option<f64>, JsValue> {
-        let Some(at) = self.inner.poll_timeout() else {
+        let Some(at) = self.host.next_due() else {
             return Ok(None);
         };
-        self.inner.handle_timeout(at).map_err(|e| error::core(&e))?;
-        self.settle()?;
-        Ok(Some(convert::number(self.inner.now())))
+        self.host.jump_to(at).map_err(fail)?;
+        Ok(Some(convert::number(self.host.now())))
     }
 
     /// Every output queued since the last drain, in order: `{type: "check", group, txn,
@@ -169,20 +153,15 @@ impl WasmBroker {
     /// `trace`), `{type: "available", topic, queueId}` (with `notify_available`).
     #[wasm_bindgen(unchecked_return_type = "Output[]")]
     pub fn drain(&mut self) -> Result<JsValue, JsValue> {
-        let mut out = Vec::new();
-        while let Some(o) = self.inner.poll_output() {
-            out.push(o);
-        }
-        convert::outputs(&out)
+        self.host.drain();
+        convert::outputs(&self.host.take_outputs())
     }
 
     /// Whether a producer of `group` can be checked (it answers checks). Checks of an
     /// offline group wait without using attempts. Groups start offline.
     #[wasm_bindgen(js_name = setProducerOnline)]
     pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), JsValue> {
-        let now = self.inner.now();
-        self.inner.set_producer_online(now, group, online);
-        self.settle()
+        self.host.set_producer_online(group, online).map_err(fail)
     }
 
     // ---- producer ------------------------------------------------------------------------
@@ -195,12 +174,7 @@ impl WasmBroker {
         #[wasm_bindgen(unchecked_param_type = "NewMessage")] message: JsValue,
     ) -> Result<JsValue, JsValue> {
         let m = convert::message(message)?;
-        match self.run(Request::Send {
-            messages: alloc::vec![m],
-        })? {
-            Reply::Sent(rs) if rs.len() == 1 => convert::send_result(&rs[0]),
-            other => Err(unexpected(&other)),
-        }
+        convert::send_result(&embed::send_one(&mut self.host, m).map_err(fail)?)
     }
 
     /// Sends a batch (one topic, all or nothing). Returns one result per message.
@@ -210,10 +184,7 @@ impl WasmBroker {
         #[wasm_bindgen(unchecked_param_type = "NewMessage[]")] messages: JsValue,
     ) -> Result<JsValue, JsValue> {
         let ms = convert::messages(messages)?;
-        match self.run(Request::Send { messages: ms })? {
-            Reply::Sent(rs) => convert::send_results(&rs),
-            other => Err(unexpected(&other)),
-        }
+        convert::send_results(&embed::send(&mut self.host, ms).map_err(fail)?)
     }
 
     /// Stores a half message of producer group `group`. Returns the send result with `txn`.
@@ -228,14 +199,8 @@ impl WasmBroker {
         let check_immunity_ms = check_immunity_ms
             .map(|ms| convert::millis("checkImmunityMs", ms))
             .transpose()?;
-        match self.run(Request::Prepare {
-            group,
-            message,
-            check_immunity_ms,
-        })? {
-            Reply::Sent(rs) if rs.len() == 1 => convert::send_result(&rs[0]),
-            other => Err(unexpected(&other)),
-        }
+        let tx = embed::prepare(&mut self.host, group, message, check_immunity_ms).map_err(fail)?;
+        convert::send_result(&tx.sent)
     }
 
     /// END_TRANSACTION: `resolution` is `commit`, `rollback` or `unknown`; `options` is an
@@ -253,56 +218,35 @@ impl WasmBroker {
         let resolution = convert::resolution(resolution)?;
         let opts = convert::end_options(options.unwrap_or(JsValue::UNDEFINED))?;
         // Without a group, the transaction's own: the page owns the broker.
-        let group = match opts.group {
-            Some(g) => Some(g),
-            None => self
-                .inner
-                .transaction_group(txn)
-                .map_err(|e| error::core(&e))?,
-        };
-        let request = Request::EndTransaction {
-            txn,
-            resolution,
-            group,
-            from_check: opts.from_check.unwrap_or(false),
-        };
-        match self.run(request)? {
-            Reply::Ended {
-                txn,
-                resolution,
-                duplicate,
-            } => convert::ended(txn, resolution, duplicate),
-            other => Err(unexpected(&other)),
-        }
+        let from_check = opts.from_check.unwrap_or(false);
+        let e =
+            embed::end(&mut self.host, txn, resolution, opts.group, from_check).map_err(fail)?;
+        convert::ended(e.txn, e.resolution, e.duplicate)
     }
 
     // ---- consumer ------------------------------------------------------------------------
 
-    /// Pulls `{group, topic, queueId, offset?, max?, tags?, autoCommit?}`; without `offset`
-    /// from the group's committed offset. Returns `{messages, nextOffset, maxOffset}`.
+    /// Pulls `{group, topic, queueId?, offset?, max?, tags?, autoCommit?}`: the queue
+    /// `queueId` names, or every queue of the topic in order; without `offset` from the
+    /// group's committed offset. Returns `{messages, nextOffset, maxOffset, queues}`. A topic
+    /// that does not exist throws `UNKNOWN_TOPIC`.
     #[wasm_bindgen(unchecked_return_type = "Pulled")]
     pub fn pull(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "PullArgs")] args: JsValue,
     ) -> Result<JsValue, JsValue> {
         let a = convert::pull_args(args)?;
-        let request = Request::Pull {
+        let one = a.queue_id.is_some();
+        let args = embed::PullArgs {
             filter: convert::tag_filter(a.tags.as_deref()),
             group: a.group,
             topic: a.topic,
-            queue_id: a.queue_id,
+            queue: a.queue_id,
             offset: a.offset,
             max: a.max.unwrap_or(32),
             auto_commit: a.auto_commit.unwrap_or(false),
         };
-        match self.run(request)? {
-            Reply::Pulled {
-                messages,
-                next_offset,
-                max_offset,
-            } => convert::pulled(&messages, next_offset, max_offset),
-            other => Err(unexpected(&other)),
-        }
+        convert::pulled(&embed::pull(&mut self.host, args).map_err(fail)?, one)
     }
 
     /// Commits a group's pull offset in a queue.
@@ -315,46 +259,33 @@ impl WasmBroker {
         offset: f64,
     ) -> Result<(), JsValue> {
         let offset = convert::millis("offset", offset)?;
-        match self.run(Request::CommitOffset {
-            group,
-            topic,
-            queue_id,
-            offset,
-        })? {
-            Reply::OffsetCommitted => Ok(()),
-            other => Err(unexpected(&other)),
-        }
+        embed::commit_offset(&mut self.host, group, topic, queue_id, offset).map_err(fail)
     }
 
     /// Receives (RocketMQ 5 pop) `{group, topic, invisibleMs, queueId?, max?, tags?}`.
-    /// Returns `[{message, handle, attempt, visibleAt}]`.
+    /// Returns `[{message, handle, attempt, visibleAt}]`. A topic that does not exist throws
+    /// `UNKNOWN_TOPIC`.
     #[wasm_bindgen(unchecked_return_type = "Received[]")]
     pub fn receive(
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "ReceiveArgs")] args: JsValue,
     ) -> Result<JsValue, JsValue> {
         let a = convert::receive_args(args)?;
-        let request = Request::Receive {
+        let args = embed::ReceiveArgs {
             filter: convert::tag_filter(a.tags.as_deref()),
             group: a.group,
             topic: a.topic,
-            queue_id: a.queue_id,
+            queue: a.queue_id,
             max: a.max.unwrap_or(32),
             invisible_ms: a.invisible_ms,
         };
-        match self.run(request)? {
-            Reply::Received(rs) => convert::received(&rs),
-            other => Err(unexpected(&other)),
-        }
+        convert::received(&embed::receive(&mut self.host, args).map_err(fail)?)
     }
 
     /// Acknowledges a received message by its handle.
     pub fn ack(&mut self, group: String, handle: &str) -> Result<(), JsValue> {
         let handle = convert::handle(handle)?;
-        match self.run(Request::Ack { group, handle })? {
-            Reply::Acked => Ok(()),
-            other => Err(unexpected(&other)),
-        }
+        embed::ack(&mut self.host, group, handle).map_err(fail)
     }
 
     /// Changes how long a received message stays invisible. Returns `{handle, visibleAt}`;
@@ -368,26 +299,16 @@ impl WasmBroker {
     ) -> Result<JsValue, JsValue> {
         let handle = convert::handle(handle)?;
         let invisible_ms = convert::millis("invisibleMs", invisible_ms)?;
-        match self.run(Request::ChangeInvisible {
-            group,
-            handle,
-            invisible_ms,
-        })? {
-            Reply::InvisibleChanged { handle, visible_at } => {
-                convert::invisible_changed(&handle, visible_at)
-            }
-            other => Err(unexpected(&other)),
-        }
+        let (handle, visible_at) =
+            embed::change_invisible(&mut self.host, group, handle, invisible_ms).map_err(fail)?;
+        convert::invisible_changed(&handle, visible_at)
     }
 
     /// Moves a received message to `%DLQ%<group>` at once.
     #[wasm_bindgen(js_name = forwardToDeadLetter)]
     pub fn forward_to_dead_letter(&mut self, group: String, handle: &str) -> Result<(), JsValue> {
         let handle = convert::handle(handle)?;
-        match self.run(Request::ForwardToDeadLetter { group, handle })? {
-            Reply::Forwarded => Ok(()),
-            other => Err(unexpected(&other)),
-        }
+        embed::forward_to_dead_letter(&mut self.host, group, handle).map_err(fail)
     }
 
     // ---- introspection -------------------------------------------------------------------
@@ -395,13 +316,13 @@ impl WasmBroker {
     /// The configuration in effect (snake_case, as the constructor takes it).
     #[wasm_bindgen(unchecked_return_type = "Record<string, unknown>")]
     pub fn config(&self) -> Result<JsValue, JsValue> {
-        convert::config_out(self.inner.config())
+        convert::config_out(self.core()?.config())
     }
 
     /// Consumer-visible topics: `[{name, queues: [{queueId, nextOffset, visible}]}]`.
     #[wasm_bindgen(unchecked_return_type = "TopicInfo[]")]
     pub fn topics(&self) -> Result<JsValue, JsValue> {
-        convert::topics(&self.inner.topics())
+        convert::topics(&self.core()?.topics())
     }
 
     /// Pending transactions in log order: `[{txn, offset, group, topic, queueId, checks,
@@ -410,7 +331,7 @@ impl WasmBroker {
     pub fn pending_transactions(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
         convert::pending_transactions(
             &self
-                .inner
+                .core()?
                 .pending_transactions(limit.map_or(usize::MAX, |l| l as usize)),
         )
     }
@@ -420,7 +341,7 @@ impl WasmBroker {
     pub fn pending_delays(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
         convert::pending_delays(
             &self
-                .inner
+                .core()?
                 .pending_delays(limit.map_or(usize::MAX, |l| l as usize)),
         )
     }
@@ -429,7 +350,7 @@ impl WasmBroker {
     /// the 20 bytes of RocketMQ's ConsumeQueue entry.
     #[wasm_bindgen(js_name = consumeQueue, unchecked_return_type = "CqUnit[]")]
     pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
-        convert::consume_queue(&self.inner.consume_queue(topic, queue_id))
+        convert::consume_queue(&self.core()?.consume_queue(topic, queue_id))
     }
 
     /// Commit-log records from log offset `from` (at most `max`), each decoded field by field:
@@ -439,7 +360,9 @@ impl WasmBroker {
     pub fn raw_records(&mut self, from: f64, max: u32) -> Result<js_sys::Array, JsValue> {
         let from = convert::millis("from", from)?;
         let records = self
-            .inner
+            .host
+            .core_mut()
+            .map_err(fail)?
             .raw_records(from, max as usize)
             .map_err(|e| error::core(&e))?;
         let out = js_sys::Array::new();
@@ -452,38 +375,44 @@ impl WasmBroker {
     /// Counters.
     #[wasm_bindgen(unchecked_return_type = "Record<string, number>")]
     pub fn stats(&self) -> Result<JsValue, JsValue> {
-        convert::stats(&self.inner.stats())
+        convert::stats(&self.core()?.stats())
     }
 
     /// A group's committed pull offset in a queue (`undefined` if none).
     #[wasm_bindgen(js_name = committedOffset)]
-    pub fn committed_offset(&self, group: &str, topic: &str, queue_id: u32) -> Option<f64> {
-        self.inner
+    pub fn committed_offset(
+        &self,
+        group: &str,
+        topic: &str,
+        queue_id: u32,
+    ) -> Result<Option<f64>, JsValue> {
+        Ok(self
+            .core()?
             .committed_offset(group, topic, queue_id)
-            .map(convert::number)
+            .map(convert::number))
     }
 
     /// Messages `group` received from `topic` and has not acked.
     #[wasm_bindgen(js_name = inflightCount)]
-    pub fn inflight_count(&self, group: &str, topic: &str) -> u32 {
-        u32::try_from(self.inner.inflight_count(group, topic)).unwrap_or(u32::MAX)
+    pub fn inflight_count(&self, group: &str, topic: &str) -> Result<u32, JsValue> {
+        Ok(u32::try_from(self.core()?.inflight_count(group, topic)).unwrap_or(u32::MAX))
     }
 
     /// Pending (unresolved) transactions.
     #[wasm_bindgen(js_name = pendingTransactionCount)]
-    pub fn pending_transaction_count(&self) -> u32 {
-        u32::try_from(self.inner.pending_transaction_count()).unwrap_or(u32::MAX)
+    pub fn pending_transaction_count(&self) -> Result<u32, JsValue> {
+        Ok(u32::try_from(self.core()?.pending_transaction_count()).unwrap_or(u32::MAX))
     }
 
     /// Delayed messages not yet delivered.
     #[wasm_bindgen(js_name = pendingDelayCount)]
-    pub fn pending_delay_count(&self) -> u32 {
-        u32::try_from(self.inner.pending_delay_count()).unwrap_or(u32::MAX)
+    pub fn pending_delay_count(&self) -> Result<u32, JsValue> {
+        Ok(u32::try_from(self.core()?.pending_delay_count()).unwrap_or(u32::MAX))
     }
 
     /// Bytes in the log (the next append offset).
     #[wasm_bindgen(getter, js_name = logEnd)]
-    pub fn log_end(&self) -> f64 {
-        convert::number(self.inner.log_end())
+    pub fn log_end(&self) -> Result<f64, JsValue> {
+        Ok(convert::number(self.core()?.log_end()))
     }
 }

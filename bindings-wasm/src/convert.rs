@@ -277,7 +277,9 @@ pub fn messages(value: JsValue) -> Result<Vec<NewMessage>, JsValue> {
 pub struct PullArgs {
     pub group: String,
     pub topic: String,
-    pub queue_id: u32,
+    /// One queue; absent = every queue of the topic.
+    #[serde(default)]
+    pub queue_id: Option<u32>,
     /// From here; absent = the group's committed offset.
     #[serde(default)]
     pub offset: Option<u64>,
@@ -554,18 +556,38 @@ pub fn ended(txn: TxnId, resolution: Resolution, duplicate: bool) -> Result<JsVa
     })
 }
 
-pub fn pulled(messages: &[Message], next_offset: u64, max_offset: u64) -> Result<JsValue, JsValue> {
+pub fn pulled(p: &rocklet_embed::Pulled, one_queue: bool) -> Result<JsValue, JsValue> {
+    #[derive(Serialize)]
+    #[serde(rename_all = "camelCase")]
+    struct Queue {
+        queue_id: u32,
+        next_offset: u64,
+        max_offset: u64,
+    }
     #[derive(Serialize)]
     #[serde(rename_all = "camelCase")]
     struct Pulled<'a> {
         messages: Vec<OutMessage<'a>>,
-        next_offset: u64,
-        max_offset: u64,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        next_offset: Option<u64>,
+        #[serde(skip_serializing_if = "Option::is_none")]
+        max_offset: Option<u64>,
+        queues: Vec<Queue>,
     }
+    let single = p.queues.first().filter(|_| one_queue);
     to_js(&Pulled {
-        messages: messages.iter().map(message_out).collect(),
-        next_offset,
-        max_offset,
+        messages: p.messages.iter().map(message_out).collect(),
+        next_offset: single.map(|q| q.next_offset),
+        max_offset: single.map(|q| q.max_offset),
+        queues: p
+            .queues
+            .iter()
+            .map(|q| Queue {
+                queue_id: q.queue_id,
+                next_offset: q.next_offset,
+                max_offset: q.max_offset,
+            })
+            .collect(),
     })
 }
 

@@ -208,6 +208,21 @@ test('receive, change invisible, ack; reopen keeps what the log holds', () => {
   assert.equal(b.inflightCount('G', 'R'), 0);
 });
 
+test('pull reads every queue unless a queue is given; a missing topic is UNKNOWN_TOPIC', () => {
+  const b = new Broker({ default_queues: 4 });
+  b.send({ topic: 'Q', body: 'q1', queueId: 1 });
+  b.send({ topic: 'Q', body: 'q3', queueId: 3 });
+  const one = b.pull({ group: 'G', topic: 'Q', queueId: 3, autoCommit: true });
+  assert.deepEqual([one.messages.map((m) => m.body), one.nextOffset, one.queues.length], [['q3'], 1, 1]);
+  const all = b.pull({ group: 'G', topic: 'Q', autoCommit: true });
+  assert.deepEqual(all.messages.map((m) => m.body), ['q1']);
+  assert.equal(all.nextOffset, undefined);
+  assert.deepEqual(all.queues.map((q) => q.queueId), [0, 1, 2, 3]);
+  assert.equal(code(() => b.pull({ group: 'G', topic: 'Qq' })), 'UNKNOWN_TOPIC');
+  assert.equal(code(() => b.receive({ group: 'G', topic: 'Qq', invisibleMs: 1000 })), 'UNKNOWN_TOPIC');
+  assert.equal(code(() => b.pull({ group: 'G', topic: 'Q', offset: 0 })), 'INVALID_ARGUMENT');
+});
+
 test('pull commits offsets when asked', () => {
   const b = new Broker({ default_queues: 1 });
   for (const x of ['1', '2', '3']) b.send({ topic: 'P', body: x });

@@ -43,9 +43,9 @@ fi
 step "fmt"
 cargo fmt -p rocklet-wasm --check
 
-step "no-std proof: rocklet-core for wasm32-unknown-unknown with only core + alloc"
+step "no-std proof: rocklet-core and rocklet-embed for wasm32-unknown-unknown with only core + alloc"
 env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO_TARGET_DIR="$ROOT/target/wasm-nostd" \
-  nice -n 10 /usr/bin/cargo build --quiet -p rocklet-core --target wasm32-unknown-unknown \
+  nice -n 10 /usr/bin/cargo build --quiet -p rocklet-core -p rocklet-embed --target wasm32-unknown-unknown \
   -Zbuild-std=core,alloc
 
 step "build rocklet-wasm"

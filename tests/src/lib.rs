@@ -4,10 +4,11 @@
 //! `tests/vectors/README.md`), shared by the `bless` binary and the `vectors` test, plus
 //! helpers the model, crash and format tests share.
 //!
-//! A scenario runs against a [`Broker`] over [`MemStorage`] with a manual clock starting at 0.
-//! Before each step the clock advances to the step's `at`, firing every timer on the way at
-//! its own time (jump to [`Broker::poll_timeout`], [`Broker::handle_timeout`], drain
-//! [`Broker::poll_output`], answer each check with the group's checker). Each step yields a
+//! A scenario runs through the embedding layer every binding uses (`rocklet_embed::Host` over
+//! [`MemStorage`], a manual clock starting at 0): before each step the clock advances to the
+//! step's `at` by `rocklet_embed::Drive`, firing every timer on the way at its own time and
+//! answering each step's checks with the group's checker before the next. So the vectors test
+//! the shared layer once, and each binding's runner its conversions. Each step yields a
 //! normalized JSON result (or none) that is compared with its `expect`.
 
 use std::collections::{BTreeMap, HashMap};
@@ -15,9 +16,10 @@ use std::fmt::Write as _;
 use std::path::{Path, PathBuf};
 
 use rocklet_core::{
-    Broker, ClientError, Config, Delay, MemStorage, NewMessage, Output, ReceiptHandle, Reply,
-    Request, Resolution, TagFilter, TxnId,
+    Broker, CheckRequest, ClientError, Config, Delay, MemStorage, Millis, NewMessage,
+    ReceiptHandle, Reply, Request, Resolution, TagFilter, TxnId,
 };
+use rocklet_embed::{Drive, Fail, ManualClock};
 use serde_json::{json, Map, Value};
 
 /// The group `consume` reads with when the step names none.
@@ -179,9 +181,7 @@ pub fn scenario_files() -> Result<Vec<PathBuf>, String> {
 /// Runs scenarios step by step against one broker.
 #[derive(Debug)]
 pub struct Runner {
-    cfg: Config,
-    broker: Option<Broker<MemStorage>>,
-    now: u64,
+    host: rocklet_embed::Host<MemStorage, ManualClock>,
     /// group → answer; `None` = no checker (producer offline).
     checkers: BTreeMap<String, Option<Resolution>>,
     txn_by_label: HashMap<String, TxnId>,
@@ -282,12 +282,12 @@ fn message(topic: &str, m: &Value) -> Result<NewMessage, String> {
 impl Runner {
     /// A broker over empty memory storage at time 0.
     pub fn new(cfg: Config) -> Result<Self, String> {
-        let broker =
-            Broker::open(cfg.clone(), MemStorage::new(), 0).map_err(|e| format!("open: {e}"))?;
+        // Memory storage: durable once written, so the host syncs after each burst.
+        let host = rocklet_embed::Host::open(cfg, MemStorage::new(), ManualClock(0), false)
+            .map_err(|e| format!("open: {e}"))?
+            .eager_sync(true);
         Ok(Runner {
-            cfg,
-            broker: Some(broker),
-            now: 0,
+            host,
             checkers: BTreeMap::new(),
             txn_by_label: HashMap::new(),
             label_by_txn: HashMap::new(),
@@ -298,87 +298,78 @@ impl Runner {
 
     /// The broker.
     pub fn broker(&mut self) -> &mut Broker<MemStorage> {
-        self.broker.as_mut().expect("broker is open")
+        self.host.core_mut().expect("broker is open")
     }
 
     /// The clock.
     #[must_use]
     pub fn now(&self) -> u64 {
-        self.now
+        self.host.now()
     }
 
     fn exec(&mut self, req: Request) -> Result<Reply, String> {
-        let now = self.now;
-        let reply = self
-            .broker()
-            .execute(now, req)
-            .map_err(|e| format!("broker failed: {e}"))?;
-        self.drain()?;
+        let reply = match self.host.execute(req) {
+            Ok(r) => r,
+            Err(Fail::Client(e)) => Reply::Error(e),
+            Err(e) => return Err(format!("broker failed: {e}")),
+        };
+        self.answer(None)?;
         Ok(reply)
     }
 
-    /// Drains outputs, answering checks with the registered checkers.
-    fn drain(&mut self) -> Result<(), String> {
-        while let Some(out) = self.broker().poll_output() {
-            if let Output::Check(c) = out {
-                let label = self
-                    .label_by_txn
-                    .get(&c.txn)
-                    .cloned()
-                    .unwrap_or_else(|| c.txn.to_string());
-                self.checks.push(
-                    json!({ "group": c.group, "txn": label, "check": c.check, "at": self.now }),
-                );
-                let answer = self
-                    .checkers
-                    .get(&c.group)
-                    .copied()
-                    .flatten()
-                    .unwrap_or(Resolution::Unknown);
-                let req = Request::EndTransaction {
-                    txn: c.txn,
-                    resolution: answer,
-                    group: Some(c.group.clone()),
-                    from_check: true,
-                };
-                let now = self.now;
-                self.broker()
-                    .execute(now, req)
-                    .map_err(|e| format!("broker failed: {e}"))?;
-            }
+    /// Answers checks with the registered checkers, recording each: those given, or those
+    /// the host has (a request or a checker coming online sent them at the current time).
+    fn answer(&mut self, checks: Option<Vec<(CheckRequest, Millis)>>) -> Result<(), String> {
+        let checks = checks.unwrap_or_else(|| self.host.take_checks());
+        for (c, at) in checks {
+            let label = self
+                .label_by_txn
+                .get(&c.txn)
+                .cloned()
+                .unwrap_or_else(|| c.txn.to_string());
+            self.checks
+                .push(json!({ "group": c.group, "txn": label, "check": c.check, "at": at }));
+            let answer = self
+                .checkers
+                .get(&c.group)
+                .copied()
+                .flatten()
+                .unwrap_or(Resolution::Unknown);
+            self.host
+                .answer(&c, answer)
+                .map_err(|e| format!("broker failed: {e}"))?;
         }
         Ok(())
     }
 
-    /// Fires what is due at `now` and makes it durable (a host syncs after each burst).
+    /// Fires what is due at the current time.
     fn fire(&mut self) -> Result<(), String> {
-        let now = self.now;
-        self.broker()
-            .handle_timeout(now)
+        let now = self.host.now();
+        self.host
+            .jump_to(now)
             .map_err(|e| format!("broker failed: {e}"))?;
-        if self.broker().needs_sync() {
-            self.broker()
-                .sync()
-                .map_err(|e| format!("sync failed: {e}"))?;
-        }
-        self.drain()
+        self.answer(None)
     }
 
     /// Advances the clock to `to`, firing every timer on the way at its own time.
     pub fn advance_to(&mut self, to: u64) -> Result<(), String> {
-        if to < self.now {
-            return Err(format!("`at` {to} is before the current time {}", self.now));
+        if to < self.host.now() {
+            return Err(format!(
+                "`at` {to} is before the current time {}",
+                self.host.now()
+            ));
         }
         self.fire()?;
-        while let Some(t) = self.broker().poll_timeout() {
-            if t > to {
-                break;
+        let mut d = Drive::to(to);
+        loop {
+            let checks = d
+                .next(&mut self.host)
+                .map_err(|e| format!("broker failed: {e}"))?;
+            if checks.is_empty() {
+                return Ok(());
             }
-            self.now = self.now.max(t);
-            self.fire()?;
+            self.answer(Some(checks))?;
         }
-        self.now = to;
-        self.fire()
     }
 
     /// Runs one step.
@@ -514,9 +505,9 @@ impl Runner {
             Some(_) => return Err("`answer` is not a string or null".into()),
         };
         self.checkers.insert(group.clone(), answer);
-        let now = self.now;
-        self.broker()
-            .set_producer_online(now, &group, answer.is_some());
+        self.host
+            .set_producer_online(&group, answer.is_some())
+            .map_err(|e| format!("broker failed: {e}"))?;
         self.fire()?;
         Ok(None)
     }
@@ -673,11 +664,7 @@ impl Runner {
 
     /// Drops the broker and opens a new one over the same storage; checkers stay registered.
     pub fn reopen(&mut self) -> StepResult {
-        let storage = self.broker.take().expect("broker is open").into_storage();
-        let broker = Broker::open(self.cfg.clone(), storage, self.now)
-            .map_err(|e| format!("reopen: {e}"))?;
-        self.broker = Some(broker);
-        let now = self.now;
+        self.host.reopen().map_err(|e| format!("reopen: {e}"))?;
         let online: Vec<String> = self
             .checkers
             .iter()
@@ -685,7 +672,9 @@ impl Runner {
             .map(|(g, _)| g.clone())
             .collect();
         for g in online {
-            self.broker().set_producer_online(now, &g, true);
+            self.host
+                .set_producer_online(&g, true)
+                .map_err(|e| format!("broker failed: {e}"))?;
         }
         self.fire()?;
         Ok(None)

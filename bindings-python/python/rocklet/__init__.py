@@ -12,6 +12,8 @@ Everything is the Rocklet core (the same state machine and log format as the bro
 this package only converts values and drives the clock.
 """
 
+from typing import Literal
+
 from rocklet._rocklet import (
     BatchToRetryTopic,
     BatchTooLarge,
@@ -66,7 +68,11 @@ from rocklet._rocklet import (
     __version__,
 )
 
+#: What a checker answers (and `end_transaction` takes): one of three strings.
+Resolution = Literal["commit", "rollback", "unknown"]
+
 __all__ = [
+    "Resolution",
     "BatchToRetryTopic",
     "BatchTooLarge",
     "Broker",

@@ -63,7 +63,9 @@ __all__ = [
 
 _Body = Union[bytes, bytearray, memoryview, str]
 _ResolutionName = Literal["commit", "rollback", "unknown"]
-_Checker = Callable[["Message"], str]
+_EndResolution = Literal["commit", "rollback"]
+# A checker answers one of the three resolutions; an `async def` checker is awaited.
+_Checker = Callable[["Message"], Union[_ResolutionName, Awaitable[_ResolutionName]]]
 _BatchItem = Union[_Body, Mapping[str, Any]]
 
 class RockletError(Exception):
@@ -417,8 +419,11 @@ class Transaction:
     commits, an exception rolls back and propagates)."""
 
     @property
-    def transaction_id(self) -> str:
+    def id(self) -> str:
         """The transaction id (16 hex digits)."""
+    @property
+    def transaction_id(self) -> str:
+        """The transaction id (16 hex digits); the same as `id`."""
     @property
     def group(self) -> str:
         """The producer group."""
@@ -426,7 +431,7 @@ class Transaction:
     def send_result(self) -> SendResult:
         """Where the half message was stored."""
     @property
-    def resolution(self) -> Optional[str]:
+    def resolution(self) -> Optional[_EndResolution]:
         """"commit" or "rollback" once this object ended it, else None."""
     def commit(self) -> bool:
         """Commits: the message becomes visible. Returns True if it was already committed."""
@@ -449,7 +454,7 @@ class Subscription:
     def __aiter__(self) -> Subscription: ...
     def __anext__(self) -> Awaitable[Received]: ...
     def ack(self, received: Union[str, Received]) -> None:
-        """Acknowledges a message this subscription delivered."""
+        """Acknowledges a message this subscription delivered (moving on acks it too)."""
 
 @final
 class Broker:
@@ -475,7 +480,7 @@ class Broker:
     def path(self) -> Optional[str]:
         """The data directory, or None for a broker in memory."""
     @property
-    def clock(self) -> str:
+    def clock(self) -> Literal["system", "manual"]:
         """`"system"` or `"manual"`."""
     @property
     def now(self) -> int:
@@ -497,6 +502,10 @@ class Broker:
         """Everything below this log offset is durable."""
     def advance(self, ms: int) -> None:
         """Manual clock only: moves time forward by `ms`, firing everything due on the way."""
+    def advance_to(self, t: int) -> None:
+        """Manual clock only: `advance(t - now)`."""
+    def run_until_idle(self) -> None:
+        """Manual clock only: fires timers in order until none is left."""
     def flush(self) -> None:
         """Makes everything appended durable now (fsync), whatever the flush mode."""
     def close(self) -> None:
@@ -554,7 +563,8 @@ class Broker:
     def end_transaction(self, transaction_id: str, resolution: _ResolutionName, *, group: Optional[str] = None) -> bool:
         """Ends a transaction by id; True when it was already resolved this way."""
     def pull(self, group: str, topic: str, queue: Optional[int] = None, max: int = 32, *, tags: str = "*") -> List[Message]:
-        """Reads from the group's committed offsets and commits past what it returns."""
+        """Reads from the group's committed offsets and commits past what it returns: the
+        queue `queue` names, or every queue of the topic. A missing topic raises `UnknownTopic`."""
     def pull_queue(
         self,
         group: str,

@@ -1,0 +1,102 @@
+//! The embedding layer the Rocklet bindings share (Python, Node, wasm): everything between
+//! the sans-IO core and a language's values, written once.
+//!
+//! - [`Clock`]: where `now` comes from — a [`ManualClock`] that moves only when told, or the
+//!   host's clock ([`SystemClock`] with the `std` feature); [`AnyClock`] picks one at run time.
+//! - [`Host`]: one core broker and its clock. It runs requests ([`Host::execute`], or
+//!   [`Host::submit`] + [`Host::take_reply`] for hosts that group-commit), drains
+//!   `poll_output` after every call into queues of checks, availability notices and trace
+//!   events, steps the manual clock timer by timer ([`Host::step`]) and fires what is due on
+//!   the host clock ([`Host::fire_due`]).
+//! - [`Drive`]: advance / run-until-idle — steps the clock and hands out, between steps, the
+//!   checks that step produced, so each is answered at its own time. The binding calls its
+//!   language's checker (which may call the broker again: nothing is borrowed meanwhile) and
+//!   feeds the answer back with [`Host::answer`] (the core's `Resolution::from_str` reads
+//!   what it said).
+//! - [`Endpoint`] and the operations over it ([`send`], [`prepare`] and [`Transaction`],
+//!   [`end`], [`pull`] across queues, [`receive`], [`ack`], ...), and [`Subscription`]: the
+//!   same defaults and the same errors in every language. A host with its own locking (the
+//!   Python binding) implements [`Endpoint`] over its lock.
+//!
+//! `#![no_std]` + `alloc`: the wasm binding uses it as it is.
+
+#![no_std]
+#![warn(clippy::std_instead_of_core, clippy::alloc_instead_of_core)]
+
+extern crate alloc;
+#[cfg(any(feature = "std", test))]
+extern crate std;
+
+mod clock;
+mod host;
+mod ops;
+mod subscription;
+
+#[cfg(test)]
+mod tests;
+
+#[cfg(feature = "std")]
+pub use clock::SystemClock;
+pub use clock::{AnyClock, Clock, ManualClock};
+pub use host::{Checkers, Drive, Host};
+pub use ops::{
+    ack, change_invisible, commit_offset, end, forward_to_dead_letter, prepare, pull, receive,
+    send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
+    Transaction,
+};
+pub use subscription::Subscription;
+
+use alloc::string::String;
+use rocklet_core::ClientError;
+
+/// Why a call failed. `H` is what the host fails with (for [`Host`]: the core's
+/// [`rocklet_core::Error`]).
+#[derive(Debug)]
+#[non_exhaustive]
+pub enum Fail<H> {
+    /// The caller's mistake, as the core (or this layer, for the same mistake) answers it:
+    /// nothing changed.
+    Client(ClientError),
+    /// The host's own failure (storage, a failed sync, a broker that stopped).
+    Host(H),
+    /// The broker was closed (the text says how).
+    Closed(&'static str),
+    /// The call needs the other clock (the text names the call and the clock).
+    WrongClock(&'static str),
+    /// An argument this layer refuses before the core sees it; the text names it.
+    Argument(String),
+    /// A reply of another kind than the request's: a bug.
+    Unexpected(String),
+}
+
+impl<H> From<ClientError> for Fail<H> {
+    fn from(e: ClientError) -> Self {
+        Fail::Client(e)
+    }
+}
+
+impl<H: core::fmt::Display> core::fmt::Display for Fail<H> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        match self {
+            Fail::Client(e) => write!(f, "{e}"),
+            Fail::Host(e) => write!(f, "{e}"),
+            Fail::Closed(why) | Fail::WrongClock(why) => f.write_str(why),
+            Fail::Argument(why) => write!(f, "invalid argument: {why}"),
+            Fail::Unexpected(why) => write!(f, "internal error: {why}"),
+        }
+    }
+}
+
+impl<H> Fail<H> {
+    /// The same failure with another host error type.
+    pub fn map_host<G>(self, f: impl FnOnce(H) -> G) -> Fail<G> {
+        match self {
+            Fail::Client(e) => Fail::Client(e),
+            Fail::Host(e) => Fail::Host(f(e)),
+            Fail::Closed(w) => Fail::Closed(w),
+            Fail::WrongClock(w) => Fail::WrongClock(w),
+            Fail::Argument(w) => Fail::Argument(w),
+            Fail::Unexpected(w) => Fail::Unexpected(w),
+        }
+    }
+}
