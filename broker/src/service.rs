@@ -1004,6 +1004,18 @@ impl MessagingService for Messaging {
             }));
         }
         let req = request.into_inner();
+        if self.cluster.as_ref().is_some_and(|v| v.master().is_none()) {
+            // Cluster mode between masters: no route to give yet (clients retry).
+            let s = status(
+                Code::HaNotAvailable,
+                "HA_NOT_AVAILABLE: the broker group has no master now (an election is under way); retry",
+            );
+            self.counted("QueryRoute", &s);
+            return Ok(Response::new(pb::QueryRouteResponse {
+                status: Some(s),
+                message_queues: Vec::new(),
+            }));
+        }
         let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryRouteResponse {
                 status: Some(s),
