@@ -8,6 +8,10 @@
 //!   replica. Every acknowledged message is then consumed from the last master, none rolled
 //!   back is, and the failover time (last ack before a kill to the first after) is printed
 //!   as p50 and max.
+//! - `etcd_partition`: etcd stops answering (SIGSTOP) under load: the master can no longer
+//!   renew its lease, acknowledges nothing past its deadline (within the lease TTL of the
+//!   stop) and exits as fenced (exit code 3); once etcd is back the group goes on and every
+//!   acknowledged message is delivered.
 //! - `divergent_tail`: the master writes a message its replicas never get (both killed), so
 //!   it is never acknowledged; the master is killed, the replicas restart, one is elected, and
 //!   the old master rejoins: it cuts that tail, catches up, and the group delivers every
@@ -79,6 +83,14 @@ impl Etcd {
             url,
             _dir: dir,
         }
+    }
+}
+
+impl Etcd {
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
     }
 }
 
@@ -551,4 +563,91 @@ async fn divergent_tail() {
     // alone it would serve the same; here it is enough that it follows without a gap.
     let log = nodes[mi].proc.as_ref().unwrap().log();
     assert!(log.contains("following the master"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn etcd_partition() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let addrs = Arc::new(Mutex::new(
+        nodes.iter().filter_map(Node::addr).collect::<Vec<_>>(),
+    ));
+    let topic = "ClusterPartition";
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = tokio::spawn(produce(addrs.clone(), topic, ledger.clone(), stop.clone()));
+    let acked = |l: &Arc<Mutex<Ledger>>| l.lock().unwrap().acked.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked(&ledger) < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "no progress before the partition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let list = addrs.lock().unwrap().clone();
+    let master = find_master(&list, topic).await.expect("a master");
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    etcd.signal("-STOP");
+    let stopped = Instant::now();
+    // The lease is 2 s: the master fences itself before it could expire.
+    let status = nodes[mi]
+        .proc
+        .as_mut()
+        .unwrap()
+        .wait_exit(Duration::from_secs(5));
+    let log = nodes[mi].proc.as_ref().unwrap().log();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "the master did not fence itself within 5 s of losing etcd:\n{log}"
+    );
+    assert!(log.contains("fenced"), "{log}");
+    let last_ack = ledger.lock().unwrap().acked.last().unwrap().1;
+    let after = last_ack.saturating_duration_since(stopped);
+    eprintln!(
+        "etcd_partition: master node {} fenced {:?} after etcd stopped; last ack {after:?} after",
+        nodes[mi].id,
+        stopped.elapsed()
+    );
+    assert!(
+        after < Duration::from_secs(2),
+        "an acknowledgement {after:?} after etcd stopped: past the lease"
+    );
+    nodes[mi].proc = None;
+    etcd.signal("-CONT");
+    nodes[mi].restart(&etcd.url);
+    *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();
+    let from = acked(&ledger);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked(&ledger) < from + 30 {
+        assert!(
+            Instant::now() < deadline,
+            "no progress after etcd came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    producer.await.unwrap();
+    let list = addrs.lock().unwrap().clone();
+    let master = find_master(&list, topic)
+        .await
+        .expect("a master at the end");
+    let got: HashSet<String> = consume_all(master, topic, "ClusterPartitionCheck")
+        .await
+        .into_iter()
+        .collect();
+    let l = ledger.lock().unwrap();
+    let lost: Vec<&String> = l
+        .acked
+        .iter()
+        .map(|a| &a.0)
+        .filter(|id| !got.contains(*id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
+    assert!(!got.iter().any(|id| l.rolled_back.contains(id)));
 }
