@@ -419,6 +419,16 @@ enum AdminCmd {
     /// ACL entries of users (RocketMQ 5's ACL 2.0 model).
     #[command(subcommand)]
     Acl(AclCmd),
+    /// Cluster mode: every broker group in etcd — master, epoch, SyncStateSet, live nodes and
+    /// replica lag (read from etcd, not from --broker).
+    Cluster {
+        /// etcd: `etcd=http://HOST:2379[,…]` as `rocklet broker --cluster` takes it.
+        #[arg(long, value_name = "etcd=URL[,URL…]")]
+        cluster: String,
+        /// Key prefix the brokers use.
+        #[arg(long, default_value = rocklet_broker::cluster::DEFAULT_PREFIX)]
+        prefix: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -695,6 +705,10 @@ fn main() -> ExitCode {
                 }
                 AdminCmd::Acl(AclCmd::List { user }) => sec::acl_list(&broker, &user).await?,
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
+                AdminCmd::Cluster { cluster, prefix } => {
+                    let etcd = rocklet_broker::cluster::ClusterConfig::parse_endpoints(&cluster)?;
+                    rocklet_broker::cluster::describe(&etcd, &prefix).await?
+                }
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
                 AdminCmd::Group {
                     name,

@@ -210,7 +210,7 @@ async fn end(c: &mut Client, topic: &str, txn: &str, commit: bool) -> bool {
 #[derive(Default)]
 struct Ledger {
     /// Acknowledged messages (sends, and commits answered OK) with when.
-    acked: Vec<(String, Instant)>,
+    acked: Vec<(String, Instant, SocketAddr)>,
     /// Transactions whose rollback was asked (answered or not).
     rolled_back: HashSet<String>,
     /// Sends whose answer was an error or none: they may or may not be stored.
@@ -227,6 +227,7 @@ async fn produce(
 ) {
     let mut n = 0u64;
     let mut client: Option<Client> = None;
+    let mut at: Option<SocketAddr> = None;
     while !stop.load(std::sync::atomic::Ordering::SeqCst) {
         let c = match client.as_mut() {
             Some(c) => c,
@@ -234,7 +235,10 @@ async fn produce(
                 let list = addrs.lock().unwrap().clone();
                 match find_master(&list, topic).await {
                     Some(m) => match timed(Client::connect(format!("http://{m}"))).await {
-                        Some(Ok(c)) => client.insert(c),
+                        Some(Ok(c)) => {
+                            at = Some(m);
+                            client.insert(c)
+                        }
                         _ => {
                             tokio::time::sleep(Duration::from_millis(50)).await;
                             continue;
@@ -269,7 +273,8 @@ async fn produce(
             send_one(c, m).await.is_some()
         };
         if ok {
-            ledger.lock().unwrap().acked.push((id, Instant::now()));
+            let by = at.expect("connected");
+            ledger.lock().unwrap().acked.push((id, Instant::now(), by));
         } else {
             ledger.lock().unwrap().unknown += 1;
             client = None;
@@ -363,11 +368,20 @@ async fn kill_the_master() {
         let master = find_master(&list, topic).await.expect("a master");
         let i = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
         let killed_at = Instant::now();
-        let last_before = ledger.lock().unwrap().acked.last().map(|a| a.1).unwrap();
         nodes[i].proc.as_mut().unwrap().kill9();
+        // Its last acknowledgement (replies it sent before it died may arrive just after).
+        let last_before = ledger
+            .lock()
+            .unwrap()
+            .acked
+            .iter()
+            .rev()
+            .find(|a| a.2 == master)
+            .map(|a| a.1)
+            .unwrap();
         nodes[i].proc = None;
         *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();
-        // The first acknowledgement after the kill.
+        // The first acknowledgement by another master.
         let deadline = Instant::now() + Duration::from_secs(60);
         let first_after = loop {
             if let Some(a) = ledger
@@ -377,6 +391,7 @@ async fn kill_the_master() {
                 .iter()
                 .rev()
                 .take_while(|a| a.1 > killed_at)
+                .filter(|a| a.2 != master)
                 .last()
             {
                 break a.1;
@@ -436,6 +451,38 @@ async fn kill_the_master() {
         "rolled back and delivered: {rolled_seen:?}"
     );
     assert!(l.acked.len() > 50 + 30 * kills);
+    // `rocklet admin cluster` shows the group as etcd has it, with the epoch every election
+    // bumped and the replicas' lag.
+    let out = Command::new(env!("CARGO_BIN_EXE_rocklet"))
+        .args([
+            "admin",
+            "cluster",
+            "--cluster",
+            &format!("etcd={}", etcd.url),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("group g1"), "{text}");
+    assert!(text.contains("(master)"), "{text}");
+    assert!(text.contains("sync_state_set"), "{text}");
+    assert_eq!(text.matches(" live at ").count(), 3, "{text}");
+    let epoch: u64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("epoch"))
+        .and_then(|e| e.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no epoch: {text}"));
+    assert!(
+        epoch > kills as u64,
+        "epoch {epoch} after {kills} failovers"
+    );
+    assert!(text.contains(" lag "), "{text}");
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

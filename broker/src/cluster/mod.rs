@@ -7,6 +7,8 @@
 //! <prefix>/groups/<name>/master          {node, epoch, advertise, replication}, on the master's lease
 //! <prefix>/groups/<name>/sync_state_set  {epoch, members: [node ids]}
 //! <prefix>/groups/<name>/nodes/<id>      {node, advertise, replication}, on the node's own lease
+//! <prefix>/groups/<name>/lag             {epoch, replicas: [{node, acked, lag_bytes, lag_ms, in_sync}]},
+//!                                        written by the master about once a second, on its lease
 //! ```
 //!
 //! - **Election** ([`node`]): a node that sees no master key, and is a member of the
@@ -189,6 +191,7 @@ impl ClusterConfig {
 /// Keys of one broker group in etcd.
 #[derive(Clone, Debug)]
 pub struct Keys {
+    pub lag: String,
     pub epoch: String,
     pub master: String,
     pub sync_state_set: String,
@@ -200,6 +203,7 @@ impl Keys {
     pub fn new(prefix: &str, group: &str) -> Self {
         let g = format!("{}/groups/{group}", prefix.trim_end_matches('/'));
         Keys {
+            lag: format!("{g}/lag"),
             epoch: format!("{g}/epoch"),
             master: format!("{g}/master"),
             sync_state_set: format!("{g}/sync_state_set"),
@@ -257,8 +261,15 @@ pub struct ClusterView {
     pub master_epoch: AtomicU64,
 }
 
+/// The lag key's value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct LagReport {
+    pub epoch: u64,
+    pub replicas: Vec<ReplicaLag>,
+}
+
 /// One replica's lag, as the master sees it.
-#[derive(Clone, Debug, PartialEq, Eq, Serialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 pub struct ReplicaLag {
     pub node: u32,
     pub acked: u64,
@@ -351,4 +362,97 @@ pub fn render_metrics(v: &ClusterView, out: &mut String) {
             l.node, l.lag_ms
         );
     }
+}
+
+/// `rocklet admin cluster`: every broker group under `prefix` in etcd — its master and epoch,
+/// the SyncStateSet, the live nodes and each replica's lag as its master last reported it.
+pub async fn describe(etcd: &[String], prefix: &str) -> Result<String, String> {
+    use std::collections::BTreeMap;
+    use std::fmt::Write;
+    let mut c = etcd::Etcd::connect(etcd, 0)
+        .await
+        .map_err(|e| e.to_string())?;
+    let root = format!("{}/groups/", prefix.trim_end_matches('/'));
+    let kvs = c.list(&root).await.map_err(|e| e.to_string())?;
+    let mut groups: BTreeMap<String, BTreeMap<String, Vec<u8>>> = BTreeMap::new();
+    for (k, v) in kvs {
+        let rest = &k[root.len()..];
+        if let Some((g, key)) = rest.split_once('/') {
+            groups
+                .entry(g.to_string())
+                .or_default()
+                .insert(key.to_string(), v);
+        }
+    }
+    let mut out = String::new();
+    if groups.is_empty() {
+        let _ = writeln!(out, "no broker group under {root}");
+    }
+    for (g, keys) in &groups {
+        let text = |k: &str| keys.get(k).map(|v| String::from_utf8_lossy(v).into_owned());
+        let master: Option<MasterInfo> = keys
+            .get("master")
+            .and_then(|v| serde_json::from_slice(v).ok());
+        let set: Option<SyncStateSet> = keys
+            .get("sync_state_set")
+            .and_then(|v| serde_json::from_slice(v).ok());
+        let lag: Option<LagReport> = keys.get("lag").and_then(|v| serde_json::from_slice(v).ok());
+        let _ = writeln!(out, "group {g}");
+        let _ = writeln!(
+            out,
+            "  epoch            {}",
+            text("epoch").unwrap_or_else(|| "-".into())
+        );
+        match &master {
+            Some(m) => {
+                let _ = writeln!(
+                    out,
+                    "  master           node {} (epoch {}) at {}, replication {}",
+                    m.node, m.epoch, m.advertise, m.replication
+                );
+            }
+            None => {
+                let _ = writeln!(out, "  master           none (an election is due)");
+            }
+        }
+        if let Some(s) = &set {
+            let _ = writeln!(
+                out,
+                "  sync_state_set   {:?} (written in epoch {})",
+                s.members, s.epoch
+            );
+        }
+        for (k, v) in keys.iter().filter(|(k, _)| k.starts_with("nodes/")) {
+            if let Ok(n) = serde_json::from_slice::<NodeInfo>(v) {
+                let _ = writeln!(
+                    out,
+                    "  node {:<11} live at {}, replication {}{}",
+                    n.node,
+                    n.advertise,
+                    n.replication,
+                    if master.as_ref().is_some_and(|m| m.node == n.node) {
+                        " (master)"
+                    } else {
+                        ""
+                    }
+                );
+            } else {
+                let _ = writeln!(out, "  {k}: unreadable");
+            }
+        }
+        if let Some(l) = lag.filter(|l| master.as_ref().is_some_and(|m| m.epoch == l.epoch)) {
+            for r in &l.replicas {
+                let _ = writeln!(
+                    out,
+                    "  replica {:<8} acked {} lag {} B {} ms{}",
+                    r.node,
+                    r.acked,
+                    r.lag_bytes,
+                    r.lag_ms,
+                    if r.in_sync { " in sync" } else { "" }
+                );
+            }
+        }
+    }
+    Ok(out)
 }

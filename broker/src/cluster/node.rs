@@ -415,6 +415,7 @@ impl Node {
         let mut end_rx = self.core.log_end_watch();
         let mut released = released;
         let mut last_check = Instant::now();
+        let mut last_lag = Instant::now();
         let max_lag = Duration::from_millis(self.cfg.replica_max_lag_ms);
         loop {
             tokio::select! {
@@ -493,17 +494,36 @@ impl Node {
                     Err(e) => warn!(error = %e, "cannot write the SyncStateSet"),
                 }
             }
+            let lags: Vec<ReplicaLag> = table
+                .iter()
+                .map(|(&n, s)| ReplicaLag {
+                    node: n,
+                    acked: s.acked,
+                    lag_bytes: log_end.saturating_sub(s.acked),
+                    lag_ms: lag_ms(s.acked, s.caught_up_at),
+                    in_sync: set.contains(&n),
+                })
+                .collect();
+            if last_lag.elapsed() >= Duration::from_secs(1) {
+                last_lag = Instant::now();
+                let report = super::LagReport {
+                    epoch,
+                    replicas: lags.clone(),
+                };
+                let when = vec![etcd::value_is(
+                    &self.keys.epoch,
+                    epoch.to_string().as_bytes(),
+                )];
+                let then = vec![etcd::put(
+                    &self.keys.lag,
+                    serde_json::to_vec(&report).expect("serializes"),
+                    lease,
+                )];
+                // For `rocklet admin cluster`; a failure here changes nothing.
+                let _ = c.txn(when, then).await;
+            }
             if let Ok(mut v) = self.view.replicas.write() {
-                *v = table
-                    .iter()
-                    .map(|(&n, s)| ReplicaLag {
-                        node: n,
-                        acked: s.acked,
-                        lag_bytes: log_end.saturating_sub(s.acked),
-                        lag_ms: lag_ms(s.acked, s.caught_up_at),
-                        in_sync: set.contains(&n),
-                    })
-                    .collect();
+                *v = lags;
             }
             if self.cfg.replication == ReplicationMode::Sync
                 && set.len() >= self.cfg.min_in_sync_replicas as usize
