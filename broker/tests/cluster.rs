@@ -698,3 +698,187 @@ async fn etcd_partition() {
     assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
     assert!(!got.iter().any(|id| l.rolled_back.contains(id)));
 }
+
+/// Receives up to `max` messages of `topic` as `group` (no ack).
+async fn receive_some(c: &mut Client, topic: &str, group: &str, max: i32) -> Vec<pb::Message> {
+    let req = pb::ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(pb::MessageQueue {
+            topic: res(topic),
+            ..Default::default()
+        }),
+        filter_expression: Some(pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size: max,
+        invisible_duration: Some(common::dur(60_000)),
+        auto_renew: false,
+        long_polling_timeout: Some(common::dur(1_000)),
+        attempt_id: None,
+    };
+    let mut out = Vec::new();
+    let Ok(r) = c.receive_message(req).await else {
+        return out;
+    };
+    let mut stream = r.into_inner();
+    while let Some(Ok(r)) = stream.next().await {
+        if let Some(pb::receive_message_response::Content::Message(m)) = r.content {
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn id_of(m: &pb::Message) -> String {
+    m.system_properties.as_ref().unwrap().message_id.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn the_new_master_carries_on() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let topic = "ClusterCarry";
+    let group = "CarryGroup";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    let send = |c: &mut Client, m: pb::Message| {
+        let mut c = c.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(e) = send_one(&mut c, m.clone()).await {
+                    return e;
+                }
+                assert!(Instant::now() < deadline, "not acknowledged");
+            }
+        }
+    };
+    // Ten plain messages: four consumed and acked (the group's offset), two received and
+    // left in flight, four untouched.
+    for n in 0..10 {
+        let id = format!("P{n}");
+        send(&mut c, msg(topic, b"p", pb::MessageType::Normal, &id)).await;
+    }
+    let mut consumed = HashSet::new();
+    let mut in_flight = Vec::new();
+    while consumed.len() + in_flight.len() < 6 {
+        for m in receive_some(&mut c, topic, group, 1).await {
+            if consumed.len() < 4 {
+                assert_eq!(common::ack(&mut c, topic, group, &m).await.code, OK);
+                consumed.insert(id_of(&m));
+            } else {
+                in_flight.push(m);
+            }
+        }
+    }
+    // Three transactions left open, and a message due in 5 s.
+    let mut open = HashSet::new();
+    for n in 0..3 {
+        let id = format!("T{n}");
+        send(&mut c, msg(topic, b"t", pb::MessageType::Transaction, &id)).await;
+        open.insert(id);
+    }
+    let due = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock) + 5_000;
+    let mut d = msg(topic, b"d", pb::MessageType::Delay, "D0");
+    d.system_properties.as_mut().unwrap().delivery_timestamp =
+        Some(rocklet_broker::convert::timestamp(due));
+    send(&mut c, d).await;
+    // The acks above are replicated: offsets, receipts and halves are in every member's log.
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    nodes[mi].proc.as_mut().unwrap().kill9();
+    nodes[mi].proc = None;
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no new master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(new_master).await;
+    // The new master checks the open transactions with a producer of the topic.
+    let mut producer = common::Telemetry::producer(&mut c, &[topic]).await;
+    let mut checked = HashSet::new();
+    while checked.len() < open.len() {
+        let check = producer
+            .next_check(Duration::from_secs(40))
+            .await
+            .unwrap_or_else(|| panic!("no check from the new master; checked {checked:?}"));
+        let id = id_of(check.message.as_ref().unwrap());
+        assert!(open.contains(&id), "a check of {id}");
+        let s = common::end_txn(
+            &mut c,
+            topic,
+            &check.transaction_id,
+            pb::TransactionResolution::Commit,
+            pb::TransactionSource::SourceServerCheck,
+        )
+        .await;
+        assert_eq!(s.code, OK, "{}", s.message);
+        checked.insert(id);
+    }
+    // The receipts handed out by the old master are valid on the new one.
+    for m in &in_flight {
+        let s = common::ack(&mut c, topic, group, m).await;
+        assert_eq!(
+            s.code,
+            OK,
+            "ack of {} after the failover: {}",
+            id_of(m),
+            s.message
+        );
+        consumed.insert(id_of(m));
+    }
+    // The group goes on from its offset: the four untouched, the three committed and the
+    // delayed message, each once, never before it is due.
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rest.len() < 8 {
+        assert!(Instant::now() < deadline, "got only {rest:?}");
+        for m in receive_some(&mut c, topic, group, 16).await {
+            let id = id_of(&m);
+            if id == "D0" {
+                let now = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);
+                assert!(
+                    now >= due,
+                    "the delayed message came {} ms early",
+                    due - now
+                );
+            }
+            assert_eq!(common::ack(&mut c, topic, group, &m).await.code, OK);
+            rest.push(id);
+        }
+    }
+    // Nothing more: no duplicate of anything consumed before or after.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let more = receive_some(&mut c, topic, group, 16).await;
+    assert!(
+        more.is_empty(),
+        "delivered again: {:?}",
+        more.iter().map(id_of).collect::<Vec<_>>()
+    );
+    let rest_set: HashSet<String> = rest.iter().cloned().collect();
+    assert_eq!(rest.len(), rest_set.len(), "a duplicate: {rest:?}");
+    assert!(rest_set.is_disjoint(&consumed), "{rest:?} vs {consumed:?}");
+    assert!(rest_set.contains("D0"));
+    for t in &open {
+        assert!(
+            rest_set.contains(t),
+            "{t} committed by its check but not delivered"
+        );
+    }
+}
