@@ -215,6 +215,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
                 cfg.groups.clone(),
                 cfg.core.default_queues,
                 crate::cluster::replication::max_frame(&cfg.core),
+                remoting_listeners.as_ref().and_then(Listeners::broker_addr),
             )
             .await?;
             let _ = m.cluster.set(view.clone());
@@ -326,6 +327,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
     let remoting = remoting_listeners.map(|listeners| {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
+            .with_cluster(cluster.as_ref().map(|c| c.0.clone()))
             .with_auth(auth.clone())
             .with_clock(clock.clone())
             .with_metrics(m.clone())

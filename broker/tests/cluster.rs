@@ -106,6 +106,8 @@ struct Node {
     id: u32,
     dir: PathBuf,
     proc: Option<BrokerProc>,
+    /// Serve RocketMQ 4 remoting and the name-server role (free ports).
+    remoting: bool,
 }
 
 impl Node {
@@ -114,21 +116,53 @@ impl Node {
             id,
             dir: dir.to_path_buf(),
             proc: None,
+            remoting: false,
         };
         n.restart(etcd);
         n
     }
 
+    fn start_v4(id: u32, dir: &Path, etcd: &str) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: true,
+        };
+        n.restart(etcd);
+        n
+    }
+
+    /// The remoting and name-server addresses, from the log.
+    fn v4_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let log = self.proc.as_ref().unwrap().log();
+        let find = |key: &str| -> SocketAddr {
+            let i = log
+                .find(key)
+                .unwrap_or_else(|| panic!("no {key} in\n{log}"))
+                + key.len();
+            log[i..]
+                .chars()
+                .take_while(|c| *c != ')')
+                .collect::<String>()
+                .parse()
+                .unwrap()
+        };
+        (find("remoting=Some("), find("namesrv=Some("))
+    }
+
     fn restart(&mut self, etcd: &str) {
         let cluster = format!("etcd={etcd}");
         let id = self.id.to_string();
-        self.proc = Some(BrokerProc::start(
-            &self.dir,
-            &[
-                "--remoting-listen",
-                "off",
-                "--namesrv-listen",
-                "off",
+        let off: &[&str] = if self.remoting {
+            &[]
+        } else {
+            &["--remoting-listen", "off", "--namesrv-listen", "off"]
+        };
+        let args: Vec<&str> = off
+            .iter()
+            .copied()
+            .chain([
                 "--flush",
                 "sync",
                 "--cluster",
@@ -137,8 +171,9 @@ impl Node {
                 "g1",
                 "--node-id",
                 &id,
-            ],
-        ));
+            ])
+            .collect();
+        self.proc = Some(BrokerProc::start(&self.dir, &args));
     }
 
     fn addr(&self) -> Option<SocketAddr> {
@@ -879,6 +914,98 @@ async fn the_new_master_carries_on() {
         assert!(
             rest_set.contains(t),
             "{t} committed by its check but not delivered"
+        );
+    }
+}
+
+/// GET_ROUTEINFO_BY_TOPIC at `namesrv` until it names `want` (a node learns of a new
+/// master within its poll of etcd), for at most 5 s: the last answer.
+async fn v4_route_to(namesrv: SocketAddr, topic: &str, want: &str) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = v4_route(namesrv, topic).await;
+        if got.as_deref() == Some(want) || Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET_ROUTEINFO_BY_TOPIC at `namesrv`: the broker address of the route.
+async fn v4_route(namesrv: SocketAddr, topic: &str) -> Option<String> {
+    use rocklet_broker::remoting::codec::SerializeType;
+    let mut ns = common::v4::V4::connect(namesrv, SerializeType::Json).await;
+    let r = ns.call(105, &[("topic", topic)], Vec::new()).await;
+    if r.code != 0 {
+        return None;
+    }
+    let route: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+    route["brokerDatas"][0]["brokerAddrs"]["0"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn v4_routes_name_the_master() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start_v4(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let topic = "ClusterV4";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, "V0"))
+        .await
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "not acknowledged");
+    }
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    let master_remoting = nodes[mi].v4_addrs().0.to_string();
+    // Every node's name server routes v4 clients to the master.
+    for n in &nodes {
+        let (_, ns) = n.v4_addrs();
+        assert_eq!(
+            v4_route_to(ns, topic, &master_remoting).await.as_deref(),
+            Some(master_remoting.as_str()),
+            "node {}",
+            n.id
+        );
+    }
+    nodes[mi].proc.as_mut().unwrap().kill9();
+    nodes[mi].proc = None;
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no new master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ni = nodes
+        .iter()
+        .position(|n| n.addr() == Some(new_master))
+        .unwrap();
+    let new_remoting = nodes[ni].v4_addrs().0.to_string();
+    for n in nodes.iter().filter(|n| n.proc.is_some()) {
+        let (_, ns) = n.v4_addrs();
+        assert_eq!(
+            v4_route_to(ns, topic, &new_remoting).await.as_deref(),
+            Some(new_remoting.as_str()),
+            "node {}",
+            n.id
         );
     }
 }

@@ -226,6 +226,9 @@ pub struct MasterInfo {
     pub advertise: SocketAddr,
     /// Replication address for replicas.
     pub replication: SocketAddr,
+    /// RocketMQ 4 remoting address (v4 clients), when the master serves it.
+    #[serde(default)]
+    pub remoting: Option<SocketAddr>,
 }
 
 /// A node key's value.

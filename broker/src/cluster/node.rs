@@ -63,6 +63,8 @@ pub struct Node {
     pub replicas: Arc<Replicas>,
     pub advertise: SocketAddr,
     pub replication: SocketAddr,
+    /// This node's remoting listener, named in the master key (v4 routes).
+    pub remoting: Option<SocketAddr>,
     pub max_frame: usize,
     pub topics: Vec<TopicDecl>,
     pub groups: Vec<GroupDecl>,
@@ -81,6 +83,7 @@ pub async fn start(
     groups: Vec<GroupDecl>,
     default_queues: u32,
     max_frame: usize,
+    remoting: Option<SocketAddr>,
 ) -> Result<(SocketAddr, JoinHandle<()>), String> {
     let at = cfg
         .replication_listen
@@ -105,6 +108,7 @@ pub async fn start(
         view,
         replicas,
         replication,
+        remoting,
         max_frame,
         topics,
         groups,
@@ -284,6 +288,7 @@ impl Node {
             epoch: next,
             advertise: self.advertise,
             replication: self.replication,
+            remoting: self.remoting,
         };
         let set = SyncStateSet {
             epoch: next,
@@ -359,6 +364,7 @@ impl Node {
             epoch,
             advertise: self.advertise,
             replication: self.replication,
+            remoting: self.remoting,
         };
         if let Ok(mut v) = self.view.master.write() {
             *v = Some(info.clone());
