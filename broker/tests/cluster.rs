@@ -108,6 +108,8 @@ struct Node {
     proc: Option<BrokerProc>,
     /// Serve RocketMQ 4 remoting and the name-server role (free ports).
     remoting: bool,
+    /// `--replication async`.
+    async_replication: bool,
 }
 
 impl Node {
@@ -117,6 +119,7 @@ impl Node {
             dir: dir.to_path_buf(),
             proc: None,
             remoting: false,
+            async_replication: false,
         };
         n.restart(etcd);
         n
@@ -128,6 +131,7 @@ impl Node {
             dir: dir.to_path_buf(),
             proc: None,
             remoting: true,
+            async_replication: false,
         };
         n.restart(etcd);
         n
@@ -159,8 +163,14 @@ impl Node {
         } else {
             &["--remoting-listen", "off", "--namesrv-listen", "off"]
         };
+        let mode: &[&str] = if self.async_replication {
+            &["--replication", "async"]
+        } else {
+            &[]
+        };
         let args: Vec<&str> = off
             .iter()
+            .chain(mode)
             .copied()
             .chain([
                 "--flush",
@@ -1007,5 +1017,86 @@ async fn v4_routes_name_the_master() {
             "node {}",
             n.id
         );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn async_replication_answers_at_once() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| {
+            let mut n = Node {
+                id: i,
+                dir: root.path().join(format!("n{i}")),
+                proc: None,
+                remoting: false,
+                async_replication: true,
+            };
+            n.restart(&etcd.url);
+            n
+        })
+        .collect();
+    let topic = "ClusterAsync";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    assert!(
+        send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, "S0"))
+            .await
+            .is_some()
+    );
+    // With every replica down, an async master still answers (RocketMQ's ASYNC_MASTER); a
+    // sync one would not (`divergent_tail`).
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != mi {
+            n.proc.as_mut().unwrap().kill9();
+            n.proc = None;
+        }
+    }
+    for k in 0..5 {
+        let id = format!("S{}", k + 1);
+        let e = send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, &id)).await;
+        assert!(
+            e.is_some(),
+            "{id} not answered by an async master with no replica"
+        );
+    }
+    // The replicas come back and catch up from the master.
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != mi {
+            n.restart(&etcd.url);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let caught = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != mi)
+            .all(|(_, n)| {
+                n.proc
+                    .as_ref()
+                    .unwrap()
+                    .log()
+                    .contains("following the master")
+            });
+        if caught {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas did not follow the master again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
     }
 }
