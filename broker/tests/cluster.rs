@@ -183,7 +183,13 @@ impl Node {
                 &id,
             ])
             .collect();
-        self.proc = Some(BrokerProc::start(&self.dir, &args));
+        let trace = std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some();
+        let env: &[(&str, &str)] = if trace {
+            &[("RUST_LOG", "info,rocklet_broker::cluster=debug")]
+        } else {
+            &[]
+        };
+        self.proc = Some(BrokerProc::start_env(&self.dir, &args, env));
     }
 
     fn addr(&self) -> Option<SocketAddr> {
@@ -298,6 +304,7 @@ async fn produce(
         };
         n += 1;
         let id = format!("M{n:08}");
+        let started = Instant::now();
         let ok = if n.is_multiple_of(4) {
             let rollback = n.is_multiple_of(8);
             let m = msg(topic, id.as_bytes(), pb::MessageType::Transaction, &id);
@@ -321,6 +328,13 @@ async fn produce(
             let by = at.expect("connected");
             ledger.lock().unwrap().acked.push((id, Instant::now(), by));
         } else {
+            if std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some() {
+                eprintln!(
+                    "{:?} {id} to {at:?}: no acknowledgement ({:?} after the send started)",
+                    Instant::now(),
+                    started.elapsed()
+                );
+            }
             ledger.lock().unwrap().unknown += 1;
             client = None;
             tokio::time::sleep(Duration::from_millis(20)).await;
@@ -453,6 +467,17 @@ async fn kill_the_master() {
             nodes[i].id
         );
         failovers.push(took);
+        if took > Duration::from_secs(3) {
+            // Above the target: show what the live nodes did (their last lines).
+            for n in nodes.iter().filter(|n| n.proc.is_some()) {
+                let log = n.proc.as_ref().unwrap().log();
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("---- node {} (last lines)", n.id);
+                for l in &lines[lines.len().saturating_sub(40)..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
         // Back as a replica; the group goes on with it.
         nodes[i].restart(&etcd.url);
         *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();

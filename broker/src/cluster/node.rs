@@ -557,6 +557,15 @@ impl Node {
                     if done == Ok(true) {
                         released = upto;
                     }
+                    tracing::debug!(upto, released, ?set, "replicated_to");
+                } else {
+                    tracing::debug!(
+                        upto,
+                        released,
+                        valid = fence.valid(),
+                        ?set,
+                        "nothing to release"
+                    );
                 }
             }
         }
