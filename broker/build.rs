@@ -6,6 +6,8 @@ fn main() -> Result<(), Box<dyn std::error::Error>> {
         "proto/rocketmq_v2.proto",
         "proto/rocklet_admin.proto",
         "proto/rocklet_security.proto",
+        // etcd's KV and Lease services, for cluster mode (a client only).
+        "proto/etcd.proto",
     ];
     for p in protos {
         println!("cargo:rerun-if-changed={p}");

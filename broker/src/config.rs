@@ -232,6 +232,8 @@ pub struct FileConfig {
     pub auth: crate::auth::AuthFileConfig,
     /// TLS of the listeners (`[tls]`).
     pub tls: crate::auth::tls::TlsFileConfig,
+    /// Cluster mode (`[cluster]`: etcd endpoints, broker_name, node_id, …).
+    pub cluster: crate::cluster::ClusterFileConfig,
 }
 
 impl FileConfig {
@@ -244,7 +246,10 @@ impl FileConfig {
 
     /// Parses TOML.
     pub fn parse(text: &str) -> Result<Self, String> {
-        toml::from_str(text).map_err(|e| e.to_string())
+        let f: Self = toml::from_str(text).map_err(|e| e.to_string())?;
+        // `[cluster]` is checked here, so a bad one is named rather than ignored.
+        crate::cluster::ClusterConfig::from_file(f.cluster.clone())?;
+        Ok(f)
     }
 }
 
@@ -361,6 +366,8 @@ pub struct BrokerConfig {
     pub auth: crate::auth::AuthFileConfig,
     /// TLS of the gRPC, admin and remoting listeners.
     pub tls: crate::auth::tls::TlsFileConfig,
+    /// Cluster mode: a broker group on etcd (`None`: a single broker).
+    pub cluster: Option<crate::cluster::ClusterConfig>,
     /// Start on a non-loopback address with no user configured (`--insecure-no-auth`;
     /// never from the file, so exposing an open broker is a decision made on the command line).
     pub insecure_no_auth: bool,
@@ -435,6 +442,8 @@ impl BrokerConfig {
             admin_listen: f.admin_listen,
             auth: f.auth,
             tls: f.tls,
+            // `FileConfig::parse` refused an invalid `[cluster]` already.
+            cluster: crate::cluster::ClusterConfig::from_file(f.cluster).unwrap_or(None),
             insecure_no_auth: false,
             repair: false,
         }
@@ -506,6 +515,9 @@ impl BrokerConfig {
 
         self.tls.validate()?;
         self.auth.time_check()?;
+        if let Some(c) = &self.cluster {
+            c.validate()?;
+        }
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
             if !seen.insert(t.name.as_str()) {

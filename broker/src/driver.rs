@@ -199,6 +199,8 @@ pub struct CoreHandle {
     tx: mpsc::Sender<Command>,
     /// Set once when the core thread fails for good.
     fatal: watch::Receiver<Option<Fatal>>,
+    /// The log's end, published after every round (replication streams from it).
+    log_end: watch::Receiver<u64>,
     /// The core thread stops (flushing) once every handle is gone.
     _alive: Arc<()>,
 }
@@ -226,6 +228,13 @@ impl CoreHandle {
                 return std::future::pending().await;
             }
         }
+    }
+
+    /// The log's end, updated after every round of the core thread: a replication stream
+    /// waits on it for new bytes.
+    #[must_use]
+    pub fn log_end_watch(&self) -> watch::Receiver<u64> {
+        self.log_end.clone()
     }
 
     fn send(&self, cmd: Command) -> Result<(), CoreFailure> {
@@ -390,6 +399,8 @@ struct Driver {
     sync_in_flight: bool,
     /// Raised once when the broker fails for good.
     fatal: Arc<watch::Sender<Option<Fatal>>>,
+    /// The log's end after each round.
+    log_end: watch::Sender<u64>,
     /// Debug builds only: a send to this topic panics the core thread
     /// (`ROCKLET_DEBUG_PANIC_ON_TOPIC`, read once at start), for the test of the exit path.
     panic_topic: Option<String>,
@@ -476,6 +487,7 @@ pub fn spawn(
     let alive = Arc::new(());
     let (fatal_tx, fatal_rx) = watch::channel(None);
     let fatal_tx = Arc::new(fatal_tx);
+    let (log_end_tx, log_end_rx) = watch::channel(broker.log_end());
     let driver = Driver {
         broker,
         clock,
@@ -489,6 +501,7 @@ pub fn spawn(
         sync_tx,
         sync_in_flight: false,
         fatal: fatal_tx.clone(),
+        log_end: log_end_tx,
         panic_topic: debug_panic_topic(),
         handles: Arc::downgrade(&alive),
     };
@@ -507,6 +520,7 @@ pub fn spawn(
         CoreHandle {
             tx,
             fatal: fatal_rx,
+            log_end: log_end_rx,
             _alive: alive,
         },
         join,
@@ -649,6 +663,12 @@ impl Driver {
             // An inspection may have written (admin resolve runs a request).
             self.drain();
             self.check_failed();
+            let end = self.broker.log_end();
+            self.log_end.send_if_modified(|v| {
+                let changed = *v != end;
+                *v = end;
+                changed
+            });
         }
         // Anything still waiting can no longer be answered: dropping the oneshots says so.
         self.pending.clear();

@@ -15,6 +15,7 @@
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
+//! - [`cluster`]: broker groups on etcd: election, fencing, replication, the SyncStateSet.
 //! - [`server`]: opening the data directory and running everything until a signal.
 //! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
 //! - [`import`]: `rocklet import`, an Apache RocketMQ store into a new data directory.
@@ -24,6 +25,7 @@ pub mod auth;
 pub mod bench;
 pub mod budget;
 pub mod clock;
+pub mod cluster;
 pub mod config;
 pub mod convert;
 pub mod driver;
@@ -48,6 +50,10 @@ pub mod pb {
     /// RocketMQ 5 (`apache.rocketmq.v2`).
     pub mod v2 {
         tonic::include_proto!("apache.rocketmq.v2");
+    }
+    /// etcd's KV and Lease services (`etcdserverpb`), for cluster mode.
+    pub mod etcd {
+        tonic::include_proto!("etcdserverpb");
     }
     /// Rocklet's admin service (`rocklet.admin.v1`).
     pub mod admin {

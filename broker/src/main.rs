@@ -310,6 +310,38 @@ struct BrokerArgs {
     /// anyone who reaches the broker may do anything).
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Cluster mode: `etcd=http://HOST:2379[,http://HOST:2379…]`. The node starts as a
+    /// replica of its broker group; etcd elects the master. Or `[cluster]` in the config file.
+    #[arg(long, value_name = "etcd=URL[,URL…]")]
+    cluster: Option<String>,
+    /// Cluster mode: the broker group's name.
+    #[arg(long, value_name = "NAME")]
+    broker_name: Option<String>,
+    /// Cluster mode: this node's id in its group.
+    #[arg(long, value_name = "ID")]
+    node_id: Option<u32>,
+    /// Cluster mode: the gRPC address routes give clients when this node is master
+    /// (default: --listen).
+    #[arg(long, value_name = "HOST:PORT")]
+    advertise: Option<SocketAddr>,
+    /// Cluster mode: where a master serves its log to replicas (default: --listen's IP, a
+    /// free port; published in etcd).
+    #[arg(long, value_name = "HOST:PORT")]
+    replication_listen: Option<SocketAddr>,
+    /// Cluster mode: `sync` (default: a write is answered once the SyncStateSet holds it) or
+    /// `async` (answered at once, as RocketMQ's ASYNC_MASTER).
+    #[arg(long, value_enum, value_name = "MODE")]
+    replication: Option<Replication>,
+    /// Cluster mode: nodes, the master included, that must hold a write before it is
+    /// answered under sync replication (default 2).
+    #[arg(long, value_name = "N")]
+    min_in_sync_replicas: Option<u32>,
+}
+
+#[derive(Debug, Clone, Copy, ValueEnum)]
+enum Replication {
+    Sync,
+    Async,
 }
 
 #[derive(Debug, clap::Args)]
@@ -387,6 +419,16 @@ enum AdminCmd {
     /// ACL entries of users (RocketMQ 5's ACL 2.0 model).
     #[command(subcommand)]
     Acl(AclCmd),
+    /// Cluster mode: every broker group in etcd — master, epoch, SyncStateSet, live nodes and
+    /// replica lag (read from etcd, not from --broker).
+    Cluster {
+        /// etcd: `etcd=http://HOST:2379[,…]` as `rocklet broker --cluster` takes it.
+        #[arg(long, value_name = "etcd=URL[,URL…]")]
+        cluster: String,
+        /// Key prefix the brokers use.
+        #[arg(long, default_value = rocklet_broker::cluster::DEFAULT_PREFIX)]
+        prefix: String,
+    },
 }
 
 #[derive(Debug, Subcommand)]
@@ -485,8 +527,75 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     if let Some(m) = a.metrics_listen {
         cfg.metrics_listen = Some(m);
     }
+    cluster_args(a, &mut cfg)?;
     cfg.validate()?;
     Ok(cfg)
+}
+
+/// `--cluster` and its flags over the file's `[cluster]`.
+fn cluster_args(a: &BrokerArgs, cfg: &mut BrokerConfig) -> Result<(), String> {
+    use rocklet_broker::cluster::{self, ClusterConfig, ReplicationMode};
+    let any = a.broker_name.is_some()
+        || a.node_id.is_some()
+        || a.advertise.is_some()
+        || a.replication_listen.is_some()
+        || a.replication.is_some()
+        || a.min_in_sync_replicas.is_some();
+    let etcd = a
+        .cluster
+        .as_deref()
+        .map(ClusterConfig::parse_endpoints)
+        .transpose()?;
+    let mut c = match (cfg.cluster.take(), etcd) {
+        (Some(mut c), Some(e)) => {
+            c.etcd = e;
+            c
+        }
+        (Some(c), None) => c,
+        (None, Some(e)) => ClusterConfig {
+            etcd: e,
+            broker_name: a
+                .broker_name
+                .clone()
+                .ok_or("--cluster needs --broker-name")?,
+            node_id: a.node_id.ok_or("--cluster needs --node-id")?,
+            advertise: None,
+            replication_listen: None,
+            replication: ReplicationMode::Sync,
+            min_in_sync_replicas: cluster::DEFAULT_MIN_IN_SYNC,
+            lease_ttl_s: cluster::DEFAULT_LEASE_TTL_S,
+            replica_max_lag_ms: cluster::DEFAULT_REPLICA_MAX_LAG_MS,
+            prefix: cluster::DEFAULT_PREFIX.into(),
+        },
+        (None, None) => {
+            if any {
+                return Err("--broker-name, --node-id, --advertise, --replication-listen, --replication and --min-in-sync-replicas need --cluster etcd=URL".into());
+            }
+            return Ok(());
+        }
+    };
+    if let Some(n) = &a.broker_name {
+        c.broker_name.clone_from(n);
+    }
+    if let Some(id) = a.node_id {
+        c.node_id = id;
+    }
+    if a.advertise.is_some() {
+        c.advertise = a.advertise;
+    }
+    if a.replication_listen.is_some() {
+        c.replication_listen = a.replication_listen;
+    }
+    match a.replication {
+        Some(Replication::Sync) => c.replication = ReplicationMode::Sync,
+        Some(Replication::Async) => c.replication = ReplicationMode::Async,
+        None => {}
+    }
+    if let Some(n) = a.min_in_sync_replicas {
+        c.min_in_sync_replicas = n;
+    }
+    cfg.cluster = Some(c);
+    Ok(())
 }
 
 fn init_logs(json: bool) {
@@ -596,6 +705,10 @@ fn main() -> ExitCode {
                 }
                 AdminCmd::Acl(AclCmd::List { user }) => sec::acl_list(&broker, &user).await?,
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
+                AdminCmd::Cluster { cluster, prefix } => {
+                    let etcd = rocklet_broker::cluster::ClusterConfig::parse_endpoints(&cluster)?;
+                    rocklet_broker::cluster::describe(&etcd, &prefix).await?
+                }
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
                 AdminCmd::Group {
                     name,

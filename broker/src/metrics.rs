@@ -123,6 +123,8 @@ pub struct Metrics {
     pub over_limit: [AtomicU64; LIMITS.len()],
     /// RocketMQ 4 remoting request counters, once remoting serves.
     pub remoting: std::sync::OnceLock<Arc<crate::remoting::stats::RemotingStats>>,
+    /// Cluster mode: the node's view of its group (elections, fencing, replica lag).
+    pub cluster: std::sync::OnceLock<crate::cluster::View>,
     /// Requests refused by authentication or the ACL, by protocol and reason
     /// ([`crate::auth::Protocol::ALL`] x [`crate::auth::Failure::ALL`]).
     pub auth_failures:
@@ -247,6 +249,9 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     }
     if let Some(r) = m.remoting.get() {
         r.render(&mut out);
+    }
+    if let Some(v) = m.cluster.get() {
+        crate::cluster::render_metrics(v, &mut out);
     }
     if let Some((s, halves, delays, end, synced)) = snap {
         counter(

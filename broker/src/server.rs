@@ -51,6 +51,8 @@ pub struct RunningBroker {
     pub auth: Arc<Auth>,
     /// TLS of the listeners (`None`: plaintext).
     pub tls: Option<Arc<Tls>>,
+    /// Cluster mode: what this node knows of its group, and its replication address.
+    pub cluster: Option<(crate::cluster::View, SocketAddr)>,
     remoting: Option<RemotingServer>,
     stop_admin: Option<oneshot::Sender<()>>,
     admin_server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
@@ -79,6 +81,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
+    // Cluster mode, sync replication: replies wait for the SyncStateSet as for an fsync.
+    if let Some(c) = &cfg.cluster {
+        core_cfg.replicated_acks = c.replication == crate::cluster::ReplicationMode::Sync;
+    }
     let dir = cfg.data_dir.clone();
     let storage = FileStorage::open(&dir).map_err(|e| match e.kind() {
         std::io::ErrorKind::WouldBlock => {
@@ -94,6 +100,9 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let storage = AnyStorage::File(storage.preallocate(core_cfg.segment_size));
     let opened = if cfg.repair {
         Broker::open_repairing(core_cfg, storage, clock.now_ms())
+    } else if cfg.cluster.is_some() {
+        // Every node starts as a replica; an election makes one the master.
+        Broker::open_replica(core_cfg, storage, clock.now_ms())
     } else {
         Broker::open(core_cfg, storage, clock.now_ms())
     };
@@ -133,14 +142,20 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             "repair done"
         );
     }
-    for t in &cfg.topics {
+    // In cluster mode the master declares them once elected (a replica writes nothing).
+    let declared = if cfg.cluster.is_some() {
+        (&[][..], &[][..])
+    } else {
+        (&cfg.topics[..], &cfg.groups[..])
+    };
+    for t in declared.0 {
         let queues = t.queues.unwrap_or(cfg.core.default_queues);
         broker
             .create_topic(&t.name, queues)
             .map_err(|e| format!("cannot record topic `{}` in {}: {e}", t.name, dir.display()))?
             .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
     }
-    for g in &cfg.groups {
+    for g in declared.1 {
         broker
             .declare_group(&g.name, g.fifo)
             .map_err(|e| format!("cannot record group `{}` in {}: {e}", g.name, dir.display()))?
@@ -188,11 +203,32 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let request_budget = RequestBudget::new(cfg.max_inflight_request_bytes, m.clone());
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
+    let cluster = match &cfg.cluster {
+        Some(c) => {
+            let view = crate::cluster::View::default();
+            let (repl, _task) = crate::cluster::node::start(
+                c.clone(),
+                core.clone(),
+                view.clone(),
+                cfg.listen,
+                cfg.topics.clone(),
+                cfg.groups.clone(),
+                cfg.core.default_queues,
+                crate::cluster::replication::max_frame(&cfg.core),
+                remoting_listeners.as_ref().and_then(Listeners::broker_addr),
+            )
+            .await?;
+            let _ = m.cluster.set(view.clone());
+            Some((view, repl))
+        }
+        None => None,
+    };
     let cfg = Arc::new(cfg);
     let max_decode = cfg.max_request_message_bytes();
     let service = Messaging::new(core.clone(), cfg.clone(), m.clone())
         .with_clock(clock.clone())
-        .with_auth(auth.clone());
+        .with_auth(auth.clone())
+        .with_cluster(cluster.as_ref().map(|c| c.0.clone()));
     service.spawn_renewer();
     let messaging = MessagingServiceServer::new(service)
         .max_decoding_message_size(max_decode)
@@ -291,6 +327,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
     let remoting = remoting_listeners.map(|listeners| {
         let ctx = RemotingCtx::new(core.clone(), cfg.clone())
+            .with_cluster(cluster.as_ref().map(|c| c.0.clone()))
             .with_auth(auth.clone())
             .with_clock(clock.clone())
             .with_metrics(m.clone())
@@ -302,7 +339,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         info!(remoting = ?r.addr, namesrv = ?r.namesrv_addr, "serving RocketMQ 4 remoting");
         r
     });
-    info!(%addr, metrics = ?metrics_addr, max_connections = cap, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
+    info!(%addr, metrics = ?metrics_addr, replication = ?cluster.as_ref().map(|c| c.1), max_connections = cap, flush = ?cfg.core.flush, data_dir = %dir.display(), "rocklet broker serving RocketMQ 5 gRPC");
     Ok(RunningBroker {
         addr,
         metrics_addr,
@@ -313,6 +350,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         admin_addr,
         auth,
         tls,
+        cluster,
         remoting,
         stop_admin,
         admin_server,

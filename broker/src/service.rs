@@ -61,6 +61,8 @@ pub struct Messaging {
     leases: Arc<Leases>,
     clock: Arc<dyn Clock>,
     auth: Arc<Auth>,
+    /// Cluster mode: routes name the group's current master.
+    cluster: Option<crate::cluster::View>,
 }
 
 impl Messaging {
@@ -87,7 +89,15 @@ impl Messaging {
             leases,
             clock: Arc::new(SystemClock),
             auth: Auth::disabled(),
+            cluster: None,
         }
+    }
+
+    /// Cluster mode: routes answer with the group's current master, whichever node answers.
+    #[must_use]
+    pub fn with_cluster(mut self, view: Option<crate::cluster::View>) -> Self {
+        self.cluster = view;
+        self
     }
 
     /// The clock leases are timed by (the broker's; the system clock by default).
@@ -165,6 +175,34 @@ impl Messaging {
     }
 
     fn broker_of(&self, endpoints: Option<&pb::Endpoints>) -> pb::Broker {
+        if let Some(view) = &self.cluster {
+            // The group's master, as etcd names it (this node when it is the master).
+            let (name, at) = match view.master() {
+                Some(m) => (
+                    self.cfg
+                        .cluster
+                        .as_ref()
+                        .map_or("rocklet".into(), |c| c.broker_name.clone()),
+                    m.advertise,
+                ),
+                None => ("rocklet".into(), self.cfg.listen),
+            };
+            return pb::Broker {
+                name,
+                id: 0,
+                endpoints: Some(pb::Endpoints {
+                    scheme: if at.is_ipv4() {
+                        pb::AddressScheme::IPv4
+                    } else {
+                        pb::AddressScheme::IPv6
+                    } as i32,
+                    addresses: vec![pb::Address {
+                        host: at.ip().to_string(),
+                        port: i32::from(at.port()),
+                    }],
+                }),
+            };
+        }
         // Answer with the address the client reached us at, so later RPCs go to it too.
         let endpoints = match endpoints {
             Some(e) if !e.addresses.is_empty() => e.clone(),
@@ -966,6 +1004,18 @@ impl MessagingService for Messaging {
             }));
         }
         let req = request.into_inner();
+        if self.cluster.as_ref().is_some_and(|v| v.master().is_none()) {
+            // Cluster mode between masters: no route to give yet (clients retry).
+            let s = status(
+                Code::HaNotAvailable,
+                "HA_NOT_AVAILABLE: the broker group has no master now (an election is under way); retry",
+            );
+            self.counted("QueryRoute", &s);
+            return Ok(Response::new(pb::QueryRouteResponse {
+                status: Some(s),
+                message_queues: Vec::new(),
+            }));
+        }
         let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryRouteResponse {
                 status: Some(s),

@@ -429,6 +429,10 @@ the figure is the core's scan speed, not the disk's read speed.
 - Node: [bindings-node/BENCHMARKS.md](../bindings-node/BENCHMARKS.md) (send, batch,
   prepare + commit, memory and file).
 EOF
+# Cluster mode, when etcd is installed (tests/ci/cluster.sh installs it): its own section.
+if command -v etcd >/dev/null; then
+  echo; bash tests/bench/cluster.sh "$R" 2>"$out/cluster.err" || echo "(cluster benchmarks failed: see $out/cluster.err)"
+fi
 if [ ${#failed[@]} -gt 0 ]; then
   echo; echo "## Failures"; echo
   for f in "${failed[@]}"; do echo "- \`$f\`: $(grep -m1 'correctness\|error' "$out/$f.out" "$out/$f.err" | head -1)"; done

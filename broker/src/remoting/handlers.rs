@@ -110,6 +110,8 @@ pub struct Ctx {
     pub auth: Arc<crate::auth::Auth>,
     /// TLS of the listeners, and how long a handshake may take (none: plaintext only).
     pub tls: Option<(Arc<crate::auth::tls::Tls>, Duration)>,
+    /// Cluster mode: routes name the group's master (its remoting address, from etcd).
+    pub cluster: Option<crate::cluster::View>,
 }
 
 impl Ctx {
@@ -131,7 +133,15 @@ impl Ctx {
 
             auth: crate::auth::Auth::disabled(),
             tls: None,
+            cluster: None,
         }
+    }
+
+    /// Cluster mode: the name-server role routes to the group's master.
+    #[must_use]
+    pub fn with_cluster(mut self, view: Option<crate::cluster::View>) -> Self {
+        self.cluster = view;
+        self
     }
 
     /// The same context checking credentials and ACLs.
@@ -752,7 +762,21 @@ async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {
 /// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic.
 async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?;
-    let Some(addr) = ctx.broker_addr else {
+    // Cluster mode: the master's remoting address as etcd has it, whichever node answers.
+    let master = match &ctx.cluster {
+        Some(view) => match view.master() {
+            Some(m) => m.remoting.or(ctx.broker_addr),
+            None => {
+                return Err(fail(
+                    req,
+                    status::SYSTEM_ERROR,
+                    "the broker group has no master now (an election is under way); retry",
+                ))
+            }
+        },
+        None => ctx.broker_addr,
+    };
+    let Some(addr) = master else {
         return Err(fail(
             req,
             status::TOPIC_NOT_EXIST,

@@ -389,6 +389,13 @@ impl BrokerProc {
             .status();
     }
 
+    /// SIGCONT: a frozen broker goes on.
+    pub fn thaw(&self) {
+        let _ = std::process::Command::new("kill")
+            .args(["-CONT", &self.child.id().to_string()])
+            .status();
+    }
+
     /// SIGKILL, and wait for it (a broker that has exited already is fine).
     pub fn kill9(&mut self) {
         let _ = self.child.kill();

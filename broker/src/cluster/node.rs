@@ -1,0 +1,573 @@
+//! One node of a broker group: registration, election, fencing, following, the
+//! SyncStateSet and replication acknowledgements. See the module doc of [`super`].
+
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use tokio::net::TcpListener;
+use tokio::task::JoinHandle;
+use tracing::{error, info, warn};
+
+use super::etcd::{self, Etcd, EtcdResult};
+use super::replication::{self, FollowEnd, Replicas};
+use super::{
+    ClusterConfig, Keys, MasterInfo, NodeInfo, ReplicaLag, ReplicationMode, SyncStateSet, View,
+};
+use crate::clock::{Clock, SystemClock};
+use crate::config::{GroupDecl, TopicDecl};
+use crate::driver::CoreHandle;
+
+/// Exit code of a master that fenced itself (its lease could expire, or a newer master
+/// exists): a supervisor restarts it, and it comes back as a replica.
+pub const FENCED_EXIT: i32 = 3;
+
+/// How often a replica looks at the master key.
+const POLL: Duration = Duration::from_millis(100);
+
+/// A master's deadline: it releases nothing at or past it.
+#[derive(Debug)]
+pub struct Fence {
+    base: Instant,
+    deadline_ms: AtomicU64,
+}
+
+impl Fence {
+    fn new() -> Self {
+        Fence {
+            base: Instant::now(),
+            deadline_ms: AtomicU64::new(0),
+        }
+    }
+
+    /// Moves the deadline to `at` (never back).
+    fn extend(&self, at: Instant) {
+        let ms = at.saturating_duration_since(self.base).as_millis() as u64;
+        self.deadline_ms.fetch_max(ms, Ordering::SeqCst);
+    }
+
+    /// Whether the lease is surely held now.
+    #[must_use]
+    pub fn valid(&self) -> bool {
+        (self.base.elapsed().as_millis() as u64) < self.deadline_ms.load(Ordering::SeqCst)
+    }
+}
+
+/// What a node needs to run.
+#[derive(Debug, Clone)]
+pub struct Node {
+    pub cfg: ClusterConfig,
+    pub core: CoreHandle,
+    pub view: View,
+    pub replicas: Arc<Replicas>,
+    pub advertise: SocketAddr,
+    pub replication: SocketAddr,
+    /// This node's remoting listener, named in the master key (v4 routes).
+    pub remoting: Option<SocketAddr>,
+    pub max_frame: usize,
+    pub topics: Vec<TopicDecl>,
+    pub groups: Vec<GroupDecl>,
+    pub default_queues: u32,
+    keys: Keys,
+}
+
+/// Binds the replication listener and starts the node's tasks.
+#[allow(clippy::too_many_arguments)]
+pub async fn start(
+    cfg: ClusterConfig,
+    core: CoreHandle,
+    view: View,
+    listen: SocketAddr,
+    topics: Vec<TopicDecl>,
+    groups: Vec<GroupDecl>,
+    default_queues: u32,
+    max_frame: usize,
+    remoting: Option<SocketAddr>,
+) -> Result<(SocketAddr, JoinHandle<()>), String> {
+    let at = cfg
+        .replication_listen
+        .unwrap_or_else(|| SocketAddr::new(listen.ip(), 0));
+    let l = TcpListener::bind(at)
+        .await
+        .map_err(|e| format!("cannot listen for replication on {at}: {e}"))?;
+    let replication = l.local_addr().map_err(|e| e.to_string())?;
+    let replicas = Arc::new(Replicas::default());
+    tokio::spawn(replication::serve(
+        l,
+        core.clone(),
+        view.clone(),
+        replicas.clone(),
+        max_frame,
+    ));
+    let node = Node {
+        keys: cfg.keys(),
+        advertise: cfg.advertise.unwrap_or(listen),
+        cfg,
+        core,
+        view,
+        replicas,
+        replication,
+        remoting,
+        max_frame,
+        topics,
+        groups,
+        default_queues,
+    };
+    info!(broker_name = %node.cfg.broker_name, node = node.cfg.node_id, advertise = %node.advertise, %replication, etcd = ?node.cfg.etcd, mode = ?node.cfg.replication, "cluster mode: a replica until elected");
+    Ok((replication, tokio::spawn(node.run())))
+}
+
+impl Node {
+    fn ttl(&self) -> Duration {
+        Duration::from_secs(self.cfg.lease_ttl_s)
+    }
+
+    /// The margin a master keeps before its lease could expire: a quarter TTL, at least
+    /// 300 ms.
+    fn margin(&self) -> Duration {
+        (self.ttl() / 4).max(Duration::from_millis(300))
+    }
+
+    async fn run(self) {
+        let mut first = 0;
+        loop {
+            first += 1;
+            match Etcd::connect(&self.cfg.etcd, first).await {
+                Ok(c) => {
+                    if let Err(e) = self.session(c).await {
+                        warn!(error = %e, "etcd session ended; reconnecting");
+                    }
+                }
+                Err(e) => warn!(error = %e, etcd = ?self.cfg.etcd, "cannot reach etcd; retrying"),
+            }
+            tokio::time::sleep(Duration::from_millis(300)).await;
+        }
+    }
+
+    async fn master(&self, c: &mut Etcd) -> EtcdResult<Option<(MasterInfo, i64)>> {
+        let kv = c.get(&self.keys.master).await?;
+        Ok(kv.and_then(|kv| {
+            serde_json::from_slice(&kv.value)
+                .ok()
+                .map(|m| (m, kv.lease))
+        }))
+    }
+
+    async fn sync_state_set(&self, c: &mut Etcd) -> EtcdResult<(Option<SyncStateSet>, i64)> {
+        Ok(match c.get(&self.keys.sync_state_set).await? {
+            Some(kv) => (serde_json::from_slice(&kv.value).ok(), kv.mod_revision),
+            None => (None, 0),
+        })
+    }
+
+    async fn session(&self, mut c: Etcd) -> EtcdResult<()> {
+        let me = self.cfg.node_id;
+        // This node's own key, on its own lease.
+        let lease = c.grant(self.cfg.lease_ttl_s as i64).await?;
+        let info = NodeInfo {
+            node: me,
+            advertise: self.advertise,
+            replication: self.replication,
+        };
+        c.put(
+            &self.keys.node(me),
+            serde_json::to_vec(&info).expect("serializes"),
+            lease,
+        )
+        .await?;
+        let mut keeper = c.keep_alive(lease).await?;
+        let ttl = self.ttl();
+        let node_keeper = tokio::spawn(async move {
+            loop {
+                tokio::time::sleep(ttl / 3).await;
+                match keeper.renew().await {
+                    Ok(t) if t > 0 => {}
+                    _ => break,
+                }
+            }
+        });
+        let result = self.roles(&mut c).await;
+        node_keeper.abort();
+        result
+    }
+
+    async fn roles(&self, c: &mut Etcd) -> EtcdResult<()> {
+        let me = self.cfg.node_id;
+        loop {
+            let master = self.master(c).await?;
+            if let Ok(mut v) = self.view.master.write() {
+                *v = master.as_ref().map(|m| m.0.clone());
+            }
+            match master {
+                None => {
+                    let (set, _) = self.sync_state_set(c).await?;
+                    if let Ok(mut v) = self.view.sync_state_set.write() {
+                        v.clone_from(&set);
+                    }
+                    let eligible = set.as_ref().is_none_or(|s| s.members.contains(&me));
+                    if eligible {
+                        if let Some((epoch, lease, sent)) = self.campaign(c).await? {
+                            // Never returns: the master serves until it fences itself.
+                            self.lead(c, epoch, lease, sent).await;
+                        }
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                Some((m, lease)) if m.node == me => {
+                    // A key of this node's previous run (it held the data directory's lock,
+                    // so that process is gone): end its lease so an election runs now.
+                    if !self.view.is_master() {
+                        info!(
+                            epoch = m.epoch,
+                            "the master key is this node's from before its restart; revoking it"
+                        );
+                        let _ = c.revoke(lease).await;
+                    }
+                    tokio::time::sleep(POLL).await;
+                }
+                Some((m, _)) => self.follow(c, m).await?,
+            }
+        }
+    }
+
+    /// Follows `m` until the master key changes.
+    async fn follow(&self, c: &mut Etcd, m: MasterInfo) -> EtcdResult<()> {
+        let core = self.core.clone();
+        let (addr, me, epoch, max) = (m.replication, self.cfg.node_id, m.epoch, self.max_frame);
+        let mut stream = tokio::spawn(async move {
+            loop {
+                match replication::follow(addr, me, epoch, &core, max).await {
+                    FollowEnd::Truncated => continue,
+                    FollowEnd::Failed(e) => {
+                        warn!(master = %addr, epoch, error = %e, "replication stream ended");
+                        tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                }
+            }
+        });
+        let result = loop {
+            tokio::select! {
+                _ = &mut stream => {}
+                () = tokio::time::sleep(POLL) => {}
+            }
+            match self.master(c).await {
+                Ok(Some((now, _))) if now == m => {}
+                Ok(_) => break Ok(()),
+                Err(e) => break Err(e),
+            }
+        };
+        stream.abort();
+        result
+    }
+
+    /// One election: `Some((epoch, lease, when the lease was asked for))` when won.
+    async fn campaign(&self, c: &mut Etcd) -> EtcdResult<Option<(u64, i64, Instant)>> {
+        let me = self.cfg.node_id;
+        let (epoch, rev) = match c.get(&self.keys.epoch).await? {
+            Some(kv) => (
+                std::str::from_utf8(&kv.value)
+                    .ok()
+                    .and_then(|s| s.parse::<u64>().ok())
+                    .unwrap_or(0),
+                kv.mod_revision,
+            ),
+            None => (0, 0),
+        };
+        let (_, set_rev) = self.sync_state_set(c).await?;
+        let log_last = self
+            .core
+            .inspect(|b| b.epochs().last().map_or(0, |e| e.0))
+            .await
+            .unwrap_or(0);
+        let next = epoch.max(log_last) + 1;
+        let sent = Instant::now();
+        let lease = c.grant(self.cfg.lease_ttl_s as i64).await?;
+        let info = MasterInfo {
+            node: me,
+            epoch: next,
+            advertise: self.advertise,
+            replication: self.replication,
+            remoting: self.remoting,
+        };
+        let set = SyncStateSet {
+            epoch: next,
+            members: vec![me],
+        };
+        let same = |key: &str, rev: i64| {
+            if rev == 0 {
+                etcd::version_is(key, 0)
+            } else {
+                etcd::mod_revision_is(key, rev)
+            }
+        };
+        let when = vec![
+            etcd::version_is(&self.keys.master, 0),
+            same(&self.keys.epoch, rev),
+            same(&self.keys.sync_state_set, set_rev),
+        ];
+        let then = vec![
+            etcd::put(&self.keys.epoch, next.to_string().into_bytes(), 0),
+            etcd::put(
+                &self.keys.master,
+                serde_json::to_vec(&info).expect("serializes"),
+                lease,
+            ),
+            etcd::put(
+                &self.keys.sync_state_set,
+                serde_json::to_vec(&set).expect("serializes"),
+                0,
+            ),
+        ];
+        if c.txn(when, then).await? {
+            Ok(Some((next, lease, sent)))
+        } else {
+            let _ = c.revoke(lease).await;
+            Ok(None)
+        }
+    }
+
+    /// Stops this process: it can no longer be sure it is the only master.
+    fn fence(&self, why: &str) -> ! {
+        self.view.fencing_events.fetch_add(1, Ordering::SeqCst);
+        self.view.master_epoch.store(0, Ordering::SeqCst);
+        error!(reason = why, "fenced: this master stops acknowledging and exits (restart it: it comes back as a replica)");
+        std::process::exit(FENCED_EXIT);
+    }
+
+    /// Serves as master of `epoch` until fenced.
+    async fn lead(&self, c: &mut Etcd, epoch: u64, lease: i64, sent: Instant) -> ! {
+        let me = self.cfg.node_id;
+        let fence = Arc::new(Fence::new());
+        fence.extend(sent + self.ttl() - self.margin());
+        let now = SystemClock.now_ms();
+        match self.core.inspect(move |b| b.promote(now, epoch)).await {
+            Ok(Ok(Ok(()))) => {}
+            Ok(Ok(Err(e))) => self.fence(&format!("promote to epoch {epoch} refused: {e}")),
+            Ok(Err(e)) => self.fence(&format!("promote to epoch {epoch} failed: {e}")),
+            Err(e) => self.fence(&format!("promote to epoch {epoch} failed: {e}")),
+        }
+        // Declarations from the config, now that this node writes.
+        for t in self.topics.clone() {
+            let q = t.queues.unwrap_or(self.default_queues);
+            if let Ok(Err(e)) = self.core.change(move |b| b.create_topic(&t.name, q)).await {
+                warn!(error = %e, "a topic of the config was refused");
+            }
+        }
+        for g in self.groups.clone() {
+            let _ = self.core.declare_group(g.name, g.fifo).await;
+        }
+        self.view.master_epoch.store(epoch, Ordering::SeqCst);
+        self.view.elections.fetch_add(1, Ordering::SeqCst);
+        let info = MasterInfo {
+            node: me,
+            epoch,
+            advertise: self.advertise,
+            replication: self.replication,
+            remoting: self.remoting,
+        };
+        if let Ok(mut v) = self.view.master.write() {
+            *v = Some(info.clone());
+        }
+        let mut set = vec![me];
+        if let Ok(mut v) = self.view.sync_state_set.write() {
+            *v = Some(SyncStateSet {
+                epoch,
+                members: set.clone(),
+            });
+        }
+        let released = self.core.inspect(|b| b.log_end()).await.unwrap_or(0);
+        info!(
+            epoch,
+            log_end = released,
+            "elected master; serving from the log"
+        );
+        // The lease, renewed every quarter TTL; each answered renewal moves the deadline.
+        let keeper = {
+            let mut k = match c.keep_alive(lease).await {
+                Ok(x) => x,
+                Err(e) => self.fence(&format!("cannot renew the lease: {e}")),
+            };
+            let (fence, ttl, margin) = (fence.clone(), self.ttl(), self.margin());
+            tokio::spawn(async move {
+                loop {
+                    let sent = Instant::now();
+                    match k.renew().await {
+                        Ok(t) if t > 0 => {
+                            let granted = Duration::from_secs(t as u64).min(ttl);
+                            fence.extend(sent + granted - margin);
+                        }
+                        // The lease is gone: the deadline runs out.
+                        Ok(_) => break,
+                        // etcd unreachable now: try again; the deadline decides.
+                        Err(_) => {}
+                    }
+                    tokio::time::sleep(ttl / 4).await;
+                }
+            })
+        };
+        // The watchdog: past the deadline the process ends.
+        {
+            let (fence, node) = (fence.clone(), self.clone());
+            tokio::spawn(async move {
+                loop {
+                    tokio::time::sleep(Duration::from_millis(20)).await;
+                    if !fence.valid() {
+                        node.fence("the lease was not renewed in time: another master may be elected once it expires");
+                    }
+                }
+            });
+        }
+        let mut end_rx = self.core.log_end_watch();
+        let mut released = released;
+        let mut last_check = Instant::now();
+        let mut last_lag = Instant::now();
+        let max_lag = Duration::from_millis(self.cfg.replica_max_lag_ms);
+        loop {
+            tokio::select! {
+                () = self.replicas.changed.notified() => {}
+                _ = end_rx.changed() => {}
+                () = tokio::time::sleep(Duration::from_millis(100)) => {}
+            }
+            if keeper.is_finished() {
+                self.fence("the lease renewal stopped");
+            }
+            let log_end = *end_rx.borrow_and_update();
+            // Now and then: is the master key still this node's?
+            if last_check.elapsed() >= Duration::from_millis(500) {
+                last_check = Instant::now();
+                match self.master(c).await {
+                    Ok(Some((m, _))) if m == info => {}
+                    Ok(_) => self.fence("the master key is no longer this node's"),
+                    // etcd unreachable: the deadline decides.
+                    Err(_) => {}
+                }
+            }
+            let table = self.replicas.table.lock().expect("not poisoned").clone();
+            let now = Instant::now();
+            let lag_ms = |acked: u64, caught: Instant| {
+                if acked >= log_end {
+                    0
+                } else {
+                    now.saturating_duration_since(caught).as_millis() as u64
+                }
+            };
+            // The SyncStateSet: members that lag too long go, replicas holding everything
+            // released so far come in.
+            let mut next: Vec<u32> = set
+                .iter()
+                .copied()
+                .filter(|&n| {
+                    n == me
+                        || table.get(&n).is_some_and(|s| {
+                            lag_ms(s.acked, s.caught_up_at) <= max_lag.as_millis() as u64
+                        })
+                })
+                .collect();
+            let mut ids: Vec<u32> = table.keys().copied().collect();
+            ids.sort_unstable();
+            for n in ids {
+                let s = &table[&n];
+                if n != me && !next.contains(&n) && s.connected && s.acked >= released {
+                    next.push(n);
+                }
+            }
+            next.sort_unstable();
+            if next != set {
+                let value = SyncStateSet {
+                    epoch,
+                    members: next.clone(),
+                };
+                let when = vec![etcd::value_is(
+                    &self.keys.epoch,
+                    epoch.to_string().as_bytes(),
+                )];
+                let then = vec![etcd::put(
+                    &self.keys.sync_state_set,
+                    serde_json::to_vec(&value).expect("serializes"),
+                    0,
+                )];
+                match c.txn(when, then).await {
+                    Ok(true) => {
+                        info!(epoch, from = ?set, to = ?next, "SyncStateSet changed");
+                        set = next;
+                        if let Ok(mut v) = self.view.sync_state_set.write() {
+                            *v = Some(value);
+                        }
+                    }
+                    Ok(_) => self.fence("the epoch moved on: a newer master exists"),
+                    // Keep the old set (acknowledgements wait for its members) and try again.
+                    Err(e) => warn!(error = %e, "cannot write the SyncStateSet"),
+                }
+            }
+            let lags: Vec<ReplicaLag> = table
+                .iter()
+                .map(|(&n, s)| ReplicaLag {
+                    node: n,
+                    acked: s.acked,
+                    lag_bytes: log_end.saturating_sub(s.acked),
+                    lag_ms: lag_ms(s.acked, s.caught_up_at),
+                    in_sync: set.contains(&n),
+                })
+                .collect();
+            if last_lag.elapsed() >= Duration::from_secs(1) {
+                last_lag = Instant::now();
+                let report = super::LagReport {
+                    epoch,
+                    replicas: lags.clone(),
+                };
+                let when = vec![etcd::value_is(
+                    &self.keys.epoch,
+                    epoch.to_string().as_bytes(),
+                )];
+                let then = vec![etcd::put(
+                    &self.keys.lag,
+                    serde_json::to_vec(&report).expect("serializes"),
+                    lease,
+                )];
+                // For `rocklet admin cluster`; a failure here changes nothing.
+                let _ = c.txn(when, then).await;
+            }
+            if let Ok(mut v) = self.view.replicas.write() {
+                *v = lags;
+            }
+            if self.cfg.replication == ReplicationMode::Sync
+                && set.len() >= self.cfg.min_in_sync_replicas as usize
+            {
+                let upto = set
+                    .iter()
+                    .filter(|&&n| n != me)
+                    .map(|n| table.get(n).map_or(0, |s| s.acked))
+                    .min()
+                    .unwrap_or(log_end);
+                if upto > released && fence.valid() {
+                    let f = fence.clone();
+                    let done = self
+                        .core
+                        .inspect(move |b| {
+                            // Checked again on the core thread, right before replies go out.
+                            if f.valid() {
+                                b.replicated_to(upto);
+                                true
+                            } else {
+                                false
+                            }
+                        })
+                        .await;
+                    if done == Ok(true) {
+                        released = upto;
+                    }
+                    tracing::debug!(upto, released, ?set, "replicated_to");
+                } else {
+                    tracing::debug!(
+                        upto,
+                        released,
+                        valid = fence.valid(),
+                        ?set,
+                        "nothing to release"
+                    );
+                }
+            }
+        }
+    }
+}

@@ -1,0 +1,1127 @@
+//! Cluster mode against a real etcd (issue #14): a 3-node broker group with sync
+//! replication, processes on 127.0.0.1. `#[ignore]`d in a plain `cargo test` (they need the
+//! `etcd` binary, Debian's etcd-server); `bash tests/ci/cluster.sh` installs it and runs them.
+//!
+//! - `kill_the_master`: a producer sends normal messages and transactions (committed and
+//!   rolled back) through the group's route while the master is killed with SIGKILL again and
+//!   again (`ROCKLET_CLUSTER_KILLS`, default 10; the long form sets 100) and restarted as a
+//!   replica. Every acknowledged message is then consumed from the last master, none rolled
+//!   back is, and the failover time (last ack before a kill to the first after) is printed
+//!   as p50 and max.
+//! - `etcd_partition`: etcd stops answering (SIGSTOP) under load: the master can no longer
+//!   renew its lease, acknowledges nothing past its deadline (within the lease TTL of the
+//!   stop) and exits as fenced (exit code 3); once etcd is back the group goes on and every
+//!   acknowledged message is delivered.
+//! - `divergent_tail`: the master writes a message its replicas never get (both killed), so
+//!   it is never acknowledged; the master is killed, the replicas restart, one is elected, and
+//!   the old master rejoins: it cuts that tail, catches up, and the group delivers every
+//!   acknowledged message exactly once and never the cut one.
+
+mod common;
+
+use std::collections::HashSet;
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use common::{connect, msg, res, BrokerProc, Client, OK};
+use rocklet_broker::pb::v2 as pb;
+use tokio_stream::StreamExt;
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// etcd on two free ports in a temporary directory; killed when dropped.
+struct Etcd {
+    child: Child,
+    url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    fn start() -> Self {
+        let bin = std::env::var("ROCKLET_ETCD").unwrap_or_else(|_| "etcd".into());
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new(&bin)
+            .arg("--data-dir")
+            .arg(dir.path().join("etcd"))
+            .args(["--name", "default"])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start `{bin}` (install Debian's etcd-server, or set ROCKLET_ETCD): {e}"
+                )
+            });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not listen on {url}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Etcd {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+impl Etcd {
+    fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One node of the group: its data directory survives restarts.
+struct Node {
+    id: u32,
+    dir: PathBuf,
+    proc: Option<BrokerProc>,
+    /// Serve RocketMQ 4 remoting and the name-server role (free ports).
+    remoting: bool,
+    /// `--replication async`.
+    async_replication: bool,
+}
+
+impl Node {
+    fn start(id: u32, dir: &Path, etcd: &str) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: false,
+            async_replication: false,
+        };
+        n.restart(etcd);
+        n
+    }
+
+    fn start_v4(id: u32, dir: &Path, etcd: &str) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: true,
+            async_replication: false,
+        };
+        n.restart(etcd);
+        n
+    }
+
+    /// The remoting and name-server addresses, from the log.
+    fn v4_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let log = self.proc.as_ref().unwrap().log();
+        let find = |key: &str| -> SocketAddr {
+            let i = log
+                .find(key)
+                .unwrap_or_else(|| panic!("no {key} in\n{log}"))
+                + key.len();
+            log[i..]
+                .chars()
+                .take_while(|c| *c != ')')
+                .collect::<String>()
+                .parse()
+                .unwrap()
+        };
+        (find("remoting=Some("), find("namesrv=Some("))
+    }
+
+    fn restart(&mut self, etcd: &str) {
+        let cluster = format!("etcd={etcd}");
+        let id = self.id.to_string();
+        let off: &[&str] = if self.remoting {
+            &[]
+        } else {
+            &["--remoting-listen", "off", "--namesrv-listen", "off"]
+        };
+        let mode: &[&str] = if self.async_replication {
+            &["--replication", "async"]
+        } else {
+            &[]
+        };
+        let args: Vec<&str> = off
+            .iter()
+            .chain(mode)
+            .copied()
+            .chain([
+                "--flush",
+                "sync",
+                "--cluster",
+                &cluster,
+                "--broker-name",
+                "g1",
+                "--node-id",
+                &id,
+            ])
+            .collect();
+        let trace = std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some();
+        let env: &[(&str, &str)] = if trace {
+            &[("RUST_LOG", "info,rocklet_broker::cluster=debug")]
+        } else {
+            &[]
+        };
+        self.proc = Some(BrokerProc::start_env(&self.dir, &args, env));
+    }
+
+    fn addr(&self) -> Option<SocketAddr> {
+        self.proc.as_ref().map(|p| p.addr)
+    }
+}
+
+async fn timed<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(3), f).await.ok()
+}
+
+/// The group's master as `at` routes it.
+async fn route(at: SocketAddr, topic: &str) -> Option<SocketAddr> {
+    let mut c = timed(Client::connect(format!("http://{at}"))).await?.ok()?;
+    let r = timed(c.query_route(pb::QueryRouteRequest {
+        topic: res(topic),
+        endpoints: None,
+    }))
+    .await?
+    .ok()?
+    .into_inner();
+    let q = r.message_queues.first()?;
+    let a = q.broker.as_ref()?.endpoints.as_ref()?.addresses.first()?;
+    format!("{}:{}", a.host, a.port).parse().ok()
+}
+
+/// The master, asked of every live node until one names a master that serves.
+async fn find_master(addrs: &[SocketAddr], topic: &str) -> Option<SocketAddr> {
+    for &a in addrs {
+        if let Some(m) = route(a, topic).await {
+            if addrs.contains(&m) {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
+
+async fn send_one(c: &mut Client, m: pb::Message) -> Option<pb::SendResultEntry> {
+    let r = timed(c.send_message(pb::SendMessageRequest { messages: vec![m] }))
+        .await?
+        .ok()?
+        .into_inner();
+    if r.status.as_ref()?.code != OK {
+        return None;
+    }
+    let e = r.entries.into_iter().next()?;
+    (e.status.as_ref()?.code == OK).then_some(e)
+}
+
+async fn end(c: &mut Client, topic: &str, txn: &str, commit: bool) -> bool {
+    let r = timed(c.end_transaction(pb::EndTransactionRequest {
+        topic: res(topic),
+        message_id: String::new(),
+        transaction_id: txn.into(),
+        resolution: if commit {
+            pb::TransactionResolution::Commit
+        } else {
+            pb::TransactionResolution::Rollback
+        } as i32,
+        source: pb::TransactionSource::SourceClient as i32,
+        trace_context: String::new(),
+    }))
+    .await;
+    matches!(r, Some(Ok(r)) if r.get_ref().status.as_ref().is_some_and(|s| s.code == OK))
+}
+
+/// What the producer saw.
+#[derive(Default)]
+struct Ledger {
+    /// Acknowledged messages (sends, and commits answered OK) with when.
+    acked: Vec<(String, Instant, SocketAddr)>,
+    /// Transactions whose rollback was asked (answered or not).
+    rolled_back: HashSet<String>,
+    /// Sends whose answer was an error or none: they may or may not be stored.
+    unknown: u64,
+}
+
+/// Sends until `stop`: message n is a plain send, or every 4th a transaction, committed or
+/// (every 8th) rolled back. After a failure it finds the master again.
+async fn produce(
+    addrs: Arc<Mutex<Vec<SocketAddr>>>,
+    topic: &'static str,
+    ledger: Arc<Mutex<Ledger>>,
+    stop: Arc<std::sync::atomic::AtomicBool>,
+) {
+    let mut n = 0u64;
+    let mut client: Option<Client> = None;
+    let mut at: Option<SocketAddr> = None;
+    while !stop.load(std::sync::atomic::Ordering::SeqCst) {
+        let c = match client.as_mut() {
+            Some(c) => c,
+            None => {
+                let list = addrs.lock().unwrap().clone();
+                match find_master(&list, topic).await {
+                    Some(m) => match timed(Client::connect(format!("http://{m}"))).await {
+                        Some(Ok(c)) => {
+                            at = Some(m);
+                            client.insert(c)
+                        }
+                        _ => {
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            continue;
+                        }
+                    },
+                    None => {
+                        tokio::time::sleep(Duration::from_millis(50)).await;
+                        continue;
+                    }
+                }
+            }
+        };
+        n += 1;
+        let id = format!("M{n:08}");
+        let started = Instant::now();
+        let ok = if n.is_multiple_of(4) {
+            let rollback = n.is_multiple_of(8);
+            let m = msg(topic, id.as_bytes(), pb::MessageType::Transaction, &id);
+            match send_one(c, m).await {
+                Some(e) => {
+                    if rollback {
+                        ledger.lock().unwrap().rolled_back.insert(id.clone());
+                        let _ = end(c, topic, &e.transaction_id, false).await;
+                        // Not a message a consumer may see: nothing to record as acked.
+                        continue;
+                    }
+                    end(c, topic, &e.transaction_id, true).await
+                }
+                None => false,
+            }
+        } else {
+            let m = msg(topic, id.as_bytes(), pb::MessageType::Normal, &id);
+            send_one(c, m).await.is_some()
+        };
+        if ok {
+            let by = at.expect("connected");
+            ledger.lock().unwrap().acked.push((id, Instant::now(), by));
+        } else {
+            if std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some() {
+                eprintln!(
+                    "{:?} {id} to {at:?}: no acknowledgement ({:?} after the send started)",
+                    Instant::now(),
+                    started.elapsed()
+                );
+            }
+            ledger.lock().unwrap().unknown += 1;
+            client = None;
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    }
+}
+
+/// Everything a fresh group can receive from the master, by message id.
+async fn consume_all(master: SocketAddr, topic: &str, group: &str) -> Vec<String> {
+    let mut c = connect(master).await;
+    let mut ids = Vec::new();
+    let mut empty = 0;
+    while empty < 3 {
+        let req = pb::ReceiveMessageRequest {
+            group: res(group),
+            message_queue: Some(pb::MessageQueue {
+                topic: res(topic),
+                ..Default::default()
+            }),
+            filter_expression: Some(pb::FilterExpression {
+                r#type: pb::FilterType::Tag as i32,
+                expression: "*".into(),
+            }),
+            batch_size: 32,
+            invisible_duration: Some(common::dur(60_000)),
+            auto_renew: false,
+            long_polling_timeout: Some(common::dur(500)),
+            attempt_id: None,
+        };
+        let mut stream = c.receive_message(req).await.unwrap().into_inner();
+        let mut got = Vec::new();
+        while let Some(r) = stream.next().await {
+            if let Some(pb::receive_message_response::Content::Message(m)) = r.unwrap().content {
+                got.push(m);
+            }
+        }
+        if got.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        for m in &got {
+            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
+            assert_eq!(common::ack(&mut c, topic, group, m).await.code, OK);
+        }
+    }
+    ids
+}
+
+fn percentile(v: &mut [Duration], p: f64) -> Duration {
+    v.sort();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn kill_the_master() {
+    let kills: usize = std::env::var("ROCKLET_CLUSTER_KILLS")
+        .ok()
+        .and_then(|v| v.parse().ok())
+        .unwrap_or(10);
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let addrs = Arc::new(Mutex::new(
+        nodes.iter().filter_map(Node::addr).collect::<Vec<_>>(),
+    ));
+    let topic = "ClusterKill";
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = tokio::spawn(produce(addrs.clone(), topic, ledger.clone(), stop.clone()));
+    let acked = |l: &Arc<Mutex<Ledger>>| l.lock().unwrap().acked.len();
+    let wait_acks = |more: usize, what: String| {
+        let ledger = ledger.clone();
+        async move {
+            let from = acked(&ledger);
+            let deadline = Instant::now() + Duration::from_secs(60);
+            while acked(&ledger) < from + more {
+                assert!(Instant::now() < deadline, "no progress: {what}");
+                tokio::time::sleep(Duration::from_millis(20)).await;
+            }
+        }
+    };
+    wait_acks(50, "before the first kill".into()).await;
+    let mut failovers = Vec::new();
+    for k in 0..kills {
+        let list = addrs.lock().unwrap().clone();
+        let master = find_master(&list, topic).await.expect("a master");
+        let i = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+        let killed_at = Instant::now();
+        nodes[i].proc.as_mut().unwrap().kill9();
+        // Its last acknowledgement (replies it sent before it died may arrive just after).
+        let last_before = ledger
+            .lock()
+            .unwrap()
+            .acked
+            .iter()
+            .rev()
+            .find(|a| a.2 == master)
+            .map(|a| a.1)
+            .unwrap();
+        nodes[i].proc = None;
+        *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();
+        // The first acknowledgement by another master.
+        let deadline = Instant::now() + Duration::from_secs(60);
+        let first_after = loop {
+            if let Some(a) = ledger
+                .lock()
+                .unwrap()
+                .acked
+                .iter()
+                .rev()
+                .take_while(|a| a.1 > killed_at)
+                .filter(|a| a.2 != master)
+                .last()
+            {
+                break a.1;
+            }
+            assert!(
+                Instant::now() < deadline,
+                "kill {k}: no acknowledgement within 60 s of the kill"
+            );
+            tokio::time::sleep(Duration::from_millis(10)).await;
+        };
+        let took = first_after - last_before;
+        eprintln!(
+            "kill {k}: node {} was master; failover {took:?}",
+            nodes[i].id
+        );
+        failovers.push(took);
+        if took > Duration::from_secs(3) {
+            // Above the target: show what the live nodes did (their last lines).
+            for n in nodes.iter().filter(|n| n.proc.is_some()) {
+                let log = n.proc.as_ref().unwrap().log();
+                let lines: Vec<&str> = log.lines().collect();
+                eprintln!("---- node {} (last lines)", n.id);
+                for l in &lines[lines.len().saturating_sub(40)..] {
+                    eprintln!("{l}");
+                }
+            }
+        }
+        // Back as a replica; the group goes on with it.
+        nodes[i].restart(&etcd.url);
+        *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();
+        wait_acks(30, format!("after kill {k}")).await;
+        // Let the restarted node catch up and rejoin the SyncStateSet.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    producer.await.unwrap();
+    let list = addrs.lock().unwrap().clone();
+    let master = find_master(&list, topic)
+        .await
+        .expect("a master at the end");
+    let got = consume_all(master, topic, "ClusterKillCheck").await;
+    let got_set: HashSet<&str> = got.iter().map(String::as_str).collect();
+    let l = ledger.lock().unwrap();
+    let lost: Vec<&str> = l
+        .acked
+        .iter()
+        .map(|a| a.0.as_str())
+        .filter(|id| !got_set.contains(id))
+        .collect();
+    let rolled_seen: Vec<&&str> = got_set
+        .iter()
+        .filter(|id| l.rolled_back.contains(**id))
+        .collect();
+    let mut f = failovers.clone();
+    let (p50, max) = (percentile(&mut f, 0.5), *f.last().unwrap());
+    eprintln!(
+        "kill_the_master: {kills} kills, {} acknowledged, {} received, {} sends unanswered, {} rolled back; lost {}; rolled back delivered {}; failover p50 {p50:?}, max {max:?}",
+        l.acked.len(),
+        got.len(),
+        l.unknown,
+        l.rolled_back.len(),
+        lost.len(),
+        rolled_seen.len()
+    );
+    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
+    assert!(
+        rolled_seen.is_empty(),
+        "rolled back and delivered: {rolled_seen:?}"
+    );
+    assert!(l.acked.len() > 50 + 30 * kills);
+    // `rocklet admin cluster` shows the group as etcd has it, with the epoch every election
+    // bumped and the replicas' lag.
+    let out = Command::new(env!("CARGO_BIN_EXE_rocklet"))
+        .args([
+            "admin",
+            "cluster",
+            "--cluster",
+            &format!("etcd={}", etcd.url),
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    eprintln!("{text}");
+    assert!(
+        out.status.success(),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(text.contains("group g1"), "{text}");
+    assert!(text.contains("(master)"), "{text}");
+    assert!(text.contains("sync_state_set"), "{text}");
+    assert_eq!(text.matches(" live at ").count(), 3, "{text}");
+    let epoch: u64 = text
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("epoch"))
+        .and_then(|e| e.trim().parse().ok())
+        .unwrap_or_else(|| panic!("no epoch: {text}"));
+    assert!(
+        epoch > kills as u64,
+        "epoch {epoch} after {kills} failovers"
+    );
+    assert!(text.contains(" lag "), "{text}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn divergent_tail() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let topic = "ClusterTail";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    let mut acked = Vec::new();
+    // Acknowledged by the whole group first (the set fills as the replicas catch up).
+    for n in 0..20 {
+        let id = format!("A{n:04}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, &id))
+            .await
+            .is_none()
+        {
+            if Instant::now() >= deadline {
+                for n in &nodes {
+                    eprintln!("---- node {}\n{}", n.id, n.proc.as_ref().unwrap().log());
+                }
+                panic!("{id} not acknowledged");
+            }
+        }
+        acked.push(id);
+    }
+    tokio::time::sleep(Duration::from_millis(300)).await;
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    let replicas: Vec<usize> = (0..3).filter(|&i| i != mi).collect();
+    // The replicas die; the master writes a message nobody else gets: never acknowledged.
+    // (Killed, not frozen: a frozen process's socket still takes the bytes, and it would
+    // apply them once thawed.)
+    for &r in &replicas {
+        nodes[r].proc.as_mut().unwrap().kill9();
+        nodes[r].proc = None;
+    }
+    // A short wait: well within replica_max_lag_ms, so the set still names the replicas
+    // when the master dies (a set of the master alone would leave no one electable).
+    let r = tokio::time::timeout(
+        Duration::from_millis(800),
+        c.send_message(pb::SendMessageRequest {
+            messages: vec![msg(topic, b"cut", pb::MessageType::Normal, "CUT")],
+        }),
+    )
+    .await
+    .ok();
+    let answered =
+        matches!(&r, Some(Ok(r)) if r.get_ref().status.as_ref().is_some_and(|s| s.code == OK));
+    assert!(
+        !answered,
+        "a write was acknowledged with every replica down: {r:?}"
+    );
+    nodes[mi].proc.as_mut().unwrap().kill9();
+    nodes[mi].proc = None;
+    for &r in &replicas {
+        nodes[r].restart(&etcd.url);
+    }
+    // A replica is elected; then the old master rejoins and cuts what it alone had.
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no new master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    nodes[mi].restart(&etcd.url);
+    let mut c = connect(new_master).await;
+    for n in 20..30 {
+        let id = format!("A{n:04}");
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, &id))
+            .await
+            .is_none()
+        {
+            assert!(
+                Instant::now() < deadline,
+                "{id} not acknowledged after the failover"
+            );
+        }
+        acked.push(id);
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while !nodes[mi]
+        .proc
+        .as_ref()
+        .unwrap()
+        .log()
+        .contains("cutting it")
+    {
+        if Instant::now() >= deadline {
+            for n in &nodes {
+                eprintln!("---- node {}\n{}", n.id, n.proc.as_ref().unwrap().log());
+            }
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the old master did not cut its tail:\n{}",
+            nodes[mi].proc.as_ref().unwrap().log()
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let got = consume_all(new_master, topic, "ClusterTailCheck").await;
+    let mut sorted = got.clone();
+    sorted.sort();
+    assert_eq!(
+        sorted, acked,
+        "every acknowledged message once, the cut one never"
+    );
+    // The old master holds the same log as the new one once caught up: killed and asked
+    // alone it would serve the same; here it is enough that it follows without a gap.
+    let log = nodes[mi].proc.as_ref().unwrap().log();
+    assert!(log.contains("following the master"), "{log}");
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn etcd_partition() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let addrs = Arc::new(Mutex::new(
+        nodes.iter().filter_map(Node::addr).collect::<Vec<_>>(),
+    ));
+    let topic = "ClusterPartition";
+    let ledger = Arc::new(Mutex::new(Ledger::default()));
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let producer = tokio::spawn(produce(addrs.clone(), topic, ledger.clone(), stop.clone()));
+    let acked = |l: &Arc<Mutex<Ledger>>| l.lock().unwrap().acked.len();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked(&ledger) < 50 {
+        assert!(
+            Instant::now() < deadline,
+            "no progress before the partition"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    let list = addrs.lock().unwrap().clone();
+    let master = find_master(&list, topic).await.expect("a master");
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    etcd.signal("-STOP");
+    let stopped = Instant::now();
+    // The lease is 2 s: the master fences itself before it could expire.
+    let status = nodes[mi]
+        .proc
+        .as_mut()
+        .unwrap()
+        .wait_exit(Duration::from_secs(5));
+    let log = nodes[mi].proc.as_ref().unwrap().log();
+    assert_eq!(
+        status.and_then(|s| s.code()),
+        Some(3),
+        "the master did not fence itself within 5 s of losing etcd:\n{log}"
+    );
+    assert!(log.contains("fenced"), "{log}");
+    let last_ack = ledger.lock().unwrap().acked.last().unwrap().1;
+    let after = last_ack.saturating_duration_since(stopped);
+    eprintln!(
+        "etcd_partition: master node {} fenced {:?} after etcd stopped; last ack {after:?} after",
+        nodes[mi].id,
+        stopped.elapsed()
+    );
+    assert!(
+        after < Duration::from_secs(2),
+        "an acknowledgement {after:?} after etcd stopped: past the lease"
+    );
+    nodes[mi].proc = None;
+    etcd.signal("-CONT");
+    nodes[mi].restart(&etcd.url);
+    *addrs.lock().unwrap() = nodes.iter().filter_map(Node::addr).collect();
+    let from = acked(&ledger);
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while acked(&ledger) < from + 30 {
+        assert!(
+            Instant::now() < deadline,
+            "no progress after etcd came back"
+        );
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    stop.store(true, std::sync::atomic::Ordering::SeqCst);
+    producer.await.unwrap();
+    let list = addrs.lock().unwrap().clone();
+    let master = find_master(&list, topic)
+        .await
+        .expect("a master at the end");
+    let got: HashSet<String> = consume_all(master, topic, "ClusterPartitionCheck")
+        .await
+        .into_iter()
+        .collect();
+    let l = ledger.lock().unwrap();
+    let lost: Vec<&String> = l
+        .acked
+        .iter()
+        .map(|a| &a.0)
+        .filter(|id| !got.contains(*id))
+        .collect();
+    assert!(lost.is_empty(), "acknowledged and lost: {lost:?}");
+    assert!(!got.iter().any(|id| l.rolled_back.contains(id)));
+}
+
+/// Receives up to `max` messages of `topic` as `group` (no ack).
+async fn receive_some(c: &mut Client, topic: &str, group: &str, max: i32) -> Vec<pb::Message> {
+    let req = pb::ReceiveMessageRequest {
+        group: res(group),
+        message_queue: Some(pb::MessageQueue {
+            topic: res(topic),
+            ..Default::default()
+        }),
+        filter_expression: Some(pb::FilterExpression {
+            r#type: pb::FilterType::Tag as i32,
+            expression: "*".into(),
+        }),
+        batch_size: max,
+        invisible_duration: Some(common::dur(60_000)),
+        auto_renew: false,
+        long_polling_timeout: Some(common::dur(1_000)),
+        attempt_id: None,
+    };
+    let mut out = Vec::new();
+    let Ok(r) = c.receive_message(req).await else {
+        return out;
+    };
+    let mut stream = r.into_inner();
+    while let Some(Ok(r)) = stream.next().await {
+        if let Some(pb::receive_message_response::Content::Message(m)) = r.content {
+            out.push(m);
+        }
+    }
+    out
+}
+
+fn id_of(m: &pb::Message) -> String {
+    m.system_properties.as_ref().unwrap().message_id.clone()
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn the_new_master_carries_on() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let topic = "ClusterCarry";
+    let group = "CarryGroup";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    let send = |c: &mut Client, m: pb::Message| {
+        let mut c = c.clone();
+        async move {
+            let deadline = Instant::now() + Duration::from_secs(20);
+            loop {
+                if let Some(e) = send_one(&mut c, m.clone()).await {
+                    return e;
+                }
+                assert!(Instant::now() < deadline, "not acknowledged");
+            }
+        }
+    };
+    // Ten plain messages: four consumed and acked (the group's offset), two received and
+    // left in flight, four untouched.
+    for n in 0..10 {
+        let id = format!("P{n}");
+        send(&mut c, msg(topic, b"p", pb::MessageType::Normal, &id)).await;
+    }
+    let mut consumed = HashSet::new();
+    let mut in_flight = Vec::new();
+    while consumed.len() + in_flight.len() < 6 {
+        for m in receive_some(&mut c, topic, group, 1).await {
+            if consumed.len() < 4 {
+                assert_eq!(common::ack(&mut c, topic, group, &m).await.code, OK);
+                consumed.insert(id_of(&m));
+            } else {
+                in_flight.push(m);
+            }
+        }
+    }
+    // Three transactions left open, and a message due in 5 s.
+    let mut open = HashSet::new();
+    for n in 0..3 {
+        let id = format!("T{n}");
+        send(&mut c, msg(topic, b"t", pb::MessageType::Transaction, &id)).await;
+        open.insert(id);
+    }
+    let due = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock) + 5_000;
+    let mut d = msg(topic, b"d", pb::MessageType::Delay, "D0");
+    d.system_properties.as_mut().unwrap().delivery_timestamp =
+        Some(rocklet_broker::convert::timestamp(due));
+    send(&mut c, d).await;
+    // The acks above are replicated: offsets, receipts and halves are in every member's log.
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    nodes[mi].proc.as_mut().unwrap().kill9();
+    nodes[mi].proc = None;
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no new master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(new_master).await;
+    // The new master checks the open transactions with a producer of the topic.
+    let mut producer = common::Telemetry::producer(&mut c, &[topic]).await;
+    let mut checked = HashSet::new();
+    while checked.len() < open.len() {
+        let check = producer
+            .next_check(Duration::from_secs(40))
+            .await
+            .unwrap_or_else(|| panic!("no check from the new master; checked {checked:?}"));
+        let id = id_of(check.message.as_ref().unwrap());
+        assert!(open.contains(&id), "a check of {id}");
+        let s = common::end_txn(
+            &mut c,
+            topic,
+            &check.transaction_id,
+            pb::TransactionResolution::Commit,
+            pb::TransactionSource::SourceServerCheck,
+        )
+        .await;
+        assert_eq!(s.code, OK, "{}", s.message);
+        checked.insert(id);
+    }
+    // The receipts handed out by the old master are valid on the new one.
+    for m in &in_flight {
+        let s = common::ack(&mut c, topic, group, m).await;
+        assert_eq!(
+            s.code,
+            OK,
+            "ack of {} after the failover: {}",
+            id_of(m),
+            s.message
+        );
+        consumed.insert(id_of(m));
+    }
+    // The group goes on from its offset: the four untouched, the three committed and the
+    // delayed message, each once, never before it is due.
+    let mut rest = Vec::new();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while rest.len() < 8 {
+        assert!(Instant::now() < deadline, "got only {rest:?}");
+        for m in receive_some(&mut c, topic, group, 16).await {
+            let id = id_of(&m);
+            if id == "D0" {
+                let now = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);
+                assert!(
+                    now >= due,
+                    "the delayed message came {} ms early",
+                    due - now
+                );
+            }
+            assert_eq!(common::ack(&mut c, topic, group, &m).await.code, OK);
+            rest.push(id);
+        }
+    }
+    // Nothing more: no duplicate of anything consumed before or after.
+    tokio::time::sleep(Duration::from_millis(500)).await;
+    let more = receive_some(&mut c, topic, group, 16).await;
+    assert!(
+        more.is_empty(),
+        "delivered again: {:?}",
+        more.iter().map(id_of).collect::<Vec<_>>()
+    );
+    let rest_set: HashSet<String> = rest.iter().cloned().collect();
+    assert_eq!(rest.len(), rest_set.len(), "a duplicate: {rest:?}");
+    assert!(rest_set.is_disjoint(&consumed), "{rest:?} vs {consumed:?}");
+    assert!(rest_set.contains("D0"));
+    for t in &open {
+        assert!(
+            rest_set.contains(t),
+            "{t} committed by its check but not delivered"
+        );
+    }
+}
+
+/// GET_ROUTEINFO_BY_TOPIC at `namesrv` until it names `want` (a node learns of a new
+/// master within its poll of etcd), for at most 5 s: the last answer.
+async fn v4_route_to(namesrv: SocketAddr, topic: &str, want: &str) -> Option<String> {
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        let got = v4_route(namesrv, topic).await;
+        if got.as_deref() == Some(want) || Instant::now() >= deadline {
+            return got;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
+/// GET_ROUTEINFO_BY_TOPIC at `namesrv`: the broker address of the route.
+async fn v4_route(namesrv: SocketAddr, topic: &str) -> Option<String> {
+    use rocklet_broker::remoting::codec::SerializeType;
+    let mut ns = common::v4::V4::connect(namesrv, SerializeType::Json).await;
+    let r = ns.call(105, &[("topic", topic)], Vec::new()).await;
+    if r.code != 0 {
+        return None;
+    }
+    let route: serde_json::Value = serde_json::from_slice(&r.body).ok()?;
+    route["brokerDatas"][0]["brokerAddrs"]["0"]
+        .as_str()
+        .map(str::to_string)
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn v4_routes_name_the_master() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| Node::start_v4(i, &root.path().join(format!("n{i}")), &etcd.url))
+        .collect();
+    let topic = "ClusterV4";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    let deadline = Instant::now() + Duration::from_secs(20);
+    while send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, "V0"))
+        .await
+        .is_none()
+    {
+        assert!(Instant::now() < deadline, "not acknowledged");
+    }
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    let master_remoting = nodes[mi].v4_addrs().0.to_string();
+    // Every node's name server routes v4 clients to the master.
+    for n in &nodes {
+        let (_, ns) = n.v4_addrs();
+        assert_eq!(
+            v4_route_to(ns, topic, &master_remoting).await.as_deref(),
+            Some(master_remoting.as_str()),
+            "node {}",
+            n.id
+        );
+    }
+    nodes[mi].proc.as_mut().unwrap().kill9();
+    nodes[mi].proc = None;
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let new_master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no new master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let ni = nodes
+        .iter()
+        .position(|n| n.addr() == Some(new_master))
+        .unwrap();
+    let new_remoting = nodes[ni].v4_addrs().0.to_string();
+    for n in nodes.iter().filter(|n| n.proc.is_some()) {
+        let (_, ns) = n.v4_addrs();
+        assert_eq!(
+            v4_route_to(ns, topic, &new_remoting).await.as_deref(),
+            Some(new_remoting.as_str()),
+            "node {}",
+            n.id
+        );
+    }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
+async fn async_replication_answers_at_once() {
+    let etcd = Etcd::start();
+    let root = tempfile::tempdir().unwrap();
+    let mut nodes: Vec<Node> = (1..=3)
+        .map(|i| {
+            let mut n = Node {
+                id: i,
+                dir: root.path().join(format!("n{i}")),
+                proc: None,
+                remoting: false,
+                async_replication: true,
+            };
+            n.restart(&etcd.url);
+            n
+        })
+        .collect();
+    let topic = "ClusterAsync";
+    let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let master = loop {
+        if let Some(m) = find_master(&all, topic).await {
+            break m;
+        }
+        assert!(Instant::now() < deadline, "no master elected");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    let mut c = connect(master).await;
+    assert!(
+        send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, "S0"))
+            .await
+            .is_some()
+    );
+    // With every replica down, an async master still answers (RocketMQ's ASYNC_MASTER); a
+    // sync one would not (`divergent_tail`).
+    let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != mi {
+            n.proc.as_mut().unwrap().kill9();
+            n.proc = None;
+        }
+    }
+    for k in 0..5 {
+        let id = format!("S{}", k + 1);
+        let e = send_one(&mut c, msg(topic, b"a", pb::MessageType::Normal, &id)).await;
+        assert!(
+            e.is_some(),
+            "{id} not answered by an async master with no replica"
+        );
+    }
+    // The replicas come back and catch up from the master.
+    for (i, n) in nodes.iter_mut().enumerate() {
+        if i != mi {
+            n.restart(&etcd.url);
+        }
+    }
+    let deadline = Instant::now() + Duration::from_secs(20);
+    loop {
+        let caught = nodes
+            .iter()
+            .enumerate()
+            .filter(|(i, _)| *i != mi)
+            .all(|(_, n)| {
+                n.proc
+                    .as_ref()
+                    .unwrap()
+                    .log()
+                    .contains("following the master")
+            });
+        if caught {
+            break;
+        }
+        assert!(
+            Instant::now() < deadline,
+            "the replicas did not follow the master again"
+        );
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
