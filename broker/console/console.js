@@ -61,13 +61,15 @@ function confirmAction(text) {
 // ---- charts -----------------------------------------------------------------------------------
 function chart(svg, lines, opts = {}) {
   const W = 600, H = 160, L = 44, B = 18, T = 6;
-  const pts = lines.flat().filter((p) => p[1] !== null && p[1] !== undefined);
+  const all = lines.flat();
+  const pts = all.filter((p) => p[1] !== null && p[1] !== undefined);
   let out = `<line class="axis" x1="${L}" y1="${H - B}" x2="${W}" y2="${H - B}"/><line class="axis" x1="${L}" y1="${T}" x2="${L}" y2="${H - B}"/>`;
   if (!pts.length) {
     svg.innerHTML = out + `<text x="${W / 2}" y="${H / 2}" text-anchor="middle">no samples yet</text>`;
     return;
   }
-  const x0 = Math.min(...pts.map((p) => p[0])), x1 = Math.max(...pts.map((p) => p[0]), x0 + 1);
+  // Every chart spans the whole series, gaps included, so their times line up.
+  const x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]), x0 + 1);
   const ymax = opts.max ?? Math.max(1, ...pts.map((p) => p[1])) * 1.1;
   const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - 4);
   const Y = (y) => H - B - (y / ymax) * (H - B - T);
@@ -93,12 +95,20 @@ function chart(svg, lines, opts = {}) {
 async function overview() {
   const o = await api('/api/overview');
   const s = o.stats;
-  const last = o.series[o.series.length - 1] || {};
+  // The cards sum up the last minute of samples.
+  const lastAt = o.series.length ? o.series[o.series.length - 1].at : 0;
+  const recent = o.series.filter((x) => x.at > lastAt - 60000);
+  const sum = (f) => recent.reduce((a, x) => a + (f(x) ?? 0), 0);
+  const secs = Math.max(1, (recent.length * o.step_ms) / 1000);
+  const stored = sum((x) => x.stored_per_s * (o.step_ms / 1000)) / secs;
+  const sent = sum((x) => x.checks_sent), answered = sum((x) => x.checks_answered);
+  const ends = sum((x) => x.end_transactions);
+  const latency = ends ? sum((x) => (x.end_transaction_mean_ms ?? 0) * x.end_transactions) / ends : null;
   const cards = [
     ['half-backlog', o.half_backlog, 'half backlog (pending transactions)'],
-    ['throughput', (last.stored_per_s ?? 0).toFixed(1), 'messages stored / s (last step)'],
-    ['check-success', last.check_success === null || last.check_success === undefined ? '–' : `${(last.check_success * 100).toFixed(0)}%`, 'check success (last step)'],
-    ['latency', last.end_transaction_mean_ms === null || last.end_transaction_mean_ms === undefined ? '–' : `${last.end_transaction_mean_ms.toFixed(2)} ms`, 'END_TRANSACTION mean (last step)'],
+    ['throughput', stored.toFixed(1), 'messages stored / s (last minute)'],
+    ['check-success', sent ? `${((answered / sent) * 100).toFixed(0)}%` : '–', `check success, last minute (${answered} / ${sent})`],
+    ['latency', latency === null ? '–' : `${latency.toFixed(2)} ms`, `END_TRANSACTION mean, last minute (${ends} calls)`],
     ['committed', s.committed, 'committed'],
     ['rolled-back', s.rolled_back, 'rolled back'],
     ['checks', `${s.checks_answered} / ${s.checks_sent}`, 'checks answered / issued'],
@@ -182,7 +192,9 @@ async function resolve(ids, resolution) {
 
 function timeline(events) {
   if (!events.length) return '<p class="empty">no events</p>';
-  return `<ol class="timeline">${events.map((e) => `<li class="k-${esc(e.kind)}"><time>${esc(when(e.at))}</time><b>${esc(e.kind.replace(/_/g, ' '))}</b> ${esc(e.detail || '')}${e.topic ? ` <small>${esc(e.topic)}</small>` : ''}</li>`).join('')}</ol>`;
+  // Times in details ("attempt 1 until 1796166223832") read as times.
+  const detail = (d) => String(d || '').replace(/\b(until|due) (\d{13})\b/g, (_, w, t) => `${w} ${when(Number(t))}`);
+  return `<ol class="timeline">${events.map((e) => `<li class="k-${esc(e.kind)}"><time>${esc(when(e.at))}</time><b>${esc(e.kind.replace(/_/g, ' '))}</b> ${esc(detail(e.detail))}${e.topic ? ` <small>${esc(e.topic)}</small>` : ''}</li>`).join('')}</ol>`;
 }
 
 async function message() {

@@ -127,6 +127,8 @@ async fn the_console_is_off_by_default_and_serves_its_page_when_on() {
     let (status, _, js) = http(a, "GET", "/console.js", &[], None).await;
     assert_eq!(status, 200);
     assert!(String::from_utf8_lossy(&js).contains("/api/pending"));
+    let (status, _, body) = http(a, "GET", "/favicon.ico", &[], None).await;
+    assert_eq!((status, body.len()), (204, 0));
     let (status, v) = get(a, "/api/nothing").await;
     assert_eq!(status, 404);
     assert!(v["error"].as_str().unwrap().contains("/api/nothing"));
@@ -279,7 +281,13 @@ async fn a_manual_commit_is_audited_and_the_message_tells_its_story() {
     })
     .await;
     let (f, kinds) = story;
-    for k in ["half_stored", "committed", "received", "acked"] {
+    for k in [
+        "half_stored",
+        "operator_resolved",
+        "committed",
+        "received",
+        "acked",
+    ] {
         assert!(kinds.iter().any(|x| x == k), "{k} in {kinds:?}");
     }
     assert_eq!(f["message"]["keys"][0], "order-42");

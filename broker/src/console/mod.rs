@@ -213,6 +213,13 @@ impl Console {
             ("GET", "/" | "/index.html") => Response::asset("text/html; charset=utf-8", INDEX_HTML),
             ("GET", "/console.js") => Response::asset("text/javascript; charset=utf-8", CONSOLE_JS),
             ("GET", "/console.css") => Response::asset("text/css; charset=utf-8", CONSOLE_CSS),
+            // Browsers ask for it; there is none.
+            ("GET", "/favicon.ico") => Response {
+                status: 204,
+                content_type: "image/x-icon",
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
             ("GET", path) if path.starts_with("/api/") => {
                 self.metrics.request("Admin");
                 json_result(self.get(path, req).await)
@@ -510,6 +517,14 @@ impl Console {
                     "an operator's resolve from the console failed"
                 ),
             }
+            if let (Ok(false), Ok(txn)) = (&r, id.parse::<TxnId>()) {
+                self.stories.note(
+                    txn.0,
+                    self.clock.now_ms(),
+                    "operator_resolved",
+                    format!("{} by {who} from the console", resolution.as_str()),
+                );
+            }
             results.push(match r {
                 Ok(duplicate) => json!({"transaction_id": id, "ok": true, "duplicate": duplicate}),
                 Err(e) => json!({"transaction_id": id, "ok": false, "error": e}),
@@ -659,8 +674,13 @@ impl Console {
         let m = &f.message;
         let facts = f.facts.unwrap_or_default();
         let mut events: Vec<Value> = Vec::new();
-        // From the log itself (kept across restarts): where the record lives.
+        // From the log itself (kept across restarts): where the record lives, unless the
+        // trace saw it come in.
+        let traced_in = story
+            .iter()
+            .any(|e| matches!(e.kind, "stored" | "half_stored" | "delay_stored"));
         match facts.record_topic.as_deref() {
+            _ if traced_in => {}
             Some(topic::HALF) => events.push(json!({"at": m.store_timestamp, "kind": "half_stored",
                 "detail": "prepared as a half message (RMQ_SYS_TRANS_HALF_TOPIC), per the log", "source": "log"})),
             Some(topic::SCHEDULE) => events.push(json!({"at": m.store_timestamp, "kind": "delay_stored",
@@ -1106,6 +1126,7 @@ impl Response {
 fn reason(status: u16) -> &'static str {
     match status {
         200 => "OK",
+        204 => "No Content",
         400 => "Bad Request",
         401 => "Unauthorized",
         403 => "Forbidden",

@@ -59,9 +59,21 @@ impl Stories {
         if t.kind == TraceKind::OffsetCommitted {
             return;
         }
+        self.record_event(
+            t.offset,
+            Event {
+                at: t.at,
+                kind: t.kind.as_str(),
+                topic: t.topic.clone(),
+                detail: t.detail.clone(),
+            },
+        );
+    }
+
+    fn record_event(&self, offset: u64, e: Event) {
         let mut s = self.lock();
         let inner = &mut *s;
-        let events = match inner.by_offset.get_mut(&t.offset) {
+        let events = match inner.by_offset.get_mut(&offset) {
             Some(e) => e,
             None => {
                 if inner.order.len() >= MAX_MESSAGES {
@@ -69,8 +81,8 @@ impl Stories {
                         inner.by_offset.remove(&old);
                     }
                 }
-                inner.order.push_back(t.offset);
-                inner.by_offset.entry(t.offset).or_default()
+                inner.order.push_back(offset);
+                inner.by_offset.entry(offset).or_default()
             }
         };
         if events.len() >= MAX_EVENTS {
@@ -78,12 +90,20 @@ impl Stories {
             events.remove(MAX_EVENTS / 2);
             inner.dropped += 1;
         }
-        events.push(Event {
-            at: t.at,
-            kind: t.kind.as_str(),
-            topic: t.topic.clone(),
-            detail: t.detail.clone(),
-        });
+        events.push(e);
+    }
+
+    /// Adds an event of the broker's own (an operator's action) to a message's story.
+    pub fn note(&self, offset: u64, at: Millis, kind: &'static str, detail: String) {
+        self.record_event(
+            offset,
+            Event {
+                at,
+                kind,
+                topic: String::new(),
+                detail,
+            },
+        );
     }
 
     /// The story of the message whose record is at `offset` (empty when unknown).
