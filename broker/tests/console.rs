@@ -518,3 +518,126 @@ async fn with_authentication_on_the_console_needs_a_super_user() {
     assert_eq!(status, 200);
     b.stop().await;
 }
+
+/// The first paint's calls on a big broker (docs/benchmarks.md): 10,000 topics and 1,000,000
+/// pending transactions, each call timed over fresh connections as the page makes them.
+///   cargo test --release -p rocklet-broker --test console -- --ignored --nocapture first_paint
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a benchmark: builds a broker with 1M pending transactions (about 1 GB of log)"]
+async fn first_paint_on_10k_topics_and_1m_pending_transactions() {
+    const TOPICS: usize = 10_000;
+    const PENDING: usize = 1_000_000;
+    let b = console_with(|c| {
+        c.core.segment_size = 1 << 30;
+        // Checks stay in the future: the core thread only serves the console meanwhile.
+        c.core.transaction_timeout_ms = 3_600_000;
+        c.core.max_topics = 20_000;
+    })
+    .await;
+    let a = console_addr(&b);
+    let core = b.broker.as_ref().unwrap().core.clone();
+    let t0 = std::time::Instant::now();
+    for chunk in 0..(PENDING / 10_000) {
+        core.inspect(move |br| {
+            let now = br.now();
+            for i in 0..10_000 {
+                let n = chunk * 10_000 + i;
+                let mut m = NewMessage::new(format!("t{}", n % TOPICS), "x".repeat(64));
+                m.keys = vec![format!("k{n}")];
+                let r = br
+                    .execute(
+                        now,
+                        Request::Prepare {
+                            group: "G".into(),
+                            message: m,
+                            check_immunity_ms: None,
+                        },
+                    )
+                    .unwrap();
+                assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+            }
+        })
+        .await
+        .unwrap();
+    }
+    // One committed, so the search finds a message among them.
+    let committed = core
+        .inspect(|br| {
+            br.pending_transactions_after(Some(rocklet_core::TxnId(0)), 1)
+                .items[0]
+                .txn
+        })
+        .await
+        .unwrap();
+    let r = core
+        .request(Request::EndTransaction {
+            txn: committed,
+            resolution: rocklet_core::Resolution::Commit,
+            group: Some("G".into()),
+            from_check: false,
+        })
+        .await
+        .unwrap();
+    assert!(matches!(r, Reply::Ended { .. }), "{r:?}");
+    let (halves, topics, deep) = core
+        .inspect(|br| {
+            (
+                br.pending_transaction_count(),
+                br.topics().len(),
+                br.pending_transactions(900_000).last().map(|p| p.txn.0),
+            )
+        })
+        .await
+        .unwrap();
+    assert_eq!((halves, topics), (PENDING - 1, TOPICS));
+    println!(
+        "built {TOPICS} topics and {} pending transactions in {:.1} s",
+        PENDING - 1,
+        t0.elapsed().as_secs_f64()
+    );
+    let deep = deep.unwrap();
+    let calls: Vec<(&str, String)> = vec![
+        ("page /", "/".into()),
+        ("/console.css", "/console.css".into()),
+        ("/console.js", "/console.js".into()),
+        ("/api/overview (first paint)", "/api/overview".into()),
+        ("/api/topics?limit=50", "/api/topics?limit=50".into()),
+        ("/api/topics?limit=200", "/api/topics?limit=200".into()),
+        ("/api/pending?limit=50", "/api/pending?limit=50".into()),
+        ("/api/pending?limit=200", "/api/pending?limit=200".into()),
+        (
+            "/api/pending?after=<900,000th>&limit=50",
+            format!("/api/pending?after={deep}&limit=50"),
+        ),
+        ("/api/delays?limit=50", "/api/delays?limit=50".into()),
+        ("/api/dlq?limit=50", "/api/dlq?limit=50".into()),
+        (
+            "/api/message?topic=t1&key=k1 (found)",
+            "/api/message?topic=t1&key=k1".into(),
+        ),
+    ];
+    println!("| call | bytes | median ms | max ms |\n|---|---:|---:|---:|");
+    let mut paint = Vec::new();
+    for (name, path) in &calls {
+        let mut ms = Vec::new();
+        let mut bytes = 0;
+        for _ in 0..21 {
+            let t = std::time::Instant::now();
+            let (status, _, body) = http(a, "GET", path, &[], None).await;
+            ms.push(t.elapsed().as_secs_f64() * 1000.0);
+            assert_eq!(status, 200, "{path}: {}", String::from_utf8_lossy(&body));
+            bytes = body.len();
+        }
+        ms.sort_by(f64::total_cmp);
+        if name.starts_with("page") || name.starts_with("/console") || name.contains("first paint")
+        {
+            paint.push(ms[10]);
+        }
+        println!("| `{name}` | {bytes} | {:.2} | {:.2} |", ms[10], ms[20]);
+    }
+    // The overview's first paint: the page, its two assets, then /api/overview (the browser
+    // fetches the assets in parallel; summed here, as if one after another).
+    let total: f64 = paint.iter().sum();
+    println!("first paint, its 4 calls one after another (medians): {total:.2} ms");
+    b.stop().await;
+}
