@@ -705,6 +705,26 @@ mod tests {
     }
 
     #[test]
+    fn the_console_is_off_unless_given_and_its_step_is_checked() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.console_listen, None);
+        assert_eq!(c.console_sample_ms, 10_000);
+        let f = FileConfig::parse("console_listen = \"127.0.0.1:8083\"\nconsole_sample_ms = 1000")
+            .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.console_listen, Some("127.0.0.1:8083".parse().unwrap()));
+        assert!(c
+            .client_listeners()
+            .contains(&"127.0.0.1:8083".parse().unwrap()));
+        c.validate().unwrap();
+        let c = BrokerConfig {
+            console_sample_ms: 5,
+            ..BrokerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("console_sample_ms"));
+    }
+
+    #[test]
     fn groups_are_parsed_and_checked() {
         let f = FileConfig::parse(
             "[[groups]]\nname = \"orders\"\nfifo = true\n[[groups]]\nname = \"audit\"",

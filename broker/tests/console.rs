@@ -136,6 +136,18 @@ async fn the_console_is_off_by_default_and_serves_its_page_when_on() {
 }
 
 #[tokio::test]
+async fn an_open_console_on_a_public_address_is_refused() {
+    let dir = tempfile::tempdir().unwrap();
+    let mut cfg = common::test_config(dir.path());
+    cfg.console_listen = Some("0.0.0.0:0".parse().unwrap());
+    let e =
+        rocklet_broker::server::start(cfg, std::sync::Arc::new(rocklet_broker::clock::SystemClock))
+            .await
+            .unwrap_err();
+    assert!(e.contains("refusing to listen on 0.0.0.0:0"), "{e}");
+}
+
+#[tokio::test]
 async fn the_overview_samples_the_backlog_and_pending_pages_cover_every_transaction() {
     let b = console().await;
     let a = console_addr(&b);
