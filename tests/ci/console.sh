@@ -107,7 +107,9 @@ if ! NODE_PATH="$TOOLS/node_modules" node "$ROOT/broker/tests/console-browser/co
 fi
 grep "transaction resolved by an operator from the console" "$WORK/broker.log" | grep -q "operator=\"\?$AK" \
   || { echo "no audit record naming the operator in the broker's log"; tail -n 40 "$WORK/broker.log"; exit 1; }
-grep "transaction resolved by an operator from the console" "$WORK/broker.log" | tail -n 1
+[ "$(grep -c 'transaction resolved by an operator from the console.*resolution="rollback"' "$WORK/broker.log")" = 2 ] \
+  || { echo "expected 2 audited rollbacks in the broker's log"; exit 1; }
+grep "transaction resolved by an operator from the console" "$WORK/broker.log"
 cp "$WORK/broker.log" "$ART/broker.log"
 
 step "done: screenshots in $ART"

@@ -2,7 +2,7 @@
 // download) against a real rocklet broker fed by the official Python v5 client:
 //   1. the overview sees the half backlog grow while the producer prepares transactions;
 //   2. the pending view shows them parked (their producer went away); one is committed by
-//      hand, with the confirmation;
+//      hand, with the confirmation, and two more rolled back at once by selecting them;
 //   3. a consumer (Python, started before the commit) receives it;
 //   4. the message search finds it by key and shows its history (half, commit, delivery, ack).
 // Screenshots of each step go to the artifacts directory.
@@ -104,6 +104,17 @@ async function main() {
     await page.click('#confirm-ok');
     await page.locator('#pending-table tbody tr', { hasText: 'order-3' }).waitFor({ state: 'detached', timeout: 20000 });
     assert.equal(await page.locator('#pending-table tbody tr', { hasText: 'order-2' }).count(), 1, 'the others stay pending');
+    // Many at once: roll back order-5 and order-6 with the selection.
+    for (const k of ['order-5', 'order-6']) {
+      await page.locator('#pending-table tbody tr', { hasText: k }).locator('input.pick').check();
+    }
+    await page.click('#rollback-selected');
+    await page.waitForSelector('dialog#confirm[open]');
+    assert.match(await page.locator('#confirm-text').textContent(), /Roll back 2 transaction/);
+    await page.click('#confirm-ok');
+    for (const k of ['order-5', 'order-6']) {
+      await page.locator('#pending-table tbody tr', { hasText: k }).waitFor({ state: 'detached', timeout: 20000 });
+    }
     await page.screenshot({ path: path.join(art, '3-pending-after-commit.png') });
 
     // 3. The consumer receives the committed message.
