@@ -434,7 +434,9 @@ $BACKLOG pending transactions (prepared through the core thread, 64-byte bodies,
 key); every call the page makes, 21 times each over a fresh connection as the page opens
 them, median and slowest. The overview's first paint is the page, its two assets and
 \`/api/overview\`; each view's first call is a page of 50 from a cursor, so no call grows with
-the topics or transactions held (the deep page starts from a cursor 90 % in).
+the topics or transactions held (the deep page starts from a cursor 90 % in). Times are from
+the request to the response's last byte as the test's HTTP client sees them over loopback,
+not the browser's rendering.
 
 - $(line console 'built ')
 - $(line console 'first paint, its')
