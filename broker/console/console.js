@@ -212,6 +212,7 @@ async function message() {
       <dl class="props">${props.map(([k, v]) => `<dt>${esc(k)}</dt><dd>${esc(v)}</dd>`).join('')}</dl>
       <h4>Consumer groups</h4>${f.groups.length ? f.groups.map((g) => `<span class="tag">${esc(g.group)} (${esc(g.mode)}): ${g.past_it ? 'past it' : 'not yet'}</span>`).join('') : '<p class="empty">none has read this queue</p>'}
       <h4>History</h4>${timeline(f.story)}${f.story_complete ? '' : '<p class="empty">No events since the broker started: the history shows what the log tells.</p>'}
+      ${f.retries.length ? `<h4>Retries</h4>${f.retries.map((d) => `<div><code>${esc(d.topic)}</code> @ ${d.queue_offset}, reconsumed ${d.reconsume_times} ${timeline(d.story)}</div>`).join('')}` : ''}
       ${f.dead_letters.length ? `<h4>Dead letters</h4>${f.dead_letters.map((d) => `<div><code>${esc(d.topic)}</code> @ ${d.queue_offset} ${timeline(d.story)}</div>`).join('')}` : ''}</div>`;
   }).join('') || '<p class="empty">No message found (only committed and delivered messages are visible).</p>';
 }

@@ -377,6 +377,47 @@ async fn dead_letters_are_listed_and_resent_to_their_original_topic() {
     .await
     .unwrap();
 
+    // A pull group sends a copy back for retry: the story names it too.
+    let sent = match core
+        .request(Request::Send {
+            messages: vec![{
+                let mut m = NewMessage::new("Notes", "again");
+                m.keys = vec!["note-1".into()];
+                m
+            }],
+        })
+        .await
+        .unwrap()
+    {
+        Reply::Sent(r) => r[0].clone(),
+        other => panic!("{other:?}"),
+    };
+    let r = core
+        .request(Request::SendBack {
+            group: "Puller".into(),
+            offset: sent.offset,
+            delay_level: Some(0),
+        })
+        .await
+        .unwrap();
+    assert!(!matches!(r, Reply::Error(_)), "{r:?}");
+    let r = core
+        .request(Request::CommitOffset {
+            group: "Puller".into(),
+            topic: "Notes".into(),
+            queue_id: sent.queue_id,
+            offset: sent.queue_offset + 1,
+        })
+        .await
+        .unwrap();
+    assert!(!matches!(r, Reply::Error(_)), "{r:?}");
+    let v = until("the retry copy", async || {
+        let (_, v) = get(a, "/api/message?topic=Notes&key=note-1").await;
+        (!v["items"][0]["retries"].as_array()?.is_empty()).then_some(v)
+    })
+    .await;
+    assert_eq!(v["items"][0]["retries"][0]["topic"], "%RETRY%Puller", "{v}");
+
     let (_, d) = get(a, "/api/dlq").await;
     assert_eq!(d["items"][0]["topic"], "%DLQ%Mailer", "{d}");
     assert_eq!(d["items"][0]["messages"], 1);

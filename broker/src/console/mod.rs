@@ -648,9 +648,11 @@ impl Console {
             f.dlq = self
                 .inspect(move |b| {
                     let mut out: Vec<Message> = Vec::new();
-                    for g in groups {
+                    // Its copies: sent back for retry (%RETRY%<group>) or dead-lettered.
+                    let places = groups.iter().flat_map(|g| [topic::retry(g), topic::dlq(g)]);
+                    for place in places {
                         for n in &names {
-                            let Ok(ms) = b.messages_by_key(&topic::dlq(&g), n, 4) else {
+                            let Ok(ms) = b.messages_by_key(&place, n, 4) else {
                                 continue;
                             };
                             for d in ms {
@@ -700,9 +702,19 @@ impl Console {
                        "position": l.consumed, "past_it": l.consumed > m.queue_offset})
             })
             .collect();
-        let dlq: Vec<Value> = f
+        let copy = |d: &Message| {
+            let s = self.stories.of(d.offset);
+            json!({"topic": d.topic, "queue_offset": d.queue_offset, "offset": d.offset,
+                   "stored": d.store_timestamp, "reconsume_times": d.reconsume_times,
+                   "story": s.iter().map(|e| json!({"at": e.at, "kind": e.kind, "detail": e.detail})).collect::<Vec<_>>()})
+        };
+        let (dead, retried): (Vec<&Message>, Vec<&Message>) = f
             .dlq
             .iter()
+            .partition(|d| d.topic.starts_with(topic::DLQ_PREFIX));
+        let retries: Vec<Value> = retried.into_iter().map(copy).collect();
+        let dlq: Vec<Value> = dead
+            .into_iter()
             .map(|d| {
                 let s = self.stories.of(d.offset);
                 json!({"topic": d.topic, "queue_offset": d.queue_offset, "offset": d.offset,
@@ -717,6 +729,7 @@ impl Console {
             "story": events,
             "groups": groups,
             "dead_letters": dlq,
+            "retries": retries,
             "story_complete": !story.is_empty(),
         })
     }
