@@ -228,6 +228,18 @@ async fn a_manual_commit_is_audited_and_the_message_tells_its_story() {
     )
     .await;
     assert_eq!(status, 400, "{v}");
+    let many: Vec<String> = (0..201).map(|_| txn.clone()).collect();
+    let (status, v) = post(
+        a,
+        "/api/resolve",
+        json!({"resolution": "commit", "transactions": many}),
+    )
+    .await;
+    assert_eq!(status, 400, "{v}");
+    assert!(
+        v["error"].as_str().unwrap().contains("1 to 200 per action"),
+        "{v}"
+    );
 
     let (status, v) = post(
         a,
