@@ -33,6 +33,8 @@
 //! auto_create_topics = true
 //!
 //! admin_listen = "127.0.0.1:8082"   # the admin services on their own listener
+//! console_listen = "127.0.0.1:8083" # the operator console, a web page (off when absent)
+//! console_sample_ms = 10000          # the console's time series: one sample per step, 1 h kept
 //!
 //! [auth]                             # users and ACLs: see crate::auth and the README's Security
 //! timestamp_window_s = 300
@@ -234,6 +236,10 @@ pub struct FileConfig {
     pub tls: crate::auth::tls::TlsFileConfig,
     /// Cluster mode (`[cluster]`: etcd endpoints, broker_name, node_id, …).
     pub cluster: crate::cluster::ClusterFileConfig,
+    /// The operator console's listener (off when absent).
+    pub console_listen: Option<SocketAddr>,
+    /// The console's time-series step in ms (default 10 000).
+    pub console_sample_ms: Option<Millis>,
 }
 
 impl FileConfig {
@@ -362,6 +368,10 @@ pub struct BrokerConfig {
 
     /// The admin services' own listener (`None`: served on `listen`).
     pub admin_listen: Option<SocketAddr>,
+    /// The operator console's listener (`None`: off).
+    pub console_listen: Option<SocketAddr>,
+    /// The console's time-series step.
+    pub console_sample_ms: Millis,
     /// Users, ACL entries and the replay window.
     pub auth: crate::auth::AuthFileConfig,
     /// TLS of the gRPC, admin and remoting listeners.
@@ -440,6 +450,10 @@ impl BrokerConfig {
             groups: f.groups,
 
             admin_listen: f.admin_listen,
+            console_listen: f.console_listen,
+            console_sample_ms: f
+                .console_sample_ms
+                .unwrap_or(crate::console::DEFAULT_SAMPLE_MS),
             auth: f.auth,
             tls: f.tls,
             // `FileConfig::parse` refused an invalid `[cluster]` already.
@@ -513,6 +527,12 @@ impl BrokerConfig {
             ));
         }
 
+        if self.console_sample_ms < 100 || self.console_sample_ms > 600_000 {
+            return Err(format!(
+                "invalid config `console_sample_ms`: {} is not within 100 to 600000",
+                self.console_sample_ms
+            ));
+        }
         self.tls.validate()?;
         self.auth.time_check()?;
         if let Some(c) = &self.cluster {
@@ -557,13 +577,14 @@ impl BrokerConfig {
             + (1 << 20)
     }
 
-    /// Every address the broker listens on for clients (gRPC, admin, remoting, name server;
-    /// metrics excluded), for the refusal to expose an open broker.
+    /// Every address the broker listens on for clients (gRPC, admin, console, remoting, name
+    /// server; metrics excluded), for the refusal to expose an open broker.
     #[must_use]
     pub fn client_listeners(&self) -> Vec<SocketAddr> {
         [
             Some(self.listen),
             self.admin_listen,
+            self.console_listen,
             self.remoting_listen,
             self.namesrv_listen,
         ]
@@ -693,6 +714,26 @@ mod tests {
         c.core.max_message_size = 1 << 20;
         c.core.max_batch_size = 1 << 20;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn the_console_is_off_unless_given_and_its_step_is_checked() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.console_listen, None);
+        assert_eq!(c.console_sample_ms, 10_000);
+        let f = FileConfig::parse("console_listen = \"127.0.0.1:8083\"\nconsole_sample_ms = 1000")
+            .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.console_listen, Some("127.0.0.1:8083".parse().unwrap()));
+        assert!(c
+            .client_listeners()
+            .contains(&"127.0.0.1:8083".parse().unwrap()));
+        c.validate().unwrap();
+        let c = BrokerConfig {
+            console_sample_ms: 5,
+            ..BrokerConfig::default()
+        };
+        assert!(c.validate().unwrap_err().contains("console_sample_ms"));
     }
 
     #[test]

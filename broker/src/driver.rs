@@ -1000,6 +1000,9 @@ impl Driver {
                 Output::Check(check) => self.route_check(check),
                 Output::Available { topic, .. } => self.wake(&topic),
                 Output::Trace(t) => {
+                    if let Some(s) = self.metrics.stories.get() {
+                        s.record(&t);
+                    }
                     debug!(kind = t.kind.as_str(), offset = t.offset, topic = %t.topic, detail = %t.detail, "trace")
                 }
             }

@@ -13,6 +13,7 @@
 //! - [`gate`]: what a gRPC call passes before it is decoded (the read deadline, the budget).
 //! - [`lease`]: deliveries kept invisible for push consumers while they hold them (auto renew).
 //! - [`metrics`]: Prometheus text over HTTP.
+//! - [`console`]: the operator console (a web page and its JSON API, `--console-listen`).
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
 //! - [`cluster`]: broker groups on etcd: election, fencing, replication, the SyncStateSet.
@@ -27,6 +28,7 @@ pub mod budget;
 pub mod clock;
 pub mod cluster;
 pub mod config;
+pub mod console;
 pub mod convert;
 pub mod driver;
 pub mod error;

@@ -310,6 +310,12 @@ struct BrokerArgs {
     /// anyone who reaches the broker may do anything).
     #[arg(long)]
     insecure_no_auth: bool,
+    /// Serve the operator console (a web page: overview charts, topics, pending
+    /// transactions, message search, delays, dead letters) at http://HOST:PORT/ (off unless
+    /// given). Or `console_listen` in the config file. With users configured it needs a
+    /// super user's access key and secret key.
+    #[arg(long, value_name = "HOST:PORT")]
+    console_listen: Option<SocketAddr>,
     /// Cluster mode: `etcd=http://HOST:2379[,http://HOST:2379…]`. The node starts as a
     /// replica of its broker group; etcd elects the master. Or `[cluster]` in the config file.
     #[arg(long, value_name = "etcd=URL[,URL…]")]
@@ -508,6 +514,9 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     cfg.insecure_no_auth = a.insecure_no_auth;
     if let Some(l) = a.admin_listen {
         cfg.admin_listen = Some(l);
+    }
+    if let Some(l) = a.console_listen {
+        cfg.console_listen = Some(l);
     }
     let remoting = a.remoting_listen.or(file_remoting);
     cfg.remoting_listen = resolve_listen(remoting, DEFAULT_REMOTING_LISTEN, cfg.listen);

@@ -44,6 +44,20 @@ impl Histogram {
         self.count.load(Ordering::Relaxed)
     }
 
+    /// (count, sum in ns, (bucket bound in s, cumulative count) per bucket), for the
+    /// console's time series.
+    pub fn snapshot(&self) -> (u64, u64, Vec<(f64, u64)>) {
+        (
+            self.count(),
+            self.sum_ns.load(Ordering::Relaxed),
+            BUCKETS
+                .iter()
+                .zip(&self.buckets)
+                .map(|(b, c)| (*b, c.load(Ordering::Relaxed)))
+                .collect(),
+        )
+    }
+
     fn render(&self, out: &mut String, name: &str, help: &str) {
         let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
         for (i, b) in BUCKETS.iter().enumerate() {
@@ -129,6 +143,8 @@ pub struct Metrics {
     /// ([`crate::auth::Protocol::ALL`] x [`crate::auth::Failure::ALL`]).
     pub auth_failures:
         [[AtomicU64; crate::auth::Failure::ALL.len()]; crate::auth::Protocol::ALL.len()],
+    /// Where the core thread hands the core's trace events when the console is on.
+    pub stories: std::sync::OnceLock<Arc<crate::console::story::Stories>>,
 }
 
 impl Metrics {

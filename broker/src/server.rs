@@ -47,6 +47,8 @@ pub struct RunningBroker {
     pub namesrv_addr: Option<SocketAddr>,
     /// Where the admin services are served when they have a listener of their own.
     pub admin_addr: Option<SocketAddr>,
+    /// Where the operator console is served (`None`: off).
+    pub console_addr: Option<SocketAddr>,
     /// Users and ACLs.
     pub auth: Arc<Auth>,
     /// TLS of the listeners (`None`: plaintext).
@@ -60,6 +62,7 @@ pub struct RunningBroker {
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
+    console: Option<crate::console::RunningConsole>,
     core_thread: Option<std::thread::JoinHandle<()>>,
 }
 
@@ -84,6 +87,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     // Cluster mode, sync replication: replies wait for the SyncStateSet as for an fsync.
     if let Some(c) = &cfg.cluster {
         core_cfg.replicated_acks = c.replication == crate::cluster::ReplicationMode::Sync;
+    }
+    // The console tells each message's story from the core's trace events.
+    if cfg.console_listen.is_some() {
+        core_cfg.trace = true;
     }
     let dir = cfg.data_dir.clone();
     let storage = FileStorage::open(&dir).map_err(|e| match e.kind() {
@@ -314,6 +321,22 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         }
         _ => (None, None, None),
     };
+    let console = match cfg.console_listen {
+        Some(a) => {
+            let l = crate::console::bind(a).await?;
+            let c = crate::console::Console::new(
+                core.clone(),
+                clock.clone(),
+                m.clone(),
+                auth.clone(),
+                cfg.console_sample_ms,
+            );
+            let running = c.serve(l, tls.clone());
+            info!(console = %running.addr, "serving the operator console");
+            Some(running)
+        }
+        None => None,
+    };
     let tls_reloader = tls.as_ref().map(Tls::spawn_reloader);
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
@@ -348,6 +371,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         remoting_addr: remoting.as_ref().and_then(|r| r.addr),
         namesrv_addr: remoting.as_ref().and_then(|r| r.namesrv_addr),
         admin_addr,
+        console_addr: console.as_ref().map(|c| c.addr),
+        console,
         auth,
         tls,
         cluster,
@@ -381,6 +406,9 @@ impl RunningBroker {
     pub async fn stop(mut self) {
         if let Some(t) = self.metrics_task.take() {
             t.abort();
+        }
+        if let Some(c) = self.console.take() {
+            c.stop();
         }
         if let Some(mut r) = self.remoting.take() {
             r.stop();

@@ -35,8 +35,8 @@ pub mod types;
 pub type Millis = u64;
 
 pub use broker::{
-    common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, PendingDelayInfo, PendingTxnInfo,
-    ReplicationError, Role, Stats, TopicInfo,
+    common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, GroupLag, Page, PendingDelayInfo,
+    PendingTxnInfo, ReplicationError, Role, Stats, TopicInfo, MAX_PAGE,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;

@@ -131,6 +131,13 @@ impl<R: Row> PendingTable<R> {
         }
     }
 
+    /// Rows (live or not) whose offset is above `after`, in offset order: a page starts
+    /// with a binary search, never a walk from the front.
+    pub(crate) fn rows_after(&self, after: Option<u64>) -> impl Iterator<Item = &R> {
+        let from = after.map_or(0, |a| self.rows.partition_point(|r| r.offset() <= a));
+        self.rows.range(from..)
+    }
+
     /// Live rows in offset order.
     pub(crate) fn iter(&self) -> impl Iterator<Item = &R> {
         self.rows.iter().filter(|r| !r.is_dead())

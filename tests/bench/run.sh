@@ -170,6 +170,10 @@ m delay "$R" bench delay --embedded --clients 16 --count "$(q 100000 20000)" --d
 # --- recovery -------------------------------------------------------------------------------
 m recover "$R" bench recover --dir "$data" --count "$(q 1000000 100000)" --size 1024 --quiet
 
+# --- the operator console's first paint: 10k topics, 1M pending transactions ----------------
+m console env CONSOLE_BENCH_PENDING="$BACKLOG" nice cargo test --release --locked -q -p rocklet-broker \
+  --test console -- --ignored --nocapture first_paint
+
 # --- PostgreSQL outbox (Debian's postgresql, on 127.0.0.1, if installed) --------------------
 pg_status="not run"
 pg_bin=$(ls -d /usr/lib/postgresql/*/bin 2>/dev/null | sort -V | tail -1)
@@ -421,6 +425,23 @@ received, so it includes the consumer's polling (embedded: every loop round; gRP
 
 The log is reopened right after being written (as after kill -9 with the page cache warm):
 the figure is the core's scan speed, not the disk's read speed.
+
+## Operator console: the first paint on a big broker
+
+\`cargo test --release -p rocklet-broker --test console -- --ignored --nocapture first_paint\`:
+an in-process broker (file storage, async flush) with the console on, 10,000 topics and
+$BACKLOG pending transactions (prepared through the core thread, 64-byte bodies, each with a
+key); every call the page makes, 21 times each over a fresh connection as the page opens
+them, median and slowest. The overview's first paint is the page, its two assets and
+\`/api/overview\`; each view's first call is a page of 50 from a cursor, so no call grows with
+the topics or transactions held (the deep page starts from a cursor 90 % in). Times are from
+the request to the response's last byte as the test's HTTP client sees them over loopback,
+not the browser's rendering.
+
+- $(line console 'built ')
+- $(line console 'first paint, its')
+
+$(sed -n '/^| call /,/^|.*api\/message/p' "$out/console.out" 2>/dev/null)
 
 ## Bindings
 

@@ -23,8 +23,10 @@ mod apply;
 mod consumers;
 mod delays;
 mod index;
+mod pages;
 mod replication;
 
+pub use pages::{GroupLag, Page, MAX_PAGE};
 pub use replication::{common_prefix, ReplicationError, Role};
 mod send;
 mod topics;

@@ -1,0 +1,1364 @@
+//! The operator console (`--console-listen HOST:PORT`, off by default): a web page built
+//! into the binary (broker/console/: plain HTML, JS and CSS, no build step, nothing from a
+//! CDN) and the small JSON API it reads, served over HTTP/1.1 on its own listener (TLS when
+//! `[tls]` is on, as the other listeners).
+//!
+//! - Access: with authentication on, every request needs HTTP Basic credentials of a super
+//!   user (access key and secret key), as the admin service does; actions (`POST`) also need
+//!   the `X-Rocklet-Console` header, which a page of another site cannot send without a CORS
+//!   preflight this server never answers.
+//! - Bounded: every listing is a page of at most [`MAX_LIMIT`] rows from a cursor the
+//!   previous page handed out (the core's `*_after` reads), so no request costs in
+//!   proportion to the topics or pending transactions the broker holds; heads are at most
+//!   [`MAX_HEAD`] bytes, bodies [`MAX_BODY`], connections [`MAX_CONNECTIONS`], each read
+//!   [`READ_TIMEOUT`].
+//! - Actions (commit / roll back transactions, resend dead letters) are written to the log
+//!   as audit records (`target: rocklet::audit`), naming the operator and the peer.
+//!
+//! The API (JSON; `after` is the `next` cursor of the previous page, `limit` a page size):
+//!
+//! | method | path | what |
+//! |---|---|---|
+//! | GET | `/api/overview` | counters, backlogs and the last hour's [`series`] |
+//! | GET | `/api/topics?after&limit` or `?name=` | topics, queues, consumer groups with lag |
+//! | GET | `/api/pending?after&limit` | pending transactions: age, checks, next check, group |
+//! | POST | `/api/resolve` `{resolution, transactions:[id]}` | commit or roll back |
+//! | GET | `/api/message?topic&key` / `?topic&id` / `?topic&queue&offset` | a message and its story |
+//! | GET | `/api/delays?after&limit` | delayed messages and when they are due |
+//! | GET | `/api/dlq?after&limit` | dead-letter topics |
+//! | GET | `/api/dlq/messages?topic&after&limit` | a dead-letter topic's messages |
+//! | POST | `/api/dlq/resend` `{topic, offsets:[queue offset]}` | resend to the original topic |
+
+pub mod series;
+pub mod story;
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+use std::time::Duration;
+
+use rocklet_core::broker::prop;
+use rocklet_core::{
+    record, topic, Message, Millis, NewMessage, PendingTxnInfo, Reply, Request, Resolution, TxnId,
+};
+use serde_json::{json, Value};
+use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+use tokio::sync::Semaphore;
+use tracing::{info, warn};
+
+use crate::auth::tls::Tls;
+use crate::auth::{Auth, Identity, Protocol};
+use crate::clock::Clock;
+use crate::driver::{CoreBroker, CoreHandle};
+use crate::metrics::Metrics;
+
+use self::series::Series;
+use self::story::Stories;
+
+/// Largest request head (request line and headers).
+pub const MAX_HEAD: usize = 16 << 10;
+/// Largest request body (an action's JSON).
+pub const MAX_BODY: usize = 64 << 10;
+/// Connections served at once; more are answered 503 and closed.
+pub const MAX_CONNECTIONS: usize = 64;
+/// Longest a request may take to arrive.
+pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
+/// Default and largest page.
+pub const DEFAULT_LIMIT: usize = 50;
+pub const MAX_LIMIT: usize = 200;
+/// Most transactions or messages one action names.
+pub const MAX_ACTION_ITEMS: usize = 200;
+/// Most messages a search answers.
+pub const MAX_FOUND: usize = 16;
+/// Bytes of a body shown.
+const BODY_PREVIEW: usize = 1024;
+/// Default sampling step of the time series.
+pub const DEFAULT_SAMPLE_MS: Millis = 10_000;
+
+const INDEX_HTML: &str = include_str!("../../console/index.html");
+const CONSOLE_JS: &str = include_str!("../../console/console.js");
+const CONSOLE_CSS: &str = include_str!("../../console/console.css");
+
+/// What the console serves from.
+#[derive(Debug)]
+pub struct Console {
+    core: CoreHandle,
+    clock: Arc<dyn Clock>,
+    metrics: Arc<Metrics>,
+    auth: Arc<Auth>,
+    series: Arc<Series>,
+    stories: Arc<Stories>,
+    started: Millis,
+}
+
+/// A running console.
+#[derive(Debug)]
+pub struct RunningConsole {
+    /// Where it is served.
+    pub addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+    sampler: tokio::task::JoinHandle<()>,
+}
+
+impl RunningConsole {
+    /// Stops serving and sampling.
+    pub fn stop(self) {
+        self.accept.abort();
+        self.sampler.abort();
+    }
+}
+
+impl Console {
+    /// A console over a running core thread. The core must have been opened with
+    /// `Config::trace` on for message stories; `metrics.stories` is set here.
+    #[must_use]
+    pub fn new(
+        core: CoreHandle,
+        clock: Arc<dyn Clock>,
+        metrics: Arc<Metrics>,
+        auth: Arc<Auth>,
+        sample_ms: Millis,
+    ) -> Arc<Self> {
+        let stories = metrics.stories.get_or_init(Arc::default).clone();
+        Arc::new(Console {
+            started: clock.now_ms(),
+            core,
+            clock,
+            metrics,
+            auth,
+            series: Arc::new(Series::new(sample_ms)),
+            stories,
+        })
+    }
+
+    /// Serves on `listener` and samples the series until stopped.
+    pub fn serve(self: &Arc<Self>, listener: TcpListener, tls: Option<Arc<Tls>>) -> RunningConsole {
+        let addr = listener
+            .local_addr()
+            .unwrap_or_else(|_| SocketAddr::from(([0, 0, 0, 0], 0)));
+        let sampler = tokio::spawn(series::run(
+            self.series.clone(),
+            self.core.clone(),
+            self.metrics.clone(),
+            self.clock.clone(),
+        ));
+        let me = self.clone();
+        let accept = tokio::spawn(async move {
+            let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
+            loop {
+                let (sock, peer) = match listener.accept().await {
+                    Ok(x) => x,
+                    Err(e) => {
+                        crate::net::accept_failed(&e, "console").await;
+                        continue;
+                    }
+                };
+                let me = me.clone();
+                let tls = tls.clone();
+                let slot = slots.clone().try_acquire_owned();
+                tokio::spawn(async move {
+                    let Ok(_slot) = slot else {
+                        let mut sock = sock;
+                        let _ = write_response(
+                            &mut sock,
+                            &Response::error(
+                                503,
+                                "the console serves 64 connections at once; try again",
+                            ),
+                        )
+                        .await;
+                        return;
+                    };
+                    me.connection(sock, peer, tls).await;
+                });
+            }
+        });
+        RunningConsole {
+            addr,
+            accept,
+            sampler,
+        }
+    }
+
+    async fn connection(&self, sock: TcpStream, peer: SocketAddr, tls: Option<Arc<Tls>>) {
+        let _ = sock.set_nodelay(true);
+        match tls {
+            None => self.exchange(sock, peer).await,
+            Some(tls) => match tokio::time::timeout(READ_TIMEOUT, tls.accept(sock, false)).await {
+                Ok(Ok(s)) => self.exchange(s, peer).await,
+                Ok(Err(e)) => info!(%peer, error = %e, "console connection refused: TLS"),
+                Err(_) => info!(%peer, "console connection closed: no TLS handshake in time"),
+            },
+        }
+    }
+
+    /// One request and its response (the connection closes after it).
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S, peer: SocketAddr) {
+        let resp = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut s)).await {
+            Err(_) => Response::error(408, "the request did not arrive within 10 s"),
+            Ok(Err(r)) => r,
+            Ok(Ok(req)) => self.respond(&req, peer).await,
+        };
+        let _ = write_response(&mut s, &resp).await;
+        let _ = s.shutdown().await;
+    }
+
+    /// Answers one parsed request (authentication, then the route).
+    pub async fn respond(&self, req: &HttpRequest, peer: SocketAddr) -> Response {
+        let who = match self.check_access(req, peer) {
+            Ok(w) => w,
+            Err(r) => return r,
+        };
+        match (req.method.as_str(), req.path.as_str()) {
+            ("GET", "/" | "/index.html") => Response::asset("text/html; charset=utf-8", INDEX_HTML),
+            ("GET", "/console.js") => Response::asset("text/javascript; charset=utf-8", CONSOLE_JS),
+            ("GET", "/console.css") => Response::asset("text/css; charset=utf-8", CONSOLE_CSS),
+            // Browsers ask for it; there is none.
+            ("GET", "/favicon.ico") => Response {
+                status: 204,
+                content_type: "image/x-icon",
+                headers: Vec::new(),
+                body: Vec::new(),
+            },
+            ("GET", path) if path.starts_with("/api/") => {
+                self.metrics.request("Admin");
+                json_result(self.get(path, req).await)
+            }
+            ("POST", path) if path.starts_with("/api/") => {
+                self.metrics.request("Admin");
+                if req.header("x-rocklet-console").is_none() {
+                    return Response::error(
+                        403,
+                        "actions need the X-Rocklet-Console header (sent by the console page)",
+                    );
+                }
+                let body: Value = match serde_json::from_slice(&req.body) {
+                    Ok(v) => v,
+                    Err(e) => return Response::error(400, &format!("the body is not JSON: {e}")),
+                };
+                json_result(self.post(path, &body, who.name(), peer).await)
+            }
+            ("GET" | "POST", _) => Response::error(404, &format!("no page {}", req.path)),
+            _ => Response::error(405, &format!("method {} is not served", req.method)),
+        }
+    }
+
+    fn check_access(&self, req: &HttpRequest, peer: SocketAddr) -> Result<Identity, Response> {
+        if !self.auth.enabled() {
+            return Ok(Identity::Open);
+        }
+        let challenge = |msg: &str| {
+            let mut r = Response::error(401, msg);
+            r.headers.push((
+                "WWW-Authenticate",
+                "Basic realm=\"rocklet console\", charset=\"UTF-8\"".into(),
+            ));
+            r
+        };
+        let Some((ak, sk)) = req.header("authorization").and_then(basic_credentials) else {
+            return Err(challenge(
+                "the console needs a super user's access key and secret key (HTTP Basic)",
+            ));
+        };
+        let id = match self.auth.authenticate_secret(&ak, &sk) {
+            Ok(id) => id,
+            Err(r) => {
+                self.auth.refused(Protocol::Admin, &r, &ak, Some(peer.ip()));
+                return Err(challenge(&r.message));
+            }
+        };
+        self.auth.require_super(&id).map_err(|r| {
+            self.auth
+                .refused(Protocol::Admin, &r, id.name(), Some(peer.ip()));
+            Response::error(403, &r.message)
+        })?;
+        Ok(id)
+    }
+
+    async fn get(&self, path: &str, req: &HttpRequest) -> Result<Value, ApiError> {
+        match path {
+            "/api/overview" => self.overview().await,
+            "/api/topics" => self.topics(req).await,
+            "/api/pending" => self.pending(req).await,
+            "/api/message" => self.message(req).await,
+            "/api/delays" => self.delays(req).await,
+            "/api/dlq" => self.dlq(req).await,
+            "/api/dlq/messages" => self.dlq_messages(req).await,
+            _ => Err(ApiError(404, format!("no API {path}"))),
+        }
+    }
+
+    async fn post(
+        &self,
+        path: &str,
+        body: &Value,
+        who: &str,
+        peer: SocketAddr,
+    ) -> Result<Value, ApiError> {
+        match path {
+            "/api/resolve" => self.resolve(body, who, peer).await,
+            "/api/dlq/resend" => self.resend(body, who, peer).await,
+            _ => Err(ApiError(404, format!("no API {path}"))),
+        }
+    }
+
+    async fn inspect<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.core
+            .inspect(f)
+            .await
+            .map_err(|e| ApiError(503, e.to_string()))
+    }
+
+    async fn overview(&self) -> Result<Value, ApiError> {
+        let (stats, halves, delays, log_end, topics, cfg) = self
+            .inspect(|b| {
+                let c = b.config();
+                (
+                    b.stats(),
+                    b.pending_transaction_count(),
+                    b.pending_delay_count(),
+                    b.log_end(),
+                    b.topic_slots(),
+                    (
+                        c.transaction_timeout_ms,
+                        c.transaction_check_interval_ms,
+                        c.transaction_check_max,
+                    ),
+                )
+            })
+            .await?;
+        let now = self.clock.now_ms();
+        Ok(json!({
+            "now": now,
+            "uptime_ms": now.saturating_sub(self.started),
+            "half_backlog": halves,
+            "delay_backlog": delays,
+            "log_end_bytes": log_end,
+            "topic_slots": topics,
+            "stories": self.stories.len(),
+            "stats": {
+                "messages_stored": stats.messages_stored,
+                "halves_stored": stats.halves_stored,
+                "committed": stats.committed,
+                "rolled_back": stats.rolled_back,
+                "checks_sent": stats.checks_sent,
+                "checks_answered": stats.checks_answered,
+                "check_max_reached": stats.check_max_reached,
+                "received": stats.received,
+                "acked": stats.acked,
+                "redelivered": stats.redelivered,
+                "dead_lettered": stats.dead_lettered,
+                "delayed_stored": stats.delayed_stored,
+                "delayed_delivered": stats.delayed_delivered,
+                "end_transactions": self.metrics.end_transaction_latency.count(),
+            },
+            "transaction_timeout_ms": cfg.0,
+            "transaction_check_interval_ms": cfg.1,
+            "transaction_check_max": cfg.2,
+            "step_ms": self.series.step_ms(),
+            "series": self.series.samples(),
+        }))
+    }
+
+    async fn topics(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let (after, limit) = paging(req)?;
+        let name = req.param("name").map(String::from);
+        let (page, lags, mins) = self
+            .inspect(move |b| {
+                let page = match name {
+                    Some(n) => rocklet_core::Page {
+                        items: b.topic_info(&n).into_iter().collect(),
+                        next: None,
+                    },
+                    None => b.topics_after(after, limit),
+                };
+                let names: Vec<&str> = page.items.iter().map(|t| t.name.as_str()).collect();
+                let lags = b.group_lags(&names);
+                let mins: Vec<Vec<u64>> = page
+                    .items
+                    .iter()
+                    .map(|t| {
+                        t.queues
+                            .iter()
+                            .map(|q| b.queue_min_offset(&t.name, q.0).unwrap_or(0))
+                            .collect()
+                    })
+                    .collect();
+                (page, lags, mins)
+            })
+            .await?;
+        let items: Vec<Value> = page
+            .items
+            .iter()
+            .zip(mins)
+            .map(|(t, mins)| {
+                let queues: Vec<Value> = t
+                    .queues
+                    .iter()
+                    .zip(mins.iter().copied())
+                    .map(|(&(id, next, visible), min)| {
+                        json!({"queue_id": id, "min_offset": min, "next_offset": next, "visible_end": visible,
+                               "messages": visible.saturating_sub(min)})
+                    })
+                    .collect();
+                let messages: u64 = t
+                    .queues
+                    .iter()
+                    .map(|q| q.2)
+                    .sum::<u64>();
+                let mut groups: Vec<Value> = Vec::new();
+                // A group that reads some queue of the topic is behind in every one: where it
+                // has no state yet it starts at the queue's first message (as the core does).
+                let mut by_group: std::collections::BTreeMap<(&str, bool), (u64, u64)> =
+                    std::collections::BTreeMap::new();
+                let mine: Vec<_> = lags.iter().filter(|l| l.topic == t.name).collect();
+                for l in &mine {
+                    by_group.entry((l.group.as_str(), l.pop)).or_default();
+                }
+                for (&(g, pop), e) in by_group.iter_mut() {
+                    for (&(id, _, visible), min) in t.queues.iter().zip(mins.iter()) {
+                        match mine.iter().find(|l| l.group == g && l.pop == pop && l.queue_id == id) {
+                            Some(l) => {
+                                e.0 += l.behind;
+                                e.1 += l.inflight;
+                            }
+                            None => e.0 += visible.saturating_sub(*min),
+                        }
+                    }
+                }
+                for ((g, pop), (behind, inflight)) in by_group {
+                    groups.push(json!({"group": g, "mode": if pop { "receive" } else { "pull" },
+                                       "lag": behind, "inflight": inflight}));
+                }
+                json!({"name": t.name, "kind": kind_of(&t.name), "queues": queues, "messages": messages, "groups": groups})
+            })
+            .collect();
+        Ok(json!({"items": items, "next": page.next}))
+    }
+
+    async fn pending(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let (after, limit) = paging(req)?;
+        let (total, page) = self
+            .inspect(move |b| {
+                let total = b.pending_transaction_count();
+                let page = b.pending_transactions_after(after.map(TxnId), limit);
+                let rows: Vec<(PendingTxnInfo, Option<RecordFacts>)> = page
+                    .items
+                    .into_iter()
+                    .map(|p| {
+                        let facts = record_facts(b, p.txn.0);
+                        (p, facts)
+                    })
+                    .collect();
+                (total, (rows, page.next))
+            })
+            .await?;
+        let now = self.clock.now_ms();
+        let items: Vec<Value> = page
+            .0
+            .into_iter()
+            .map(|(p, f)| {
+                let f = f.unwrap_or_default();
+                json!({
+                    "transaction_id": p.txn.to_string(),
+                    "producer_group": p.group,
+                    "topic": p.topic,
+                    "queue_id": p.queue_id,
+                    "checks": p.checks,
+                    "age_ms": f.stored.map(|s| now.saturating_sub(s)),
+                    "next_check_in_ms": p.next_check.map(|t| t as i64 - now as i64),
+                    "state": if p.next_check.is_some() { "waiting" } else { "parked" },
+                    "message_id": f.msg_id,
+                    "keys": f.keys,
+                    "tag": f.tag,
+                })
+            })
+            .collect();
+        Ok(json!({"total": total, "items": items, "next": page.1}))
+    }
+
+    async fn resolve(&self, body: &Value, who: &str, peer: SocketAddr) -> Result<Value, ApiError> {
+        let resolution = match body.get("resolution").and_then(Value::as_str) {
+            Some("commit") => Resolution::Commit,
+            Some("rollback") => Resolution::Rollback,
+            other => {
+                return Err(ApiError(
+                    400,
+                    format!("`resolution` must be \"commit\" or \"rollback\", not {other:?}"),
+                ))
+            }
+        };
+        let ids = string_list(body, "transactions")?;
+        let mut results = Vec::new();
+        for id in ids {
+            let r = self.resolve_one(&id, resolution).await;
+            match &r {
+                Ok(duplicate) => info!(
+                    target: "rocklet::audit",
+                    action = "resolve",
+                    transaction = %id,
+                    resolution = resolution.as_str(),
+                    duplicate,
+                    operator = who,
+                    %peer,
+                    "transaction resolved by an operator from the console"
+                ),
+                Err(e) => warn!(
+                    target: "rocklet::audit",
+                    action = "resolve",
+                    transaction = %id,
+                    resolution = resolution.as_str(),
+                    operator = who,
+                    %peer,
+                    error = %e,
+                    "an operator's resolve from the console failed"
+                ),
+            }
+            if let (Ok(false), Ok(txn)) = (&r, id.parse::<TxnId>()) {
+                self.stories.note(
+                    txn.0,
+                    self.clock.now_ms(),
+                    "operator_resolved",
+                    format!("{} by {who} from the console", resolution.as_str()),
+                );
+            }
+            results.push(match r {
+                Ok(duplicate) => json!({"transaction_id": id, "ok": true, "duplicate": duplicate}),
+                Err(e) => json!({"transaction_id": id, "ok": false, "error": e}),
+            });
+        }
+        Ok(json!({"resolution": resolution.as_str(), "results": results}))
+    }
+
+    async fn resolve_one(&self, id: &str, resolution: Resolution) -> Result<bool, String> {
+        let txn: TxnId = id.parse().map_err(|e| format!("{e}"))?;
+        let group = self
+            .core
+            .inspect(move |b| b.transaction_group(txn).map_err(|e| e.to_string()))
+            .await
+            .map_err(|e| e.to_string())??
+            .ok_or_else(|| format!("UNKNOWN_TRANSACTION: no transaction {txn}"))?;
+        match self
+            .core
+            .request(Request::EndTransaction {
+                txn,
+                resolution,
+                group: Some(group),
+                from_check: false,
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Reply::Ended { duplicate, .. } => Ok(duplicate),
+            Reply::Error(e) => Err(format!("{}: {e}", e.code())),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+
+    async fn message(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let topic_name = req
+            .param("topic")
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| ApiError(400, "`topic` is required".into()))?
+            .to_string();
+        enum By {
+            Key(String),
+            Place(u32, u64),
+        }
+        let by = if let Some(k) = req
+            .param("key")
+            .or(req.param("id"))
+            .filter(|k| !k.is_empty())
+        {
+            By::Key(k.to_string())
+        } else if let (Some(q), Some(o)) = (req.param("queue"), req.param("offset")) {
+            By::Place(num(q, "queue")? as u32, num(o, "offset")?)
+        } else {
+            return Err(ApiError(
+                400,
+                "name a message: `key`, `id`, or `queue` and `offset`".into(),
+            ));
+        };
+        let t = topic_name.clone();
+        let found = self
+            .inspect(move |b| -> Result<Vec<Found>, String> {
+                let msgs = match by {
+                    By::Key(k) => {
+                        let mut found = b
+                            .messages_by_key(&t, &k, MAX_FOUND)
+                            .map_err(|e| e.to_string())?;
+                        // A message with no client id has an offset message id: its log
+                        // offset is in it.
+                        if found.is_empty() {
+                            if let Some(off) = offset_of_msg_id(&k) {
+                                found.extend(
+                                    b.message_at(off)
+                                        .map_err(|e| e.to_string())?
+                                        .filter(|m| m.topic == t && m.msg_id == k),
+                                );
+                            }
+                        }
+                        found
+                    }
+                    By::Place(q, o) => b
+                        .browse(&t, q, o, 1)
+                        .map_err(|e| e.to_string())?
+                        .into_iter()
+                        .filter(|m| m.queue_offset == o)
+                        .collect(),
+                };
+                let mut out = Vec::new();
+                for m in msgs {
+                    let facts = record_facts(b, m.offset);
+                    let lags = b.group_lags(&[m.topic.as_str()]);
+                    let pending = b.pending_transaction(TxnId(m.offset));
+                    out.push(Found {
+                        lags,
+                        facts,
+                        pending,
+                        dlq: Vec::new(),
+                        message: m,
+                    });
+                }
+                Ok(out)
+            })
+            .await?
+            .map_err(|e| ApiError(500, e))?;
+        let mut items = Vec::new();
+        for mut f in found {
+            // Dead-letter copies: in the DLQ of every group that received it.
+            let mut groups: Vec<String> = f.lags.iter().map(|l| l.group.clone()).collect();
+            let story = self.stories.of(f.message.offset);
+            for e in &story {
+                if matches!(e.kind, "received" | "redelivered" | "acked") {
+                    if let Some(g) = e.detail.split(' ').next().filter(|g| !g.is_empty()) {
+                        groups.push(g.to_string());
+                    }
+                }
+            }
+            groups.sort();
+            groups.dedup();
+            groups.truncate(16);
+            let id = f.message.msg_id.clone();
+            let mut names = vec![id.clone()];
+            names.extend(f.message.keys.iter().take(4).cloned());
+            f.dlq = self
+                .inspect(move |b| {
+                    let mut out: Vec<Message> = Vec::new();
+                    // Its copies: sent back for retry (%RETRY%<group>) or dead-lettered.
+                    let places = groups.iter().flat_map(|g| [topic::retry(g), topic::dlq(g)]);
+                    for place in places {
+                        for n in &names {
+                            let Ok(ms) = b.messages_by_key(&place, n, 4) else {
+                                continue;
+                            };
+                            for d in ms {
+                                let same = d.msg_id == id
+                                    || d.property(prop::ORIGIN_MESSAGE_ID) == Some(id.as_str());
+                                if same && !out.iter().any(|o| o.offset == d.offset) {
+                                    out.push(d);
+                                }
+                            }
+                        }
+                    }
+                    out
+                })
+                .await?;
+            items.push(self.found_json(f, story));
+        }
+        Ok(json!({"items": items}))
+    }
+
+    fn found_json(&self, f: Found, story: Vec<story::Event>) -> Value {
+        let m = &f.message;
+        let facts = f.facts.unwrap_or_default();
+        let mut events: Vec<Value> = Vec::new();
+        // From the log itself (kept across restarts): where the record lives, unless the
+        // trace saw it come in.
+        let traced_in = story
+            .iter()
+            .any(|e| matches!(e.kind, "stored" | "half_stored" | "delay_stored"));
+        match facts.record_topic.as_deref() {
+            _ if traced_in => {}
+            Some(topic::HALF) => events.push(json!({"at": m.store_timestamp, "kind": "half_stored",
+                "detail": "prepared as a half message (RMQ_SYS_TRANS_HALF_TOPIC), per the log", "source": "log"})),
+            Some(topic::SCHEDULE) => events.push(json!({"at": m.store_timestamp, "kind": "delay_stored",
+                "detail": "stored as a delayed message (SCHEDULE_TOPIC_XXXX), per the log", "source": "log"})),
+            _ => events.push(json!({"at": m.store_timestamp, "kind": "stored",
+                "detail": "stored, per the log", "source": "log"})),
+        }
+        for e in &story {
+            events.push(json!({"at": e.at, "kind": e.kind, "topic": e.topic, "detail": e.detail, "source": "trace"}));
+        }
+        let groups: Vec<Value> = f
+            .lags
+            .iter()
+            .filter(|l| l.queue_id == m.queue_id)
+            .map(|l| {
+                json!({"group": l.group, "mode": if l.pop { "receive" } else { "pull" },
+                       "position": l.consumed, "past_it": l.consumed > m.queue_offset})
+            })
+            .collect();
+        let copy = |d: &Message| {
+            let s = self.stories.of(d.offset);
+            json!({"topic": d.topic, "queue_offset": d.queue_offset, "offset": d.offset,
+                   "stored": d.store_timestamp, "reconsume_times": d.reconsume_times,
+                   "story": s.iter().map(|e| json!({"at": e.at, "kind": e.kind, "detail": e.detail})).collect::<Vec<_>>()})
+        };
+        let (dead, retried): (Vec<&Message>, Vec<&Message>) = f
+            .dlq
+            .iter()
+            .partition(|d| d.topic.starts_with(topic::DLQ_PREFIX));
+        let retries: Vec<Value> = retried.into_iter().map(copy).collect();
+        let dlq: Vec<Value> = dead
+            .into_iter()
+            .map(|d| {
+                let s = self.stories.of(d.offset);
+                json!({"topic": d.topic, "queue_offset": d.queue_offset, "offset": d.offset,
+                       "stored": d.store_timestamp, "reconsume_times": d.reconsume_times,
+                       "story": s.iter().map(|e| json!({"at": e.at, "kind": e.kind, "detail": e.detail})).collect::<Vec<_>>()})
+            })
+            .collect();
+        json!({
+            "message": message_json(m),
+            "record_topic": facts.record_topic,
+            "pending": f.pending.map(|p| json!({"checks": p.checks, "next_check": p.next_check, "producer_group": p.group})),
+            "story": events,
+            "groups": groups,
+            "dead_letters": dlq,
+            "retries": retries,
+            "story_complete": !story.is_empty(),
+        })
+    }
+
+    async fn delays(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let (after, limit) = paging(req)?;
+        let (total, rows, next) = self
+            .inspect(move |b| {
+                let page = b.pending_delays_after(after, limit);
+                let rows: Vec<_> = page
+                    .items
+                    .into_iter()
+                    .map(|d| {
+                        let f = record_facts(b, d.offset);
+                        (d, f)
+                    })
+                    .collect();
+                (b.pending_delay_count(), rows, page.next)
+            })
+            .await?;
+        let now = self.clock.now_ms();
+        let mut items: Vec<Value> = rows
+            .into_iter()
+            .map(|(d, f)| {
+                let f = f.unwrap_or_default();
+                json!({"offset": d.offset, "topic": d.topic, "queue_id": d.queue_id, "due": d.due,
+                       "due_in_ms": d.due as i64 - now as i64, "stored": f.stored,
+                       "message_id": f.msg_id, "keys": f.keys, "tag": f.tag})
+            })
+            .collect();
+        // This page by due time (pages follow the log).
+        items.sort_by_key(|v| v["due"].as_u64());
+        Ok(json!({"total": total, "items": items, "next": next}))
+    }
+
+    async fn dlq(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let (after, limit) = paging(req)?;
+        let page = self
+            .inspect(move |b| b.dead_letter_topics_after(after, limit))
+            .await?;
+        let items: Vec<Value> = page
+            .items
+            .iter()
+            .map(|t| {
+                let group = t.name.strip_prefix(topic::DLQ_PREFIX).unwrap_or(&t.name);
+                let messages: u64 = t.queues.iter().map(|q| q.2).sum();
+                json!({"topic": t.name, "group": group, "messages": messages})
+            })
+            .collect();
+        Ok(json!({"items": items, "next": page.next}))
+    }
+
+    async fn dlq_messages(&self, req: &HttpRequest) -> Result<Value, ApiError> {
+        let t = dlq_topic(req.param("topic"))?;
+        let (after, limit) = paging(req)?;
+        let from = after.map_or(0, |a| a + 1);
+        let msgs = self
+            .inspect(move |b| b.browse(&t, 0, from, limit + 1))
+            .await?
+            .map_err(|e| ApiError(500, e.to_string()))?;
+        let more = msgs.len() > limit;
+        let msgs = &msgs[..msgs.len().min(limit)];
+        let next = if more {
+            msgs.last().map(|m| m.queue_offset)
+        } else {
+            None
+        };
+        let items: Vec<Value> = msgs
+            .iter()
+            .map(|m| {
+                let mut v = message_json(m);
+                v["original_topic"] = json!(m.property(prop::RETRY_TOPIC));
+                v["original_message_id"] = json!(m.property(prop::ORIGIN_MESSAGE_ID));
+                v
+            })
+            .collect();
+        Ok(json!({"items": items, "next": next}))
+    }
+
+    async fn resend(&self, body: &Value, who: &str, peer: SocketAddr) -> Result<Value, ApiError> {
+        let t = dlq_topic(body.get("topic").and_then(Value::as_str))?;
+        let offsets: Vec<u64> = match body.get("offsets").and_then(Value::as_array) {
+            Some(a) if a.len() <= MAX_ACTION_ITEMS => a
+                .iter()
+                .map(|v| {
+                    v.as_u64().ok_or_else(|| {
+                        ApiError(400, format!("`offsets`: {v} is not a queue offset"))
+                    })
+                })
+                .collect::<Result<_, _>>()?,
+            Some(a) => {
+                return Err(ApiError(
+                    400,
+                    format!(
+                        "`offsets` names {} messages; at most {MAX_ACTION_ITEMS} per action",
+                        a.len()
+                    ),
+                ))
+            }
+            None => {
+                return Err(ApiError(
+                    400,
+                    "`offsets` (a list of queue offsets) is required".into(),
+                ))
+            }
+        };
+        let mut results = Vec::new();
+        for off in offsets {
+            let r = self.resend_one(&t, off).await;
+            match &r {
+                Ok((to, id)) => {
+                    info!(target: "rocklet::audit", action = "resend", dlq = %t, queue_offset = off,
+                    to = %to, message_id = %id, operator = who, %peer,
+                    "dead letter resent to its original topic by an operator from the console")
+                }
+                Err(e) => {
+                    warn!(target: "rocklet::audit", action = "resend", dlq = %t, queue_offset = off,
+                    operator = who, %peer, error = %e, "an operator's resend from the console failed")
+                }
+            }
+            results.push(match r {
+                Ok((to, id)) => {
+                    json!({"queue_offset": off, "ok": true, "topic": to, "message_id": id})
+                }
+                Err(e) => json!({"queue_offset": off, "ok": false, "error": e}),
+            });
+        }
+        Ok(json!({"results": results}))
+    }
+
+    async fn resend_one(&self, dlq: &str, off: u64) -> Result<(String, String), String> {
+        let t = dlq.to_string();
+        let m = self
+            .core
+            .inspect(move |b| b.browse(&t, 0, off, 1).map_err(|e| e.to_string()))
+            .await
+            .map_err(|e| e.to_string())??
+            .into_iter()
+            .find(|m| m.queue_offset == off)
+            .ok_or_else(|| format!("no message at queue offset {off} of {dlq}"))?;
+        let to = m
+            .property(prop::RETRY_TOPIC)
+            .ok_or_else(|| {
+                format!("the message at {off} of {dlq} names no original topic (RETRY_TOPIC)")
+            })?
+            .to_string();
+        let id = m
+            .property(prop::ORIGIN_MESSAGE_ID)
+            .unwrap_or(m.msg_id.as_str())
+            .to_string();
+        let mut out = NewMessage::new(to.clone(), m.body.clone());
+        out.tag = m.tag.clone();
+        out.keys = m.keys.clone();
+        out.flag = m.flag;
+        out.born_timestamp = Some(m.born_timestamp);
+        out.message_id = Some(id.clone());
+        out.properties = m
+            .properties
+            .iter()
+            .filter(|(k, _)| {
+                ![
+                    prop::RETRY_TOPIC,
+                    prop::ORIGIN_MESSAGE_ID,
+                    prop::RECONSUME_TIME,
+                    prop::UNIQ_KEY,
+                ]
+                .contains(&k.as_str())
+                    && !prop::RESERVED.contains(&k.as_str())
+            })
+            .cloned()
+            .collect();
+        match self
+            .core
+            .request(Request::Send {
+                messages: vec![out],
+            })
+            .await
+            .map_err(|e| e.to_string())?
+        {
+            Reply::Sent(_) => Ok((to, id)),
+            Reply::Error(e) => Err(format!("{}: {e}", e.code())),
+            other => Err(format!("unexpected reply {other:?}")),
+        }
+    }
+}
+
+struct Found {
+    message: Message,
+    facts: Option<RecordFacts>,
+    lags: Vec<rocklet_core::GroupLag>,
+    pending: Option<PendingTxnInfo>,
+    dlq: Vec<Message>,
+}
+
+/// What the record at a log offset says.
+#[derive(Default, Debug)]
+struct RecordFacts {
+    stored: Option<Millis>,
+    record_topic: Option<String>,
+    msg_id: Option<String>,
+    keys: Vec<String>,
+    tag: Option<String>,
+}
+
+fn record_facts(b: &mut CoreBroker, offset: u64) -> Option<RecordFacts> {
+    let (_, bytes) = b.raw_records(offset, 1).ok()?.into_iter().next()?;
+    match record::decode_trusted(&bytes) {
+        Ok(record::Decoded::Record(r)) => Some(RecordFacts {
+            stored: Some(r.header.store_timestamp),
+            record_topic: Some(r.topic.to_string()),
+            msg_id: r.prop(prop::UNIQ_KEY).map(String::from),
+            keys: r
+                .prop(prop::KEYS)
+                .map(|k| {
+                    k.split(' ')
+                        .filter(|k| !k.is_empty())
+                        .map(String::from)
+                        .collect()
+                })
+                .unwrap_or_default(),
+            tag: r.prop(prop::TAGS).map(String::from),
+        }),
+        _ => None,
+    }
+}
+
+/// The log offset an offset message id (RocketMQ's: 4 bytes of IPv4, 4 of port, 8 of offset,
+/// in 32 hex digits) names.
+fn offset_of_msg_id(id: &str) -> Option<u64> {
+    (id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()))
+        .then(|| u64::from_str_radix(&id[16..], 16).ok())
+        .flatten()
+}
+
+fn message_json(m: &Message) -> Value {
+    let preview = &m.body[..m.body.len().min(BODY_PREVIEW)];
+    json!({
+        "topic": m.topic,
+        "queue_id": m.queue_id,
+        "queue_offset": m.queue_offset,
+        "offset": m.offset,
+        "message_id": m.msg_id,
+        "tag": m.tag,
+        "keys": m.keys,
+        "properties": m.properties,
+        "body": String::from_utf8_lossy(preview),
+        "body_bytes": m.body.len(),
+        "born": m.born_timestamp,
+        "stored": m.store_timestamp,
+        "reconsume_times": m.reconsume_times,
+        "transactional": m.sys_flag & record::sys_flag::TRANSACTION_TYPE_MASK == record::sys_flag::TRANSACTION_COMMIT_TYPE,
+    })
+}
+
+fn kind_of(name: &str) -> &'static str {
+    if name.starts_with(topic::DLQ_PREFIX) {
+        "dead-letter"
+    } else if name.starts_with("%RETRY%") {
+        "retry"
+    } else if topic::is_system(name) {
+        "system"
+    } else {
+        "user"
+    }
+}
+
+fn dlq_topic(t: Option<&str>) -> Result<String, ApiError> {
+    match t {
+        Some(t) if t.starts_with(topic::DLQ_PREFIX) => Ok(t.to_string()),
+        Some(t) => Err(ApiError(
+            400,
+            format!("`topic` {t:?} is not a dead-letter topic (%DLQ%<group>)"),
+        )),
+        None => Err(ApiError(
+            400,
+            "`topic` (a %DLQ%<group> topic) is required".into(),
+        )),
+    }
+}
+
+fn string_list(body: &Value, field: &str) -> Result<Vec<String>, ApiError> {
+    let Some(a) = body.get(field).and_then(Value::as_array) else {
+        return Err(ApiError(400, format!("`{field}` (a list) is required")));
+    };
+    if a.is_empty() || a.len() > MAX_ACTION_ITEMS {
+        return Err(ApiError(
+            400,
+            format!(
+                "`{field}` names {}; 1 to {MAX_ACTION_ITEMS} per action",
+                a.len()
+            ),
+        ));
+    }
+    a.iter()
+        .map(|v| {
+            v.as_str()
+                .map(String::from)
+                .ok_or_else(|| ApiError(400, format!("`{field}`: {v} is not a string")))
+        })
+        .collect()
+}
+
+fn num(v: &str, name: &str) -> Result<u64, ApiError> {
+    v.parse().map_err(|_| {
+        ApiError(
+            400,
+            format!("`{name}` must be a non-negative integer, not {v:?}"),
+        )
+    })
+}
+
+fn paging(req: &HttpRequest) -> Result<(Option<u64>, usize), ApiError> {
+    let after = match req.param("after").filter(|a| !a.is_empty()) {
+        Some(a) => Some(num(a, "after")?),
+        None => None,
+    };
+    let limit = match req.param("limit").filter(|a| !a.is_empty()) {
+        Some(l) => {
+            let l = num(l, "limit")? as usize;
+            if l == 0 || l > MAX_LIMIT {
+                return Err(ApiError(
+                    400,
+                    format!("`limit` must be 1 to {MAX_LIMIT}, not {l}"),
+                ));
+            }
+            l
+        }
+        None => DEFAULT_LIMIT,
+    };
+    Ok((after, limit))
+}
+
+/// An API error: HTTP status and message.
+#[derive(Debug)]
+pub struct ApiError(pub u16, pub String);
+
+fn json_result(r: Result<Value, ApiError>) -> Response {
+    match r {
+        Ok(v) => Response::json(200, &v),
+        Err(ApiError(status, msg)) => Response::error(status, &msg),
+    }
+}
+
+/// A parsed HTTP request.
+#[derive(Debug, Default)]
+pub struct HttpRequest {
+    pub method: String,
+    pub path: String,
+    pub query: Vec<(String, String)>,
+    pub headers: Vec<(String, String)>,
+    pub body: Vec<u8>,
+}
+
+impl HttpRequest {
+    /// A header by lower-case name.
+    #[must_use]
+    pub fn header(&self, name: &str) -> Option<&str> {
+        self.headers
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+
+    /// A query parameter.
+    #[must_use]
+    pub fn param(&self, name: &str) -> Option<&str> {
+        self.query
+            .iter()
+            .find(|(k, _)| k == name)
+            .map(|(_, v)| v.as_str())
+    }
+}
+
+/// An HTTP response.
+#[derive(Debug)]
+pub struct Response {
+    pub status: u16,
+    pub content_type: &'static str,
+    pub headers: Vec<(&'static str, String)>,
+    pub body: Vec<u8>,
+}
+
+impl Response {
+    fn asset(content_type: &'static str, body: &str) -> Self {
+        Response {
+            status: 200,
+            content_type,
+            headers: Vec::new(),
+            body: body.as_bytes().to_vec(),
+        }
+    }
+
+    fn json(status: u16, v: &Value) -> Self {
+        Response {
+            status,
+            content_type: "application/json",
+            headers: Vec::new(),
+            body: serde_json::to_vec(v).unwrap_or_default(),
+        }
+    }
+
+    fn error(status: u16, msg: &str) -> Self {
+        Response::json(status, &json!({"error": msg}))
+    }
+}
+
+fn reason(status: u16) -> &'static str {
+    match status {
+        200 => "OK",
+        204 => "No Content",
+        400 => "Bad Request",
+        401 => "Unauthorized",
+        403 => "Forbidden",
+        404 => "Not Found",
+        405 => "Method Not Allowed",
+        408 => "Request Timeout",
+        413 => "Content Too Large",
+        431 => "Request Header Fields Too Large",
+        500 => "Internal Server Error",
+        _ => "Service Unavailable",
+    }
+}
+
+async fn write_response<W: AsyncWrite + Unpin>(w: &mut W, r: &Response) -> std::io::Result<()> {
+    let mut head = format!(
+        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
+         Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
+         Content-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'\r\n",
+        r.status,
+        reason(r.status),
+        r.content_type,
+        r.body.len()
+    );
+    for (k, v) in &r.headers {
+        head.push_str(k);
+        head.push_str(": ");
+        head.push_str(v);
+        head.push_str("\r\n");
+    }
+    head.push_str("\r\n");
+    w.write_all(head.as_bytes()).await?;
+    w.write_all(&r.body).await?;
+    w.flush().await
+}
+
+/// Reads one request: a head of at most [`MAX_HEAD`] bytes and a body of at most
+/// [`MAX_BODY`] (`Content-Length`; chunked bodies are refused).
+pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<HttpRequest, Response> {
+    let mut buf = Vec::with_capacity(1024);
+    let mut chunk = [0u8; 4096];
+    let head_end = loop {
+        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            break i;
+        }
+        if buf.len() > MAX_HEAD {
+            return Err(Response::error(431, "the request head is over 16 KiB"));
+        }
+        let n = r
+            .read(&mut chunk)
+            .await
+            .map_err(|e| Response::error(400, &format!("reading the request: {e}")))?;
+        if n == 0 {
+            return Err(Response::error(
+                400,
+                "the connection closed before the request head ended",
+            ));
+        }
+        buf.extend_from_slice(&chunk[..n]);
+    };
+    if head_end > MAX_HEAD {
+        return Err(Response::error(431, "the request head is over 16 KiB"));
+    }
+    let head = std::str::from_utf8(&buf[..head_end])
+        .map_err(|_| Response::error(400, "the request head is not UTF-8"))?;
+    let mut lines = head.split("\r\n");
+    let line = lines.next().unwrap_or_default();
+    let mut parts = line.split(' ');
+    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
+    else {
+        return Err(Response::error(400, &format!("bad request line {line:?}")));
+    };
+    if !version.starts_with("HTTP/1.") {
+        return Err(Response::error(
+            400,
+            &format!("{version} is not served (HTTP/1.1 only)"),
+        ));
+    }
+    let mut req = HttpRequest {
+        method: method.to_string(),
+        ..HttpRequest::default()
+    };
+    let (path, query) = target.split_once('?').unwrap_or((target, ""));
+    req.path = percent_decode(path);
+    req.query = query
+        .split('&')
+        .filter(|p| !p.is_empty())
+        .map(|p| {
+            let (k, v) = p.split_once('=').unwrap_or((p, ""));
+            (percent_decode(k), percent_decode(v))
+        })
+        .collect();
+    for l in lines {
+        let Some((k, v)) = l.split_once(':') else {
+            return Err(Response::error(400, &format!("bad header line {l:?}")));
+        };
+        req.headers
+            .push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
+    }
+    if req.header("transfer-encoding").is_some() {
+        return Err(Response::error(
+            400,
+            "chunked bodies are not served; send Content-Length",
+        ));
+    }
+    let len = match req.header("content-length") {
+        None => 0,
+        Some(v) => v
+            .parse::<usize>()
+            .map_err(|_| Response::error(400, &format!("Content-Length {v:?} is not a number")))?,
+    };
+    if len > MAX_BODY {
+        return Err(Response::error(413, "the request body is over 64 KiB"));
+    }
+    let mut body = buf[head_end + 4..].to_vec();
+    while body.len() < len {
+        let n = r
+            .read(&mut chunk)
+            .await
+            .map_err(|e| Response::error(400, &format!("reading the body: {e}")))?;
+        if n == 0 {
+            return Err(Response::error(
+                400,
+                "the connection closed before the body ended",
+            ));
+        }
+        body.extend_from_slice(&chunk[..n]);
+    }
+    body.truncate(len);
+    req.body = body;
+    Ok(req)
+}
+
+fn percent_decode(s: &str) -> String {
+    let b = s.as_bytes();
+    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        match b[i] {
+            b'+' => out.push(b' '),
+            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
+                (Some(h), Some(l)) => {
+                    out.push(h * 16 + l);
+                    i += 2;
+                }
+                _ => out.push(b'%'),
+            },
+            c => out.push(c),
+        }
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+fn basic_credentials(h: &str) -> Option<(String, String)> {
+    use base64::Engine as _;
+    let b64 = h
+        .strip_prefix("Basic ")
+        .or_else(|| h.strip_prefix("basic "))?;
+    let raw = base64::engine::general_purpose::STANDARD
+        .decode(b64.trim())
+        .ok()?;
+    let s = String::from_utf8(raw).ok()?;
+    let (ak, sk) = s.split_once(':')?;
+    Some((ak.to_string(), sk.to_string()))
+}
+
+/// Binds the console's listener.
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen for the console on {addr}: {e}"))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn percent_decoding_and_credentials() {
+        assert_eq!(percent_decode("%25DLQ%25g+x"), "%DLQ%g x");
+        assert_eq!(percent_decode("50%"), "50%");
+        assert_eq!(percent_decode("%zz"), "%zz");
+        assert_eq!(
+            basic_credentials("Basic YWRtaW46czNjcjN0"),
+            Some(("admin".into(), "s3cr3t".into()))
+        );
+        assert_eq!(basic_credentials("Bearer x"), None);
+        let id = rocklet_core::offset_msg_id(
+            rocklet_core::record::Host::V4([127, 0, 0, 1], 10911),
+            4242,
+        );
+        assert_eq!(offset_of_msg_id(&id), Some(4242));
+        assert_eq!(offset_of_msg_id("not-an-id"), None);
+    }
+
+    #[tokio::test]
+    async fn requests_are_bounded() {
+        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
+        let r = read_request(&mut big.as_bytes()).await.unwrap_err();
+        assert_eq!(r.status, 431);
+        let body = format!(
+            "POST /api/resolve HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
+            MAX_BODY + 1
+        );
+        assert_eq!(
+            read_request(&mut body.as_bytes()).await.unwrap_err().status,
+            413
+        );
+        let ok = "GET /api/topics?after=3&limit=10 HTTP/1.1\r\nHost: x\r\n\r\n";
+        let r = read_request(&mut ok.as_bytes()).await.unwrap();
+        assert_eq!(
+            (r.path.as_str(), r.param("after"), r.header("host")),
+            ("/api/topics", Some("3"), Some("x"))
+        );
+        let bad = "GET / SPDY/3\r\n\r\n";
+        assert_eq!(
+            read_request(&mut bad.as_bytes()).await.unwrap_err().status,
+            400
+        );
+    }
+}
