@@ -288,6 +288,8 @@ export declare class Broker {
   removeChecker(group: string): void;
   setProducerOnline(group: string, online: boolean): void;
   createTopic(name: string, queues: number): void;
+  /** Declares a consumer group; `fifo` makes its receives orderly (RocketMQ's consumeMessageOrderly). */
+  declareGroup(name: string, fifo: boolean): void;
   on(event: 'checkerError', fn: (err: unknown, check: CheckRequest) => void): this;
   off(event: 'checkerError', fn: (err: unknown, check: CheckRequest) => void): this;
 

@@ -250,6 +250,23 @@ impl JsBroker {
         })
     }
 
+    /// Declares a consumer group: `fifo` makes its receives orderly (RocketMQ's
+    /// consumeMessageOrderly: a queue's messages in order, none of a queue while an earlier
+    /// batch of it is in flight for the group, redelivery in place).
+    #[napi]
+    pub fn declare_group(
+        &mut self,
+        env: Env,
+        name: Unknown<'_>,
+        fifo: Unknown<'_>,
+    ) -> napi::Result<()> {
+        self.guard(&env, |b| {
+            let name = str_arg("name", name)?;
+            let fifo = convert::boolean("fifo", fifo)?;
+            b.host.declare_group(&name, fifo)?.map_err(Fail::Client)
+        })
+    }
+
     // ---- consumer -----------------------------------------------------------------------
 
     /// Reads from the group's committed offsets (or `offset`, with a queue): the queue

@@ -77,7 +77,7 @@ fn i32_of(what: &str, v: Unknown<'_>) -> Res<i32> {
     Ok(n as i32)
 }
 
-fn boolean(what: &str, v: Unknown<'_>) -> Res<bool> {
+pub(crate) fn boolean(what: &str, v: Unknown<'_>) -> Res<bool> {
     if type_of(&v)? != ValueType::Boolean {
         return Err(arg(format!("{what} must be a boolean")));
     }

@@ -87,6 +87,9 @@ async function run(vector, dir) {
         const r = b.endTransaction(txns.get(step.txn) ?? step.txn, step.resolution);
         return { ok: true, duplicate: r.duplicate };
       }
+      case 'declare_group':
+        b.declareGroup(step.group, step.fifo ?? false);
+        return { ok: true };
       case 'checker':
         if (step.answer === null) {
           answers.delete(step.group);

@@ -1150,6 +1150,15 @@ impl PyBroker {
             .map_err(|e| client_error(py, &e))
     }
 
+    /// Declares a consumer group; `fifo=True` makes its receives orderly (RocketMQ's
+    /// consumeMessageOrderly: a queue's messages in order, none of a queue while an earlier
+    /// batch of it is in flight for the group, redelivery in place).
+    #[pyo3(signature = (name, *, fifo = false))]
+    fn declare_group(&self, py: Python<'_>, name: &str, fifo: bool) -> PyResult<()> {
+        self.with(py, |h| Ok(h.declare_group(name, fifo)?))?
+            .map_err(|e| client_error(py, &e))
+    }
+
     /// Consumer-visible topics with their queues (and `depth`, visible messages).
     fn topics(&self, py: Python<'_>) -> PyResult<Vec<PyTopicInfo>> {
         let ts = self.read(py, |c| c.topics())?;

@@ -122,6 +122,10 @@ class Runner:
         duplicate = self.broker.end_transaction(txn, s["resolution"])
         return {"ok": True, "duplicate": duplicate}
 
+    def op_declare_group(self, s: Dict[str, Any]) -> Dict[str, Any]:
+        self.broker.declare_group(s["group"], fifo=s.get("fifo", False))
+        return {"ok": True}
+
     def op_checker(self, s: Dict[str, Any]) -> None:
         self.answers[s["group"]] = s.get("answer")
         self._register(s["group"])

@@ -164,6 +164,17 @@ impl WasmBroker {
         self.host.set_producer_online(group, online).map_err(fail)
     }
 
+    /// Declares a consumer group; `fifo` makes its receives orderly (RocketMQ's
+    /// consumeMessageOrderly: a queue's messages in order, none of a queue while an earlier
+    /// batch of it is in flight for the group, redelivery in place).
+    #[wasm_bindgen(js_name = declareGroup)]
+    pub fn declare_group(&mut self, name: &str, fifo: bool) -> Result<(), JsValue> {
+        match self.host.declare_group(name, fifo).map_err(fail)? {
+            Ok(()) => Ok(()),
+            Err(e) => Err(error::client(&e)),
+        }
+    }
+
     // ---- producer ------------------------------------------------------------------------
 
     /// Sends one message: `{topic, body, tag?, keys?, properties?, queueId?, delayLevel?,

@@ -104,6 +104,10 @@ export function runScenario(wasm, scenario, { onStep } = {}) {
       const r = b.end(txns.get(s.txn) ?? s.txn, s.resolution);
       return { ok: true, duplicate: r.duplicate };
     },
+    declare_group: (s) => {
+      b.declareGroup(s.group, s.fifo ?? false);
+      return { ok: true };
+    },
     checker: (s) => {
       if (s.answer === null) answers.delete(s.group);
       else answers.set(s.group, s.answer);

@@ -281,6 +281,24 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self.after(r)
     }
 
+    /// Declares a consumer group (RocketMQ's subscription group config), durably: `fifo`
+    /// makes its receives orderly (a queue's messages in order, one batch of a queue in
+    /// flight at a time, redelivery in place); declaring it again changes that. A bad name
+    /// is the inner `Err`.
+    pub fn declare_group(
+        &mut self,
+        name: &str,
+        fifo: bool,
+    ) -> Result<Result<(), rocklet_core::ClientError>, HostFail<S>> {
+        let r = self.core_mut()?.declare_group(name, fifo);
+        self.after(r)
+    }
+
+    /// Whether `group` was declared FIFO.
+    pub fn group_is_fifo(&self, group: &str) -> bool {
+        self.core.as_ref().is_some_and(|c| c.group_is_fifo(group))
+    }
+
     /// The producer group of a pending transaction.
     pub fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, HostFail<S>> {
         let r = self.core_mut()?.transaction_group(txn);

@@ -384,6 +384,7 @@ impl Runner {
             "prepare" => self.prepare(step),
             "end" => self.end(step),
             "checker" => self.checker(step),
+            "declare_group" => self.declare_group(step),
             "advance" => Ok(None),
             "checks" => Ok(Some(json!({ "checks": std::mem::take(&mut self.checks) }))),
             "consume" => self.consume(step),
@@ -495,6 +496,25 @@ impl Runner {
             Reply::Error(e) => err_value(&e),
             other => return Err(format!("unexpected reply {other:?}")),
         }))
+    }
+
+    fn declare_group(&mut self, step: &Value) -> StepResult {
+        let group = str_field(step, "group")?;
+        let fifo = match step.get("fifo") {
+            None => false,
+            Some(Value::Bool(b)) => *b,
+            Some(_) => return Err("`fifo` is not a boolean".into()),
+        };
+        Ok(Some(
+            match self
+                .host
+                .declare_group(group, fifo)
+                .map_err(|e| format!("broker failed: {e}"))?
+            {
+                Ok(()) => json!({ "ok": true }),
+                Err(e) => err_value(&e),
+            },
+        ))
     }
 
     fn checker(&mut self, step: &Value) -> StepResult {

@@ -613,6 +613,8 @@ class Broker:
         """An iterator (and async iterator) of `Received` that waits for messages."""
     def create_topic(self, name: str, queues: int) -> None:
         """Creates a topic with `queues` queues (or grows it)."""
+    def declare_group(self, name: str, *, fifo: bool = False) -> None:
+        """Declares a consumer group; `fifo=True` makes its receives orderly."""
     def topics(self) -> List[TopicInfo]:
         """Consumer-visible topics with their queues."""
     def pending_transactions(self, limit: Optional[int] = None) -> List[PendingTransaction]:
