@@ -68,13 +68,12 @@ done
 CLEAN_PATH=$STUBS:$(echo "$PATH" | tr ':' '\n' | grep -v -e '\.cargo/bin' -e '\.rustup' | paste -sd:)
 clean() {
   env -u CARGO_TARGET_DIR -u RUSTC -u RUSTUP_TOOLCHAIN PATH="$CLEAN_PATH" \
-    CARGO_HOME=$WORK/no-cargo RUSTUP_HOME=$WORK/no-rustup HOME=$WORK/home "$@"
+    CARGO_HOME=$WORK/no-cargo RUSTUP_HOME=$WORK/no-rustup "$@"
 }
-mkdir -p "$WORK/home"
 [ "$(clean sh -c 'command -v cargo')" = "$STUBS/cargo" ] || { echo "cargo still reachable"; exit 1; }
 
 step "wheel: a fresh venv, nothing but the wheel"
-WHEEL=$(ls dist/rocklet-"$V"-cp39-abi3-*.whl)
+WHEEL=$(ls dist/rocklet-"$V"-cp310-abi3-*.whl)
 tw=$(date +%s%N)
 clean python3 -m venv "$WORK/venv"
 clean "$WORK/venv/bin/python" -m pip install -q --no-index "$WHEEL"
