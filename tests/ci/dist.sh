@@ -60,9 +60,16 @@ trap cleanup EXIT
 # A PATH with no Rust toolchain: without ~/.cargo/bin, and stubs first that record a call.
 STUBS=$WORK/stubs
 mkdir -p "$STUBS"
+# pip runs `rustc --version` for its User-Agent string: such a probe is logged apart and
+# answered "not found"; any other call fails the part.
 for t in cargo rustc rustup; do
-  printf '#!/bin/sh\necho "%s $*" >> %s/toolchain-calls\necho "%s: no Rust toolchain here (dist smoke test)" >&2\nexit 127\n' \
-    "$t" "$WORK" "$t" > "$STUBS/$t"
+  cat > "$STUBS/$t" <<STUB
+#!/bin/sh
+if [ "\$*" = --version ]; then echo "$t --version" >> "$WORK/toolchain-probes"; exit 127; fi
+echo "$t \$*" >> "$WORK/toolchain-calls"
+echo "$t: no Rust toolchain here (dist smoke test)" >&2
+exit 127
+STUB
   chmod +x "$STUBS/$t"
 done
 CLEAN_PATH=$STUBS:$(echo "$PATH" | tr ':' '\n' | grep -v -e '\.cargo/bin' -e '\.rustup' | paste -sd:)
@@ -135,6 +142,7 @@ NODE_PATH=$TOOLS/node_modules clean node "$HERE/playground.cjs" "http://127.0.0.
 NODE_PATH=$TOOLS/node_modules clean node "$HERE/playground.cjs" "http://127.0.0.1:$P2/" target/dist-artifacts/playground-rocklet.png
 
 step "no Rust toolchain was called"
+[ ! -s "$WORK/toolchain-probes" ] || echo "version probes (pip's User-Agent), answered 'not found': $(sort "$WORK/toolchain-probes" | uniq -c | paste -sd' ')"
 if [ -s "$WORK/toolchain-calls" ]; then
   echo "installing or running the artifacts called a Rust toolchain:"; cat "$WORK/toolchain-calls"; exit 1
 fi
