@@ -48,16 +48,25 @@ echo "cargo: $(command -v cargo) ($(cargo --version)); rustc $(rustc --version |
 V=$(bash dist/version.sh)
 bash dist/version.sh check
 
-# dist/ holds this script too: remove only what an earlier run built.
-rm -rf "$STAGE" "$OUT/npm" "$OUT/playground" "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT/SHA256SUMS" "$OUT/sizes.txt"
+# dist/ holds this script too: remove only what an earlier run built (dist/playground is
+# updated in place, below).
+rm -rf "$STAGE" "$OUT/npm" "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT/SHA256SUMS" "$OUT/sizes.txt"
 mkdir -p "$OUT/npm" "$STAGE"
 
 step "playground (bindings-wasm/build.sh)"
 bash bindings-wasm/build.sh ${1:+"$1"}
+# The site's files are built into rocklet from dist/playground: a file is copied there only
+# when its bytes changed, so an unchanged playground does not rebuild the broker (cargo reruns
+# the build script, and recompiles the crate, when a file is newer).
 SITE=$OUT/playground
+FILES=(index.html app.js names.js style.css pkg/rocklet_wasm.js pkg/rocklet_wasm_bg.wasm)
 mkdir -p "$SITE/pkg"
-cp bindings-wasm/playground/{index.html,app.js,names.js,style.css} "$SITE/"
-cp bindings-wasm/playground/pkg/rocklet_wasm.js bindings-wasm/playground/pkg/rocklet_wasm_bg.wasm "$SITE/pkg/"
+for f in "${FILES[@]}"; do
+  cmp -s "bindings-wasm/playground/$f" "$SITE/$f" || cp "bindings-wasm/playground/$f" "$SITE/$f"
+done
+(cd "$SITE" && find . -type f -printf '%P\n') | while read -r f; do
+  [[ " ${FILES[*]} " == *" $f "* ]] || rm -f "$SITE/$f"
+done
 tar -C "$OUT" -czf "$OUT/rocklet-playground-$V.tar.gz" --transform "s,^playground,rocklet-playground-$V," playground
 
 step "release build: rocklet (the playground built in) and the node addon"
