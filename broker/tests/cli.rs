@@ -227,22 +227,20 @@ fn listen_addresses_take_host_names() {
 }
 
 fn refused_leaves_nothing(flag: &str, taken: &str, dir: &Path) -> String {
-    let mut args = vec![
-        "broker".to_string(),
-        "--data-dir".into(),
-        dir.to_str().unwrap().into(),
-        "--remoting-listen".into(),
-        "127.0.0.1:0".into(),
-        "--namesrv-listen".into(),
-        "127.0.0.1:0".into(),
-    ];
-    if flag != "--listen" {
-        args.extend(["--listen".into(), "127.0.0.1:0".into()]);
+    let mut args = vec!["broker", "--data-dir", dir.to_str().unwrap()];
+    for f in ["--listen", "--remoting-listen", "--namesrv-listen"] {
+        if f != flag {
+            args.extend([f, "127.0.0.1:0"]);
+        }
     }
-    args.extend([flag.into(), taken.into()]);
+    args.extend([flag, taken]);
     let o = Command::new(BIN).args(&args).output().unwrap();
     let e = String::from_utf8_lossy(&o.stderr).to_string();
     assert!(!o.status.success(), "{flag} {taken}: started\n{e}");
+    assert!(
+        e.contains("cannot listen"),
+        "{flag} {taken}: not refused for the port\n{e}"
+    );
     assert!(
         !dir.exists(),
         "{flag} in use: {} was created\n{e}",
