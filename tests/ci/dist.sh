@@ -73,10 +73,10 @@ STUB
   chmod +x "$STUBS/$t"
 done
 CLEAN_PATH=$STUBS:$(echo "$PATH" | tr ':' '\n' | grep -v -e '\.cargo/bin' -e '\.rustup' | paste -sd:)
-clean() {
-  env -u CARGO_TARGET_DIR -u RUSTC -u RUSTUP_TOOLCHAIN PATH="$CLEAN_PATH" \
-    CARGO_HOME=$WORK/no-cargo RUSTUP_HOME=$WORK/no-rustup "$@"
-}
+# `env` execs the command: started with `&`, $! is the command's own pid (cleanup kills it).
+CLEAN=(env -u CARGO_TARGET_DIR -u RUSTC -u RUSTUP_TOOLCHAIN PATH="$CLEAN_PATH"
+  CARGO_HOME="$WORK/no-cargo" RUSTUP_HOME="$WORK/no-rustup")
+clean() { "${CLEAN[@]}" "$@"; }
 [ "$(clean sh -c 'command -v cargo')" = "$STUBS/cargo" ] || { echo "cargo still reachable"; exit 1; }
 
 step "wheel: a fresh venv, nothing but the wheel"
@@ -106,7 +106,7 @@ done
 grep -qx 'Restart=on-failure' "$B/systemd/rocklet.service"
 clean "$B/bin/rocklet" --version
 # The default config, with every listener moved to a free port (CI may run other brokers).
-clean "$B/bin/rocklet" broker --config "$B/etc/rocklet.toml" --data-dir "$WORK/data" \
+"${CLEAN[@]}" "$B/bin/rocklet" broker --config "$B/etc/rocklet.toml" --data-dir "$WORK/data" \
   --listen 127.0.0.1:0 --remoting-listen 127.0.0.1:0 --namesrv-listen 127.0.0.1:0 \
   --metrics-listen 127.0.0.1:0 2> "$WORK/broker.log" &
 pids+=($!)
@@ -132,7 +132,7 @@ P1=$(free_port)
 (cd dist/playground && exec python3 -m http.server --bind 127.0.0.1 "$P1" >/dev/null 2>&1) &
 pids+=($!)
 P2=$(free_port)
-clean "$B/bin/rocklet" playground --listen "127.0.0.1:$P2" > "$WORK/playground.log" 2>&1 &
+"${CLEAN[@]}" "$B/bin/rocklet" playground --listen "127.0.0.1:$P2" > "$WORK/playground.log" 2>&1 &
 pids+=($!)
 for port in "$P1" "$P2"; do
   for _ in $(seq 100); do (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null && break; sleep 0.1; done
