@@ -4,7 +4,34 @@
 // producer group, transaction(), advance()/runUntilIdle() for the manual clock, the system
 // clock's timer, and subscribe(). Every message decision stays in the core.
 
-const native = require('./rocklet.node');
+// The addon: ./rocklet.node when built here (cargo, tests/ci/node.sh), else the package of
+// this platform that npm installed as an optional dependency (napi's layout: rocklet-<triple>,
+// e.g. rocklet-linux-x64-gnu, from bindings-node/npm/<triple>/; dist/build.sh packs both).
+function loadNative() {
+  try {
+    return require('./rocklet.node');
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e;
+  }
+  let libc = '';
+  if (process.platform === 'linux') {
+    const report = process.report && process.report.getReport();
+    libc = report && report.header && report.header.glibcVersionRuntime ? '-gnu' : '-musl';
+  }
+  const triple = `${process.platform}-${process.arch}${libc}`;
+  try {
+    return require(`rocklet-${triple}`);
+  } catch (e) {
+    if (e.code !== 'MODULE_NOT_FOUND') throw e;
+    throw new Error(
+      `rocklet: no native addon for ${triple}: install rocklet-${triple} next to rocklet ` +
+        '(npm does when the platform has one), or build it from the source: ' +
+        'cargo build --release -p rocklet-node && cp target/release/librocklet_node.so bindings-node/rocklet.node',
+    );
+  }
+}
+
+const native = loadNative();
 
 const { RockletError, ClientError, ConfigError, StorageError, CorruptedError, StateError } = native.errorClasses();
 const Native = native.Broker;

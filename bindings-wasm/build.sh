@@ -7,6 +7,9 @@
 # npm binaryen (wasm-opt) in .tools/node_modules.
 #   bash bindings-wasm/build.sh            # release build, wasm-opt -Oz
 #   WASM_OPT=none bash bindings-wasm/build.sh
+#   bash bindings-wasm/build.sh --install  # install what is missing first (apt as root)
+# It checks them first and, when one is missing, names it and prints the command that
+# installs it.
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/.." && pwd)
 TOOLS=${TOOLS:-$ROOT/.tools}
@@ -14,6 +17,50 @@ WASM_OPT=${WASM_OPT:-npm}
 PLAY="$ROOT/bindings-wasm/playground"
 NODE_OUT="$ROOT/target/wasm-pkg/node"
 cd "$ROOT"
+
+# Prerequisites: Debian's wasm toolchain, wasm-bindgen-cli of the crate's exact version,
+# wasm-opt (npm binaryen) unless WASM_OPT=none, node.
+DEB=(rustc-web cargo-web rust-web-src rust-web-llvm lld-22)
+BINARYEN=binaryen@132.0.0
+for t in node cargo; do
+  command -v "$t" >/dev/null || {
+    echo "bindings-wasm/build.sh: \`$t\` is not on PATH (cargo: rustup's, for the lockfile; node: Node 20 from Debian or nodejs.org)" >&2
+    exit 1
+  }
+done
+WBV=$(cargo pkgid wasm-bindgen | sed 's/.*[@#]//')
+missing_deb=()
+for p in "${DEB[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing_deb+=("$p"); done
+need_wb=0
+[ "$("$TOOLS/bin/wasm-bindgen" --version 2>/dev/null | awk '{print $2}')" = "$WBV" ] || need_wb=1
+need_opt=0
+[ "$WASM_OPT" != npm ] || [ -x "$TOOLS/node_modules/.bin/wasm-opt" ] || need_opt=1
+install_cmds=()
+[ ${#missing_deb[@]} -eq 0 ] || install_cmds+=("apt-get install -y ${missing_deb[*]}")
+[ "$need_wb" = 0 ] || install_cmds+=("cargo install --debug --root $TOOLS wasm-bindgen-cli --version $WBV")
+[ "$need_opt" = 0 ] || install_cmds+=("npm install --no-save --no-audit --no-fund --prefix $TOOLS $BINARYEN")
+if [ ${#install_cmds[@]} -gt 0 ]; then
+  if [ "${1:-}" = --install ]; then
+    if [ ${#missing_deb[@]} -gt 0 ]; then
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing_deb[@]}" >/dev/null
+    fi
+    [ "$need_wb" = 0 ] || nice -n 10 cargo install --quiet --debug --root "$TOOLS" wasm-bindgen-cli --version "$WBV"
+    [ "$need_opt" = 0 ] || npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$TOOLS" "$BINARYEN"
+  else
+    {
+      echo "bindings-wasm/build.sh: missing prerequisites:"
+      [ ${#missing_deb[@]} -eq 0 ] || echo "  Debian packages ${missing_deb[*]} (the wasm32 Rust toolchain: /usr/bin/cargo, /usr/bin/rustc, the std source, rust-lld)"
+      [ "$need_wb" = 0 ] || echo "  wasm-bindgen-cli $WBV in $TOOLS/bin (must equal the wasm-bindgen crate in Cargo.lock)"
+      [ "$need_opt" = 0 ] || echo "  wasm-opt ($BINARYEN) in $TOOLS/node_modules (or build with WASM_OPT=none)"
+      echo "install them with:"
+      echo "  bash bindings-wasm/build.sh --install"
+      echo "or by hand (apt-get as root):"
+      for c in "${install_cmds[@]}"; do echo "  $c"; done
+    } >&2
+    exit 1
+  fi
+fi
 
 # Debian ships no prebuilt wasm32 std: build it (-Zbuild-std). RUSTC must be set, or rustup's
 # rustc (first in PATH) would be used. The profile is tuned for size here, without touching the

@@ -119,10 +119,35 @@ impl std::str::FromStr for Listen {
         if s.eq_ignore_ascii_case("off") {
             return Ok(Listen::Off);
         }
-        s.parse()
+        socket_addr(s)
             .map(Listen::At)
-            .map_err(|_| format!("`{s}` is neither HOST:PORT nor `off`"))
+            .map_err(|e| format!("{e}, nor `off`"))
     }
+}
+
+/// A listen address: `IP:PORT`, `[IPv6]:PORT` or `HOST:PORT` with a host name that resolves
+/// (`localhost:8081`; the first address it resolves to is used).
+pub fn socket_addr(s: &str) -> Result<SocketAddr, String> {
+    if let Ok(a) = s.parse() {
+        return Ok(a);
+    }
+    let Some((host, port)) = s.rsplit_once(':') else {
+        return Err(format!("`{s}` is not HOST:PORT (no port)"));
+    };
+    if host.is_empty() || port.parse::<u16>().is_err() {
+        return Err(format!("`{s}` is not HOST:PORT"));
+    }
+    match std::net::ToSocketAddrs::to_socket_addrs(s) {
+        Ok(mut it) => it
+            .next()
+            .ok_or_else(|| format!("`{s}`: host `{host}` resolves to no address")),
+        Err(e) => Err(format!("`{s}`: cannot resolve host `{host}`: {e}")),
+    }
+}
+
+fn opt_socket_addr<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<SocketAddr>, D::Error> {
+    let s = String::deserialize(d)?;
+    socket_addr(&s).map(Some).map_err(serde::de::Error::custom)
 }
 
 impl<'de> Deserialize<'de> for Listen {
@@ -205,8 +230,10 @@ pub struct GroupDecl {
 #[derive(Clone, Debug, Default, Deserialize)]
 #[serde(default, deny_unknown_fields)]
 pub struct FileConfig {
+    #[serde(deserialize_with = "opt_socket_addr")]
     pub listen: Option<SocketAddr>,
     pub data_dir: Option<PathBuf>,
+    #[serde(deserialize_with = "opt_socket_addr")]
     pub metrics_listen: Option<SocketAddr>,
     pub max_long_polling_ms: Option<Millis>,
     pub remoting_listen: Option<Listen>,
@@ -229,6 +256,7 @@ pub struct FileConfig {
     pub groups: Vec<GroupDecl>,
 
     /// The admin services on a listener of their own (default: on `listen`).
+    #[serde(deserialize_with = "opt_socket_addr")]
     pub admin_listen: Option<SocketAddr>,
     /// Users and ACL entries (`[auth]`, `[[auth.users]]`, `[[auth.acls]]`).
     pub auth: crate::auth::AuthFileConfig,
@@ -661,6 +689,31 @@ mod tests {
         );
         let e = FileConfig::parse("remoting_listen = \"nowhere\"").unwrap_err();
         assert!(e.contains("nowhere"), "{e}");
+    }
+
+    #[test]
+    fn listen_addresses_take_host_names() {
+        let a = socket_addr("localhost:8081").unwrap();
+        assert!(a.ip().is_loopback() && a.port() == 8081, "{a}");
+        assert_eq!(socket_addr("[::1]:9").unwrap().port(), 9);
+        let f =
+            FileConfig::parse("listen = \"localhost:0\"\nadmin_listen = \"localhost:7\"").unwrap();
+        assert!(f.listen.unwrap().ip().is_loopback());
+        assert_eq!(f.admin_listen.unwrap().port(), 7);
+        assert!(matches!("localhost:5".parse::<Listen>(), Ok(Listen::At(a)) if a.port() == 5));
+        for (bad, says) in [
+            ("localhost", "no port"),
+            ("localhost:99999", "not HOST:PORT"),
+            (
+                "no-such-host.invalid:1",
+                "cannot resolve host `no-such-host.invalid`",
+            ),
+        ] {
+            let e = socket_addr(bad).unwrap_err();
+            assert!(e.contains(says), "{bad}: {e}");
+        }
+        let e = FileConfig::parse("listen = \"no-such-host.invalid:1\"").unwrap_err();
+        assert!(e.contains("no-such-host.invalid"), "{e}");
     }
 
     #[test]

@@ -19,12 +19,15 @@
 //! - [`cluster`]: broker groups on etcd: election, fencing, replication, the SyncStateSet.
 //! - [`server`]: opening the data directory and running everything until a signal.
 //! - [`bench`]: `rocklet bench`, end-to-end throughput and latency over gRPC.
+//! - [`client`]: `rocklet send`, `consume` and `tail`, quick checks against a running broker.
+//! - [`playground`]: `rocklet playground`, the browser playground built into the binary.
 //! - [`import`]: `rocklet import`, an Apache RocketMQ store into a new data directory.
 
 pub mod admin;
 pub mod auth;
 pub mod bench;
 pub mod budget;
+pub mod client;
 pub mod clock;
 pub mod cluster;
 pub mod config;
@@ -37,6 +40,7 @@ pub mod import;
 pub mod lease;
 pub mod metrics;
 pub mod net;
+pub mod playground;
 pub mod remoting;
 pub mod server;
 pub mod service;

@@ -8,8 +8,8 @@ use std::sync::Arc;
 use clap::{Parser, Subcommand, ValueEnum};
 use rocklet_broker::clock::SystemClock;
 use rocklet_broker::config::{
-    resolve_listen, BrokerConfig, FileConfig, Listen, DEFAULT_LISTEN, DEFAULT_NAMESRV_LISTEN,
-    DEFAULT_REMOTING_LISTEN,
+    resolve_listen, socket_addr, BrokerConfig, FileConfig, Listen, DEFAULT_LISTEN,
+    DEFAULT_NAMESRV_LISTEN, DEFAULT_REMOTING_LISTEN,
 };
 use rocklet_broker::{admin, server};
 use rocklet_core::FlushMode;
@@ -39,10 +39,28 @@ enum Cmd {
     /// is only read): messages keep their topics, queues and queue offsets, consumer offsets
     /// stay valid, transactions and delayed messages carry on. Prints what it did.
     Import(ImportArgs),
+    /// Send messages to a topic of a running broker: each BODY is one message (none: one per
+    /// line of stdin). Prints each message id and queue offset.
+    Send(SendArgs),
+    /// Receive messages of a topic as a consumer group, print one line each and ack them;
+    /// stops after --count messages or when none came for --wait seconds.
+    Consume(ConsumeArgs),
+    /// Follow a topic: print its messages as they arrive, as consumer group --group (acked,
+    /// so a later tail carries on where this one stopped), until Ctrl-C or --count.
+    Tail(TailArgs),
+    /// Serve the browser playground (the wasm core, built into this binary) at
+    /// http://HOST:PORT/.
+    Playground(PlaygroundArgs),
     /// Talk to a running broker.
     Admin {
         /// The broker's gRPC (or --admin-listen) address; `https://HOST:PORT` for TLS.
-        #[arg(long, global = true, default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
+        #[arg(
+            long,
+            global = true,
+            env = "ROCKLET_ADDR",
+            default_value = DEFAULT_LISTEN,
+            value_name = "HOST:PORT"
+        )]
         broker: String,
         /// Access key of a super user (when the broker has authentication on).
         #[arg(long, global = true, env = "ROCKLET_ACCESS_KEY", value_name = "AK")]
@@ -65,6 +83,185 @@ enum Cmd {
         #[command(subcommand)]
         command: AdminCmd,
     },
+}
+
+/// How `send`, `consume` and `tail` reach the broker.
+#[derive(Debug, Clone, clap::Args)]
+struct ClientArgs {
+    /// The broker's RocketMQ 5 gRPC address (`HOST:PORT`; `https://HOST:PORT` for TLS).
+    #[arg(long, env = "ROCKLET_ADDR", default_value = DEFAULT_LISTEN, value_name = "HOST:PORT")]
+    broker: String,
+    /// Access key (when the broker has authentication on).
+    #[arg(long, env = "ROCKLET_ACCESS_KEY", value_name = "AK")]
+    access_key: Option<String>,
+    /// Its secret key (prefer the environment variable: flags show in `ps`).
+    #[arg(
+        long,
+        env = "ROCKLET_SECRET_KEY",
+        value_name = "SK",
+        hide_env_values = true
+    )]
+    secret_key: Option<String>,
+    /// CA certificate (PEM) to verify the broker's TLS certificate; implies TLS.
+    #[arg(long, env = "ROCKLET_TLS_CA", value_name = "FILE")]
+    tls_ca: Option<PathBuf>,
+    /// Name the broker's certificate is for (default: the host of --broker).
+    #[arg(long, value_name = "NAME")]
+    tls_domain: Option<String>,
+}
+
+impl ClientArgs {
+    fn target(self) -> rocklet_broker::client::Target {
+        rocklet_broker::client::Target {
+            addr: self.broker,
+            options: rocklet_broker::auth::admin::ClientOptions {
+                access_key: self.access_key,
+                secret_key: self.secret_key,
+                tls_ca: self.tls_ca,
+                tls_domain: self.tls_domain,
+            },
+        }
+    }
+}
+
+#[derive(Debug, clap::Args)]
+struct SendArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The topic.
+    #[arg(long, short)]
+    topic: String,
+    /// Message tag.
+    #[arg(long)]
+    tag: Option<String>,
+    /// Message key (repeat for more).
+    #[arg(long = "key", value_name = "KEY")]
+    keys: Vec<String>,
+    /// Deliver the messages this many milliseconds after they are sent.
+    #[arg(long, value_name = "MS")]
+    delay_ms: Option<u64>,
+    /// Message bodies (none: each line of stdin is one).
+    #[arg(value_name = "BODY")]
+    bodies: Vec<String>,
+}
+
+#[derive(Debug, clap::Args)]
+struct ReadArgs {
+    #[command(flatten)]
+    client: ClientArgs,
+    /// The topic.
+    #[arg(long, short)]
+    topic: String,
+    /// Tag filter: `*` for every message, `a || b` for either tag.
+    #[arg(long, default_value = "*")]
+    tags: String,
+    /// Stop after this many messages.
+    #[arg(long, short = 'n')]
+    count: Option<u64>,
+    /// Print queue, offset, message id, tag, keys and delivery attempt before each body.
+    #[arg(long, short)]
+    verbose: bool,
+}
+
+#[derive(Debug, clap::Args)]
+struct ConsumeArgs {
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Consumer group.
+    #[arg(long, short, default_value = "rocklet-cli")]
+    group: String,
+    /// Stop when no message came for this many seconds.
+    #[arg(long, value_name = "SECS", default_value_t = 3.0)]
+    wait: f64,
+}
+
+#[derive(Debug, clap::Args)]
+struct TailArgs {
+    #[command(flatten)]
+    read: ReadArgs,
+    /// Consumer group.
+    #[arg(long, short, default_value = "rocklet-tail")]
+    group: String,
+}
+
+#[derive(Debug, clap::Args)]
+struct PlaygroundArgs {
+    /// Where to serve it.
+    #[arg(long, value_name = "HOST:PORT", default_value = "127.0.0.1:8080", value_parser = socket_addr)]
+    listen: SocketAddr,
+}
+
+fn send_cmd(a: SendArgs) -> Result<Vec<rocklet_broker::client::Outgoing>, String> {
+    let bodies: Vec<Vec<u8>> = if a.bodies.is_empty() {
+        let mut v = Vec::new();
+        for l in std::io::stdin().lines() {
+            v.push(
+                l.map_err(|e| format!("cannot read stdin: {e}"))?
+                    .into_bytes(),
+            );
+        }
+        v
+    } else {
+        a.bodies.into_iter().map(String::into_bytes).collect()
+    };
+    Ok(bodies
+        .into_iter()
+        .map(|body| rocklet_broker::client::Outgoing {
+            topic: a.topic.clone(),
+            body,
+            tag: a.tag.clone(),
+            keys: a.keys.clone(),
+            delay_ms: a.delay_ms,
+        })
+        .collect())
+}
+
+fn read_cmd(
+    a: ReadArgs,
+    group: String,
+    idle: Option<f64>,
+) -> Result<
+    (
+        rocklet_broker::client::Target,
+        rocklet_broker::client::Reading,
+    ),
+    String,
+> {
+    let idle = idle
+        .map(|s| {
+            std::time::Duration::try_from_secs_f64(s)
+                .map_err(|_| format!("--wait {s}: expected a non-negative number of seconds"))
+        })
+        .transpose()?;
+    let r = rocklet_broker::client::Reading {
+        topic: a.topic,
+        group,
+        tags: a.tags,
+        count: a.count,
+        idle,
+        verbose: a.verbose,
+    };
+    Ok((a.client.target(), r))
+}
+
+fn read_run(
+    rt: &tokio::runtime::Runtime,
+    x: Result<
+        (
+            rocklet_broker::client::Target,
+            rocklet_broker::client::Reading,
+        ),
+        String,
+    >,
+) -> Result<(), String> {
+    let (t, r) = x?;
+    let mut out = std::io::stdout().lock();
+    rt.block_on(async {
+        tokio::select! {
+            r = rocklet_broker::client::consume(&t, &r, &mut out) => r.map(|_| ()),
+            _ = tokio::signal::ctrl_c() => Ok(()),
+        }
+    })
 }
 
 #[derive(Debug, clap::Args)]
@@ -260,7 +457,7 @@ struct BrokerArgs {
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
     /// Address for RocketMQ 5 gRPC and the admin service. Default: 127.0.0.1:8081, or `listen` in the config file.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = socket_addr)]
     listen: Option<SocketAddr>,
     /// RocketMQ 4 remoting address (v4 clients), or `off`. Default: 127.0.0.1:10911 (a free
     /// port when --listen has port 0), or `remoting_listen` in the config file.
@@ -290,7 +487,7 @@ struct BrokerArgs {
     #[arg(long)]
     no_auto_create: bool,
     /// Serve Prometheus metrics as text at http://HOST:PORT/metrics (off unless given).
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = socket_addr)]
     metrics_listen: Option<SocketAddr>,
     /// Log as JSON lines instead of text (filter with RUST_LOG, default `info`).
     #[arg(long)]
@@ -304,7 +501,7 @@ struct BrokerArgs {
     repair: bool,
     /// Serve the admin services on this address only (default: on --listen). Or
     /// `admin_listen` in the config file.
-    #[arg(long, value_name = "HOST:PORT")]
+    #[arg(long, value_name = "HOST:PORT", value_parser = socket_addr)]
     admin_listen: Option<SocketAddr>,
     /// Start even on a non-loopback address with no user configured (authentication off:
     /// anyone who reaches the broker may do anything).
@@ -656,6 +853,26 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Cmd::Import(args) => import(args),
+        Cmd::Send(a) => {
+            let target = a.client.clone().target();
+            match send_cmd(a) {
+                Ok(msgs) => rt
+                    .block_on(rocklet_broker::client::send(&target, msgs))
+                    .map(|out| print!("{out}")),
+                Err(e) => Err(e),
+            }
+        }
+        Cmd::Consume(a) => read_run(&rt, read_cmd(a.read, a.group, Some(a.wait))),
+        Cmd::Tail(a) => read_run(&rt, read_cmd(a.read, a.group, None)),
+        Cmd::Playground(a) => rt.block_on(async {
+            let l = rocklet_broker::playground::bind(a.listen).await?;
+            let addr = l.local_addr().map_err(|e| e.to_string())?;
+            println!("playground at http://{addr}/ (Ctrl-C stops it)");
+            tokio::select! {
+                () = rocklet_broker::playground::serve(l) => Ok(()),
+                _ = tokio::signal::ctrl_c() => Ok(()),
+            }
+        }),
         Cmd::Admin {
             broker,
             access_key,

@@ -273,7 +273,7 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         counter(
             &mut out,
             "rocklet_messages_stored_total",
-            "Messages stored in user topics (sends, commits, deliveries)",
+            "Messages that became readable in user, retry and dead-letter topics: sends, committed transactions, delivered delayed messages (counted over the whole log: a restart counts what recovery replays)",
             s.messages_stored,
         );
         counter(

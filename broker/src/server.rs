@@ -81,6 +81,30 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     if let Some(a) = remoting_listeners.as_ref().and_then(Listeners::broker_addr) {
         cfg.core.store_host = store_host(a, cfg.core.store_host);
     }
+    // Every socket before the data directory: a port in use (or a bad certificate) stops the
+    // start with nothing created on disk.
+    let tls = Tls::load(&cfg.tls)?;
+    let listener = TcpListener::bind(cfg.listen)
+        .await
+        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
+    let addr = listener.local_addr().map_err(|e| e.to_string())?;
+    cfg.listen = addr;
+    let metrics_listener = match cfg.metrics_listen {
+        Some(a) => Some(
+            metrics::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?,
+        ),
+        None => None,
+    };
+    let admin_listener = match cfg.admin_listen {
+        Some(a) => Some(
+            TcpListener::bind(a)
+                .await
+                .map_err(|e| format!("cannot listen for admin on {a}: {e}"))?,
+        ),
+        None => None,
+    };
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -185,20 +209,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     if !auth.enabled() && cfg.insecure_no_auth {
         warn!("authentication is off (--insecure-no-auth): every client may do everything");
     }
-    let tls = Tls::load(&cfg.tls)?;
-    let listener = TcpListener::bind(cfg.listen)
-        .await
-        .map_err(|e| format!("cannot listen on {}: {e}", cfg.listen))?;
-    let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    cfg.listen = addr;
-    let metrics_listener = match cfg.metrics_listen {
-        Some(a) => Some(
-            metrics::bind(a)
-                .await
-                .map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?,
-        ),
-        None => None,
-    };
 
     let open = net::open_fds();
     let cap = net::connection_cap(cfg.max_connections, fd_limit, open);
@@ -247,14 +257,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         gate.clone(),
     );
     let security = SecurityServer::with_interceptor(SecurityService::new(auth.clone()), gate);
-    let admin_listener = match cfg.admin_listen {
-        Some(a) => Some(
-            TcpListener::bind(a)
-                .await
-                .map_err(|e| format!("cannot listen for admin on {a}: {e}"))?,
-        ),
-        None => None,
-    };
     let (admin_here, security_here, admin_elsewhere) = if admin_listener.is_some() {
         (None, None, Some((admin, security)))
     } else {

@@ -355,6 +355,17 @@ async fn delayed_message_is_never_early() {
     );
     let sp = got.messages[0].system_properties.as_ref().unwrap();
     assert_eq!(sp.message_type, pb::MessageType::Delay as i32);
+    // rocklet_messages_stored_total counts a delayed message when it is delivered.
+    let stats = b
+        .broker
+        .as_ref()
+        .unwrap()
+        .core
+        .inspect(|b| b.stats())
+        .await
+        .unwrap();
+    assert_eq!((stats.delayed_stored, stats.delayed_delivered), (1, 1));
+    assert_eq!(stats.messages_stored, 1);
     b.stop().await;
 }
 
@@ -767,6 +778,20 @@ async fn metrics_are_served_as_prometheus_text() {
         pb::TransactionSource::SourceClient,
     )
     .await;
+    // A rolled-back one: prepared, never readable.
+    let r = send_ok(
+        &mut b.client,
+        msg("MetricTopic", b"r", pb::MessageType::Transaction, "Q2"),
+    )
+    .await;
+    end_txn(
+        &mut b.client,
+        "MetricTopic",
+        &r.transaction_id,
+        pb::TransactionResolution::Rollback,
+        pb::TransactionSource::SourceClient,
+    )
+    .await;
     let addr = b.broker.as_ref().unwrap().metrics_addr.unwrap();
     let mut sock = tokio::net::TcpStream::connect(addr).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
@@ -778,11 +803,15 @@ async fn metrics_are_served_as_prometheus_text() {
     assert!(text.starts_with("HTTP/1.1 200 OK"), "{text}");
     for needle in [
         "rocklet_transactions_committed_total 1",
-        "rocklet_transactions_prepared_total 1",
+        "rocklet_transactions_rolled_back_total 1",
+        "rocklet_transactions_prepared_total 2",
+        // The committed message became readable in its topic (as its help text says); the
+        // rolled-back one did not.
+        "rocklet_messages_stored_total 1",
         "rocklet_half_backlog 0",
         "rocklet_delay_backlog 0",
-        "rocklet_end_transaction_seconds_count 1",
-        "rocklet_requests_total{rpc=\"SendMessage\"} 1",
+        "rocklet_end_transaction_seconds_count 2",
+        "rocklet_requests_total{rpc=\"SendMessage\"} 2",
         "rocklet_fsync_seconds_bucket",
         "rocklet_transaction_checks_sent_total 0",
     ] {

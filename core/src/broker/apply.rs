@@ -219,6 +219,8 @@ impl<S: Storage> Broker<S> {
                                 },
                             );
                             self.stats.committed += 1;
+                            // The committed message is now in its user topic, as a send's is.
+                            self.stats.messages_stored += 1;
                             self.trace_txn(TraceKind::Committed, half, row.queue, String::new());
                         } else {
                             self.stats.rolled_back += 1;
@@ -306,6 +308,7 @@ impl<S: Storage> Broker<S> {
                     },
                 );
                 self.stats.delayed_delivered += 1;
+                self.stats.messages_stored += 1;
                 self.trace_txn(TraceKind::Delivered, row.offset, row.queue, String::new());
             }
             TopicKind::State => {

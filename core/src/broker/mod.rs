@@ -297,6 +297,9 @@ struct PopQueue {
 /// Counters for metrics.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub struct Stats {
+    /// Messages that became readable in a user, retry or dead-letter topic: sends,
+    /// committed transactions and delivered delayed messages. Like every counter here it
+    /// counts the whole log: opening a broker counts what recovery replays.
     pub messages_stored: u64,
     pub halves_stored: u64,
     pub committed: u64,

@@ -1,0 +1,150 @@
+//! `rocklet playground`: the browser playground (bindings-wasm/playground, with its built
+//! wasm module) served from files built into the binary, so anyone with the binary has it.
+//!
+//! The files are there when the binary was built with `ROCKLET_PLAYGROUND_DIR` naming the
+//! built playground (dist/build.sh does); [`FILES`] is empty otherwise and the command says
+//! how to build them in.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::TcpListener;
+
+/// Path (relative, `/`-separated) and bytes of every file of the playground.
+pub static FILES: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/playground_files.rs"));
+
+/// Largest request head read; anything longer is answered 431 and closed.
+const MAX_HEAD: usize = 8 << 10;
+/// Time a client has to send its request head.
+const READ_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// Why the playground cannot be served by this binary.
+pub const NOT_BUILT_IN: &str = "this rocklet binary was built without the playground. \
+    Build it in with `bash dist/build.sh` (the broker tarball's binary has it), or: \
+    `bash bindings-wasm/build.sh && ROCKLET_PLAYGROUND_DIR=bindings-wasm/playground \
+    cargo build --release -p rocklet-broker`";
+
+/// The file a request path names (`/` is `index.html`; query strings are ignored).
+#[must_use]
+pub fn lookup(path: &str) -> Option<&'static [u8]> {
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    let rel = path.trim_start_matches('/');
+    let rel = if rel.is_empty() { "index.html" } else { rel };
+    FILES.iter().find(|(p, _)| *p == rel).map(|(_, b)| *b)
+}
+
+/// The content type of a file, by its extension (`application/wasm` lets browsers compile
+/// the module while it streams in).
+#[must_use]
+pub fn content_type(path: &str) -> &'static str {
+    let path = path.split(['?', '#']).next().unwrap_or("");
+    if path.is_empty() || path.ends_with('/') || path.ends_with(".html") {
+        return "text/html; charset=utf-8";
+    }
+    match path.rsplit_once('.').map(|(_, e)| e) {
+        Some("js" | "mjs") => "text/javascript; charset=utf-8",
+        Some("css") => "text/css; charset=utf-8",
+        Some("wasm") => "application/wasm",
+        Some("json") => "application/json",
+        Some("png") => "image/png",
+        Some("svg") => "image/svg+xml",
+        Some("ts") => "text/plain; charset=utf-8",
+        _ => "application/octet-stream",
+    }
+}
+
+/// Binds `addr` (before anything is printed, so a port in use fails at once).
+pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
+    if FILES.is_empty() {
+        return Err(NOT_BUILT_IN.into());
+    }
+    TcpListener::bind(addr)
+        .await
+        .map_err(|e| format!("cannot listen on {addr}: {e}"))
+}
+
+/// Serves GET and HEAD of the built-in files until the task is dropped.
+pub async fn serve(listener: TcpListener) {
+    loop {
+        let (mut sock, _) = match listener.accept().await {
+            Ok(x) => x,
+            Err(e) => {
+                crate::net::accept_failed(&e, "playground").await;
+                continue;
+            }
+        };
+        tokio::spawn(async move {
+            let mut buf = vec![0u8; MAX_HEAD];
+            let mut n = 0;
+            let complete = loop {
+                if n == buf.len() {
+                    break false;
+                }
+                match tokio::time::timeout(READ_TIMEOUT, sock.read(&mut buf[n..])).await {
+                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => return,
+                    Ok(Ok(k)) => {
+                        n += k;
+                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
+                            break true;
+                        }
+                    }
+                }
+            };
+            let head = String::from_utf8_lossy(&buf[..n]);
+            let mut words = head.split_ascii_whitespace();
+            let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
+            let (status, ty, body): (&str, &str, &[u8]) = if !complete {
+                ("431 Request Header Fields Too Large", "text/plain", b"")
+            } else if method != "GET" && method != "HEAD" {
+                (
+                    "405 Method Not Allowed",
+                    "text/plain",
+                    b"only GET and HEAD\n",
+                )
+            } else {
+                match lookup(path) {
+                    Some(b) => ("200 OK", content_type(path), b),
+                    None => ("404 Not Found", "text/plain", b"not found\n"),
+                }
+            };
+            let head = format!(
+                "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
+                body.len()
+            );
+            let _ = sock.write_all(head.as_bytes()).await;
+            if method != "HEAD" {
+                let _ = sock.write_all(body).await;
+            }
+            let _ = sock.shutdown().await;
+        });
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn content_types_by_extension() {
+        assert_eq!(
+            content_type("/pkg/rocklet_wasm_bg.wasm"),
+            "application/wasm"
+        );
+        assert_eq!(
+            content_type("/app.js?v=1"),
+            "text/javascript; charset=utf-8"
+        );
+        assert_eq!(content_type("/index.html"), "text/html; charset=utf-8");
+        assert_eq!(content_type("/"), "text/html; charset=utf-8");
+        assert_eq!(content_type("/x.bin"), "application/octet-stream");
+    }
+
+    #[test]
+    fn paths_outside_the_files_are_not_found() {
+        assert!(lookup("/../Cargo.toml").is_none());
+        assert!(lookup("/nothing-here").is_none());
+        // Built in or not, the root names index.html.
+        assert_eq!(lookup("/").is_some(), lookup("/index.html").is_some());
+    }
+}

@@ -1,0 +1,316 @@
+//! The `rocklet` client commands (`send`, `consume`, `tail`) against a running broker,
+//! `ROCKLET_ADDR`, listen addresses by host name, sockets bound before the data directory
+//! is made, and `rocklet playground`.
+
+mod common;
+
+use std::io::{BufRead, BufReader, Read, Write};
+use std::path::Path;
+use std::process::{Command, Output, Stdio};
+use std::time::Duration;
+
+use common::BrokerProc;
+
+const BIN: &str = env!("CARGO_BIN_EXE_rocklet");
+
+fn rocklet(addr: &str, args: &[&str], stdin: Option<&str>) -> Output {
+    let mut c = Command::new(BIN)
+        .args(args)
+        .env("ROCKLET_ADDR", addr)
+        .env_remove("ROCKLET_ACCESS_KEY")
+        .env_remove("ROCKLET_SECRET_KEY")
+        .env_remove("ROCKLET_TLS_CA")
+        .stdin(Stdio::piped())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut i = c.stdin.take().unwrap();
+    if let Some(s) = stdin {
+        i.write_all(s.as_bytes()).unwrap();
+    }
+    drop(i);
+    c.wait_with_output().unwrap()
+}
+
+fn ok(o: &Output) -> String {
+    assert!(
+        o.status.success(),
+        "exit {:?}\nstdout:\n{}\nstderr:\n{}",
+        o.status,
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    );
+    String::from_utf8(o.stdout.clone()).unwrap()
+}
+
+fn sorted(s: &str) -> Vec<&str> {
+    let mut v: Vec<&str> = s.lines().collect();
+    v.sort_unstable();
+    v
+}
+
+#[test]
+fn send_consume_and_tail_reach_the_broker_named_by_rocklet_addr() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = BrokerProc::start(&tmp.path().join("data"), &[]);
+    let addr = p.addr.to_string();
+
+    let out = ok(&rocklet(
+        &addr,
+        &[
+            "send", "-t", "CliTopic", "--tag", "T1", "--key", "k1", "one", "two",
+        ],
+        None,
+    ));
+    let lines: Vec<&str> = out.lines().collect();
+    assert_eq!(lines.len(), 2, "{out}");
+    for l in &lines {
+        let id = l.split(' ').next().unwrap();
+        assert!(id.len() == 34 && id.starts_with("01"), "{l}");
+        assert!(l.contains(" CliTopic offset "), "{l}");
+    }
+    // No BODY: a message per line of stdin (a newline inside a body is escaped on output).
+    ok(&rocklet(
+        &addr,
+        &["send", "-t", "CliTopic"],
+        Some("three\nfour\n"),
+    ));
+
+    let got = ok(&rocklet(
+        &addr,
+        &["consume", "-t", "CliTopic", "-g", "G1", "--wait", "1"],
+        None,
+    ));
+    assert_eq!(sorted(&got), ["four", "one", "three", "two"]);
+    // Acked: the same group gets nothing more; another group gets all of them again, and
+    // --tags filters.
+    let again = ok(&rocklet(
+        &addr,
+        &["consume", "-t", "CliTopic", "-g", "G1", "--wait", "0.5"],
+        None,
+    ));
+    assert_eq!(again, "");
+    let tagged = ok(&rocklet(
+        &addr,
+        &[
+            "consume", "-t", "CliTopic", "-g", "G2", "--tags", "T1", "-v", "--wait", "1",
+        ],
+        None,
+    ));
+    let tl: Vec<&str> = tagged.lines().collect();
+    assert_eq!(tl.len(), 2, "{tagged}");
+    assert!(tl.iter().all(|l| l.contains("tag=T1 keys=k1 ")), "{tagged}");
+
+    // tail follows: it prints what arrives after it started, and stops at --count.
+    let mut tail = Command::new(BIN)
+        .args(["tail", "-t", "CliTopic", "-g", "G1", "-n", "2"])
+        .env("ROCKLET_ADDR", &addr)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    std::thread::sleep(Duration::from_millis(800));
+    ok(&rocklet(&addr, &["send", "-t", "CliTopic", "five"], None));
+    std::thread::sleep(Duration::from_millis(300));
+    ok(&rocklet(
+        &addr,
+        &["send", "-t", "CliTopic", "six\nlines"],
+        None,
+    ));
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = tail.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "tail did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let mut out = String::new();
+    tail.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    assert!(status.success(), "{status:?} {out}");
+    assert_eq!(sorted(&out), ["five", "six\\nlines"]);
+    drop(p);
+}
+
+#[test]
+fn a_broker_that_is_not_there_is_named() {
+    let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let addr = l.local_addr().unwrap().to_string();
+    drop(l);
+    let o = rocklet(&addr, &["send", "-t", "T", "x"], None);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("cannot reach the broker at http://127.0.0.1:"),
+        "{e}"
+    );
+    let o = rocklet(&addr, &["consume", "-t", "T"], None);
+    assert!(!o.status.success());
+}
+
+/// `rocklet broker` with `args`, waiting for its `addr=` line (or its exit).
+fn start(args: &[&str]) -> (std::process::Child, Result<String, String>) {
+    let mut child = Command::new(BIN)
+        .arg("broker")
+        .args(args)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let err = child.stderr.take().unwrap();
+    let mut log = String::new();
+    for line in BufReader::new(err).lines().map_while(Result::ok) {
+        log.push_str(&line);
+        log.push('\n');
+        if let Some(i) = line.find(" addr=") {
+            let a: String = line[i + 6..]
+                .chars()
+                .take_while(|c| !c.is_whitespace())
+                .collect();
+            return (child, Ok(a));
+        }
+    }
+    (child, Err(log))
+}
+
+#[test]
+fn listen_addresses_take_host_names() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("d");
+    let (mut child, addr) = start(&[
+        "--listen",
+        "localhost:0",
+        "--remoting-listen",
+        "localhost:0",
+        "--namesrv-listen",
+        "off",
+        "--metrics-listen",
+        "localhost:0",
+        "--data-dir",
+        data.to_str().unwrap(),
+    ]);
+    let addr = addr.unwrap();
+    let a: std::net::SocketAddr = addr.parse().unwrap();
+    assert!(a.ip().is_loopback(), "{a}");
+    // The client side takes a host name too.
+    let out = ok(&rocklet(
+        &format!("localhost:{}", a.port()),
+        &["send", "-t", "HostTopic", "h"],
+        None,
+    ));
+    assert!(out.contains(" HostTopic offset 0"), "{out}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    let o = Command::new(BIN)
+        .args([
+            "broker",
+            "--listen",
+            "no-such-host.invalid:8081",
+            "--data-dir",
+        ])
+        .arg(tmp.path().join("never"))
+        .output()
+        .unwrap();
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("cannot resolve host `no-such-host.invalid`"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("never").exists());
+}
+
+fn refused_leaves_nothing(flag: &str, taken: &str, dir: &Path) -> String {
+    let mut args = vec!["broker", "--data-dir", dir.to_str().unwrap()];
+    for f in ["--listen", "--remoting-listen", "--namesrv-listen"] {
+        if f != flag {
+            args.extend([f, "127.0.0.1:0"]);
+        }
+    }
+    args.extend([flag, taken]);
+    let o = Command::new(BIN).args(&args).output().unwrap();
+    let e = String::from_utf8_lossy(&o.stderr).to_string();
+    assert!(!o.status.success(), "{flag} {taken}: started\n{e}");
+    assert!(
+        e.contains("cannot listen"),
+        "{flag} {taken}: not refused for the port\n{e}"
+    );
+    assert!(
+        !dir.exists(),
+        "{flag} in use: {} was created\n{e}",
+        dir.display()
+    );
+    e
+}
+
+#[test]
+fn a_port_in_use_leaves_no_data_dir_behind() {
+    let tmp = tempfile::tempdir().unwrap();
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = busy.local_addr().unwrap().to_string();
+    for flag in [
+        "--listen",
+        "--metrics-listen",
+        "--admin-listen",
+        "--remoting-listen",
+        "--namesrv-listen",
+    ] {
+        let dir = tmp.path().join(flag.trim_start_matches('-'));
+        let e = refused_leaves_nothing(flag, &taken, &dir);
+        assert!(e.contains(&taken), "{flag}: {e}");
+    }
+    drop(busy);
+}
+
+#[test]
+fn playground_serves_what_was_built_in_or_says_how_to_build_it() {
+    let mut child = Command::new(BIN)
+        .args(["playground", "--listen", "127.0.0.1:0"])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    if rocklet_broker::playground::FILES.is_empty() {
+        let o = child.wait_with_output().unwrap();
+        assert!(!o.status.success());
+        let e = String::from_utf8_lossy(&o.stderr);
+        assert!(e.contains("built without the playground"), "{e}");
+        assert!(e.contains("dist/build.sh"), "{e}");
+        return;
+    }
+    let mut line = String::new();
+    BufReader::new(child.stdout.take().unwrap())
+        .read_line(&mut line)
+        .unwrap();
+    let addr = line
+        .split("http://")
+        .nth(1)
+        .and_then(|s| s.split('/').next())
+        .unwrap_or_else(|| panic!("no address in {line:?}"))
+        .to_string();
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&addr).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut v = Vec::new();
+        s.read_to_end(&mut v).unwrap();
+        String::from_utf8_lossy(&v).to_string()
+    };
+    let index = get("/");
+    assert!(index.starts_with("HTTP/1.1 200 OK"), "{index}");
+    assert!(index.contains("text/html"), "{index}");
+    let wasm = get("/pkg/rocklet_wasm_bg.wasm");
+    assert!(
+        wasm.contains("Content-Type: application/wasm"),
+        "{}",
+        &wasm[..200]
+    );
+    assert!(get("/../Cargo.toml").starts_with("HTTP/1.1 404"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

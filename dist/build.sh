@@ -1,0 +1,154 @@
+#!/usr/bin/env bash
+# One command builds every artifact a user installs, into dist/ (V: bash dist/version.sh):
+#   rocklet-V-x86_64-linux.tar.gz        the broker: bin/rocklet (release, the playground built
+#                                        in), etc/rocklet.toml (default config),
+#                                        systemd/rocklet.service (Restart=on-failure), README.md,
+#                                        README-broker.md, CHANGELOG.md
+#   rocklet-V-cp310-abi3-<platform>.whl   `import rocklet` (maturin build --release; abi3: every
+#                                        CPython >= 3.10)
+#   npm/rocklet-V.tgz                    npm package `rocklet` (JS, types), and in napi's layout
+#   npm/rocklet-linux-x64-gnu-V.tgz      its per-platform package with the release .node
+#   playground/, rocklet-playground-V.tar.gz   the playground as a static site
+#   SHA256SUMS, sizes.txt
+#
+#   bash dist/build.sh             needs cargo (rustup), python3 (venv), node + npm, and the
+#                                  playground's prerequisites (bindings-wasm/build.sh names what
+#                                  is missing and the command that installs it)
+#   bash dist/build.sh --install   installs the playground's prerequisites first (apt: root)
+#
+# Release builds go to target/release (and target/wasm): what an earlier run or CI built is
+# reused, not built again.
+set -euo pipefail
+ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
+cd "$ROOT"
+OUT=$ROOT/dist
+TOOLS=$ROOT/.tools
+STAGE=$ROOT/target/dist-stage
+T=${CARGO_TARGET_DIR:-$ROOT/target}
+t0=$(date +%s)
+step() { echo "== dist: $* ($(( $(date +%s) - t0 ))s)"; }
+
+# Prerequisites. maturin must find cargo itself: never let a build step fetch a toolchain.
+if ! command -v cargo >/dev/null || ! command -v rustc >/dev/null; then
+  echo "dist/build.sh: cargo and rustc are not on PATH. Install Rust with rustup" >&2
+  echo "  (curl --proto '=https' -sSf https://sh.rustup.rs | sh; then . ~/.cargo/env) and run it again;" >&2
+  echo "  nothing here downloads a toolchain for you." >&2
+  exit 1
+fi
+for t in python3 node npm tar sha256sum; do
+  command -v "$t" >/dev/null || { echo "dist/build.sh: $t is not on PATH" >&2; exit 1; }
+done
+python3 -c 'import venv, ensurepip' 2>/dev/null || {
+  echo "dist/build.sh: python3 has no venv/ensurepip: apt-get install -y python3-venv" >&2; exit 1; }
+case "$(uname -s)-$(uname -m)" in
+  Linux-x86_64) TRIPLE=linux-x64-gnu; ARCH=x86_64-linux ;;
+  *) echo "dist/build.sh: builds for Linux x86_64 only (this is $(uname -s) $(uname -m)); add its npm/<triple> package" >&2; exit 1 ;;
+esac
+echo "cargo: $(command -v cargo) ($(cargo --version)); rustc $(rustc --version | awk '{print $2}')"
+V=$(bash dist/version.sh)
+bash dist/version.sh check
+
+# dist/ holds this script too: remove only what an earlier run built (dist/playground is
+# updated in place, below).
+rm -rf "$STAGE" "$OUT/npm" "$OUT"/*.whl "$OUT"/*.tar.gz "$OUT/SHA256SUMS" "$OUT/sizes.txt"
+mkdir -p "$OUT/npm" "$STAGE"
+
+step "playground (bindings-wasm/build.sh)"
+bash bindings-wasm/build.sh ${1:+"$1"}
+# The site's files are built into rocklet from dist/playground: a file is copied there only
+# when its bytes changed, so an unchanged playground does not rebuild the broker (cargo reruns
+# the build script, and recompiles the crate, when a file is newer).
+SITE=$OUT/playground
+FILES=(index.html app.js names.js style.css pkg/rocklet_wasm.js pkg/rocklet_wasm_bg.wasm)
+mkdir -p "$SITE/pkg"
+for f in "${FILES[@]}"; do
+  cmp -s "bindings-wasm/playground/$f" "$SITE/$f" || cp "bindings-wasm/playground/$f" "$SITE/$f"
+done
+(cd "$SITE" && find . -type f -printf '%P\n') | while read -r f; do
+  [[ " ${FILES[*]} " == *" $f "* ]] || rm -f "$SITE/$f"
+done
+tar -C "$OUT" -czf "$OUT/rocklet-playground-$V.tar.gz" --transform "s,^playground,rocklet-playground-$V," playground
+
+step "release build: rocklet (the playground built in) and the node addon"
+ROCKLET_PLAYGROUND_DIR=$SITE nice -n 10 cargo build --release --locked -p rocklet-broker -p rocklet-node
+"$T/release/rocklet" --version
+
+step "broker tarball"
+B=$STAGE/rocklet-$V-$ARCH
+mkdir -p "$B/bin" "$B/etc" "$B/systemd"
+cp "$T/release/rocklet" "$B/bin/rocklet"
+# Line tables stay in target/; the shipped binary carries symbols only.
+command -v strip >/dev/null && strip --strip-debug "$B/bin/rocklet"
+cp broker/packaging/rocklet.toml "$B/etc/rocklet.toml"
+cp broker/packaging/rocklet.service "$B/systemd/rocklet.service"
+grep -qx 'Restart=on-failure' "$B/systemd/rocklet.service" || { echo "the unit must restart on failure" >&2; exit 1; }
+cp broker/README.md "$B/README-broker.md"
+cp CHANGELOG.md "$B/CHANGELOG.md"
+cat > "$B/README.md" <<EOF
+# Rocklet $V broker for Linux x86_64
+
+A RocketMQ-compatible transactional message broker: the official RocketMQ 5 clients (gRPC)
+and RocketMQ 4 clients (remoting) work with it unchanged. README-broker.md is the manual.
+
+    bin/rocklet broker --config etc/rocklet.toml --data-dir ./rocklet-data
+    bin/rocklet send -t Demo hello          # against it (ROCKLET_ADDR, default 127.0.0.1:8081)
+    bin/rocklet consume -t Demo
+    bin/rocklet playground                  # the browser playground on http://127.0.0.1:8080/
+
+etc/rocklet.toml serves gRPC on 127.0.0.1:8081, remoting on 127.0.0.1:10911, the name
+server on 127.0.0.1:9876 and metrics on 127.0.0.1:9100/metrics, with sync flush.
+
+As a service (systemd):
+
+    install -m 755 bin/rocklet /usr/local/bin/rocklet
+    install -D -m 644 etc/rocklet.toml /etc/rocklet/rocklet.toml
+    install -m 644 systemd/rocklet.service /etc/systemd/system/rocklet.service
+    useradd --system --home /var/lib/rocklet --shell /usr/sbin/nologin rocklet
+    systemctl daemon-reload && systemctl enable --now rocklet
+
+The unit restarts the broker when it fails (Restart=on-failure: a failed fsync or a
+refused write makes it exit 1; recovery on restart keeps what is really on disk).
+EOF
+tar -C "$STAGE" -czf "$OUT/rocklet-$V-$ARCH.tar.gz" "rocklet-$V-$ARCH"
+
+step "npm packages (napi layout: rocklet + rocklet-$TRIPLE)"
+P=$STAGE/npm/$TRIPLE
+mkdir -p "$P"
+cp bindings-node/npm/$TRIPLE/package.json bindings-node/npm/$TRIPLE/README.md "$P/"
+cp "$T/release/librocklet_node.so" "$P/rocklet.$TRIPLE.node"
+command -v strip >/dev/null && strip --strip-debug "$P/rocklet.$TRIPLE.node"
+M=$STAGE/npm/rocklet
+mkdir -p "$M"
+cp bindings-node/{index.js,index.mjs,index.d.ts,README.md,package.json} "$M/"
+# The published main package: no addon of its own (index.js loads rocklet-<triple>, an
+# optional dependency npm installs on the platform it is for); bindings-node/package.json
+# stays private, for the folder's own debug addon and tests.
+node -e '
+  const fs = require("fs"); const [p, v, triples] = process.argv.slice(1);
+  const j = JSON.parse(fs.readFileSync(p, "utf8"));
+  delete j.private; delete j.scripts;
+  j.files = j.files.filter((f) => !f.endsWith(".node"));
+  j.optionalDependencies = Object.fromEntries(triples.split(",").map((t) => [`rocklet-${t}`, v]));
+  fs.writeFileSync(p, JSON.stringify(j, null, 2) + "\n");' "$M/package.json" "$V" "$TRIPLE"
+(cd "$P" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+(cd "$M" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
+
+step "wheel (maturin build --release, abi3)"
+VENV=$TOOLS/dist-venv
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c 'import maturin' 2>/dev/null || "$VENV/bin/python" -m pip install -q "maturin==1.16.*"
+# PATH keeps the cargo checked above first; maturin builds with it and downloads nothing.
+nice -n 10 "$VENV/bin/maturin" build --release --locked --strip -m bindings-python/Cargo.toml -o "$OUT"
+ls "$OUT"/rocklet-"$V"-cp310-abi3-*.whl >/dev/null
+
+step "checksums and sizes"
+(cd "$OUT" && find . -maxdepth 2 -type f \( -name '*.whl' -o -name '*.tgz' -o -name '*.tar.gz' \) -printf '%P\n' | sort | xargs sha256sum > SHA256SUMS)
+{
+  echo "artifact bytes"
+  (cd "$OUT" && find . -maxdepth 2 -type f \( -name '*.whl' -o -name '*.tgz' -o -name '*.tar.gz' \) -printf '%P %s\n' | sort)
+  echo "rocklet-binary $(stat -c %s "$B/bin/rocklet")"
+  echo "playground-wasm $(stat -c %s "$SITE/pkg/rocklet_wasm_bg.wasm")"
+  echo "node-addon $(stat -c %s "$P/rocklet.$TRIPLE.node")"
+} > "$OUT/sizes.txt"
+column -t "$OUT/sizes.txt"
+step "done: $OUT"
