@@ -86,21 +86,21 @@ fn epoch_ms() -> u64 {
         .map_or(0, |d| d.as_millis() as u64)
 }
 
-fn resource(name: &str) -> Option<pb::Resource> {
+pub(crate) fn resource(name: &str) -> Option<pb::Resource> {
     Some(pb::Resource {
         resource_namespace: String::new(),
         name: name.into(),
     })
 }
 
-fn duration(d: Duration) -> prost_types::Duration {
+pub(crate) fn duration(d: Duration) -> prost_types::Duration {
     prost_types::Duration {
         seconds: d.as_secs() as i64,
         nanos: d.subsec_nanos() as i32,
     }
 }
 
-fn timestamp(ms: u64) -> prost_types::Timestamp {
+pub(crate) fn timestamp(ms: u64) -> prost_types::Timestamp {
     prost_types::Timestamp {
         seconds: (ms / 1000) as i64,
         nanos: ((ms % 1000) * 1_000_000) as i32,
@@ -108,7 +108,7 @@ fn timestamp(ms: u64) -> prost_types::Timestamp {
 }
 
 /// A request with the headers RocketMQ 5 proxies expect.
-fn req<T>(msg: T, client_id: &str, timeout: Duration) -> tonic::Request<T> {
+pub(crate) fn req<T>(msg: T, client_id: &str, timeout: Duration) -> tonic::Request<T> {
     let mut r = tonic::Request::new(msg);
     let m = r.metadata_mut();
     for (k, v) in [

@@ -16,6 +16,7 @@ use super::{
     body, check_answer, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes,
     Recorder, Target,
 };
+use crate::client;
 use crate::clock::SystemClock;
 use crate::config::{BrokerConfig, GroupDecl};
 use crate::pb::v2 as pb;
@@ -34,42 +35,12 @@ const INVISIBLE: Duration = Duration::from_secs(600);
 /// Slack for clock granularity when judging "delivered early" (ms).
 const EARLY_TOLERANCE_MS: u64 = 2;
 
-fn resource(name: &str) -> Option<pb::Resource> {
-    Some(pb::Resource {
-        resource_namespace: String::new(),
-        name: name.into(),
-    })
-}
-
-fn pb_duration(d: Duration) -> prost_types::Duration {
-    prost_types::Duration {
-        seconds: d.as_secs() as i64,
-        nanos: d.subsec_nanos() as i32,
-    }
-}
-
-fn pb_time(ms: u64) -> prost_types::Timestamp {
-    prost_types::Timestamp {
-        seconds: (ms / 1000) as i64,
-        nanos: ((ms % 1000) * 1_000_000) as i32,
-    }
-}
-
-/// A request with the headers RocketMQ 5 proxies expect.
+/// A request with the headers RocketMQ 5 proxies expect ([`client::req`]), and a request id.
 fn req<T>(msg: T, client_id: &str, timeout: Duration) -> tonic::Request<T> {
-    let mut r = tonic::Request::new(msg);
-    let m = r.metadata_mut();
-    let put = |m: &mut tonic::metadata::MetadataMap, k: &'static str, v: String| {
-        if let Ok(v) = v.parse() {
-            m.insert(k, v);
-        }
-    };
-    put(m, "x-mq-client-id", client_id.to_string());
-    put(m, "x-mq-language", "RUST".into());
-    put(m, "x-mq-protocol", "v2".into());
-    put(m, "x-mq-client-version", env!("CARGO_PKG_VERSION").into());
-    put(m, "x-mq-request-id", format!("{:016x}", spread(epoch_ms())));
-    r.set_timeout(timeout);
+    let mut r = client::req(msg, client_id, timeout);
+    if let Ok(v) = format!("{:016x}", spread(epoch_ms())).parse() {
+        r.metadata_mut().insert("x-mq-request-id", v);
+    }
     r
 }
 
@@ -371,9 +342,9 @@ async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), S
 fn settings(sh: &Shared, consumer: bool) -> pb::TelemetryCommand {
     let pub_sub = if consumer {
         pb::settings::PubSub::Subscription(pb::Subscription {
-            group: resource(&sh.args.group),
+            group: client::resource(&sh.args.group),
             subscriptions: vec![pb::SubscriptionEntry {
-                topic: resource(&sh.topic),
+                topic: client::resource(&sh.topic),
                 expression: Some(pb::FilterExpression {
                     r#type: pb::FilterType::Tag as i32,
                     expression: "*".into(),
@@ -381,11 +352,11 @@ fn settings(sh: &Shared, consumer: bool) -> pb::TelemetryCommand {
             }],
             fifo: Some(false),
             receive_batch_size: Some(RECV_BATCH),
-            long_polling_timeout: Some(pb_duration(LONG_POLL)),
+            long_polling_timeout: Some(client::duration(LONG_POLL)),
         })
     } else {
         pb::settings::PubSub::Publishing(pb::Publishing {
-            topics: vec![resource(&sh.topic).expect("resource")],
+            topics: vec![client::resource(&sh.topic).expect("resource")],
             max_body_size: 4 << 20,
             validate_message_type: true,
         })
@@ -400,7 +371,7 @@ fn settings(sh: &Shared, consumer: bool) -> pb::TelemetryCommand {
             }),
             access_point: Some(sh.access.clone()),
             backoff_policy: None,
-            request_timeout: Some(pb_duration(CALL_TIMEOUT)),
+            request_timeout: Some(client::duration(CALL_TIMEOUT)),
             pub_sub: Some(pub_sub),
             user_agent: Some(pb::Ua {
                 language: pb::Language::Rust as i32,
@@ -547,20 +518,20 @@ fn message(sh: &Shared, seq: u64, ty: pb::MessageType, deliver_at: Option<u64>) 
     let immunity = if seq < sh.backlog {
         sh.args
             .backlog_check_after_ms
-            .map(|ms| pb_duration(Duration::from_millis(ms)))
+            .map(|ms| client::duration(Duration::from_millis(ms)))
     } else {
         None
     };
     pb::Message {
-        topic: resource(&sh.topic),
+        topic: client::resource(&sh.topic),
         user_properties: Default::default(),
         system_properties: Some(pb::SystemProperties {
             message_id: format!("01{:08X}{:08X}{seq:016X}", std::process::id(), sh.run_id),
             message_type: ty as i32,
             body_encoding: pb::Encoding::Identity as i32,
-            born_timestamp: Some(pb_time(epoch_ms())),
+            born_timestamp: Some(client::timestamp(epoch_ms())),
             born_host: "127.0.0.1".into(),
-            delivery_timestamp: deliver_at.map(pb_time),
+            delivery_timestamp: deliver_at.map(client::timestamp),
             orphaned_transaction_recovery_duration: immunity,
             ..Default::default()
         }),
@@ -583,7 +554,7 @@ async fn load(sh: &Arc<Shared>, url: &str) -> Result<(), String> {
     let route = c
         .query_route(req(
             pb::QueryRouteRequest {
-                topic: resource(&sh.topic),
+                topic: client::resource(&sh.topic),
                 endpoints: Some(sh.access.clone()),
             },
             &sh.client_id,
@@ -808,7 +779,7 @@ async fn produce(
         let ended = c
             .end_transaction(req(
                 pb::EndTransactionRequest {
-                    topic: resource(&sh.topic),
+                    topic: client::resource(&sh.topic),
                     message_id,
                     transaction_id: entry.transaction_id,
                     resolution: resolution as i32,
@@ -851,8 +822,8 @@ async fn consume(sh: Arc<Shared>, url: String) {
     let queue = match c
         .query_assignment(req(
             pb::QueryAssignmentRequest {
-                topic: resource(&sh.topic),
-                group: resource(&args.group),
+                topic: client::resource(&sh.topic),
+                group: client::resource(&args.group),
                 endpoints: Some(sh.access.clone()),
             },
             &sh.consumer_id,
@@ -868,7 +839,7 @@ async fn consume(sh: Arc<Shared>, url: String) {
         Err(_) => None,
     }
     .unwrap_or(pb::MessageQueue {
-        topic: resource(&sh.topic),
+        topic: client::resource(&sh.topic),
         id: -1,
         permission: pb::Permission::ReadWrite as i32,
         broker: None,
@@ -877,16 +848,16 @@ async fn consume(sh: Arc<Shared>, url: String) {
     while !sh.stop_consumers.load(Ordering::Relaxed) {
         let t0 = Instant::now();
         let r = pb::ReceiveMessageRequest {
-            group: resource(&args.group),
+            group: client::resource(&args.group),
             message_queue: Some(queue.clone()),
             filter_expression: Some(pb::FilterExpression {
                 r#type: pb::FilterType::Tag as i32,
                 expression: "*".into(),
             }),
             batch_size: RECV_BATCH,
-            invisible_duration: Some(pb_duration(INVISIBLE)),
+            invisible_duration: Some(client::duration(INVISIBLE)),
             auto_renew: false,
-            long_polling_timeout: Some(pb_duration(LONG_POLL)),
+            long_polling_timeout: Some(client::duration(LONG_POLL)),
             attempt_id: None,
         };
         let mut stream = match c
@@ -951,8 +922,8 @@ async fn consume(sh: Arc<Shared>, url: String) {
             let _ = sh.rec.lock().expect("recorder").op.record(us(t0.elapsed()));
         }
         let a = pb::AckMessageRequest {
-            group: resource(&args.group),
-            topic: resource(&sh.topic),
+            group: client::resource(&args.group),
+            topic: client::resource(&sh.topic),
             entries: acks,
         };
         match c.ack_message(req(a, &sh.consumer_id, CALL_TIMEOUT)).await {
