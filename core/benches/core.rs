@@ -7,7 +7,8 @@ use std::time::{Duration, Instant};
 
 use criterion::{criterion_group, criterion_main, BenchmarkId, Criterion, Throughput};
 use rocklet_core::{
-    Broker, Config, MemStorage, NewMessage, Reply, Request, Resolution, TagFilter, TxnId,
+    Broker, Config, MemStorage, MessageRef, NewMessage, Reply, Request, Resolution, TagFilter,
+    TxnId,
 };
 
 const BODY: usize = 1024;
@@ -57,6 +58,25 @@ fn txn_one(b: &mut Broker<MemStorage>, body: &[u8]) {
     black_box(b.execute(1, end).unwrap());
 }
 
+/// The allocation-free path: a borrowed message, a receipt.
+fn send_ref_one(b: &mut Broker<MemStorage>, body: &[u8]) {
+    let r = b
+        .send_ref(1, &MessageRef::new("BenchTopic", body))
+        .unwrap()
+        .unwrap();
+    black_box(r.msg_id().as_str().len());
+}
+
+fn txn_ref_one(b: &mut Broker<MemStorage>, body: &[u8]) {
+    let m = MessageRef::new("BenchTopic", body);
+    let r = b.prepare_ref(1, "BenchGroup", &m, None).unwrap().unwrap();
+    let txn = r.txn.expect("txn");
+    black_box(
+        b.end_transaction(1, txn, Resolution::Commit, Some("BenchGroup"), false)
+            .unwrap(),
+    );
+}
+
 /// Runs `f` `iters` times over brokers of at most CHUNK messages each, timing only `f`.
 fn chunked(iters: u64, mut f: impl FnMut(&mut Broker<MemStorage>)) -> Duration {
     let mut total = Duration::ZERO;
@@ -84,6 +104,12 @@ fn throughput(c: &mut Criterion) {
     });
     g.bench_function("txn_prepare_commit_1KiB", |bch| {
         bch.iter_custom(|iters| chunked(iters, |b| txn_one(b, &body)))
+    });
+    g.bench_function("send_ref_1KiB", |bch| {
+        bch.iter_custom(|iters| chunked(iters, |b| send_ref_one(b, &body)))
+    });
+    g.bench_function("txn_ref_prepare_commit_1KiB", |bch| {
+        bch.iter_custom(|iters| chunked(iters, |b| txn_ref_one(b, &body)))
     });
     g.bench_function("consume_pull32_1KiB", |bch| {
         bch.iter_custom(|iters| {

@@ -193,6 +193,18 @@ pub fn encode(
     topic: &str,
     props: &[u8],
 ) -> Result<usize, EncodeError> {
+    encode_viewed(out, header, body, topic, props).map(|v| v.total_size as usize)
+}
+
+/// [`encode`], returning the record as [`decode`] would read it back, borrowing the parts
+/// it was encoded from (so the writer need not decode what it just wrote).
+pub(crate) fn encode_viewed<'a>(
+    out: &mut Vec<u8>,
+    header: &Header,
+    body: &'a [u8],
+    topic: &'a str,
+    props: &'a [u8],
+) -> Result<RecordView<'a>, EncodeError> {
     if topic.len() > u8::MAX as usize {
         return Err(EncodeError::TopicTooLong);
     }
@@ -241,7 +253,24 @@ pub fn encode(
     push_decimal10(out, crc);
     out.push(PROPERTY_SEPARATOR);
     debug_assert_eq!(out.len() - start, total);
-    Ok(total)
+    // Decoding reads 0.0.0.0:0 as the unspecified host.
+    let read_back = |h: Host| match h {
+        Host::V4([0, 0, 0, 0], 0) => Host::Unspecified,
+        h => h,
+    };
+    Ok(RecordView {
+        total_size: total as u32,
+        body_crc: body_crc & 0x7FFF_FFFF,
+        header: Header {
+            sys_flag,
+            born_host: read_back(header.born_host),
+            store_host: read_back(header.store_host),
+            ..*header
+        },
+        body,
+        topic,
+        properties: props,
+    })
 }
 
 /// Ten decimal digits, least significant first (RocketMQ's `MessageDecoder.createCrc32`).
@@ -356,6 +385,19 @@ impl<'a> RecordView<'a> {
     pub fn prop(&self, key: &str) -> Option<&'a str> {
         self.props().find(|(k, _)| *k == key).map(|(_, v)| v)
     }
+    /// The values of several properties in one pass: for each key what [`RecordView::prop`]
+    /// gives (the first pair with that key).
+    pub fn props_of<const N: usize>(&self, keys: [&str; N]) -> [Option<&'a str>; N] {
+        let mut out = [None; N];
+        for (k, v) in self.props() {
+            for (slot, key) in out.iter_mut().zip(keys) {
+                if slot.is_none() && key == k {
+                    *slot = Some(v);
+                }
+            }
+        }
+        out
+    }
 }
 
 /// Iterator over `key\x01value\x02` pairs. Stops at the first malformed pair;
@@ -383,8 +425,10 @@ impl<'a> Iterator for Props<'a> {
         if end < sep {
             return None;
         }
-        let key = core::str::from_utf8(&self.rest[..sep]).ok()?;
-        let value = core::str::from_utf8(&self.rest[sep + 1..end]).ok()?;
+        // One check for the pair: split at the ASCII separator, both halves are UTF-8 when
+        // the pair is.
+        let pair = core::str::from_utf8(&self.rest[..end]).ok()?;
+        let (key, value) = (&pair[..sep], &pair[sep + 1..]);
         self.rest = &self.rest[end + 1..];
         Some((key, value))
     }
@@ -682,6 +726,44 @@ mod tests {
         assert_eq!(r.prop("KEYS"), Some("k1 k2"));
         assert_eq!(r.props().count(), 2);
         assert_eq!(r.body_crc, crc32(b"hello"));
+    }
+
+    #[test]
+    fn props_of_is_prop_per_key() {
+        let bytes = sample(b"hello");
+        let Decoded::Record(r) = decode(&bytes, 1 << 20).unwrap() else {
+            panic!("not a record")
+        };
+        let keys = ["KEYS", "NOPE", "TAGS", "TAGS"];
+        assert_eq!(r.props_of(keys), keys.map(|k| r.prop(k)));
+        assert_eq!(r.props_of(["TAGS", "KEYS"]), [Some("TagA"), Some("k1 k2")]);
+    }
+
+    #[test]
+    fn encode_viewed_is_what_decode_reads() {
+        let mut props = Vec::new();
+        push_prop(&mut props, "TAGS", "TagA");
+        for (born, store) in [
+            (
+                Host::V4([127, 0, 0, 1], 5555),
+                Host::V4([10, 0, 0, 2], 10911),
+            ),
+            (Host::V4([0; 4], 0), Host::Unspecified),
+            (Host::V6([1; 16], 7), Host::V4([0; 4], 0)),
+        ] {
+            let header = Header {
+                queue_id: 3,
+                queue_offset: 42,
+                phys_offset: 1000,
+                sys_flag: sys_flag::TRANSACTION_PREPARED_TYPE | sys_flag::STOREHOST_V6,
+                born_host: born,
+                store_host: store,
+                ..Header::default()
+            };
+            let mut out = vec![1, 2, 3];
+            let view = encode_viewed(&mut out, &header, b"body", "T", &props).unwrap();
+            assert_eq!(decode(&out[3..], 1 << 20), Ok(Decoded::Record(view)));
+        }
     }
 
     #[test]

@@ -60,6 +60,149 @@ impl NewMessage {
     }
 }
 
+/// A message as a producer sends it, borrowed: the fast send path
+/// ([`Broker::send_ref`](crate::Broker::send_ref), [`Broker::prepare_ref`](crate::Broker::prepare_ref))
+/// takes it without copying the body or allocating. The fields mean what [`NewMessage`]'s do.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct MessageRef<'a> {
+    pub topic: &'a str,
+    pub body: &'a [u8],
+    pub tag: Option<&'a str>,
+    pub keys: &'a [&'a str],
+    pub properties: &'a [(&'a str, &'a str)],
+    pub queue_id: Option<u32>,
+    pub message_id: Option<&'a str>,
+    pub delay: Option<Delay>,
+    pub message_group: Option<&'a str>,
+    pub born_timestamp: Option<Millis>,
+    pub born_host: Option<crate::record::Host>,
+    pub flag: i32,
+}
+
+impl<'a> MessageRef<'a> {
+    /// A message with a topic and body and nothing else.
+    #[must_use]
+    pub fn new(topic: &'a str, body: &'a [u8]) -> Self {
+        MessageRef {
+            topic,
+            body,
+            ..Default::default()
+        }
+    }
+}
+
+/// Where a message of the fast send path went ([`Broker::send_ref`](crate::Broker::send_ref)):
+/// [`SendResult`] without its strings. The message id is formatted only when asked for
+/// ([`SendReceipt::msg_id`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct SendReceipt<'a> {
+    /// The message's queue (a delayed one's record waits in the schedule topic meanwhile).
+    pub queue_id: u32,
+    pub queue_offset: u64,
+    /// Log offset of the record.
+    pub offset: u64,
+    /// For a half message: its transaction.
+    pub txn: Option<TxnId>,
+    /// The client's message id (UNIQ_KEY), when it gave one.
+    pub(crate) message_id: Option<&'a str>,
+    pub(crate) store_host: crate::record::Host,
+}
+
+impl<'a> SendReceipt<'a> {
+    /// The message id: the client's own (UNIQ_KEY), or RocketMQ's offset message id.
+    #[must_use]
+    pub fn msg_id(&self) -> MsgId<'a> {
+        match self.message_id {
+            Some(id) => MsgId::Client(id),
+            None => MsgId::Offset(OffsetMsgId::new(self.store_host, self.offset)),
+        }
+    }
+
+    /// The [`SendResult`] of the same send (allocates the id and topic strings).
+    #[must_use]
+    pub fn to_result(&self, topic: &str) -> SendResult {
+        SendResult {
+            msg_id: self.msg_id().as_str().into(),
+            topic: topic.into(),
+            queue_id: self.queue_id,
+            queue_offset: self.queue_offset,
+            offset: self.offset,
+            txn: self.txn,
+        }
+    }
+}
+
+/// A message id, borrowed or formatted in place: see [`SendReceipt::msg_id`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum MsgId<'a> {
+    /// The client's id (UNIQ_KEY).
+    Client(&'a str),
+    /// RocketMQ's offset message id.
+    Offset(OffsetMsgId),
+}
+
+impl MsgId<'_> {
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        match self {
+            MsgId::Client(s) => s,
+            MsgId::Offset(o) => o.as_str(),
+        }
+    }
+}
+
+impl fmt::Display for MsgId<'_> {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// RocketMQ's offset message id: store host (IPv4 4 + port 4) and log offset (8), as 32
+/// upper-case hex digits, formatted without allocating.
+#[derive(Clone, Copy, PartialEq, Eq)]
+pub struct OffsetMsgId([u8; 32]);
+
+impl OffsetMsgId {
+    /// The id of the record at `offset` of a broker whose store host is `store_host` (an
+    /// IPv6 or unspecified host gives zeros for the host part).
+    #[must_use]
+    pub fn new(store_host: crate::record::Host, offset: u64) -> Self {
+        let mut b = [0u8; 16];
+        if let crate::record::Host::V4(ip, port) = store_host {
+            b[..4].copy_from_slice(&ip);
+            b[4..8].copy_from_slice(&u32::from(port).to_be_bytes());
+        }
+        b[8..].copy_from_slice(&offset.to_be_bytes());
+        const HEX: &[u8; 16] = b"0123456789ABCDEF";
+        let mut s = [0u8; 32];
+        for (i, x) in b.into_iter().enumerate() {
+            s[2 * i] = HEX[usize::from(x >> 4)];
+            s[2 * i + 1] = HEX[usize::from(x & 15)];
+        }
+        OffsetMsgId(s)
+    }
+
+    /// The id as text.
+    #[must_use]
+    pub fn as_str(&self) -> &str {
+        // Only ASCII hex digits are ever written.
+        core::str::from_utf8(&self.0).unwrap_or_default()
+    }
+}
+
+impl fmt::Display for OffsetMsgId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+impl fmt::Debug for OffsetMsgId {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "OffsetMsgId({})", self.as_str())
+    }
+}
+
 /// When a delayed message becomes visible.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
 pub enum Delay {

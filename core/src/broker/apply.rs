@@ -48,6 +48,8 @@ impl<S: Storage> Broker<S> {
         // Records placed so far per queue (a write touches one or two queues): each record's
         // queue offset in one pass, however large the batch.
         let mut per_queue: Vec<(u32, u64)> = Vec::new();
+        // A single record is applied from the parts it was encoded from, not decoded back.
+        let mut single = None;
         for (i, s) in specs.iter().enumerate() {
             let t = self.topic(s.topic, s.queue_id + 1);
             let q = self.queue_of(t, s.queue_id);
@@ -82,9 +84,12 @@ impl<S: Storage> Broker<S> {
                 reconsume_times: s.reconsume_times,
                 prepared_offset: s.prepared_offset,
             };
-            let n = record::encode(&mut buf, &header, s.body, s.topic, &s.props)
+            let view = record::encode_viewed(&mut buf, &header, s.body, s.topic, &s.props)
                 .map_err(Error::Encode)?;
-            phys += n as u64;
+            phys += u64::from(view.total_size);
+            if specs.len() == 1 {
+                single = Some(view);
+            }
         }
         if let Err(e) = self.log.append(at, &buf) {
             self.buf = buf;
@@ -92,6 +97,12 @@ impl<S: Storage> Broker<S> {
         }
         if self.cfg.flush == FlushMode::Async && self.flush_due.is_none() {
             self.flush_due = Some(self.now.saturating_add(self.cfg.flush_interval_ms));
+        }
+        if let Some(r) = single {
+            debug_assert_eq!(record::decode_trusted(&buf), Ok(Decoded::Record(r)));
+            self.apply(at, &r);
+            self.buf = buf;
+            return Ok(first);
         }
         let mut pos = 0;
         let mut off = at;
@@ -149,13 +160,15 @@ impl<S: Storage> Broker<S> {
             TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax => {
                 let t = self.topic(r.topic, r.header.queue_id + 1);
                 let q = self.queue_of(t, r.header.queue_id);
-                self.index_keys(off, r);
+                let [real_topic, tags, keys, uniq] =
+                    r.props_of([prop::REAL_TOPIC, prop::TAGS, prop::KEYS, prop::UNIQ_KEY]);
+                self.index_keys(off, real_topic.unwrap_or(r.topic), keys, uniq);
                 self.push_unit(
                     q,
                     CqUnit {
                         offset: off,
                         size: r.total_size,
-                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                        tag_hash: tag_hash(tags),
                     },
                 );
                 self.stats.messages_stored += 1;
@@ -167,11 +180,26 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Half => {
                 self.bump(r.topic, r.header.queue_id);
-                let Some(q) = self.real_queue(r) else { return };
-                self.index_keys(off, r);
-                let group = self.group(r.prop(prop::PGROUP).unwrap_or(""));
-                let immunity = r
-                    .prop(prop::CHECK_IMMUNITY_TIME_IN_SECONDS)
+                // Every property this needs, in one pass.
+                let [real_topic, real_qid, pgroup, immunity, tags, check_times, keys, uniq] = r
+                    .props_of([
+                        prop::REAL_TOPIC,
+                        prop::REAL_QID,
+                        prop::PGROUP,
+                        prop::CHECK_IMMUNITY_TIME_IN_SECONDS,
+                        prop::TAGS,
+                        prop::TRANSACTION_CHECK_TIMES,
+                        prop::KEYS,
+                        prop::UNIQ_KEY,
+                    ]);
+                let Some(q) = self.real_queue(real_topic, real_qid) else {
+                    return;
+                };
+                if let Some(real_topic) = real_topic {
+                    self.index_keys(off, real_topic, keys, uniq);
+                }
+                let group = self.group(pgroup.unwrap_or(""));
+                let immunity = immunity
                     .and_then(|s| s.parse::<u64>().ok())
                     .map_or(0, |s| s.saturating_mul(1000));
                 let deadline = now.saturating_add(self.cfg.transaction_timeout_ms.max(immunity));
@@ -181,12 +209,9 @@ impl<S: Storage> Broker<S> {
                         deadline,
                         size: r.total_size,
                         queue: q,
-                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                        tag_hash: tag_hash(tags),
                         // A half brought over from RocketMQ keeps the checks it had there.
-                        checks: r
-                            .prop(prop::TRANSACTION_CHECK_TIMES)
-                            .and_then(|c| c.parse::<u16>().ok())
-                            .unwrap_or(0),
+                        checks: check_times.and_then(|c| c.parse::<u16>().ok()).unwrap_or(0),
                         group,
                     });
                 }
@@ -276,19 +301,28 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Schedule => {
                 self.bump(r.topic, r.header.queue_id);
-                let Some(q) = self.real_queue(r) else { return };
-                self.index_keys(off, r);
-                let due = r
-                    .prop(prop::TIMER_OUT_MS)
-                    .and_then(|s| s.parse::<u64>().ok())
-                    .unwrap_or(now);
+                let [real_topic, real_qid, due, tags, keys, uniq] = r.props_of([
+                    prop::REAL_TOPIC,
+                    prop::REAL_QID,
+                    prop::TIMER_OUT_MS,
+                    prop::TAGS,
+                    prop::KEYS,
+                    prop::UNIQ_KEY,
+                ]);
+                let Some(q) = self.real_queue(real_topic, real_qid) else {
+                    return;
+                };
+                if let Some(real_topic) = real_topic {
+                    self.index_keys(off, real_topic, keys, uniq);
+                }
+                let due = due.and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
                 if self.delays.get(off).is_none() {
                     self.delays.insert(PendingDelay {
                         offset: off,
                         due,
                         size: r.total_size,
                         queue: q,
-                        tag_hash: tag_hash(r.prop(prop::TAGS)),
+                        tag_hash: tag_hash(tags),
                     });
                 }
                 self.stats.delayed_stored += 1;
@@ -483,9 +517,10 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    pub(super) fn real_queue(&mut self, r: &RecordView<'_>) -> Option<u32> {
-        let name = r.prop(prop::REAL_TOPIC)?;
-        let qid: u32 = r.prop(prop::REAL_QID)?.parse().ok()?;
+    /// The consumer queue a half or delayed record's REAL_TOPIC and REAL_QID name.
+    pub(super) fn real_queue(&mut self, topic: Option<&str>, qid: Option<&str>) -> Option<u32> {
+        let name = topic?;
+        let qid: u32 = qid?.parse().ok()?;
         if qid >= MAX_QUEUES {
             return None;
         }

@@ -88,22 +88,25 @@ impl KeyIndex {
 }
 
 impl<S: Storage> Broker<S> {
-    /// Indexes a message record's keys and message id under its consumer topic.
-    pub(super) fn index_keys(&mut self, off: u64, r: &RecordView<'_>) {
+    /// Indexes a message record's keys (its KEYS property) and message id (UNIQ_KEY) under
+    /// its consumer topic (REAL_TOPIC for a half or delayed record, else its own).
+    pub(super) fn index_keys(
+        &mut self,
+        off: u64,
+        topic_name: &str,
+        keys: Option<&str>,
+        uniq_key: Option<&str>,
+    ) {
         if !self.cfg.index_keys {
             return;
         }
-        let topic_name = r.prop(prop::REAL_TOPIC).unwrap_or(r.topic);
-        for (k, v) in r.props() {
-            match k {
-                prop::KEYS => {
-                    for key in v.split(' ').filter(|k| !k.is_empty()) {
-                        self.index.insert(topic_name, key, off);
-                    }
-                }
-                prop::UNIQ_KEY => self.index.insert(topic_name, v, off),
-                _ => {}
+        for key in keys.into_iter().flat_map(|v| v.split(' ')) {
+            if !key.is_empty() {
+                self.index.insert(topic_name, key, off);
             }
+        }
+        if let Some(id) = uniq_key {
+            self.index.insert(topic_name, id, off);
         }
     }
 

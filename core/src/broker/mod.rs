@@ -761,6 +761,97 @@ impl<S: Storage> Broker<S> {
         Ok(reply)
     }
 
+    /// Sends one message, borrowed, as [`Broker::execute`] runs a [`Request::Send`] of it, and
+    /// answers with a [`SendReceipt`] instead of a [`Reply`]: the fast path for synchronous
+    /// hosts. In steady state it allocates nothing: the body is copied once, into the
+    /// record, and the message id is formatted only when [`SendReceipt::msg_id`] is asked.
+    ///
+    /// `Ok(Err(_))` is the client's mistake (nothing changed), exactly the error the same
+    /// request would get from `execute` as [`Reply::Error`].
+    pub fn send_ref<'m>(
+        &mut self,
+        now: Millis,
+        message: &MessageRef<'m>,
+    ) -> Res<Result<SendReceipt<'m>, ClientError>, S> {
+        let placed = self.run_direct(now, |b| b.send_single(message))?;
+        Ok(placed.map(|(queue_id, queue_offset, offset)| SendReceipt {
+            queue_id,
+            queue_offset,
+            offset,
+            txn: None,
+            message_id: message.message_id,
+            store_host: self.store_host(),
+        }))
+    }
+
+    /// Stores a half message, borrowed, as [`Broker::execute`] runs a [`Request::Prepare`]
+    /// of it; the receipt's `txn` is the transaction. Allocates nothing in steady state, as
+    /// [`Broker::send_ref`].
+    pub fn prepare_ref<'m>(
+        &mut self,
+        now: Millis,
+        group: &str,
+        message: &MessageRef<'m>,
+        check_immunity_ms: Option<Millis>,
+    ) -> Res<Result<SendReceipt<'m>, ClientError>, S> {
+        let placed =
+            self.run_direct(now, |b| b.prepare_single(group, message, check_immunity_ms))?;
+        Ok(placed.map(|(queue_id, queue_offset, offset)| SendReceipt {
+            queue_id,
+            queue_offset,
+            offset,
+            txn: Some(TxnId(offset)),
+            message_id: message.message_id,
+            store_host: self.store_host(),
+        }))
+    }
+
+    /// Ends a transaction as [`Broker::execute`] runs a [`Request::EndTransaction`], without
+    /// building the request (the group is borrowed). The reply is [`Reply::Ended`], or
+    /// [`Reply::Error`] for the client's mistake.
+    pub fn end_transaction(
+        &mut self,
+        now: Millis,
+        txn: TxnId,
+        resolution: Resolution,
+        group: Option<&str>,
+        from_check: bool,
+    ) -> Res<Reply, S> {
+        let r = self.run_direct(now, |b| {
+            b.end_transaction_inner(txn, resolution, group, from_check)
+        })?;
+        Ok(r.unwrap_or_else(Reply::Error))
+    }
+
+    /// What [`Broker::execute`] does around a request, for the direct entry points: refuses
+    /// on a failed broker or a replica, fires what is due, counts a client error, syncs when
+    /// the flush mode needs it.
+    fn run_direct<T>(
+        &mut self,
+        now: Millis,
+        f: impl FnOnce(&mut Self) -> Res<Result<T, ClientError>, S>,
+    ) -> Res<Result<T, ClientError>, S> {
+        self.check_failed()?;
+        if self.role == Role::Replica {
+            self.tick(now);
+            return Ok(Err(ClientError::NotMaster));
+        }
+        self.handle_timeout(now)?;
+        let result = f(self)?;
+        if result.is_err() {
+            self.stats.client_errors += 1;
+        }
+        if self.cfg.flush == FlushMode::Sync && self.needs_sync() {
+            self.sync()?;
+        }
+        self.rescan_pending();
+        Ok(result)
+    }
+
+    fn store_host(&self) -> Host {
+        Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port)
+    }
+
     /// Makes everything appended durable; releases held replies and makes their messages
     /// visible. When the storage's sync fails the broker is failed for good (see
     /// [`Broker::failed`]) and this returns the storage's error.
@@ -937,7 +1028,7 @@ impl<S: Storage> Broker<S> {
                 resolution,
                 group,
                 from_check,
-            } => self.end_transaction(txn, resolution, group.as_deref(), from_check),
+            } => self.end_transaction_inner(txn, resolution, group.as_deref(), from_check),
             Request::Pull {
                 group,
                 topic,
@@ -993,19 +1084,7 @@ struct Plan {
 /// RocketMQ's offset message id: store host (ip 4 + port 4) and log offset (8), 32 hex digits.
 #[must_use]
 pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
-    let mut b = [0u8; 16];
-    if let Host::V4(ip, port) = store_host {
-        b[..4].copy_from_slice(&ip);
-        b[4..8].copy_from_slice(&u32::from(port).to_be_bytes());
-    }
-    b[8..].copy_from_slice(&offset.to_be_bytes());
-    const HEX: &[u8; 16] = b"0123456789ABCDEF";
-    let mut s = String::with_capacity(32);
-    for x in b {
-        s.push(HEX[usize::from(x >> 4)] as char);
-        s.push(HEX[usize::from(x & 15)] as char);
-    }
-    s
+    String::from(OffsetMsgId::new(store_host, offset).as_str())
 }
 
 fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
@@ -1048,9 +1127,56 @@ fn message_from(r: &RecordView<'_>, offset: u64, store_host: Host) -> Message {
     }
 }
 
-/// Formats an integer without allocating.
-fn itoa(v: u64) -> heapless::String<20> {
-    let mut s = heapless::String::new();
-    let _ = fmt::Write::write_fmt(&mut s, format_args!("{v}"));
-    s
+/// Formats an integer without allocating (and without the formatting machinery: it is on
+/// the write path of every transaction).
+fn itoa(mut v: u64) -> Digits {
+    let mut d = Digits {
+        buf: [0; 20],
+        start: 20,
+    };
+    loop {
+        d.start -= 1;
+        d.buf[d.start] = b'0' + (v % 10) as u8;
+        v /= 10;
+        if v == 0 {
+            break;
+        }
+    }
+    d
+}
+
+/// Decimal digits from [`itoa`].
+struct Digits {
+    buf: [u8; 20],
+    start: usize,
+}
+
+impl Digits {
+    fn as_str(&self) -> &str {
+        // Only ASCII digits are ever written.
+        core::str::from_utf8(&self.buf[self.start..]).unwrap_or_default()
+    }
+}
+
+#[cfg(test)]
+mod itoa_tests {
+    use alloc::string::ToString;
+
+    #[test]
+    fn itoa_is_display() {
+        for v in [
+            0,
+            1,
+            9,
+            10,
+            99,
+            100,
+            12_345,
+            u64::from(u32::MAX),
+            u64::MAX - 1,
+            u64::MAX,
+        ] {
+            assert_eq!(super::itoa(v).as_str(), v.to_string());
+        }
+    }
 }

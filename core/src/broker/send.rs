@@ -2,17 +2,141 @@
 
 use super::*;
 
+/// A message to store, owned ([`NewMessage`]) or borrowed ([`MessageRef`]): the send path
+/// reads every field through this, so both take the same code.
+pub(super) trait Outgoing {
+    fn topic(&self) -> &str;
+    fn body(&self) -> &[u8];
+    fn tag(&self) -> Option<&str>;
+    fn has_keys(&self) -> bool;
+    fn keys(&self) -> impl Iterator<Item = &str>;
+    fn properties(&self) -> impl Iterator<Item = (&str, &str)>;
+    fn queue_id(&self) -> Option<u32>;
+    fn message_id(&self) -> Option<&str>;
+    fn delay(&self) -> Option<Delay>;
+    fn message_group(&self) -> Option<&str>;
+    fn born_timestamp(&self) -> Option<Millis>;
+    fn born_host(&self) -> Option<Host>;
+    fn flag(&self) -> i32;
+}
+
+impl Outgoing for NewMessage {
+    fn topic(&self) -> &str {
+        &self.topic
+    }
+    fn body(&self) -> &[u8] {
+        &self.body
+    }
+    fn tag(&self) -> Option<&str> {
+        self.tag.as_deref()
+    }
+    fn has_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+    fn keys(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().map(String::as_str)
+    }
+    fn properties(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.properties
+            .iter()
+            .map(|(k, v)| (k.as_str(), v.as_str()))
+    }
+    fn queue_id(&self) -> Option<u32> {
+        self.queue_id
+    }
+    fn message_id(&self) -> Option<&str> {
+        self.message_id.as_deref()
+    }
+    fn delay(&self) -> Option<Delay> {
+        self.delay
+    }
+    fn message_group(&self) -> Option<&str> {
+        self.message_group.as_deref()
+    }
+    fn born_timestamp(&self) -> Option<Millis> {
+        self.born_timestamp
+    }
+    fn born_host(&self) -> Option<Host> {
+        self.born_host
+    }
+    fn flag(&self) -> i32 {
+        self.flag
+    }
+}
+
+impl Outgoing for MessageRef<'_> {
+    fn topic(&self) -> &str {
+        self.topic
+    }
+    fn body(&self) -> &[u8] {
+        self.body
+    }
+    fn tag(&self) -> Option<&str> {
+        self.tag
+    }
+    fn has_keys(&self) -> bool {
+        !self.keys.is_empty()
+    }
+    fn keys(&self) -> impl Iterator<Item = &str> {
+        self.keys.iter().copied()
+    }
+    fn properties(&self) -> impl Iterator<Item = (&str, &str)> {
+        self.properties.iter().copied()
+    }
+    fn queue_id(&self) -> Option<u32> {
+        self.queue_id
+    }
+    fn message_id(&self) -> Option<&str> {
+        self.message_id
+    }
+    fn delay(&self) -> Option<Delay> {
+        self.delay
+    }
+    fn message_group(&self) -> Option<&str> {
+        self.message_group
+    }
+    fn born_timestamp(&self) -> Option<Millis> {
+        self.born_timestamp
+    }
+    fn born_host(&self) -> Option<Host> {
+        self.born_host
+    }
+    fn flag(&self) -> i32 {
+        self.flag
+    }
+}
+
+/// Where a single message went: (queue id, queue offset, log offset).
+pub(super) type Placed = (u32, u64, u64);
+
 impl<S: Storage> Broker<S> {
     pub(super) fn send(&mut self, messages: Vec<NewMessage>) -> Res<Result<Reply, ClientError>, S> {
         if messages.is_empty() {
             return Ok(Err(ClientError::EmptyBatch));
         }
-        let batch = messages.len() > 1;
+        if messages.len() == 1 {
+            let Some(m) = messages.into_iter().next() else {
+                return Ok(Err(ClientError::EmptyBatch));
+            };
+            let (queue_id, queue_offset, offset) = match self.send_single(&m)? {
+                Ok(p) => p,
+                Err(e) => return Ok(Err(e)),
+            };
+            return Ok(Ok(Reply::Sent(alloc::vec![SendResult {
+                msg_id: m.message_id.unwrap_or_else(|| self.offset_msg_id(offset)),
+                topic: m.topic,
+                queue_id,
+                queue_offset,
+                offset,
+                txn: None,
+            }])));
+        }
+        // A batch of two or more from here on.
         let mut plans = Vec::with_capacity(messages.len());
         let mut total = 0usize;
         for m in &messages {
             let props = self.props_buf();
-            let plan = match self.plan(m, batch, props) {
+            let plan = match self.plan(m, true, props) {
                 Ok(p) => p,
                 Err(e) => {
                     for p in plans {
@@ -24,12 +148,9 @@ impl<S: Storage> Broker<S> {
             total += m.body.len();
             plans.push(plan);
         }
-        let refused = if batch {
-            self.batch_refused(&messages, total)
-        } else {
-            None
-        }
-        .or_else(|| self.may_create_topic(&messages[0].topic).err());
+        let refused = self
+            .batch_refused(&messages, total)
+            .or_else(|| self.may_create_topic(&messages[0].topic).err());
         if let Some(e) = refused {
             for p in plans {
                 self.recycle_plan(p);
@@ -69,7 +190,7 @@ impl<S: Storage> Broker<S> {
                 }
                 None => (m.topic.as_str(), queue_id),
             };
-            if batch && i == 0 {
+            if i == 0 {
                 record::push_prop(&mut plan.props, BATCH_LEN, itoa(n as u64).as_str());
             }
             specs.push(Spec {
@@ -124,6 +245,64 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(Reply::Sent(results)))
     }
 
+    /// Stores one message (not a batch): the whole send path, allocating nothing in steady
+    /// state (its property buffer comes from the pool, the record is encoded into the
+    /// broker's reused buffer).
+    pub(super) fn send_single<M: Outgoing>(
+        &mut self,
+        m: &M,
+    ) -> Res<Result<Placed, ClientError>, S> {
+        let props = self.props_buf();
+        let mut plan = match self.plan(m, false, props) {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        if let Err(e) = self.may_create_topic(m.topic()) {
+            self.recycle_plan(plan);
+            return Ok(Err(e));
+        }
+        let t = self.topic_for_send(m.topic());
+        let queue_id = match self.pick_queue(t, m) {
+            Ok(q) => q,
+            Err(e) => {
+                self.recycle_plan(plan);
+                return Ok(Err(e));
+            }
+        };
+        let (topic, qid) = match plan.delay_due {
+            Some(due) => {
+                record::push_prop(&mut plan.props, prop::REAL_TOPIC, m.topic());
+                record::push_prop(
+                    &mut plan.props,
+                    prop::REAL_QID,
+                    itoa(u64::from(queue_id)).as_str(),
+                );
+                record::push_prop(&mut plan.props, prop::TIMER_OUT_MS, itoa(due).as_str());
+                match plan.level {
+                    Some(l) => (topic::SCHEDULE, l - 1),
+                    None => (topic::TIMER, 0),
+                }
+            }
+            None => (m.topic(), queue_id),
+        };
+        let spec = Spec {
+            topic,
+            queue_id: qid,
+            sys_flag: 0,
+            flag: m.flag(),
+            born_timestamp: m.born_timestamp().unwrap_or(self.now),
+            born_host: m.born_host().unwrap_or_default(),
+            reconsume_times: 0,
+            prepared_offset: 0,
+            body: m.body(),
+            props: plan.props,
+        };
+        let written = self.write(core::slice::from_ref(&spec));
+        self.recycle_props(spec.props);
+        let (offset, queue_offset) = written?;
+        Ok(Ok((queue_id, queue_offset, offset)))
+    }
+
     /// Why a batch as a whole cannot be stored, if it cannot.
     fn batch_refused(&self, messages: &[NewMessage], total: usize) -> Option<ClientError> {
         let first = &messages[0];
@@ -161,10 +340,10 @@ impl<S: Storage> Broker<S> {
         self.recycle_props(plan.props);
     }
 
-    pub(super) fn pick_queue(&mut self, t: u32, m: &NewMessage) -> Result<u32, ClientError> {
+    pub(super) fn pick_queue<M: Outgoing>(&mut self, t: u32, m: &M) -> Result<u32, ClientError> {
         let topic = &mut self.topics[t as usize];
         let n = topic.queues.len() as u32;
-        if let Some(q) = m.queue_id {
+        if let Some(q) = m.queue_id() {
             if q >= n {
                 return Err(ClientError::InvalidQueue {
                     topic: topic.name.clone(),
@@ -174,7 +353,7 @@ impl<S: Storage> Broker<S> {
             }
             return Ok(q);
         }
-        if let Some(g) = &m.message_group {
+        if let Some(g) = m.message_group() {
             return Ok((tag_hash(Some(g)) as u32) % n);
         }
         topic.round_robin = topic.round_robin.wrapping_add(1);
@@ -182,28 +361,28 @@ impl<S: Storage> Broker<S> {
     }
 
     /// Validates a message and serializes its properties.
-    pub(super) fn plan(
+    pub(super) fn plan<M: Outgoing>(
         &self,
-        m: &NewMessage,
+        m: &M,
         in_batch: bool,
         mut props: Vec<u8>,
     ) -> Result<Plan, ClientError> {
         props.clear();
-        topic::validate_user_topic(&m.topic)?;
-        if !self.cfg.auto_create_topics && !self.topic_ids.contains_key(m.topic.as_str()) {
-            return Err(ClientError::UnknownTopic(m.topic.clone()));
+        topic::validate_user_topic(m.topic())?;
+        if !self.cfg.auto_create_topics && !self.topic_ids.contains_key(m.topic()) {
+            return Err(ClientError::UnknownTopic(m.topic().into()));
         }
-        if m.body.is_empty() {
+        if m.body().is_empty() {
             return Err(ClientError::EmptyBody);
         }
-        if m.body.len() > self.cfg.max_message_size as usize {
+        if m.body().len() > self.cfg.max_message_size as usize {
             return Err(ClientError::MessageTooLarge {
-                size: m.body.len(),
+                size: m.body().len(),
                 max: self.cfg.max_message_size,
             });
         }
-        let mut delay = m.delay;
-        let mut delay_sources = u32::from(m.delay.is_some());
+        let mut delay = m.delay();
+        let mut delay_sources = u32::from(delay.is_some());
         let check_text = |what: &str, s: &str| -> Result<(), ClientError> {
             if s.bytes()
                 .any(|b| b == record::NAME_VALUE_SEPARATOR || b == record::PROPERTY_SEPARATOR)
@@ -214,7 +393,7 @@ impl<S: Storage> Broker<S> {
             }
             Ok(())
         };
-        if let Some(tag) = &m.tag {
+        if let Some(tag) = m.tag() {
             check_text("tag", tag)?;
             if tag.contains("||") {
                 return Err(ClientError::InvalidProperty(format!(
@@ -225,18 +404,20 @@ impl<S: Storage> Broker<S> {
                 record::push_prop(&mut props, prop::TAGS, tag);
             }
         }
-        if !m.keys.is_empty() {
-            let mut keys = String::new();
-            for (i, k) in m.keys.iter().enumerate() {
+        if m.has_keys() {
+            // `KEYS\x01k1 k2\x02`, written in place.
+            props.extend_from_slice(prop::KEYS.as_bytes());
+            props.push(record::NAME_VALUE_SEPARATOR);
+            for (i, k) in m.keys().enumerate() {
                 check_text("key", k)?;
                 if i > 0 {
-                    keys.push(' ');
+                    props.push(b' ');
                 }
-                keys.push_str(k);
+                props.extend_from_slice(k.as_bytes());
             }
-            record::push_prop(&mut props, prop::KEYS, &keys);
+            props.push(record::PROPERTY_SEPARATOR);
         }
-        if let Some(id) = &m.message_id {
+        if let Some(id) = m.message_id() {
             check_text("message id", id)?;
             if id.is_empty() || id.len() > 128 {
                 return Err(ClientError::InvalidProperty(
@@ -245,17 +426,17 @@ impl<S: Storage> Broker<S> {
             }
             record::push_prop(&mut props, prop::UNIQ_KEY, id);
         }
-        if let Some(g) = &m.message_group {
+        if let Some(g) = m.message_group() {
             check_text("message group", g)?;
             record::push_prop(&mut props, prop::SHARDING_KEY, g);
         }
-        for (k, v) in &m.properties {
+        for (k, v) in m.properties() {
             if k.is_empty() {
                 return Err(ClientError::InvalidProperty("empty property name".into()));
             }
             check_text("property name", k)?;
             check_text("property value", v)?;
-            if prop::RESERVED.contains(&k.as_str()) || k == prop::TAGS || k == prop::KEYS {
+            if prop::RESERVED.contains(&k) || k == prop::TAGS || k == prop::KEYS {
                 return Err(ClientError::InvalidProperty(format!(
                     "`{k}` is set by the broker or a field, not a property"
                 )));
@@ -265,7 +446,7 @@ impl<S: Storage> Broker<S> {
                     .parse::<i64>()
                     .map_err(|_| ClientError::InvalidDelay(format!("{k}=`{v}` is not a number")))
             };
-            match k.as_str() {
+            match k {
                 prop::DELAY => {
                     let l = parse(v)?;
                     if l < 0 {

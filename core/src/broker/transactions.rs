@@ -63,32 +63,59 @@ impl<S: Storage> Broker<S> {
         m: NewMessage,
         immunity: Option<Millis>,
     ) -> Res<Result<Reply, ClientError>, S> {
+        let (queue_id, _, off) = match self.prepare_single(group, &m, immunity)? {
+            Ok(p) => p,
+            Err(e) => return Ok(Err(e)),
+        };
+        Ok(Ok(Reply::Sent(alloc::vec![SendResult {
+            msg_id: m.message_id.unwrap_or_else(|| self.offset_msg_id(off)),
+            topic: m.topic,
+            queue_id,
+            queue_offset: 0,
+            offset: off,
+            txn: Some(TxnId(off)),
+        }])))
+    }
+
+    /// Stores a half message: (queue id, 0, log offset = transaction id). Allocates nothing
+    /// in steady state, as [`Broker::send_single`].
+    pub(super) fn prepare_single<M: send::Outgoing>(
+        &mut self,
+        group: &str,
+        m: &M,
+        immunity: Option<Millis>,
+    ) -> Res<Result<send::Placed, ClientError>, S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
         let props = self.props_buf();
-        let mut plan = match self.plan(&m, false, props) {
+        let mut plan = match self.plan(m, false, props) {
             Ok(p) => p,
             Err(e) => return Ok(Err(e)),
         };
         if plan.delay_due.is_some() {
+            self.recycle_props(plan.props);
             return Ok(Err(ClientError::DelayOnTransaction));
         }
         let immunity_s = immunity.map(|ms| ms.div_ceil(1000));
         if let Err(e) = self
             .may_create_group(group)
-            .and_then(|()| self.may_create_topic(&m.topic))
+            .and_then(|()| self.may_create_topic(m.topic()))
         {
+            self.recycle_props(plan.props);
             return Ok(Err(e));
         }
-        let t = self.topic_for_send(&m.topic);
-        let queue_id = match self.pick_queue(t, &m) {
+        let t = self.topic_for_send(m.topic());
+        let queue_id = match self.pick_queue(t, m) {
             Ok(q) => q,
-            Err(e) => return Ok(Err(e)),
+            Err(e) => {
+                self.recycle_props(plan.props);
+                return Ok(Err(e));
+            }
         };
         record::push_prop(&mut plan.props, prop::TRAN_MSG, "true");
         record::push_prop(&mut plan.props, prop::PGROUP, group);
-        record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
+        record::push_prop(&mut plan.props, prop::REAL_TOPIC, m.topic());
         record::push_prop(
             &mut plan.props,
             prop::REAL_QID,
@@ -105,31 +132,21 @@ impl<S: Storage> Broker<S> {
             topic: topic::HALF,
             queue_id: 0,
             sys_flag: sys_flag::TRANSACTION_PREPARED_TYPE,
-            flag: m.flag,
-            born_timestamp: m.born_timestamp.unwrap_or(self.now),
-            born_host: m.born_host.unwrap_or_default(),
+            flag: m.flag(),
+            born_timestamp: m.born_timestamp().unwrap_or(self.now),
+            born_host: m.born_host().unwrap_or_default(),
             reconsume_times: 0,
             prepared_offset: 0,
-            body: &m.body,
+            body: m.body(),
             props: plan.props,
         };
         let written = self.write(core::slice::from_ref(&spec));
         self.recycle_props(spec.props);
         let (off, _) = written?;
-        Ok(Ok(Reply::Sent(alloc::vec![SendResult {
-            msg_id: m
-                .message_id
-                .clone()
-                .unwrap_or_else(|| self.offset_msg_id(off)),
-            topic: m.topic.clone(),
-            queue_id,
-            queue_offset: 0,
-            offset: off,
-            txn: Some(TxnId(off)),
-        }])))
+        Ok(Ok((queue_id, 0, off)))
     }
 
-    pub(super) fn end_transaction(
+    pub(super) fn end_transaction_inner(
         &mut self,
         txn: TxnId,
         resolution: Resolution,
@@ -139,11 +156,13 @@ impl<S: Storage> Broker<S> {
         // A transaction is ended only by its own producer group, whether it is pending or
         // was resolved before (a duplicate answer tells of the resolution too).
         let row = self.txns.get(txn.0).copied();
-        let owner = match row {
-            Some(row) => self.groups[row.group as usize].name.clone(),
+        // A pending transaction's group is known by name (no copy); a resolved one's is read
+        // back from its half.
+        let resolved_owner = match row {
+            Some(_) => None,
             None => match self.log.read_any(txn.0).map_err(Error::Storage)? {
                 Some(r) if r.topic == topic::HALF => {
-                    String::from(r.prop(prop::PGROUP).unwrap_or(""))
+                    Some(String::from(r.prop(prop::PGROUP).unwrap_or("")))
                 }
                 // Not a half message: never a transaction.
                 _ => return Ok(Err(ClientError::UnknownTransaction(txn))),
@@ -152,10 +171,15 @@ impl<S: Storage> Broker<S> {
         let Some(group) = group.filter(|g| !g.is_empty()) else {
             return Ok(Err(ClientError::ProducerGroupRequired(txn)));
         };
+        let owner = match (&row, &resolved_owner) {
+            (Some(row), _) => self.groups[row.group as usize].name.as_str(),
+            (None, Some(o)) => o.as_str(),
+            (None, None) => "",
+        };
         if owner != group {
             return Ok(Err(ClientError::WrongProducerGroup {
                 txn,
-                expected: owner,
+                expected: owner.into(),
                 got: group.into(),
             }));
         }
