@@ -197,6 +197,27 @@ impl<S: Storage> Log<S> {
         Ok(())
     }
 
+    /// Appends at `at` (placed by [`Log::place`]) what `encode` writes into the storage's
+    /// own buffer, when the storage offers one ([`Storage::append_buffer`]); `None` when it
+    /// does not (use [`Log::append`]). When `encode` fails, nothing stays appended.
+    pub(crate) fn append_with<R, E>(
+        &mut self,
+        at: u64,
+        encode: impl FnOnce(&mut Vec<u8>) -> Result<R, E>,
+    ) -> Option<Result<R, E>> {
+        debug_assert_eq!(at, self.end);
+        let base = *self.segments.last()?;
+        let buf = self.storage.append_buffer(base, at - base)?;
+        let start = buf.len();
+        let r = encode(buf);
+        if r.is_err() {
+            buf.truncate(start);
+        } else {
+            self.end = at + (buf.len() - start) as u64;
+        }
+        Some(r)
+    }
+
     /// A write at the end of a segment's data, at `pos`. When it fails, the bytes at `pos`
     /// must read as before (zeros, or nothing: a storage undoes what it wrote of a failed
     /// write); when they do not, or the storage cannot say, the log is torn: a partial record

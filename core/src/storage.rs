@@ -45,6 +45,14 @@ pub trait Storage {
     /// Appends `data` to the quarantine entry `name` (created if new), durably before it
     /// returns. Quarantine holds bytes recovery took out of the log; the log never reads it.
     fn quarantine(&mut self, name: &str, data: &[u8]) -> Result<(), Self::Error>;
+    /// For a storage that holds a segment's bytes in a buffer of its own (memory): that
+    /// buffer, creating the segment if it does not exist, when its data ends at `pos`, so a
+    /// record can be encoded straight into it (what is appended to it is written, as by
+    /// [`Storage::write`] at `pos`). `None`, the default: the caller uses [`Storage::write`].
+    fn append_buffer(&mut self, base: u64, pos: u64) -> Option<&mut Vec<u8>> {
+        let _ = (base, pos);
+        None
+    }
 }
 
 /// Storage in memory: a map of segments. Never fails.
@@ -189,6 +197,14 @@ impl Storage for MemStorage {
             .or_default()
             .extend_from_slice(data);
         Ok(())
+    }
+    fn append_buffer(&mut self, base: u64, pos: u64) -> Option<&mut Vec<u8>> {
+        let spare = &mut self.spare;
+        let seg = self
+            .segments
+            .entry(base)
+            .or_insert_with(|| spare.pop().unwrap_or_default());
+        (seg.len() as u64 == pos).then_some(seg)
     }
 }
 

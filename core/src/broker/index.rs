@@ -176,7 +176,7 @@ impl<S: Storage> Broker<S> {
         };
         let place = match queue_offset {
             Some(qoff) => self.queue_index(&topic_name, queue_id).map(|q| (q, qoff)),
-            None => self.moved.get(&offset).copied(),
+            None => self.moved.get(offset),
         };
         Ok(place.filter(|&(q, qoff)| {
             let queue = &self.queues[q as usize];

@@ -128,6 +128,39 @@ enum StateOp<'a> {
     },
 }
 
+/// Record offset → (queue, queue offset) of messages whose record is not in their queue's
+/// topic. They come mostly in log order (a transaction commits soon after its prepare), so
+/// those go to the end of a sorted `Vec` (no hashing, no random access, growth by
+/// doubling); the others, in a `BTreeMap`.
+#[derive(Default)]
+struct Moved {
+    ascending: Vec<(u64, u32, u64)>,
+    rest: BTreeMap<u64, (u32, u64)>,
+}
+
+impl Moved {
+    fn insert(&mut self, offset: u64, place: (u32, u64)) {
+        match self.ascending.last() {
+            Some(&(last, ..)) if offset <= last => {
+                match self.ascending.binary_search_by_key(&offset, |e| e.0) {
+                    Ok(i) => self.ascending[i] = (offset, place.0, place.1),
+                    Err(_) => {
+                        self.rest.insert(offset, place);
+                    }
+                }
+            }
+            _ => self.ascending.push((offset, place.0, place.1)),
+        }
+    }
+
+    fn get(&self, offset: u64) -> Option<(u32, u64)> {
+        match self.ascending.binary_search_by_key(&offset, |e| e.0) {
+            Ok(i) => Some((self.ascending[i].1, self.ascending[i].2)),
+            Err(_) => self.rest.get(&offset).copied(),
+        }
+    }
+}
+
 /// One unit of a consume queue. RocketMQ stores it in 20 bytes
 /// (physical offset 8, size 4, tag hash 8); see [`CqUnit::to_rocketmq_bytes`].
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -394,7 +427,7 @@ pub struct Broker<S: Storage> {
     offsets: HashMap<(u32, u32), u64>,
     /// Messages whose record lives in another topic than their queue's (committed halves,
     /// delivered delays): record offset → (queue, queue offset).
-    moved: HashMap<u64, (u32, u64)>,
+    moved: Moved,
     pops: HashMap<(u32, u32), PopQueue>,
     pop_timers: BinaryHeap<Reverse<PopTimer>>,
     pop_cursor: HashMap<(u32, u32), u32>,
@@ -520,7 +553,7 @@ impl<S: Storage> Broker<S> {
             txns: PendingTable::new(),
             delays: PendingTable::new(),
             offsets: HashMap::new(),
-            moved: HashMap::new(),
+            moved: Moved::default(),
             pops: HashMap::new(),
             pop_timers: BinaryHeap::new(),
             pop_cursor: HashMap::new(),
@@ -1161,6 +1194,23 @@ impl Digits {
 #[cfg(test)]
 mod itoa_tests {
     use alloc::string::ToString;
+
+    #[test]
+    fn moved_finds_what_was_inserted_in_any_order() {
+        let mut m = super::Moved::default();
+        let mut reference = alloc::collections::BTreeMap::new();
+        // Mostly ascending, some out of order, one key twice.
+        for (i, off) in [10u64, 20, 15, 30, 5, 40, 20, 35, 50]
+            .into_iter()
+            .enumerate()
+        {
+            m.insert(off, (i as u32, off * 2));
+            reference.insert(off, (i as u32, off * 2));
+        }
+        for off in 0..60 {
+            assert_eq!(m.get(off), reference.get(&off).copied(), "{off}");
+        }
+    }
 
     #[test]
     fn itoa_is_display() {
