@@ -419,6 +419,8 @@ pub struct Broker<S: Storage> {
     now: Millis,
     topic_ids: HashMap<String, u32>,
     topics: Vec<Topic>,
+    /// The topic [`Broker::topic_with`] last gave (see [`Broker::find_topic`]).
+    recent_topic: u32,
     queues: Vec<Queue>,
     group_ids: HashMap<String, u32>,
     groups: Vec<Group>,
@@ -547,6 +549,7 @@ impl<S: Storage> Broker<S> {
             now,
             topic_ids: HashMap::new(),
             topics: Vec::new(),
+            recent_topic: u32::MAX,
             queues: Vec::new(),
             group_ids: HashMap::new(),
             groups: Vec::new(),

@@ -369,7 +369,7 @@ impl<S: Storage> Broker<S> {
     ) -> Result<Plan, ClientError> {
         props.clear();
         topic::validate_user_topic(m.topic())?;
-        if !self.cfg.auto_create_topics && !self.topic_ids.contains_key(m.topic()) {
+        if !self.cfg.auto_create_topics && self.find_topic(m.topic()).is_none() {
             return Err(ClientError::UnknownTopic(m.topic().into()));
         }
         if m.body().is_empty() {

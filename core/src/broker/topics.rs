@@ -195,7 +195,7 @@ impl<S: Storage> Broker<S> {
     /// Whether a client request may name topic `name`: it exists, or one more fits under
     /// [`Config::max_topics`].
     pub(super) fn may_create_topic(&self, name: &str) -> Result<(), ClientError> {
-        if self.topic_ids.contains_key(name) || self.topics.len() < self.cfg.max_topics as usize {
+        if self.find_topic(name).is_some() || self.topics.len() < self.cfg.max_topics as usize {
             Ok(())
         } else {
             Err(ClientError::TooManyTopics {
@@ -231,9 +231,18 @@ impl<S: Storage> Broker<S> {
     /// The topic a send or prepare goes to: as it is when it exists (a declared topic keeps
     /// its queues), else auto-created with `default_queues`.
     pub(super) fn topic_for_send(&mut self, name: &str) -> u32 {
-        match self.topic_ids.get(name) {
-            Some(&t) => t,
+        match self.find_topic(name) {
+            Some(t) => t,
             None => self.topic(name, self.cfg.default_queues),
+        }
+    }
+
+    /// The topic named `name`, if it exists: the one a write last named first (a string
+    /// compare; a send names its topic four times), else by hash.
+    pub(super) fn find_topic(&self, name: &str) -> Option<u32> {
+        match self.topics.get(self.recent_topic as usize) {
+            Some(t) if !t.deleted && t.name == name => Some(self.recent_topic),
+            _ => self.topic_ids.get(name).copied(),
         }
     }
 
@@ -283,8 +292,8 @@ impl<S: Storage> Broker<S> {
     /// `Topic` state record) was auto-created, with `default_queues` queues — a record of
     /// queue 0 must not make it a topic of one queue.
     pub(super) fn topic_with(&mut self, name: &str, mut min_queues: u32, auto: bool) -> u32 {
-        let t = match self.topic_ids.get(name) {
-            Some(&t) => t,
+        let t = match self.find_topic(name) {
+            Some(t) => t,
             None => {
                 if auto && self.recovering && topic::classify(name) == TopicKind::User {
                     min_queues = min_queues.max(self.cfg.default_queues);
@@ -315,6 +324,7 @@ impl<S: Storage> Broker<S> {
             });
             self.topics[t as usize].queues.push(q);
         }
+        self.recent_topic = t;
         t
     }
 
