@@ -102,6 +102,9 @@ impl MemStorage {
     /// RocketMQ warms its commit-log files ahead of use the same way. Without a spare buffer
     /// a new segment grows as it is written, as usual. Call it off the hot path: before a
     /// burst, or when [`MemStorage::spare_segments`] runs low.
+    // Not `vec![0; bytes]`: that asks for zeroed memory, which the kernel maps lazily; the
+    // point is to write every page now.
+    #[allow(clippy::slow_vector_initialization)]
     pub fn prepare_segments(&mut self, bytes: usize, count: usize) {
         for _ in 0..count {
             let mut buf = Vec::with_capacity(bytes);
