@@ -18,6 +18,16 @@
 //!   same defaults and the same errors in every language. A host with its own locking (the
 //!   Python binding) implements [`Endpoint`] over its lock.
 //!
+//! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
+//!   (Python): group commit under sync flush, the host-clock driver loop, a caught panic
+//!   that marks the broker broken.
+//! - [`arg`]: the range checks of whole-number arguments, one text for every binding.
+//! - [`config`]: the broker's configuration from JSON values by key, in the host's naming,
+//!   errors naming the key.
+//! - [`input`] and [`view`]: the plain shapes of what JS objects give (a message, a pull, a
+//!   receive) and get (every reply, output and introspection result), as serde types, so
+//!   the names, defaults and error texts are decided once.
+//!
 //! `#![no_std]` + `alloc`: the wasm binding uses it as it is.
 
 #![no_std]
@@ -27,10 +37,16 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+pub mod arg;
 mod clock;
+pub mod config;
 mod host;
+pub mod input;
 mod ops;
+#[cfg(feature = "std")]
+mod shared;
 mod subscription;
+pub mod view;
 
 #[cfg(test)]
 mod tests;
@@ -44,6 +60,8 @@ pub use ops::{
     send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
     Transaction,
 };
+#[cfg(feature = "std")]
+pub use shared::{panic_text, Shared, SharedFail};
 pub use subscription::Subscription;
 
 use alloc::string::String;
