@@ -168,6 +168,18 @@ impl From<rocklet_embed::Fail<CoreError<io::Error>>> for Fail {
     }
 }
 
+impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for Fail {
+    fn broken(why: String) -> Self {
+        Fail::Broken(why)
+    }
+    fn panic(why: String) -> Self {
+        Fail::Panic(why)
+    }
+    fn failed(reason: String) -> Self {
+        Fail::Core(CoreError::Failed { reason })
+    }
+}
+
 impl From<CoreError<io::Error>> for Fail {
     fn from(e: CoreError<io::Error>) -> Self {
         Fail::Core(e)
