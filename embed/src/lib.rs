@@ -118,3 +118,76 @@ impl<H> Fail<H> {
         }
     }
 }
+
+/// What kind of failure a call met: each binding maps the kinds to its error classes in one
+/// table, and [`ErrorKind::code`] is the stable code they all carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller's mistake; the code is the [`ClientError`]'s own.
+    Client,
+    /// An argument this layer refused (`INVALID_ARGUMENT`).
+    Argument,
+    /// A configuration that cannot work (`INVALID_CONFIG`).
+    Config,
+    /// The storage failed (`STORAGE`).
+    Storage,
+    /// The log holds damage recovery will not cut by itself (`CORRUPTED`).
+    Corrupted,
+    /// A record would not fit the format (`ENCODE`).
+    Encode,
+    /// A sync failed earlier: the broker takes nothing more (`FAILED`).
+    Failed,
+    /// The broker was closed (`BROKER_CLOSED`).
+    Closed,
+    /// The call needs the other clock (`WRONG_CLOCK`).
+    WrongClock,
+    /// A bug (`INTERNAL`).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind of a core error.
+    pub fn of<E>(e: &rocklet_core::Error<E>) -> Self {
+        match e {
+            rocklet_core::Error::Storage(_) => ErrorKind::Storage,
+            rocklet_core::Error::Config(_) => ErrorKind::Config,
+            rocklet_core::Error::Corrupted { .. } => ErrorKind::Corrupted,
+            rocklet_core::Error::Encode(_) => ErrorKind::Encode,
+            rocklet_core::Error::Failed { .. } => ErrorKind::Failed,
+            // `Error` is non-exhaustive: a variant added later is still reported.
+            #[allow(unreachable_patterns)]
+            _ => ErrorKind::Internal,
+        }
+    }
+
+    /// The stable code (for [`ErrorKind::Client`] the client error has its own).
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Client => "CLIENT_ERROR",
+            ErrorKind::Argument => "INVALID_ARGUMENT",
+            ErrorKind::Config => "INVALID_CONFIG",
+            ErrorKind::Storage => "STORAGE",
+            ErrorKind::Corrupted => "CORRUPTED",
+            ErrorKind::Encode => "ENCODE",
+            ErrorKind::Failed => "FAILED",
+            ErrorKind::Closed => "BROKER_CLOSED",
+            ErrorKind::WrongClock => "WRONG_CLOCK",
+            ErrorKind::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl<E> Fail<rocklet_core::Error<E>> {
+    /// The kind of this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Fail::Client(_) => ErrorKind::Client,
+            Fail::Host(e) => ErrorKind::of(e),
+            Fail::Closed(_) => ErrorKind::Closed,
+            Fail::WrongClock(_) => ErrorKind::WrongClock,
+            Fail::Argument(_) => ErrorKind::Argument,
+            Fail::Unexpected(_) => ErrorKind::Internal,
+        }
+    }
+}

@@ -518,3 +518,97 @@ fn range_checks_have_one_text() {
         Ok(u64::MAX)
     );
 }
+
+#[test]
+fn failures_have_a_kind_and_a_code() {
+    let mut h = host();
+    let mut offset_without_queue = pull_args(None, 1);
+    offset_without_queue.offset = Some(0);
+    let e = pull(&mut h, offset_without_queue).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Argument);
+    assert_eq!(e.kind().code(), "INVALID_ARGUMENT");
+    h.close().unwrap();
+    let e = send_one(&mut h, msg("T", "a", 0)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let failed: rocklet_core::Error<()> = rocklet_core::Error::Failed { reason: "x".into() };
+    assert_eq!(ErrorKind::of(&failed).code(), "FAILED");
+}
+
+#[cfg(feature = "std")]
+mod shared {
+    use super::*;
+
+    /// The test's own failure type, as a binding would define it.
+    #[derive(Debug, PartialEq)]
+    enum F {
+        Host(String),
+        Broken(String),
+        Panic(String),
+        Failed(String),
+    }
+
+    impl From<crate::host::HostFail<MemStorage>> for F {
+        fn from(e: crate::host::HostFail<MemStorage>) -> Self {
+            F::Host(e.to_string())
+        }
+    }
+
+    impl SharedFail<MemStorage> for F {
+        fn broken(why: String) -> Self {
+            F::Broken(why)
+        }
+        fn panic(why: String) -> Self {
+            F::Panic(why)
+        }
+        fn failed(reason: String) -> Self {
+            F::Failed(reason)
+        }
+    }
+
+    fn shared(flush: FlushMode) -> Shared<MemStorage, ManualClock> {
+        let c = Config { flush, ..cfg() };
+        Shared::new(
+            Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap(),
+            true,
+        )
+    }
+
+    fn send(s: &Shared<MemStorage, ManualClock>, body: &str) -> Result<(Reply, bool), F> {
+        s.request(Request::Send {
+            messages: vec![msg("T", body, 0)],
+        })
+    }
+
+    #[test]
+    fn writers_on_many_threads_are_all_answered_under_sync_flush() {
+        let s = shared(FlushMode::Sync);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in 0..10 {
+                        let (reply, _) = send(s, &std::format!("{t}-{i}")).unwrap();
+                        assert!(
+                            matches!(reply, Reply::Sent(ref v) if v.len() == 1),
+                            "{reply:?}"
+                        );
+                    }
+                });
+            }
+        });
+        let stored = s.read::<_, F>(|c| c.stats().messages_stored).unwrap();
+        assert_eq!(stored, 40);
+    }
+
+    #[test]
+    fn a_panic_breaks_the_broker_and_every_later_call_says_so() {
+        let s = shared(FlushMode::Async);
+        let r: Result<(), F> = s.with(|_| panic!("boom"));
+        assert_eq!(r, Err(F::Panic("boom".into())));
+        let after = send(&s, "x").unwrap_err();
+        assert_eq!(after, F::Broken("internal error: boom".into()));
+        // Closing a broken broker releases it without syncing.
+        assert_eq!(s.shut::<F>(), Ok(()));
+        assert!(s.peek(|h| h.is_closed()));
+    }
+}
