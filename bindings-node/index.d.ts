@@ -64,7 +64,9 @@ export interface SendOptions {
   queueId?: number;
   /** RocketMQ delay level, 1..=delayLevels.length (0: none). */
   delayLevel?: number;
-  /** Absolute delivery time, ms. */
+  /** Absolute delivery time, ms (the name Python's `deliver_at_ms` and wasm use). */
+  deliverAtMs?: number;
+  /** The same as `deliverAtMs` (its first name here). */
   deliverAt?: number;
   /** Delivery after this many ms. */
   delayMs?: number;

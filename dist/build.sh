@@ -4,8 +4,8 @@
 #                                        in), etc/rocklet.toml (default config),
 #                                        systemd/rocklet.service (Restart=on-failure), README.md,
 #                                        README-broker.md, CHANGELOG.md
-#   rocklet-V-cp310-abi3-<platform>.whl   `import rocklet` (maturin build --release; abi3: every
-#                                        CPython >= 3.10)
+#   rocklet-V-cp39-abi3-<platform>.whl   `import rocklet` (maturin build --release; abi3: every
+#                                        CPython >= 3.9)
 #   npm/rocklet-V.tgz                    npm package `rocklet` (JS, types), and in napi's layout
 #   npm/rocklet-linux-x64-gnu-V.tgz      its per-platform package with the release .node
 #   playground/, rocklet-playground-V.tar.gz   the playground as a static site
@@ -139,7 +139,7 @@ VENV=$TOOLS/dist-venv
 "$VENV/bin/python" -c 'import maturin' 2>/dev/null || "$VENV/bin/python" -m pip install -q "maturin==1.16.*"
 # PATH keeps the cargo checked above first; maturin builds with it and downloads nothing.
 nice -n 10 "$VENV/bin/maturin" build --release --locked --strip -m bindings-python/Cargo.toml -o "$OUT"
-ls "$OUT"/rocklet-"$V"-cp310-abi3-*.whl >/dev/null
+ls "$OUT"/rocklet-"$V"-cp39-abi3-*.whl >/dev/null
 
 step "checksums and sizes"
 (cd "$OUT" && find . -maxdepth 2 -type f \( -name '*.whl' -o -name '*.tgz' -o -name '*.tar.gz' \) -printf '%P\n' | sort | xargs sha256sum > SHA256SUMS)

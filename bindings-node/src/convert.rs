@@ -15,6 +15,9 @@ use rocklet_core::{
     TraceEvent, TxnId,
 };
 
+use rocklet_embed::config::{self, ConfigFail, Naming};
+use rocklet_embed::view::{camel_case, stats_fields};
+
 use crate::error::{arg, Fail, Res};
 
 /// Largest integer a JS number holds exactly.
@@ -52,18 +55,11 @@ fn number(what: &str, v: Unknown<'_>) -> Res<f64> {
 }
 
 pub(crate) fn uint(what: &str, v: Unknown<'_>) -> Res<u64> {
-    let n = number(what, v)?;
-    if !(n.is_finite() && n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n)) {
-        return Err(arg(format!(
-            "{what} must be a whole number from 0 to 2^53-1, got {n}"
-        )));
-    }
-    Ok(n as u64)
+    rocklet_embed::arg::number(what, number(what, v)?, u64::MAX).map_err(Fail::Argument)
 }
 
 pub(crate) fn u32_of(what: &str, v: Unknown<'_>) -> Res<u32> {
-    let n = uint(what, v)?;
-    u32::try_from(n).map_err(|_| arg(format!("{what} must be at most {}, got {n}", u32::MAX)))
+    rocklet_embed::arg::number_u32(what, number(what, v)?).map_err(Fail::Argument)
 }
 
 fn i32_of(what: &str, v: Unknown<'_>) -> Res<i32> {
@@ -210,23 +206,6 @@ pub(crate) struct BrokerOptions {
     pub(crate) repair: bool,
 }
 
-/// `transaction_timeout_ms` → `transactionTimeoutMs`.
-pub(crate) fn camel_case(snake: &str) -> String {
-    let mut out = String::with_capacity(snake.len());
-    let mut up = false;
-    for c in snake.chars() {
-        if c == '_' {
-            up = true;
-        } else if up {
-            out.extend(c.to_uppercase());
-            up = false;
-        } else {
-            out.push(c);
-        }
-    }
-    out
-}
-
 fn json(what: &str, v: Unknown<'_>) -> Res<serde_json::Value> {
     use serde_json::Value;
     Ok(match type_of(&v)? {
@@ -262,19 +241,9 @@ fn json(what: &str, v: Unknown<'_>) -> Res<serde_json::Value> {
     })
 }
 
-/// `{ path?, clock?, now?, ...Config fields in camelCase }`. Core `Config` parses the values
-/// (its serde form, snake_case) and keeps its defaults for the fields not given.
+/// `{ path?, clock?, now?, ...Config fields in camelCase }`: the embedding layer's config
+/// parser reads the Config fields (the core's defaults for the rest).
 pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
-    let defaults =
-        serde_json::to_value(Config::default()).map_err(|e| Fail::Internal(e.to_string()))?;
-    let serde_json::Value::Object(mut fields) = defaults else {
-        return Err(Fail::Internal(
-            "Config does not serialize to an object".into(),
-        ));
-    };
-    let known: Vec<(String, String)> = fields.keys().map(|k| (camel_case(k), k.clone())).collect();
-    // The host does long polling (subscribe): it needs availability notices.
-    fields.insert("notify_available".into(), serde_json::Value::Bool(true));
     let mut out = BrokerOptions {
         config: Config::default(),
         clock: ClockKind::System,
@@ -282,59 +251,37 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
         now: None,
         repair: false,
     };
-    let Some(v) = present(v)? else {
-        out.config = serde_json::from_value(serde_json::Value::Object(fields))
-            .map_err(|e| Fail::Internal(format!("default config: {e}")))?;
-        return Ok(out);
-    };
-    let obj = object("options", v)?;
-    for key in Object::keys(&obj)? {
-        let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else {
-            continue;
-        };
-        match key.as_str() {
-            "path" => out.path = Some(PathBuf::from(string("options.path", val)?)),
-            "clock" => {
-                out.clock = match string("options.clock", val)?.as_str() {
-                    "system" => ClockKind::System,
-                    "manual" => ClockKind::Manual,
-                    other => {
-                        return Err(arg(format!(
-                            "options.clock must be 'system' or 'manual', got '{other}'"
-                        )))
+    let mut entries = Vec::new();
+    if let Some(v) = present(v)? {
+        let obj = object("options", v)?;
+        for key in Object::keys(&obj)? {
+            let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else {
+                continue;
+            };
+            match key.as_str() {
+                "path" => out.path = Some(PathBuf::from(string("options.path", val)?)),
+                "clock" => {
+                    out.clock = match string("options.clock", val)?.as_str() {
+                        "system" => ClockKind::System,
+                        "manual" => ClockKind::Manual,
+                        other => {
+                            return Err(arg(format!(
+                                "options.clock must be 'system' or 'manual', got '{other}'"
+                            )))
+                        }
                     }
                 }
-            }
-            "now" => out.now = Some(uint("options.now", val)?),
-            "repair" => out.repair = boolean("options.repair", val)?,
-            "notifyAvailable" => {
-                return Err(arg(
-                    "options.notifyAvailable is set by the binding (subscribe waits on it)",
-                ))
-            }
-            _ => {
-                let Some((_, snake)) = known.iter().find(|(camel, _)| *camel == key) else {
-                    let names: Vec<&str> = known
-                        .iter()
-                        .map(|(c, _)| c.as_str())
-                        .filter(|c| *c != "notifyAvailable")
-                        .collect();
-                    return Err(arg(format!(
-                        "unknown option `{key}` (known: path, clock, now, repair, {})",
-                        names.join(", ")
-                    )));
-                };
-                let value = json(&format!("options.{key}"), val)?;
-                // Parse this field alone first, so that an error names it.
-                let mut one = fields.clone();
-                one.insert(snake.clone(), value.clone());
-                if let Err(e) = serde_json::from_value::<Config>(serde_json::Value::Object(one)) {
-                    return Err(Fail::Config {
-                        option: key.clone(),
-                        reason: e.to_string(),
-                    });
+                "now" => out.now = Some(uint("options.now", val)?),
+                "repair" => out.repair = boolean("options.repair", val)?,
+                "notifyAvailable" => {
+                    return Err(arg(
+                        "options.notifyAvailable is set by the binding (subscribe waits on it)",
+                    ))
                 }
-                fields.insert(snake.clone(), value);
+                _ => {
+                    let value = json(&format!("options.{key}"), val)?;
+                    entries.push((key, value));
+                }
             }
         }
     }
@@ -343,10 +290,19 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
             "options.now sets the start of a manual clock: give clock: 'manual' too",
         ));
     }
-    out.config =
-        serde_json::from_value(serde_json::Value::Object(fields)).map_err(|e| Fail::Config {
-            option: "options".into(),
-            reason: e.to_string(),
+    // The host does long polling (subscribe): it needs availability notices.
+    let base = Config {
+        notify_available: true,
+        ..Config::default()
+    };
+    let extra = ["path", "clock", "now", "repair"];
+    out.config = config::config(&base, entries, Naming::Camel, &extra, &["notify_available"])
+        .map_err(|e| match e {
+            ConfigFail::Unknown { .. } => arg(e.to_string()),
+            ConfigFail::Invalid { key, reason } => Fail::Config {
+                option: key,
+                reason,
+            },
         })?;
     Ok(out)
 }
@@ -365,12 +321,13 @@ pub(crate) fn config_out(cfg: &Config) -> Res<serde_json::Value> {
 // ---- messages in ----------------------------------------------------------------------------
 
 /// Options of one message (send options; also the fields of a message object).
-pub(crate) const MESSAGE_OPTIONS: [&str; 11] = [
+pub(crate) const MESSAGE_OPTIONS: [&str; 12] = [
     "tag",
     "keys",
     "properties",
     "queueId",
     "delayLevel",
+    "deliverAtMs",
     "deliverAt",
     "delayMs",
     "messageId",
@@ -415,6 +372,8 @@ fn message_fields(m: &mut NewMessage, o: &Opts<'_>) -> Res<()> {
     m.queue_id = o.u32("queueId")?;
     let delays = [
         o.u32("delayLevel")?.map(Delay::Level),
+        // `deliverAtMs` is the name Python (`deliver_at_ms`) and wasm use; `deliverAt` stays.
+        o.uint("deliverAtMs")?.map(Delay::At),
         o.uint("deliverAt")?.map(Delay::At),
         o.uint("delayMs")?.map(Delay::After),
     ];
@@ -422,7 +381,7 @@ fn message_fields(m: &mut NewMessage, o: &Opts<'_>) -> Res<()> {
     m.delay = given.next();
     if given.next().is_some() {
         return Err(arg(format!(
-            "{}: give at most one of delayLevel, deliverAt, delayMs",
+            "{}: give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs",
             o.what
         )));
     }
@@ -852,28 +811,9 @@ pub(crate) fn cq_unit(u: CqUnit) -> JsCqUnit {
 
 /// Core counters, camelCase.
 pub(crate) fn stats(s: Stats) -> HashMap<String, f64> {
-    let pairs = [
-        ("messagesStored", s.messages_stored),
-        ("halvesStored", s.halves_stored),
-        ("committed", s.committed),
-        ("rolledBack", s.rolled_back),
-        ("unknownAnswers", s.unknown_answers),
-        ("checksSent", s.checks_sent),
-        ("checksAnswered", s.checks_answered),
-        ("checkMaxReached", s.check_max_reached),
-        ("halvesExpired", s.halves_expired),
-        ("delayedStored", s.delayed_stored),
-        ("delayedDelivered", s.delayed_delivered),
-        ("received", s.received),
-        ("acked", s.acked),
-        ("redelivered", s.redelivered),
-        ("deadLettered", s.dead_lettered),
-        ("syncs", s.syncs),
-        ("clientErrors", s.client_errors),
-    ];
-    pairs
+    stats_fields(&s)
         .into_iter()
-        .map(|(k, v)| (k.to_string(), num(v)))
+        .map(|(k, v)| (camel_case(k), num(v)))
         .collect()
 }
 

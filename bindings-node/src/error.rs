@@ -23,7 +23,7 @@ use napi::bindgen_prelude::*;
 use napi::{Env, JsValue};
 use rocklet_core::{ClientError, ConfigError};
 
-use crate::convert::camel_case;
+use rocklet_embed::view::camel_case;
 
 /// What went wrong, before it becomes a JS error (which needs an `Env`).
 #[derive(Debug)]

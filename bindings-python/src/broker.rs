@@ -1,31 +1,28 @@
-//! `Broker` (a `rocklet_embed::Host` behind a mutex, driven by the host clock), `Transaction`
-//! and `Subscription`. The drive loop, the transaction rule, pull across queues and the
-//! subscription's ack rule are the embedding layer's; this file adds the GIL and the mutex.
+//! `Broker` (a `rocklet_embed::Shared` host: a mutex, group commit and a driver thread on
+//! the host clock), `Transaction` and `Subscription`. The drive loop, group commit, the
+//! transaction rule, pull across queues and the subscription's ack rule are the embedding
+//! layer's; this file adds the GIL and the checkers.
 //!
 //! Threading: every call releases the GIL, then takes the broker's mutex; nothing waits for
 //! the GIL while holding that mutex, so Python threads and the driver thread cannot deadlock.
 //! Checkers run with the GIL and without the mutex (a checker may call the broker).
-//!
-//! Durability: under `flush="sync"` a write's reply is held by the core until a `sync()`;
-//! callers group-commit: the first waiting writer lets the writers queued behind it append
-//! (a fair unlock), then syncs once for all of them.
 
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
-use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::{JoinHandle, ThreadId};
+use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use parking_lot::{Condvar, Mutex, MutexGuard};
+use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{
-    AnyStorage, CheckRequest, Error as CoreError, Millis, NewMessage, Reply, Request, Resolution,
-    TxnId,
+    AnyStorage, CheckRequest, Millis, NewMessage, Reply, Request, Resolution, TxnId,
 };
-use rocklet_embed::{self as embed, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock};
+use rocklet_embed::{
+    self as embed, panic_text, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock,
+};
 
 use crate::convert;
 use crate::error::{client_error, core_error, open_error, Fail};
@@ -38,137 +35,33 @@ type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
 type EFail = embed::Fail<Fail>;
 
-/// Everything behind the mutex.
-struct State {
-    host: Host,
-    /// A group-commit leader is gathering writers before its sync.
-    syncing: bool,
-    /// When the driver next wakes by itself (0 while it is awake).
-    driver_wake: Millis,
-    /// Set after a storage failure in the driver or a caught panic: the broker is unusable.
-    /// (A failed sync is the core's own state: it refuses every later call itself.)
-    broken: Option<String>,
-}
-
+/// The shared host (mutex, group commit, driver loop: the embedding layer's) and the
+/// checkers, Python callables by producer group.
 struct Shared {
-    state: Mutex<State>,
-    /// Wakes the driver thread.
-    driver_cv: Condvar,
-    /// Wakes group-commit followers and subscribers.
-    event_cv: Condvar,
-    manual: bool,
-    shutdown: AtomicBool,
+    host: embed::Shared<AnyStorage, AnyClock<SystemClock>>,
     checkers: Mutex<Checkers<Py<PyAny>>>,
-    driver_thread: Mutex<Option<ThreadId>>,
 }
 
-fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
-    if let Some(s) = p.downcast_ref::<&str>() {
-        (*s).to_owned()
-    } else if let Some(s) = p.downcast_ref::<String>() {
-        s.clone()
-    } else {
-        "panic".to_owned()
-    }
-}
-
+/// The shared host's calls, failing with this binding's `Fail`.
 impl Shared {
-    /// Runs `f` on the host, turning a panic into an error that marks the broker broken.
-    fn guarded<T>(
-        &self,
-        st: &mut State,
-        f: impl FnOnce(&mut Host) -> Result<T, Fail>,
-    ) -> Result<T, Fail> {
-        if let Some(why) = &st.broken {
-            return Err(Fail::Broken(why.clone()));
-        }
-        let r = catch_unwind(AssertUnwindSafe(|| f(&mut st.host)));
-        let r = match r {
-            Ok(r) => r,
-            Err(p) => {
-                let why = panic_text(&*p);
-                st.broken = Some(format!("internal error: {why}"));
-                Err(Fail::Panic(why))
-            }
-        };
-        self.notify(st);
-        r
-    }
-
-    /// Wakes waiters after a change: subscribers and group-commit followers, and the driver
-    /// when checks wait or the next deadline moved earlier.
-    fn notify(&self, st: &State) {
-        self.event_cv.notify_all();
-        let next = st.host.next_due().unwrap_or(Millis::MAX);
-        if !self.manual && (st.host.has_checks() || next < st.driver_wake) {
-            self.driver_cv.notify_one();
-        }
-    }
-
-    /// One request to its reply; under sync flush, group-committed with concurrent writers.
-    /// Also says whether checks wait for a checker.
     fn request(&self, req: Request) -> Result<(Reply, bool), Fail> {
-        let mut st = self.state.lock();
-        // Also after an error: a failed write fails the replies that waited on a sync.
-        let id = self.guarded(&mut st, |h| Ok(h.submit(req)?))?;
-        let taken = |st: &mut State| {
-            st.host.take_reply(id).map(|r| match r {
-                Ok(r) => Ok((r, st.host.has_checks())),
-                Err(reason) => Err(Fail::Core(CoreError::Failed { reason })),
-            })
-        };
-        loop {
-            if let Some(r) = taken(&mut st) {
-                return r;
-            }
-            // The reply waits for a sync (sync flush), unless the broker went away meanwhile.
-            self.guarded(&mut st, |h| Ok(h.core().map(drop)?))?;
-            if st.syncing {
-                self.event_cv.wait(&mut st);
-                continue;
-            }
-            st.syncing = true;
-            // Let the writers already queued on the mutex append first: one sync covers all.
-            MutexGuard::unlocked_fair(&mut st, || {});
-            let res = self.guarded(&mut st, |h| Ok(h.sync()?));
-            st.syncing = false;
-            if let Err(e) = res {
-                // Closed meanwhile: close() synced, so the reply may have been released; or
-                // the sync failed, and the reply came out failed with the others that waited.
-                return taken(&mut st).unwrap_or(Err(e));
-            }
-        }
+        self.host.request(req)
     }
-
-    /// Runs `f` on the host under the mutex.
     fn with<T>(&self, f: impl FnOnce(&mut Host) -> Result<T, Fail>) -> Result<T, Fail> {
-        let mut st = self.state.lock();
-        self.guarded(&mut st, f)
+        self.host.with(f)
     }
-
-    /// Reads the core under the mutex.
     fn read<T>(&self, f: impl FnOnce(&rocklet_core::Broker<AnyStorage>) -> T) -> Result<T, Fail> {
-        self.with(|h| Ok(f(h.core()?)))
+        self.host.read(f)
     }
-
-    fn is_driver_thread(&self) -> bool {
-        *self.driver_thread.lock() == Some(std::thread::current().id())
-    }
-
-    /// Stops the driver and drops the core (releasing the data directory), syncing first.
     fn shut(&self) -> Result<(), Fail> {
-        self.shutdown.store(true, Ordering::SeqCst);
-        let mut st = self.state.lock();
-        // A broker that broke has nothing it could sync: its failure was reported already.
-        let res = if st.broken.is_some() {
-            st.host.abandon("the broker is closed");
-            Ok(())
-        } else {
-            self.guarded(&mut st, |h| Ok(h.close()?))
-        };
-        self.driver_cv.notify_all();
-        self.event_cv.notify_all();
-        res
+        self.host.shut()
+    }
+}
+
+impl std::ops::Deref for Shared {
+    type Target = embed::Shared<AnyStorage, AnyClock<SystemClock>>;
+    fn deref(&self) -> &Self::Target {
+        &self.host
     }
 }
 
@@ -279,7 +172,7 @@ fn answer(
 /// Answers every queued check, until none are left.
 fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
     loop {
-        let batch = py.detach(|| shared.state.lock().host.take_checks());
+        let batch = py.detach(|| shared.peek(|h| h.take_checks()));
         if batch.is_empty() {
             return Ok(());
         }
@@ -287,73 +180,19 @@ fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
     }
 }
 
-/// The system-clock driver: sleeps until the core's next deadline (or a wake-up), fires what
-/// is due (timers, and the async flush the core schedules), and hands checks to checkers.
+/// The system-clock driver thread: the embedding layer's loop, checks answered here.
 fn drive(shared: Arc<Shared>) {
-    loop {
-        {
-            let mut st = shared.state.lock();
-            loop {
-                if shared.shutdown.load(Ordering::SeqCst)
-                    || st.host.is_closed()
-                    || st.broken.is_some()
-                {
-                    return;
-                }
-                st.driver_wake = 0;
-                let res = shared.guarded(&mut st, |h| {
-                    h.fire_due()?;
-                    Ok(h.next_due())
-                });
-                let next = match res {
-                    Ok(n) => n,
-                    Err(f) => {
-                        let failed = st.host.failed().map(str::to_owned);
-                        let why = match &failed {
-                            Some(reason) => format!(
-                                "the broker stopped after a failed sync ({reason}); every call raises BrokerFailed: close it and open it again"
-                            ),
-                            None => format!("{f:?}"),
-                        };
-                        if failed.is_none() {
-                            st.broken.get_or_insert_with(|| why.clone());
-                        }
-                        // Waiting callers and subscribers see the failure on their next try.
-                        shared.notify(&st);
-                        drop(st);
-                        Python::try_attach(|py| {
-                            log_error(py, &format!("rocklet driver stopped: {why}"), None)
-                        });
-                        return;
-                    }
-                };
-                if st.host.has_checks() {
-                    break;
-                }
-                let wake = next.unwrap_or(Millis::MAX);
-                let now = st.host.now();
-                if wake <= now {
-                    continue;
-                }
-                st.driver_wake = wake;
-                if wake == Millis::MAX {
-                    shared.driver_cv.wait(&mut st);
-                } else {
-                    shared
-                        .driver_cv
-                        .wait_for(&mut st, Duration::from_millis(wake - now));
-                }
-            }
-        }
-        let answered = Python::try_attach(|py| {
+    let stopped = shared.drive::<Fail>(|| {
+        Python::try_attach(|py| {
             if let Err(f) = answer_checks(&shared, py) {
                 let e = f.into_py(py);
                 log_error(py, "rocklet driver could not answer checks", Some(&e));
             }
-        });
-        if answered.is_none() {
-            return; // the interpreter is shutting down
-        }
+        })
+        .is_some() // None: the interpreter is shutting down
+    });
+    if let Some(why) = stopped {
+        Python::try_attach(|py| log_error(py, &format!("rocklet driver stopped: {why}"), None));
     }
 }
 
@@ -379,7 +218,7 @@ impl std::fmt::Debug for PyBroker {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("PyBroker")
             .field("path", &self.path)
-            .field("manual", &self.shared.manual)
+            .field("manual", &self.shared.is_manual())
             .finish_non_exhaustive()
     }
 }
@@ -419,7 +258,7 @@ impl embed::Endpoint for Ep<'_, '_> {
     fn request(&mut self, req: Request) -> Result<Reply, EFail> {
         let shared = &self.broker.shared;
         let r = self.py.detach(|| shared.request(req));
-        if shared.manual && r.as_ref().map_or(true, |(_, checks)| *checks) {
+        if shared.is_manual() && r.as_ref().map_or(true, |(_, checks)| *checks) {
             answer_checks(shared, self.py).map_err(embed::Fail::Host)?;
         }
         match r.map_err(embed::Fail::Host)?.0 {
@@ -489,22 +328,17 @@ impl PyBroker {
     }
 
     fn generation(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.shared.state.lock().host.generation())
+        py.detach(|| self.shared.peek(|h| h.generation()))
     }
 
     /// Waits (GIL released) until the state changes after `gen`, the deadline passes, or the
     /// broker closes; at most `slice` at a time so signals are seen.
     fn wait_change(&self, py: Python<'_>, gen: u64, deadline: Option<Instant>) -> PyResult<()> {
         let slice = Duration::from_millis(100);
-        py.detach(|| {
-            let mut st = self.shared.state.lock();
-            if st.host.generation() == gen && !st.host.is_closed() {
-                let wait = deadline.map_or(slice, |d| {
-                    d.saturating_duration_since(Instant::now()).min(slice)
-                });
-                self.shared.event_cv.wait_for(&mut st, wait);
-            }
+        let wait = deadline.map_or(slice, |d| {
+            d.saturating_duration_since(Instant::now()).min(slice)
         });
+        py.detach(|| self.shared.wait_change(gen, wait));
         py.check_signals()
     }
 
@@ -524,7 +358,7 @@ impl PyBroker {
     }
 
     fn manual(&self, what: &str) -> PyResult<()> {
-        if !self.shared.manual {
+        if !self.shared.is_manual() {
             return Err(PyValueError::new_err(format!(
                 "{what} needs a broker opened with clock='manual'"
             )));
@@ -576,18 +410,8 @@ impl PyBroker {
             .detach(|| Host::open(cfg, storage, clock, repair))
             .map_err(|e| core_error(py, e))?;
         let shared = Arc::new(Shared {
-            state: Mutex::new(State {
-                host,
-                syncing: false,
-                driver_wake: 0,
-                broken: None,
-            }),
-            driver_cv: Condvar::new(),
-            event_cv: Condvar::new(),
-            manual,
-            shutdown: AtomicBool::new(false),
+            host: embed::Shared::new(host, manual),
             checkers: Mutex::new(Checkers::default()),
-            driver_thread: Mutex::new(None),
         });
         let driver = if manual {
             None
@@ -601,7 +425,7 @@ impl PyBroker {
                         "cannot start the driver thread: {e}"
                     ))
                 })?;
-            *shared.driver_thread.lock() = Some(handle.thread().id());
+            shared.set_driver_thread(handle.thread().id());
             Some(handle)
         };
         Ok(PyBroker {
@@ -620,7 +444,7 @@ impl PyBroker {
     /// `"system"` or `"manual"`.
     #[getter]
     fn clock(&self) -> &'static str {
-        if self.shared.manual {
+        if self.shared.is_manual() {
             "manual"
         } else {
             "system"
@@ -630,13 +454,13 @@ impl PyBroker {
     /// The broker's current time in ms (the manual clock, or the system clock).
     #[getter]
     fn now(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.shared.state.lock().host.clock().now())
+        py.detach(|| self.shared.peek(|h| h.clock().now()))
     }
 
     /// Whether `close()` was called.
     #[getter]
     fn closed(&self, py: Python<'_>) -> bool {
-        py.detach(|| self.shared.state.lock().host.is_closed())
+        py.detach(|| self.shared.peek(|h| h.is_closed()))
     }
 
     /// What recovery found when the broker opened: segments and records read, the torn tail

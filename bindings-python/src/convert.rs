@@ -10,7 +10,7 @@ use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
     Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
 };
-use serde_json::{Map, Number, Value};
+use rocklet_embed::config::{Map, Number, Value};
 
 use crate::error::{client_error, ConfigError};
 use crate::types::{
@@ -23,18 +23,18 @@ use crate::types::{
 /// The broker's `Config` from the keyword arguments of `Broker(...)`: each keyword is a core
 /// `Config` field by its snake_case name; the rest keep the core's defaults.
 pub fn config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
-    let mut map = Map::new();
+    let mut entries = Vec::new();
     if let Some(kw) = kwargs {
         for (k, v) in kw.iter() {
             let key: String = k.extract()?;
-            map.insert(
-                key.clone(),
-                json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?,
-            );
+            let value =
+                json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?;
+            entries.push((key, value));
         }
     }
-    serde_json::from_value(Value::Object(map))
-        .map_err(|e| ConfigError::new_err(format!("invalid config: {e}")))
+    let naming = rocklet_embed::config::Naming::Snake;
+    rocklet_embed::config::config(&Config::default(), entries, naming, &[], &[])
+        .map_err(|e| ConfigError::new_err(e.to_string()))
 }
 
 /// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
@@ -57,7 +57,7 @@ fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
             .ok_or_else(|| PyValueError::new_err("not a finite number"));
     }
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Value::String(s.to_str()?.to_owned()));
+        return Ok(Value::String(s.to_cow()?.into_owned()));
     }
     if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
         return v
@@ -85,12 +85,12 @@ pub fn body(v: &Bound<'_, PyAny>) -> PyResult<Vec<u8>> {
         return Ok(b.as_bytes().to_vec());
     }
     if let Ok(s) = v.cast::<PyString>() {
-        return Ok(s.to_str()?.as_bytes().to_vec());
+        return Ok(s.to_cow()?.as_bytes().to_vec());
     }
     if let Ok(b) = v.cast::<PyByteArray>() {
         return Ok(b.to_vec());
     }
-    if v.get_type().name()?.to_str()? == "memoryview" {
+    if v.get_type().name()?.to_cow()? == "memoryview" {
         return Ok(v
             .call_method0("tobytes")?
             .cast::<PyBytes>()?
@@ -110,7 +110,7 @@ pub fn keys(v: Option<&Bound<'_, PyAny>>) -> PyResult<Vec<String>> {
         Some(v) if v.is_none() => Ok(Vec::new()),
         Some(v) => {
             if let Ok(s) = v.cast::<PyString>() {
-                return Ok(vec![s.to_str()?.to_owned()]);
+                return Ok(vec![s.to_cow()?.into_owned()]);
             }
             v.try_iter()?
                 .map(|k| {
@@ -171,7 +171,7 @@ pub fn resolution(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
             type_name(v)
         ))
     })?;
-    s.to_str()?.parse().map_err(|_| {
+    s.to_cow()?.parse().map_err(|_| {
         PyValueError::new_err(format!(
             "{what} must be 'commit', 'rollback' or 'unknown', not {}",
             v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
@@ -188,7 +188,7 @@ fn type_name(v: &Bound<'_, PyAny>) -> String {
 /// A str argument; `what` names it in the TypeError.
 pub fn string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     match v.cast::<PyString>() {
-        Ok(s) => Ok(s.to_str()?.to_owned()),
+        Ok(s) => Ok(s.to_cow()?.into_owned()),
         Err(_) => Err(PyTypeError::new_err(format!(
             "{what} must be a str, not {}",
             type_name(v)
@@ -196,19 +196,14 @@ pub fn string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
     }
 }
 
-fn nat<T: TryFrom<i128>>(what: &str, v: i128, max: u64) -> PyResult<T> {
-    T::try_from(v)
-        .map_err(|_| PyValueError::new_err(format!("{what} must be from 0 to {max}, not {v}")))
-}
-
 /// A whole-number argument that fits a u32; out of range is a ValueError naming it.
 pub fn u32_arg(what: &str, v: i128) -> PyResult<u32> {
-    nat(what, v, u64::from(u32::MAX))
+    rocklet_embed::arg::int_u32(what, v).map_err(PyValueError::new_err)
 }
 
 /// A whole-number argument that fits a u64 (ms, offsets).
 pub fn u64_arg(what: &str, v: i128) -> PyResult<u64> {
-    nat(what, v, u64::MAX)
+    rocklet_embed::arg::int(what, v, u64::MAX).map_err(PyValueError::new_err)
 }
 
 pub fn opt_u32(what: &str, v: Option<i128>) -> PyResult<Option<u32>> {
@@ -227,7 +222,7 @@ pub fn limit(v: Option<i128>) -> PyResult<usize> {
 /// `repr()` of a value as Python shows it (for reprs: `None`, `'x'`, `6000`).
 pub fn repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<String> {
     let o = v.into_bound_py_any(py)?;
-    Ok(o.repr()?.to_str()?.to_owned())
+    Ok(o.repr()?.to_cow()?.into_owned())
 }
 
 /// A receipt handle: its string, or the `Received` that carries it.
@@ -371,26 +366,7 @@ pub fn recovery_report(r: &RecoveryReport) -> PyRecoveryReport {
 /// The counters as a dict of name to count.
 pub fn stats<'py>(py: Python<'py>, s: Stats) -> PyResult<Bound<'py, PyDict>> {
     let d = PyDict::new(py);
-    let fields: [(&str, u64); 17] = [
-        ("messages_stored", s.messages_stored),
-        ("halves_stored", s.halves_stored),
-        ("committed", s.committed),
-        ("rolled_back", s.rolled_back),
-        ("unknown_answers", s.unknown_answers),
-        ("checks_sent", s.checks_sent),
-        ("checks_answered", s.checks_answered),
-        ("check_max_reached", s.check_max_reached),
-        ("halves_expired", s.halves_expired),
-        ("delayed_stored", s.delayed_stored),
-        ("delayed_delivered", s.delayed_delivered),
-        ("received", s.received),
-        ("acked", s.acked),
-        ("redelivered", s.redelivered),
-        ("dead_lettered", s.dead_lettered),
-        ("syncs", s.syncs),
-        ("client_errors", s.client_errors),
-    ];
-    for (k, v) in fields {
+    for (k, v) in rocklet_embed::view::stats_fields(&s) {
         d.set_item(k, v)?;
     }
     Ok(d)

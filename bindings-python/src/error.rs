@@ -27,6 +27,7 @@ use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
 use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
+use rocklet_embed::ErrorKind;
 
 create_exception!(
     rocklet,
@@ -168,6 +169,18 @@ impl From<rocklet_embed::Fail<CoreError<io::Error>>> for Fail {
     }
 }
 
+impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for Fail {
+    fn broken(why: String) -> Self {
+        Fail::Broken(why)
+    }
+    fn panic(why: String) -> Self {
+        Fail::Panic(why)
+    }
+    fn failed(reason: String) -> Self {
+        Fail::Core(CoreError::Failed { reason })
+    }
+}
+
 impl From<CoreError<io::Error>> for Fail {
     fn from(e: CoreError<io::Error>) -> Self {
         Fail::Core(e)
@@ -212,10 +225,10 @@ pub fn client_error(py: Python<'_>, e: &CoreClientError) -> PyErr {
 /// The exception for a core `Err` (not the caller's mistake).
 pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     let msg = e.to_string();
-    match e {
-        CoreError::Storage(_) => StorageError::new_err(msg),
-        CoreError::Config(_) => ConfigError::new_err(msg),
-        CoreError::Corrupted { offset, .. } => {
+    match (ErrorKind::of(&e), e) {
+        (ErrorKind::Storage, _) => StorageError::new_err(msg),
+        (ErrorKind::Config, _) => ConfigError::new_err(msg),
+        (_, CoreError::Corrupted { offset, .. }) => {
             let err = CorruptLog::new_err(format!(
                 "{msg}; Broker(path, repair=True) opens the log, keeping every valid record and \
                  moving the damaged bytes to quarantine/ in the data directory"
@@ -224,8 +237,8 @@ pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
             let _ = err.value(py).setattr("offset", offset);
             err
         }
-        CoreError::Encode(_) => EncodeError::new_err(msg),
-        CoreError::Failed { .. } => BrokerFailed::new_err(msg),
+        (ErrorKind::Encode, _) => EncodeError::new_err(msg),
+        (ErrorKind::Failed, _) => BrokerFailed::new_err(msg),
         _ => RockletError::new_err(msg),
     }
 }

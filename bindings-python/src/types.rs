@@ -3,6 +3,32 @@
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
+/// A frozen value class (`get_all`, module `rocklet`) whose repr shows the listed fields as
+/// Python values: `Name(a=1, b='x', c=None)`.
+macro_rules! value_class {
+    ($(#[$m:meta])* $ty:ident => $name:literal {
+        $($(#[$fm:meta])* pub $f:ident: $t:ty,)*
+    } repr($($r:ident),*)) => {
+        #[pyclass(frozen, get_all, module = "rocklet", name = $name)]
+        $(#[$m])*
+        #[derive(Debug)]
+        pub struct $ty {
+            $($(#[$fm])* pub $f: $t,)*
+        }
+
+        #[pymethods]
+        impl $ty {
+            fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+                let parts: Vec<String> = vec![$(format!(
+                    concat!(stringify!($r), "={}"),
+                    crate::convert::repr(py, self.$r.clone())?
+                )),*];
+                Ok(format!(concat!($name, "({})"), parts.join(", ")))
+            }
+        }
+    };
+}
+
 /// A stored message as consumers (and checkers) see it.
 #[pyclass(frozen, module = "rocklet", name = "Message")]
 #[derive(Debug)]
@@ -80,63 +106,37 @@ impl PyMessage {
     }
 }
 
-/// Where a sent (or prepared) message was stored.
-#[pyclass(frozen, get_all, module = "rocklet", name = "SendResult")]
-#[derive(Debug, Clone)]
-pub struct PySendResult {
-    /// Message id.
-    pub msg_id: String,
-    /// Topic.
-    pub topic: String,
-    /// Queue.
-    pub queue_id: u32,
-    /// Position in the queue (0 for a half message).
-    pub queue_offset: u64,
-    /// Log offset of the record.
-    pub offset: u64,
-    /// Transaction id (16 hex digits) for a prepared message, else None.
-    pub transaction_id: Option<String>,
+value_class! {
+    /// Where a sent (or prepared) message was stored.
+    #[derive(Clone)]
+    PySendResult => "SendResult" {
+        /// Message id.
+        pub msg_id: String,
+        /// Topic.
+        pub topic: String,
+        /// Queue.
+        pub queue_id: u32,
+        /// Position in the queue (0 for a half message).
+        pub queue_offset: u64,
+        /// Log offset of the record.
+        pub offset: u64,
+        /// Transaction id (16 hex digits) for a prepared message, else None.
+        pub transaction_id: Option<String>,
+    } repr(msg_id, topic, queue_id, queue_offset, offset, transaction_id)
 }
 
-#[pymethods]
-impl PySendResult {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "SendResult(msg_id={}, topic={}, queue_id={}, queue_offset={}, offset={}, transaction_id={})",
-            crate::convert::repr(py, self.msg_id.clone())?,
-            crate::convert::repr(py, self.topic.clone())?,
-            self.queue_id,
-            self.queue_offset,
-            self.offset,
-            crate::convert::repr(py, self.transaction_id.clone())?
-        ))
-    }
-}
-
-/// A received message with the handle that acks it.
-#[pyclass(frozen, get_all, module = "rocklet", name = "Received")]
-#[derive(Debug)]
-pub struct PyReceived {
-    /// The message.
-    pub message: Py<PyMessage>,
-    /// Receipt handle: pass it to `ack` or `change_invisible`.
-    pub handle: String,
-    /// Delivery attempt, from 1.
-    pub attempt: u32,
-    /// When it becomes visible again unless acked (ms, broker clock).
-    pub visible_at: u64,
-}
-
-#[pymethods]
-impl PyReceived {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "Received(handle={}, attempt={}, visible_at={})",
-            crate::convert::repr(py, self.handle.clone())?,
-            self.attempt,
-            self.visible_at
-        ))
-    }
+value_class! {
+    /// A received message with the handle that acks it.
+    PyReceived => "Received" {
+        /// The message.
+        pub message: Py<PyMessage>,
+        /// Receipt handle: pass it to `ack` or `change_invisible`.
+        pub handle: String,
+        /// Delivery attempt, from 1.
+        pub attempt: u32,
+        /// When it becomes visible again unless acked (ms, broker clock).
+        pub visible_at: u64,
+    } repr(handle, attempt, visible_at)
 }
 
 /// One page of a queue read by `pull_queue`.
@@ -163,26 +163,17 @@ impl PyPullResult {
     }
 }
 
-/// One queue of a topic.
-#[pyclass(frozen, get_all, module = "rocklet", name = "QueueInfo")]
-#[derive(Debug, Clone)]
-pub struct PyQueueInfo {
-    /// Queue id.
-    pub queue_id: u32,
-    /// Next queue offset (messages written).
-    pub next_offset: u64,
-    /// Messages consumers can see (durable ones, under sync flush).
-    pub visible: u64,
-}
-
-#[pymethods]
-impl PyQueueInfo {
-    fn __repr__(&self) -> String {
-        format!(
-            "QueueInfo(queue_id={}, next_offset={}, visible={})",
-            self.queue_id, self.next_offset, self.visible
-        )
-    }
+value_class! {
+    /// One queue of a topic.
+    #[derive(Clone)]
+    PyQueueInfo => "QueueInfo" {
+        /// Queue id.
+        pub queue_id: u32,
+        /// Next queue offset (messages written).
+        pub next_offset: u64,
+        /// Messages consumers can see (durable ones, under sync flush).
+        pub visible: u64,
+    } repr(queue_id, next_offset, visible)
 }
 
 /// A topic and its queues.
@@ -212,118 +203,67 @@ impl PyTopicInfo {
     }
 }
 
-/// A transaction waiting for its resolution.
-#[pyclass(frozen, get_all, module = "rocklet", name = "PendingTransaction")]
-#[derive(Debug)]
-pub struct PyPendingTransaction {
-    /// Transaction id (16 hex digits).
-    pub transaction_id: String,
-    /// Producer group (whose checker is asked).
-    pub group: String,
-    /// Topic it will be delivered to.
-    pub topic: String,
-    /// Queue it will be delivered to.
-    pub queue_id: u32,
-    /// Checks made so far.
-    pub checks: u32,
-    /// Time of the next check (ms); None while no checker of the group is registered.
-    pub next_check: Option<u64>,
+value_class! {
+    /// A transaction waiting for its resolution.
+    PyPendingTransaction => "PendingTransaction" {
+        /// Transaction id (16 hex digits).
+        pub transaction_id: String,
+        /// Producer group (whose checker is asked).
+        pub group: String,
+        /// Topic it will be delivered to.
+        pub topic: String,
+        /// Queue it will be delivered to.
+        pub queue_id: u32,
+        /// Checks made so far.
+        pub checks: u32,
+        /// Time of the next check (ms); None while no checker of the group is registered.
+        pub next_check: Option<u64>,
+    } repr(transaction_id, group, topic, checks, next_check)
 }
 
-#[pymethods]
-impl PyPendingTransaction {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "PendingTransaction(transaction_id={}, group={}, topic={}, checks={}, next_check={})",
-            crate::convert::repr(py, self.transaction_id.clone())?,
-            crate::convert::repr(py, self.group.clone())?,
-            crate::convert::repr(py, self.topic.clone())?,
-            self.checks,
-            crate::convert::repr(py, self.next_check)?
-        ))
-    }
+value_class! {
+    /// A delayed message not yet delivered.
+    PyPendingDelay => "PendingDelay" {
+        /// Log offset of the stored delayed message.
+        pub offset: u64,
+        /// Topic it will be delivered to.
+        pub topic: String,
+        /// Queue it will be delivered to.
+        pub queue_id: u32,
+        /// When it becomes visible (ms).
+        pub due: u64,
+    } repr(offset, topic, queue_id, due)
 }
 
-/// A delayed message not yet delivered.
-#[pyclass(frozen, get_all, module = "rocklet", name = "PendingDelay")]
-#[derive(Debug)]
-pub struct PyPendingDelay {
-    /// Log offset of the stored delayed message.
-    pub offset: u64,
-    /// Topic it will be delivered to.
-    pub topic: String,
-    /// Queue it will be delivered to.
-    pub queue_id: u32,
-    /// When it becomes visible (ms).
-    pub due: u64,
+value_class! {
+    /// A torn tail cut off the log on open (nothing acknowledged can be in one).
+    #[derive(Clone)]
+    PyCut => "Cut" {
+        /// Log offset of the first byte cut.
+        pub offset: u64,
+        /// Bytes cut.
+        pub bytes: u64,
+        /// Why.
+        pub reason: String,
+        /// The file under `quarantine/` in the data directory that keeps the cut bytes that were
+        /// not zero; None when they were all zero.
+        pub kept_as: Option<String>,
+    } repr(offset, bytes, kept_as, reason)
 }
 
-#[pymethods]
-impl PyPendingDelay {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "PendingDelay(offset={}, topic={}, queue_id={}, due={})",
-            self.offset,
-            crate::convert::repr(py, self.topic.clone())?,
-            self.queue_id,
-            self.due
-        ))
-    }
-}
-
-/// A torn tail cut off the log on open (nothing acknowledged can be in one).
-#[pyclass(frozen, get_all, module = "rocklet", name = "Cut")]
-#[derive(Debug, Clone)]
-pub struct PyCut {
-    /// Log offset of the first byte cut.
-    pub offset: u64,
-    /// Bytes cut.
-    pub bytes: u64,
-    /// Why.
-    pub reason: String,
-    /// The file under `quarantine/` in the data directory that keeps the cut bytes that were
-    /// not zero; None when they were all zero.
-    pub kept_as: Option<String>,
-}
-
-#[pymethods]
-impl PyCut {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "Cut(offset={}, bytes={}, kept_as={}, reason={})",
-            self.offset,
-            self.bytes,
-            crate::convert::repr(py, self.kept_as.clone())?,
-            crate::convert::repr(py, self.reason.clone())?
-        ))
-    }
-}
-
-/// A damaged range that `repair=True` moved out of the log into quarantine.
-#[pyclass(frozen, get_all, module = "rocklet", name = "Quarantined")]
-#[derive(Debug, Clone)]
-pub struct PyQuarantined {
-    /// Log offset of the first damaged byte.
-    pub offset: u64,
-    /// Bytes moved.
-    pub bytes: u64,
-    /// What was wrong (names the segment file and the position in it).
-    pub reason: String,
-    /// The file under `quarantine/` in the data directory holding the bytes, unchanged.
-    pub name: String,
-}
-
-#[pymethods]
-impl PyQuarantined {
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "Quarantined(offset={}, bytes={}, name={}, reason={})",
-            self.offset,
-            self.bytes,
-            crate::convert::repr(py, self.name.clone())?,
-            crate::convert::repr(py, self.reason.clone())?
-        ))
-    }
+value_class! {
+    /// A damaged range that `repair=True` moved out of the log into quarantine.
+    #[derive(Clone)]
+    PyQuarantined => "Quarantined" {
+        /// Log offset of the first damaged byte.
+        pub offset: u64,
+        /// Bytes moved.
+        pub bytes: u64,
+        /// What was wrong (names the segment file and the position in it).
+        pub reason: String,
+        /// The file under `quarantine/` in the data directory holding the bytes, unchanged.
+        pub name: String,
+    } repr(offset, bytes, name, reason)
 }
 
 /// What recovery found when the broker opened.

@@ -87,7 +87,7 @@ def test_errors_name_the_argument(broker: rocklet.Broker) -> None:
     assert str(e.value) == "max must be an int, not str"
     with pytest.raises(ValueError) as v:
         broker.send("T", b"x", delay_level=-1)
-    assert str(v.value) == "delay_level must be from 0 to 4294967295, not -1"
+    assert str(v.value) == "delay_level must be a whole number from 0 to 4294967295, not -1"
     with pytest.raises(ValueError, match="queue_id"):
         broker.send("T", b"x", queue_id=2**40)
     with pytest.raises(ValueError, match="max"):

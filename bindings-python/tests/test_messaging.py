@@ -248,7 +248,7 @@ def test_limits_and_send_back_errors_have_their_classes() -> None:
 
 
 def test_config_errors() -> None:
-    with pytest.raises(rocklet.ConfigError, match="unknown field"):
+    with pytest.raises(rocklet.ConfigError, match="unknown option `no_such_option`"):
         rocklet.Broker(clock="manual", no_such_option=1)
     with pytest.raises(rocklet.ConfigError, match="segment_size"):
         rocklet.Broker(clock="manual", segment_size=10)

@@ -10,7 +10,7 @@
 use alloc::string::String;
 
 use rocklet_core::{Broker, MemStorage};
-use rocklet_embed::{self as embed, ManualClock};
+use rocklet_embed::{self as embed, view, ManualClock};
 use wasm_bindgen::prelude::*;
 
 use crate::convert;
@@ -113,7 +113,7 @@ impl WasmBroker {
     #[wasm_bindgen(unchecked_return_type = "RecoveryReport")]
     pub fn reopen(&mut self) -> Result<JsValue, JsValue> {
         self.host.reopen().map_err(fail)?;
-        convert::recovery_report(self.core()?.recovery_report())
+        convert::to_js(&view::recovery_report(self.core()?.recovery_report()))
     }
 
     // ---- clock ---------------------------------------------------------------------------
@@ -154,7 +154,7 @@ impl WasmBroker {
     #[wasm_bindgen(unchecked_return_type = "Output[]")]
     pub fn drain(&mut self) -> Result<JsValue, JsValue> {
         self.host.drain();
-        convert::outputs(&self.host.take_outputs())
+        convert::to_js(&view::outputs(&self.host.take_outputs()))
     }
 
     /// Whether a producer of `group` can be checked (it answers checks). Checks of an
@@ -185,7 +185,9 @@ impl WasmBroker {
         #[wasm_bindgen(unchecked_param_type = "NewMessage")] message: JsValue,
     ) -> Result<JsValue, JsValue> {
         let m = convert::message(message)?;
-        convert::send_result(&embed::send_one(&mut self.host, m).map_err(fail)?)
+        convert::to_js(&view::send_result(
+            &embed::send_one(&mut self.host, m).map_err(fail)?,
+        ))
     }
 
     /// Sends a batch (one topic, all or nothing). Returns one result per message.
@@ -195,7 +197,9 @@ impl WasmBroker {
         #[wasm_bindgen(unchecked_param_type = "NewMessage[]")] messages: JsValue,
     ) -> Result<JsValue, JsValue> {
         let ms = convert::messages(messages)?;
-        convert::send_results(&embed::send(&mut self.host, ms).map_err(fail)?)
+        convert::to_js(&view::send_results(
+            &embed::send(&mut self.host, ms).map_err(fail)?,
+        ))
     }
 
     /// Stores a half message of producer group `group`. Returns the send result with `txn`.
@@ -211,7 +215,8 @@ impl WasmBroker {
             .map(|ms| convert::millis("checkImmunityMs", ms))
             .transpose()?;
         let tx = embed::prepare(&mut self.host, group, message, check_immunity_ms).map_err(fail)?;
-        convert::send_result(&tx.sent)
+        let sent = view::send_result(&tx.sent);
+        convert::to_js(&sent)
     }
 
     /// END_TRANSACTION: `resolution` is `commit`, `rollback` or `unknown`; `options` is an
@@ -232,7 +237,7 @@ impl WasmBroker {
         let from_check = opts.from_check.unwrap_or(false);
         let e =
             embed::end(&mut self.host, txn, resolution, opts.group, from_check).map_err(fail)?;
-        convert::ended(e.txn, e.resolution, e.duplicate)
+        convert::to_js(&view::ended(e.txn, e.resolution, e.duplicate))
     }
 
     // ---- consumer ------------------------------------------------------------------------
@@ -246,18 +251,12 @@ impl WasmBroker {
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "PullArgs")] args: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let a = convert::pull_args(args)?;
-        let one = a.queue_id.is_some();
-        let args = embed::PullArgs {
-            filter: convert::tag_filter(a.tags.as_deref()),
-            group: a.group,
-            topic: a.topic,
-            queue: a.queue_id,
-            offset: a.offset,
-            max: a.max.unwrap_or(32),
-            auto_commit: a.auto_commit.unwrap_or(false),
-        };
-        convert::pulled(&embed::pull(&mut self.host, args).map_err(fail)?, one)
+        let args = convert::pull_args(args)?;
+        let one = args.queue.is_some();
+        convert::to_js(&view::pulled(
+            &embed::pull(&mut self.host, args).map_err(fail)?,
+            one,
+        ))
     }
 
     /// Commits a group's pull offset in a queue.
@@ -281,16 +280,10 @@ impl WasmBroker {
         &mut self,
         #[wasm_bindgen(unchecked_param_type = "ReceiveArgs")] args: JsValue,
     ) -> Result<JsValue, JsValue> {
-        let a = convert::receive_args(args)?;
-        let args = embed::ReceiveArgs {
-            filter: convert::tag_filter(a.tags.as_deref()),
-            group: a.group,
-            topic: a.topic,
-            queue: a.queue_id,
-            max: a.max.unwrap_or(32),
-            invisible_ms: a.invisible_ms,
-        };
-        convert::received(&embed::receive(&mut self.host, args).map_err(fail)?)
+        let args = convert::receive_args(args)?;
+        convert::to_js(&view::received(
+            &embed::receive(&mut self.host, args).map_err(fail)?,
+        ))
     }
 
     /// Acknowledges a received message by its handle.
@@ -312,7 +305,7 @@ impl WasmBroker {
         let invisible_ms = convert::millis("invisibleMs", invisible_ms)?;
         let (handle, visible_at) =
             embed::change_invisible(&mut self.host, group, handle, invisible_ms).map_err(fail)?;
-        convert::invisible_changed(&handle, visible_at)
+        convert::to_js(&view::invisible_changed(&handle, visible_at))
     }
 
     /// Moves a received message to `%DLQ%<group>` at once.
@@ -327,41 +320,43 @@ impl WasmBroker {
     /// The configuration in effect (snake_case, as the constructor takes it).
     #[wasm_bindgen(unchecked_return_type = "Record<string, unknown>")]
     pub fn config(&self) -> Result<JsValue, JsValue> {
-        convert::config_out(self.core()?.config())
+        convert::to_js(self.core()?.config())
     }
 
     /// Consumer-visible topics: `[{name, queues: [{queueId, nextOffset, visible}]}]`.
     #[wasm_bindgen(unchecked_return_type = "TopicInfo[]")]
     pub fn topics(&self) -> Result<JsValue, JsValue> {
-        convert::topics(&self.core()?.topics())
+        convert::to_js(&view::topics(&self.core()?.topics()))
     }
 
     /// Pending transactions in log order: `[{txn, offset, group, topic, queueId, checks,
     /// nextCheck}]` (`nextCheck` is `null` while the group is offline).
     #[wasm_bindgen(js_name = pendingTransactions, unchecked_return_type = "PendingTransaction[]")]
     pub fn pending_transactions(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
-        convert::pending_transactions(
+        convert::to_js(&view::pending_transactions(
             &self
                 .core()?
                 .pending_transactions(limit.map_or(usize::MAX, |l| l as usize)),
-        )
+        ))
     }
 
     /// Delayed messages not yet delivered: `[{offset, topic, queueId, due}]`.
     #[wasm_bindgen(js_name = pendingDelays, unchecked_return_type = "PendingDelay[]")]
     pub fn pending_delays(&self, limit: Option<u32>) -> Result<JsValue, JsValue> {
-        convert::pending_delays(
+        convert::to_js(&view::pending_delays(
             &self
                 .core()?
                 .pending_delays(limit.map_or(usize::MAX, |l| l as usize)),
-        )
+        ))
     }
 
     /// The consume-queue units of a queue: `[{offset, size, tagHash, bytes}]`, `bytes` being
     /// the 20 bytes of RocketMQ's ConsumeQueue entry.
     #[wasm_bindgen(js_name = consumeQueue, unchecked_return_type = "CqUnit[]")]
     pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
-        convert::consume_queue(&self.core()?.consume_queue(topic, queue_id))
+        convert::to_js(&view::consume_queue(
+            &self.core()?.consume_queue(topic, queue_id),
+        ))
     }
 
     /// Commit-log records from log offset `from` (at most `max`), each decoded field by field:
@@ -386,7 +381,7 @@ impl WasmBroker {
     /// Counters.
     #[wasm_bindgen(unchecked_return_type = "Record<string, number>")]
     pub fn stats(&self) -> Result<JsValue, JsValue> {
-        convert::stats(&self.core()?.stats())
+        convert::to_js(&view::stats(&self.core()?.stats()))
     }
 
     /// A group's committed pull offset in a queue (`undefined` if none).

@@ -26,16 +26,7 @@ pub fn client(e: &ClientError) -> JsValue {
 
 /// A failure of the broker (not the client's).
 pub fn core<E: Display>(e: &Error<E>) -> JsValue {
-    let code = match e {
-        Error::Storage(_) => "STORAGE",
-        Error::Config(_) => "INVALID_CONFIG",
-        Error::Corrupted { .. } => "CORRUPTED",
-        Error::Encode(_) => "ENCODE",
-        Error::Failed { .. } => "FAILED",
-        // `Error` is non-exhaustive: a future variant still reaches JS as an error.
-        _ => "INTERNAL",
-    };
-    js_error(code, &e.to_string())
+    js_error(rocklet_embed::ErrorKind::of(e).code(), &e.to_string())
 }
 
 /// A JS argument the binding cannot read.

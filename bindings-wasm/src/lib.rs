@@ -37,5 +37,5 @@ pub fn decode_record(bytes: &[u8]) -> Result<JsValue, JsValue> {
 /// RocketMQ's reserved topic names as the core spells them, for pages that label lanes.
 #[wasm_bindgen(js_name = systemTopics, unchecked_return_type = "Record<string, string>")]
 pub fn system_topics() -> Result<JsValue, JsValue> {
-    convert::system_topics()
+    convert::to_js(&rocklet_embed::view::system_topics())
 }

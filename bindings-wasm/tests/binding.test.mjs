@@ -233,3 +233,14 @@ test('pull commits offsets when asked', () => {
   assert.equal(b.pull({ group: 'G', topic: 'P', queueId: 0 }).messages.length, 0);
   assert.deepEqual(b.topics(), [{ name: 'P', queues: [{ queueId: 0, nextOffset: 3, visible: 3 }] }]);
 });
+
+test('a whole number out of range: the text every binding uses', () => {
+  const b = new Broker();
+  try {
+    b.advanceTo(-1);
+    assert.fail('did not throw');
+  } catch (e) {
+    assert.equal(e.code, 'INVALID_ARGUMENT');
+    assert.equal(e.message, 'invalid argument: ms must be a whole number from 0 to 9007199254740991, not -1');
+  }
+});

@@ -18,6 +18,16 @@
 //!   same defaults and the same errors in every language. A host with its own locking (the
 //!   Python binding) implements [`Endpoint`] over its lock.
 //!
+//! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
+//!   (Python): group commit under sync flush, the host-clock driver loop, a caught panic
+//!   that marks the broker broken.
+//! - [`arg`]: the range checks of whole-number arguments, one text for every binding.
+//! - [`config`]: the broker's configuration from JSON values by key, in the host's naming,
+//!   errors naming the key.
+//! - [`input`] and [`view`]: the plain shapes of what JS objects give (a message, a pull, a
+//!   receive) and get (every reply, output and introspection result), as serde types, so
+//!   the names, defaults and error texts are decided once.
+//!
 //! `#![no_std]` + `alloc`: the wasm binding uses it as it is.
 
 #![no_std]
@@ -27,10 +37,16 @@ extern crate alloc;
 #[cfg(any(feature = "std", test))]
 extern crate std;
 
+pub mod arg;
 mod clock;
+pub mod config;
 mod host;
+pub mod input;
 mod ops;
+#[cfg(feature = "std")]
+mod shared;
 mod subscription;
+pub mod view;
 
 #[cfg(test)]
 mod tests;
@@ -44,6 +60,8 @@ pub use ops::{
     send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
     Transaction,
 };
+#[cfg(feature = "std")]
+pub use shared::{panic_text, Shared, SharedFail};
 pub use subscription::Subscription;
 
 use alloc::string::String;
@@ -97,6 +115,79 @@ impl<H> Fail<H> {
             Fail::WrongClock(w) => Fail::WrongClock(w),
             Fail::Argument(w) => Fail::Argument(w),
             Fail::Unexpected(w) => Fail::Unexpected(w),
+        }
+    }
+}
+
+/// What kind of failure a call met: each binding maps the kinds to its error classes in one
+/// table, and [`ErrorKind::code`] is the stable code they all carry.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+#[non_exhaustive]
+pub enum ErrorKind {
+    /// The caller's mistake; the code is the [`ClientError`]'s own.
+    Client,
+    /// An argument this layer refused (`INVALID_ARGUMENT`).
+    Argument,
+    /// A configuration that cannot work (`INVALID_CONFIG`).
+    Config,
+    /// The storage failed (`STORAGE`).
+    Storage,
+    /// The log holds damage recovery will not cut by itself (`CORRUPTED`).
+    Corrupted,
+    /// A record would not fit the format (`ENCODE`).
+    Encode,
+    /// A sync failed earlier: the broker takes nothing more (`FAILED`).
+    Failed,
+    /// The broker was closed (`BROKER_CLOSED`).
+    Closed,
+    /// The call needs the other clock (`WRONG_CLOCK`).
+    WrongClock,
+    /// A bug (`INTERNAL`).
+    Internal,
+}
+
+impl ErrorKind {
+    /// The kind of a core error.
+    pub fn of<E>(e: &rocklet_core::Error<E>) -> Self {
+        match e {
+            rocklet_core::Error::Storage(_) => ErrorKind::Storage,
+            rocklet_core::Error::Config(_) => ErrorKind::Config,
+            rocklet_core::Error::Corrupted { .. } => ErrorKind::Corrupted,
+            rocklet_core::Error::Encode(_) => ErrorKind::Encode,
+            rocklet_core::Error::Failed { .. } => ErrorKind::Failed,
+            // `Error` is non-exhaustive: a variant added later is still reported.
+            #[allow(unreachable_patterns)]
+            _ => ErrorKind::Internal,
+        }
+    }
+
+    /// The stable code (for [`ErrorKind::Client`] the client error has its own).
+    pub fn code(self) -> &'static str {
+        match self {
+            ErrorKind::Client => "CLIENT_ERROR",
+            ErrorKind::Argument => "INVALID_ARGUMENT",
+            ErrorKind::Config => "INVALID_CONFIG",
+            ErrorKind::Storage => "STORAGE",
+            ErrorKind::Corrupted => "CORRUPTED",
+            ErrorKind::Encode => "ENCODE",
+            ErrorKind::Failed => "FAILED",
+            ErrorKind::Closed => "BROKER_CLOSED",
+            ErrorKind::WrongClock => "WRONG_CLOCK",
+            ErrorKind::Internal => "INTERNAL",
+        }
+    }
+}
+
+impl<E> Fail<rocklet_core::Error<E>> {
+    /// The kind of this failure.
+    pub fn kind(&self) -> ErrorKind {
+        match self {
+            Fail::Client(_) => ErrorKind::Client,
+            Fail::Host(e) => ErrorKind::of(e),
+            Fail::Closed(_) => ErrorKind::Closed,
+            Fail::WrongClock(_) => ErrorKind::WrongClock,
+            Fail::Argument(_) => ErrorKind::Argument,
+            Fail::Unexpected(_) => ErrorKind::Internal,
         }
     }
 }

@@ -391,3 +391,224 @@ fn create_topic_through_the_host_makes_the_topic_readable() {
     assert_eq!(pull(&mut h, a).unwrap().queues.len(), 2);
     assert!(h.create_topic("bad topic", 2).unwrap().is_err());
 }
+
+// ---- config, inputs and views ------------------------------------------------------------
+
+fn entries(kv: &[(&str, config::Value)]) -> Vec<(String, config::Value)> {
+    kv.iter()
+        .map(|(k, v)| ((*k).to_string(), v.clone()))
+        .collect()
+}
+
+#[test]
+fn config_reads_keys_in_the_hosts_naming_and_keeps_defaults() {
+    use config::{Naming, Value};
+    let base = Config::default();
+    let snake = entries(&[("transaction_timeout_ms", Value::from(5u64))]);
+    let c = config::config(&base, snake, Naming::Snake, &[], &[]).unwrap();
+    assert_eq!(c.transaction_timeout_ms, 5);
+    assert_eq!(c.segment_size, base.segment_size);
+    let camel = entries(&[("transactionTimeoutMs", Value::from(7u64))]);
+    let c = config::config(&base, camel, Naming::Camel, &[], &[]).unwrap();
+    assert_eq!(c.transaction_timeout_ms, 7);
+    // The other naming is not accepted: a key is spelt one way per host.
+    let wrong = entries(&[("transaction_timeout_ms", Value::from(7u64))]);
+    let e = config::config(&base, wrong, Naming::Camel, &["path"], &[]).unwrap_err();
+    let text = e.to_string();
+    assert!(text.starts_with("unknown option `transaction_timeout_ms` (known: path, "));
+    assert!(text.contains("transactionTimeoutMs"), "{text}");
+}
+
+#[test]
+fn config_errors_name_the_key_and_hidden_fields_are_unknown() {
+    use config::{ConfigFail, Naming, Value};
+    let base = Config {
+        notify_available: true,
+        ..Config::default()
+    };
+    let bad = entries(&[("flush", Value::from("sometimes"))]);
+    match config::config(&base, bad, Naming::Snake, &[], &[]).unwrap_err() {
+        ConfigFail::Invalid { key, reason } => {
+            assert_eq!(key, "flush");
+            assert!(!reason.is_empty());
+        }
+        other => panic!("expected Invalid, got {other:?}"),
+    }
+    let hidden = entries(&[("notifyAvailable", Value::from(false))]);
+    let e = config::config(&base, hidden, Naming::Camel, &[], &["notify_available"]);
+    assert!(matches!(e, Err(ConfigFail::Unknown { ref key, ref known })
+        if key == "notifyAvailable" && !known.contains("notifyAvailable")));
+    // The base's own values stay.
+    let c = config::config(&base, Vec::new(), Naming::Camel, &[], &[]).unwrap();
+    assert!(c.notify_available);
+}
+
+#[test]
+fn a_message_input_refuses_two_delays() {
+    let m = input::MessageInput {
+        topic: "T".into(),
+        body: input::Body(b"x".to_vec()),
+        tag: None,
+        keys: None,
+        properties: None,
+        queue_id: None,
+        message_id: None,
+        message_group: None,
+        delay_level: Some(1),
+        deliver_at_ms: Some(5),
+        delay_ms: None,
+        born_timestamp: None,
+        flag: None,
+    };
+    assert_eq!(
+        m.into_message().unwrap_err(),
+        "give at most one of delayLevel, deliverAtMs, delayMs"
+    );
+    let fields = input::field_names::<input::PullInput>();
+    assert!(fields.contains(&"queueId") && fields.contains(&"autoCommit"));
+}
+
+#[test]
+fn views_use_camel_case_and_keep_the_stats_order() {
+    let mut h = host();
+    send_one(&mut h, msg("T", "a", 1)).unwrap();
+    let stats = h.core().unwrap().stats();
+    let v = serde_json::to_value(view::stats(&stats)).unwrap();
+    let keys: Vec<&str> = v.as_object().unwrap().keys().map(String::as_str).collect();
+    assert!(keys.contains(&"messagesStored") && keys.contains(&"clientErrors"));
+    assert_eq!(v["messagesStored"], 1);
+    assert_eq!(view::stats_fields(&stats)[0], ("messages_stored", 1));
+    let sent = send_one(&mut h, msg("T", "b", 2)).unwrap();
+    let v = serde_json::to_value(view::send_result(&sent)).unwrap();
+    assert_eq!(v["queueId"], 2);
+    assert!(v["txn"].is_null());
+}
+
+#[test]
+fn a_decoded_record_names_its_offset_when_the_bytes_are_not_one() {
+    let e = view::decoded_record(42, &[0u8; 3]).err().unwrap();
+    assert!(e.starts_with("record at 42: "), "{e}");
+    let mut h = host();
+    send_one(&mut h, msg("T", "hello", 0)).unwrap();
+    let recs = h.core_mut().unwrap().raw_records(0, 1).unwrap();
+    let (off, bytes) = &recs[0];
+    let v = serde_json::to_value(view::decoded_record(*off, bytes).ok().unwrap()).unwrap();
+    assert_eq!(v["topic"], "T");
+    assert_eq!(v["body"], "hello");
+    assert_eq!(v["fields"][0]["name"], "TOTALSIZE");
+}
+
+#[test]
+fn range_checks_have_one_text() {
+    assert_eq!(
+        arg::int_u32("delay_level", -1).unwrap_err(),
+        "delay_level must be a whole number from 0 to 4294967295, not -1"
+    );
+    assert_eq!(
+        arg::number_u32("queueId", 1.5).unwrap_err(),
+        "queueId must be a whole number from 0 to 4294967295, not 1.5"
+    );
+    assert_eq!(arg::int_u32("q", 7), Ok(7));
+    assert_eq!(arg::number("ms", 5.0, u64::MAX), Ok(5));
+    // JS numbers stop at 2^53 - 1, whatever the type could hold.
+    assert!(arg::number("ms", 9_007_199_254_740_992.0, u64::MAX).is_err());
+    assert!(arg::number("ms", f64::NAN, u64::MAX).is_err());
+    assert_eq!(
+        arg::int("offset", i128::from(u64::MAX), u64::MAX),
+        Ok(u64::MAX)
+    );
+}
+
+#[test]
+fn failures_have_a_kind_and_a_code() {
+    let mut h = host();
+    let mut offset_without_queue = pull_args(None, 1);
+    offset_without_queue.offset = Some(0);
+    let e = pull(&mut h, offset_without_queue).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Argument);
+    assert_eq!(e.kind().code(), "INVALID_ARGUMENT");
+    h.close().unwrap();
+    let e = send_one(&mut h, msg("T", "a", 0)).unwrap_err();
+    assert_eq!(e.kind(), ErrorKind::Closed);
+    let failed: rocklet_core::Error<()> = rocklet_core::Error::Failed { reason: "x".into() };
+    assert_eq!(ErrorKind::of(&failed).code(), "FAILED");
+}
+
+#[cfg(feature = "std")]
+mod shared {
+    use super::*;
+
+    /// The test's own failure type, as a binding would define it.
+    #[derive(Debug, PartialEq)]
+    enum F {
+        Host(String),
+        Broken(String),
+        Panic(String),
+        Failed(String),
+    }
+
+    impl From<crate::host::HostFail<MemStorage>> for F {
+        fn from(e: crate::host::HostFail<MemStorage>) -> Self {
+            F::Host(e.to_string())
+        }
+    }
+
+    impl SharedFail<MemStorage> for F {
+        fn broken(why: String) -> Self {
+            F::Broken(why)
+        }
+        fn panic(why: String) -> Self {
+            F::Panic(why)
+        }
+        fn failed(reason: String) -> Self {
+            F::Failed(reason)
+        }
+    }
+
+    fn shared(flush: FlushMode) -> Shared<MemStorage, ManualClock> {
+        let c = Config { flush, ..cfg() };
+        Shared::new(
+            Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap(),
+            true,
+        )
+    }
+
+    fn send(s: &Shared<MemStorage, ManualClock>, body: &str) -> Result<(Reply, bool), F> {
+        s.request(Request::Send {
+            messages: vec![msg("T", body, 0)],
+        })
+    }
+
+    #[test]
+    fn writers_on_many_threads_are_all_answered_under_sync_flush() {
+        let s = shared(FlushMode::Sync);
+        std::thread::scope(|scope| {
+            for t in 0..4 {
+                let s = &s;
+                scope.spawn(move || {
+                    for i in 0..10 {
+                        let (reply, _) = send(s, &std::format!("{t}-{i}")).unwrap();
+                        assert!(
+                            matches!(reply, Reply::Sent(ref v) if v.len() == 1),
+                            "{reply:?}"
+                        );
+                    }
+                });
+            }
+        });
+        let stored = s.read::<_, F>(|c| c.stats().messages_stored).unwrap();
+        assert_eq!(stored, 40);
+    }
+
+    #[test]
+    fn a_panic_breaks_the_broker_and_every_later_call_says_so() {
+        let s = shared(FlushMode::Async);
+        let r: Result<(), F> = s.with(|_| panic!("boom"));
+        assert_eq!(r, Err(F::Panic("boom".into())));
+        let after = send(&s, "x").unwrap_err();
+        assert_eq!(after, F::Broken("internal error: boom".into()));
+        // Closing a broken broker releases it without syncing.
+        assert_eq!(s.shut::<F>(), Ok(()));
+        assert!(s.peek(|h| h.is_closed()));
+    }
+}

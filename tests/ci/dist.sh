@@ -80,7 +80,7 @@ clean() { "${CLEAN[@]}" "$@"; }
 [ "$(clean sh -c 'command -v cargo')" = "$STUBS/cargo" ] || { echo "cargo still reachable"; exit 1; }
 
 step "wheel: a fresh venv, nothing but the wheel"
-WHEEL=$(ls dist/rocklet-"$V"-cp310-abi3-*.whl)
+WHEEL=$(ls dist/rocklet-"$V"-cp39-abi3-*.whl)
 tw=$(date +%s%N)
 clean python3 -m venv "$WORK/venv"
 clean "$WORK/venv/bin/python" -m pip install -q --no-index "$WHEEL"

@@ -1,0 +1,237 @@
+//! Plain inputs that a binding reads from its language's objects with serde (wasm: with
+//! serde-wasm-bindgen): one shape, one set of defaults and one set of error texts for a
+//! message, a pull, a receive and the options of an end.
+
+use alloc::string::String;
+use alloc::vec::Vec;
+use core::fmt;
+
+use rocklet_core::{Delay, NewMessage, TagFilter};
+use serde::de::{self, Deserializer, MapAccess, Visitor};
+use serde::Deserialize;
+
+/// The field names a derived `Deserialize` struct asks for (serde hands them to
+/// `deserialize_struct`); empty for anything else.
+pub fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
+    struct Probe<'a>(&'a mut &'static [&'static str]);
+    impl<'de> Deserializer<'de> for Probe<'_> {
+        type Error = de::value::Error;
+        fn deserialize_any<V: Visitor<'de>>(self, _: V) -> Result<V::Value, Self::Error> {
+            Err(de::Error::custom("probe"))
+        }
+        fn deserialize_struct<V: Visitor<'de>>(
+            self,
+            _: &'static str,
+            fields: &'static [&'static str],
+            _: V,
+        ) -> Result<V::Value, Self::Error> {
+            *self.0 = fields;
+            Err(de::Error::custom("probe"))
+        }
+        serde::forward_to_deserialize_any! {
+            bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf option
+            unit unit_struct newtype_struct seq tuple tuple_struct map enum identifier ignored_any
+        }
+    }
+    let mut fields: &'static [&'static str] = &[];
+    let _ = T::deserialize(Probe(&mut fields));
+    fields
+}
+
+/// A message body: a string (sent as its UTF-8 bytes) or a `Uint8Array`.
+#[derive(Debug)]
+pub struct Body(pub Vec<u8>);
+
+impl<'de> Deserialize<'de> for Body {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Body;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or a Uint8Array")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Body, E> {
+                Ok(Body(v.as_bytes().to_vec()))
+            }
+            fn visit_bytes<E: de::Error>(self, v: &[u8]) -> Result<Body, E> {
+                Ok(Body(v.to_vec()))
+            }
+            fn visit_byte_buf<E: de::Error>(self, v: Vec<u8>) -> Result<Body, E> {
+                Ok(Body(v))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// User properties: a plain object of string values, in its key order.
+#[derive(Debug, Default)]
+pub struct Props(pub Vec<(String, String)>);
+
+impl<'de> Deserialize<'de> for Props {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Props;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("an object of string values")
+            }
+            fn visit_unit<E: de::Error>(self) -> Result<Props, E> {
+                Ok(Props::default())
+            }
+            fn visit_map<A: MapAccess<'de>>(self, mut map: A) -> Result<Props, A::Error> {
+                let mut out = Vec::new();
+                while let Some((k, v)) = map.next_entry::<String, String>()? {
+                    out.push((k, v));
+                }
+                Ok(Props(out))
+            }
+        }
+        d.deserialize_map(V)
+    }
+}
+
+/// A message as a JS object gives it: `{topic, body, tag?, keys?, properties?, queueId?,
+/// messageId?, messageGroup?, delayLevel?, deliverAtMs?, delayMs?, bornTimestamp?, flag?}`.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MessageInput {
+    pub topic: String,
+    pub body: Body,
+    #[serde(default)]
+    pub tag: Option<String>,
+    #[serde(default)]
+    pub keys: Option<Vec<String>>,
+    #[serde(default)]
+    pub properties: Option<Props>,
+    #[serde(default)]
+    pub queue_id: Option<u32>,
+    #[serde(default)]
+    pub message_id: Option<String>,
+    #[serde(default)]
+    pub message_group: Option<String>,
+    /// RocketMQ delay level (1..=N).
+    #[serde(default)]
+    pub delay_level: Option<u32>,
+    /// Absolute delivery time (TIMER_DELIVER_MS).
+    #[serde(default)]
+    pub deliver_at_ms: Option<u64>,
+    /// Delivery after this many ms (TIMER_DELAY_MS).
+    #[serde(default)]
+    pub delay_ms: Option<u64>,
+    #[serde(default)]
+    pub born_timestamp: Option<u64>,
+    #[serde(default)]
+    pub flag: Option<i32>,
+}
+
+impl MessageInput {
+    /// The core message; more than one delay is refused (the text says so).
+    pub fn into_message(self) -> Result<NewMessage, &'static str> {
+        let delays = [
+            self.delay_level.map(Delay::Level),
+            self.deliver_at_ms.map(Delay::At),
+            self.delay_ms.map(Delay::After),
+        ];
+        let mut given = delays.into_iter().flatten();
+        let delay = given.next();
+        if given.next().is_some() {
+            return Err("give at most one of delayLevel, deliverAtMs, delayMs");
+        }
+        Ok(NewMessage {
+            topic: self.topic,
+            body: self.body.0,
+            tag: self.tag,
+            keys: self.keys.unwrap_or_default(),
+            properties: self.properties.unwrap_or_default().0,
+            queue_id: self.queue_id,
+            message_id: self.message_id,
+            delay,
+            message_group: self.message_group,
+            born_timestamp: self.born_timestamp,
+            born_host: None,
+            flag: self.flag.unwrap_or(0),
+        })
+    }
+}
+
+/// What `pull` takes.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullInput {
+    pub group: String,
+    pub topic: String,
+    /// One queue; absent = every queue of the topic.
+    #[serde(default)]
+    pub queue_id: Option<u32>,
+    /// From here; absent = the group's committed offset.
+    #[serde(default)]
+    pub offset: Option<u64>,
+    #[serde(default)]
+    pub max: Option<u32>,
+    /// Tag expression (`*`, `a || b`).
+    #[serde(default)]
+    pub tags: Option<String>,
+    /// Commit the offset after what is returned.
+    #[serde(default)]
+    pub auto_commit: Option<bool>,
+}
+
+/// What `receive` takes.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReceiveInput {
+    pub group: String,
+    pub topic: String,
+    #[serde(default)]
+    pub queue_id: Option<u32>,
+    #[serde(default)]
+    pub max: Option<u32>,
+    pub invisible_ms: u64,
+    #[serde(default)]
+    pub tags: Option<String>,
+}
+
+/// Options of `end`: `{fromCheck?, group?}`.
+#[derive(Debug, Deserialize, Default)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct EndOptions {
+    #[serde(default)]
+    pub from_check: Option<bool>,
+    #[serde(default)]
+    pub group: Option<String>,
+}
+
+impl PullInput {
+    /// The pull, with the defaults of the JS objects (`max` 32, no auto-commit).
+    pub fn into_args(self) -> crate::PullArgs {
+        crate::PullArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group: self.group,
+            topic: self.topic,
+            queue: self.queue_id,
+            offset: self.offset,
+            max: self.max.unwrap_or(32),
+            auto_commit: self.auto_commit.unwrap_or(false),
+        }
+    }
+}
+
+impl ReceiveInput {
+    /// The receive, `max` 32 by default.
+    pub fn into_args(self) -> crate::ReceiveArgs {
+        crate::ReceiveArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group: self.group,
+            topic: self.topic,
+            queue: self.queue_id,
+            max: self.max.unwrap_or(32),
+            invisible_ms: self.invisible_ms,
+        }
+    }
+}
+
+/// A tag expression (`*`, `a || b`); none is every tag.
+pub fn tag_filter(tags: Option<&str>) -> TagFilter {
+    tags.map_or(TagFilter::All, TagFilter::parse)
+}
