@@ -1224,7 +1224,8 @@ impl MessagingService for Messaging {
     ) -> Result<Response<Self::TelemetryStream>, GrpcStatus> {
         self.metrics.request("Telemetry");
         if let Some((view, at)) = self.forward_to(request.metadata()) {
-            return crate::cluster::forward::telemetry(&view, at, request).await;
+            let me = self.cfg.cluster.as_ref().map_or(0, |c| c.node_id);
+            return crate::cluster::forward::telemetry(&view, me, at, request).await;
         }
         let client = client_id(&request);
         // Authenticated once, from the stream's headers; each settings command is authorized.

@@ -24,6 +24,8 @@ use std::net::SocketAddr;
 use std::sync::Mutex;
 use std::time::Duration;
 
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
 use tonic::metadata::{MetadataMap, MetadataValue};
 use tonic::transport::{Channel, Endpoint};
@@ -125,29 +127,86 @@ pub async fn end_transaction(
     timed(at, c.end_transaction(onward(md, body))).await
 }
 
-/// The Telemetry stream, held with the master at `at`: the client's settings go there (so the
-/// master counts the producer online and checks its transactions through this stream), and
-/// whatever the master sends comes back. When either side ends, both end; the client opens
-/// a new stream, which goes to the master of that moment.
+/// The Telemetry stream, held with the master at `at` for the client: the client's settings
+/// go there (so the master counts the producer online and checks its transactions through
+/// this stream), and whatever the master sends comes back. When the master goes, the stream
+/// to the client stays open: it is attached to the next master with the client's last
+/// settings sent again (the Python client opens a new stream only when a settings write
+/// fails, every 300 s). It ends when the client ends it, or when this node becomes the master
+/// (the client then opens a new one, which this node serves itself).
 pub async fn telemetry(
-    view: &ClusterView,
+    view: &super::View,
+    me: u32,
     at: SocketAddr,
     req: Request<Streaming<pb::TelemetryCommand>>,
 ) -> Result<
     Response<std::pin::Pin<Box<dyn Stream<Item = Result<pb::TelemetryCommand, Status>> + Send>>>,
     Status,
 > {
-    let (md, _, inbound) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    let up = inbound.map_while(Result::ok);
-    let down = match tokio::time::timeout(CALL_TIMEOUT, c.telemetry(onward(md, up))).await {
-        Ok(Ok(r)) => r.into_inner(),
-        Ok(Err(e)) => return Err(unavailable(at, &e)),
-        Err(_) => {
-            return Err(Status::unavailable(format!(
-                "the broker group's master {at} did not open a forwarded telemetry stream within {CALL_TIMEOUT:?}; retry"
-            )))
+    let (md, _, mut inbound) = req.into_parts();
+    let (tx, rx) = mpsc::unbounded_channel::<Result<pb::TelemetryCommand, Status>>();
+    let view = view.clone();
+    tokio::spawn(async move {
+        let mut settings: Option<pb::TelemetryCommand> = None;
+        let mut at = at;
+        loop {
+            let (up_tx, up_rx) = mpsc::unbounded_channel::<pb::TelemetryCommand>();
+            if let Some(s) = &settings {
+                let _ = up_tx.send(s.clone());
+            }
+            let opened = match view.forward.client(at) {
+                Ok(mut c) => {
+                    let up = onward(md.clone(), UnboundedReceiverStream::new(up_rx));
+                    tokio::time::timeout(CALL_TIMEOUT, c.telemetry(up)).await
+                }
+                Err(e) => Ok(Err(e)),
+            };
+            if let Ok(Ok(r)) = opened {
+                let mut down = r.into_inner();
+                loop {
+                    tokio::select! {
+                        m = inbound.next() => match m {
+                            Some(Ok(cmd)) => {
+                                if matches!(cmd.command, Some(pb::telemetry_command::Command::Settings(_))) {
+                                    settings = Some(cmd.clone());
+                                }
+                                if up_tx.send(cmd).is_err() {
+                                    break;
+                                }
+                            }
+                            // The client is gone.
+                            _ => return,
+                        },
+                        d = down.next() => match d {
+                            Some(Ok(cmd)) => {
+                                if tx.send(Ok(cmd)).is_err() {
+                                    return;
+                                }
+                            }
+                            // The master is gone (or ended the stream): attach to the next.
+                            _ => break,
+                        },
+                    }
+                }
+            }
+            // The next master (polled as the node learns it from etcd).
+            loop {
+                tokio::time::sleep(Duration::from_millis(100)).await;
+                if tx.is_closed() {
+                    return;
+                }
+                if let Some(next) = target(&view, me, &MetadataMap::new()) {
+                    at = next;
+                    break;
+                }
+                if view.is_master() {
+                    let _ = tx.send(Err(Status::unavailable(
+                        "this node is the broker group's master now; open the telemetry stream again",
+                    )));
+                    return;
+                }
+            }
         }
-    };
-    Ok(Response::new(Box::pin(down)))
+    });
+    Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
 }

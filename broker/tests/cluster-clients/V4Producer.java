@@ -4,7 +4,8 @@
 // master), sends until the file STOP exists, and writes the same ledger lines as
 // producer.py on stdout (ACK, HALF, ROLLBACK, FAIL, CHECK; times in Unix ms). A v4
 // transaction is ended oneway: the client never learns whether the commit arrived, so a
-// committed transaction is a HALF line, resolved by END_TRANSACTION or by the master's check.
+// committed transaction is a HALF line, resolved by END_TRANSACTION or by the master's check;
+// every 16th (`-O`) is left UNKNOW, for the check alone.
 //
 //   java -cp <jars>:<classes> V4Producer <namesrv;namesrv;...> <topic> <prefix> <stop file>
 import java.io.File;
@@ -39,7 +40,9 @@ public class V4Producer {
         p.setRetryTimesWhenSendFailed(2);
         p.setTransactionListener(new TransactionListener() {
             public LocalTransactionState executeLocalTransaction(Message msg, Object arg) {
-                return decide(new String(msg.getBody()));
+                String body = new String(msg.getBody());
+                // `-O`: left open, for the broker's check (which commits it).
+                return body.endsWith("-O") ? LocalTransactionState.UNKNOW : decide(body);
             }
 
             public LocalTransactionState checkLocalTransaction(MessageExt msg) {
@@ -54,7 +57,7 @@ public class V4Producer {
         long n = 0;
         while (!stop.exists()) {
             n++;
-            String kind = n % 4 != 0 ? "N" : (n % 8 == 0 ? "R" : "C");
+            String kind = n % 4 != 0 ? "N" : (n % 8 == 0 ? "R" : (n % 16 == 4 ? "O" : "C"));
             String body = String.format("%s-%07d-%s", prefix, n, kind);
             Message m = new Message(topic, body.getBytes());
             m.setKeys(body);
@@ -74,7 +77,7 @@ public class V4Producer {
                 TransactionSendResult r = p.sendMessageInTransaction(m, null);
                 if (r.getSendStatus() != SendStatus.SEND_OK) {
                     line("FAIL " + body + " " + System.currentTimeMillis() + " " + r.getSendStatus());
-                } else if (kind.equals("C")) {
+                } else if (!kind.equals("R")) {
                     line("HALF " + body + " " + System.currentTimeMillis());
                 }
             } catch (Exception e) {

@@ -10,8 +10,9 @@ exists and writes one ledger line per outcome on stdout, flushed at once (times 
     FAIL <id> <ms>      a send with no acknowledgement (stored or not)
     CHECK <id> <answer> the broker checked a transaction; the answer given
 
-The message body is its id: `<prefix>-<n>-N` plain, `-C` to commit, `-R` to roll back, so
-the checker decides from the message alone, as a real one decides from its own database.
+The message body is its id: `<prefix>-<n>-N` plain, `-C` to commit, `-R` to roll back, `-O`
+left open for the broker's check (which commits it), so the checker decides from the message
+alone, as a real one decides from its own database.
 
 usage: producer.py ENDPOINTS TOPIC PREFIX STOP
 """
@@ -65,7 +66,7 @@ def main():
         n += 1
         kind = "N"
         if n % 4 == 0:
-            kind = "R" if n % 8 == 0 else "C"
+            kind = "R" if n % 8 == 0 else ("O" if n % 16 == 4 else "C")
         body = f"{prefix}-{n:07d}-{kind}"
         try:
             if kind == "N":
@@ -82,6 +83,8 @@ def main():
                     pass  # the check rolls it back
                 continue
             line("HALF", body, now_ms())
+            if kind == "O":
+                continue  # left open: the broker checks it, the checker commits it
             t.commit()
             line("COMMIT", body, now_ms())
         except Exception as e:  # noqa: BLE001 - every failure is a ledger line
