@@ -215,7 +215,7 @@ async fn kill_the_master_official_clients() {
         .join(";");
     let stop = root.path().join("stop");
     let here = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster-clients");
-    let linger = "8";
+    let linger = "4";
     let mut py = Command::new(&python);
     py.arg(format!("{here}/producer.py"))
         .args([&grpc, topic, "py"])
@@ -300,7 +300,7 @@ async fn kill_the_master_official_clients() {
         .arg(format!("{here}/producer.py"))
         .args([&grpc, topic, "py"])
         .arg(&stop)
-        .env("LINGER_S", "12");
+        .env("LINGER_S", "8");
     let resolver = Producer::spawn("python (again)", again);
     wait_for(
         "the second python producer done",

@@ -31,7 +31,7 @@ if ! command -v etcd >/dev/null; then
   echo "== etcd: install Debian's etcd-server"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
 fi
-etcd --version | head -1
+etcd --version | sed -n 1p
 # Debian's package may start a system etcd on 2379; the tests use their own on free ports.
 
 echo "== clients: install (idempotent)"
