@@ -210,3 +210,45 @@ pub async fn telemetry(
     });
     Ok(Response::new(Box::pin(UnboundedReceiverStream::new(rx))))
 }
+
+#[cfg(test)]
+mod tests {
+    use std::sync::atomic::Ordering;
+
+    use super::*;
+    use crate::cluster::MasterInfo;
+
+    fn view(master: u32) -> ClusterView {
+        let v = ClusterView::default();
+        *v.master.write().unwrap() = Some(MasterInfo {
+            node: master,
+            epoch: 4,
+            advertise: "127.0.0.1:9001".parse().unwrap(),
+            replication: "127.0.0.1:9002".parse().unwrap(),
+            remoting: None,
+        });
+        v
+    }
+
+    #[test]
+    fn a_replica_forwards_to_the_master_once() {
+        let v = view(2);
+        let md = MetadataMap::new();
+        assert_eq!(target(&v, 1, &md), Some("127.0.0.1:9001".parse().unwrap()));
+        // Already forwarded: answered here, never passed on again.
+        let r = onward(md, ());
+        assert_eq!(target(&v, 1, r.metadata()), None);
+    }
+
+    #[test]
+    fn the_master_and_a_node_named_by_a_stale_key_answer_themselves() {
+        let md = MetadataMap::new();
+        // The master key names this node (a key of its previous run): no loop to itself.
+        assert_eq!(target(&view(1), 1, &md), None);
+        let v = view(2);
+        v.master_epoch.store(5, Ordering::SeqCst);
+        assert_eq!(target(&v, 1, &md), None);
+        // No master known: nothing to forward to.
+        assert_eq!(target(&ClusterView::default(), 1, &md), None);
+    }
+}
