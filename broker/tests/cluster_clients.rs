@@ -352,11 +352,14 @@ async fn kill_the_master_official_clients() {
             p.name
         );
         // Transactions left open (`-O`, and commits lost with a master) were checked.
-        assert!(
-            p.count("CHECK") > 0,
-            "{}: no transaction was checked",
-            p.name
-        );
+        // (The Python producer started again answers for the first one's transactions.)
+        let checks = p.count("CHECK")
+            + if p.name == "python" {
+                resolver.count("CHECK")
+            } else {
+                0
+            };
+        assert!(checks > 0, "{}: no transaction was checked", p.name);
         // Without forwarding the Python client would wait for its route refresh (30 s).
         assert!(
             max < 15_000,
