@@ -100,6 +100,16 @@ impl Messaging {
         self
     }
 
+    /// Cluster mode on a replica: the master a write goes to (`cluster::forward`).
+    fn forward_to(
+        &self,
+        md: &tonic::metadata::MetadataMap,
+    ) -> Option<(crate::cluster::View, std::net::SocketAddr)> {
+        let view = self.cluster.as_ref()?;
+        let me = self.cfg.cluster.as_ref()?.node_id;
+        crate::cluster::forward::target(view, me, md).map(|at| (view.clone(), at))
+    }
+
     /// The clock leases are timed by (the broker's; the system clock by default).
     #[must_use]
     pub fn with_clock(mut self, clock: Arc<dyn Clock>) -> Self {
@@ -1049,6 +1059,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            self.metrics.request("SendMessage");
+            return crate::cluster::forward::send_message(&view, at, request).await;
+        }
         let t = Instant::now();
         let client = client_id(&request);
         let allowed = auth_grpc::check(&self.auth, &request);
@@ -1186,6 +1200,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, GrpcStatus> {
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            self.metrics.request("EndTransaction");
+            return crate::cluster::forward::end_transaction(&view, at, request).await;
+        }
         let t = Instant::now();
         let s = match auth_grpc::check(&self.auth, &request) {
             Ok(_) => Messaging::end_transaction(self, request.into_inner()).await,
@@ -1205,6 +1223,10 @@ impl MessagingService for Messaging {
         request: GrpcRequest<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, GrpcStatus> {
         self.metrics.request("Telemetry");
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            let me = self.cfg.cluster.as_ref().map_or(0, |c| c.node_id);
+            return crate::cluster::forward::telemetry(&view, me, at, request).await;
+        }
         let client = client_id(&request);
         // Authenticated once, from the stream's headers; each settings command is authorized.
         let peer = auth_grpc::peer(&request);

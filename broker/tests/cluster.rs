@@ -17,216 +17,19 @@
 //!   the old master rejoins: it cuts that tail, catches up, and the group delivers every
 //!   acknowledged message exactly once and never the cut one.
 
+mod cluster_support;
 mod common;
 
 use std::collections::HashSet;
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
-use std::process::{Child, Command, Stdio};
+use std::process::Command;
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use common::{connect, msg, res, BrokerProc, Client, OK};
+use cluster_support::{find_master, timed, Etcd, Node};
+use common::{connect, msg, res, Client, OK};
 use rocklet_broker::pb::v2 as pb;
 use tokio_stream::StreamExt;
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
-/// etcd on two free ports in a temporary directory; killed when dropped.
-struct Etcd {
-    child: Child,
-    url: String,
-    _dir: tempfile::TempDir,
-}
-
-impl Etcd {
-    fn start() -> Self {
-        let bin = std::env::var("ROCKLET_ETCD").unwrap_or_else(|_| "etcd".into());
-        let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new(&bin)
-            .arg("--data-dir")
-            .arg(dir.path().join("etcd"))
-            .args(["--name", "default"])
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start `{bin}` (install Debian's etcd-server, or set ROCKLET_ETCD): {e}"
-                )
-            });
-        let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not listen on {url}");
-            std::thread::sleep(Duration::from_millis(50));
-        }
-        Etcd {
-            child,
-            url,
-            _dir: dir,
-        }
-    }
-}
-
-impl Etcd {
-    fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status();
-    }
-}
-
-impl Drop for Etcd {
-    fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
-    }
-}
-
-/// One node of the group: its data directory survives restarts.
-struct Node {
-    id: u32,
-    dir: PathBuf,
-    proc: Option<BrokerProc>,
-    /// Serve RocketMQ 4 remoting and the name-server role (free ports).
-    remoting: bool,
-    /// `--replication async`.
-    async_replication: bool,
-}
-
-impl Node {
-    fn start(id: u32, dir: &Path, etcd: &str) -> Self {
-        let mut n = Node {
-            id,
-            dir: dir.to_path_buf(),
-            proc: None,
-            remoting: false,
-            async_replication: false,
-        };
-        n.restart(etcd);
-        n
-    }
-
-    fn start_v4(id: u32, dir: &Path, etcd: &str) -> Self {
-        let mut n = Node {
-            id,
-            dir: dir.to_path_buf(),
-            proc: None,
-            remoting: true,
-            async_replication: false,
-        };
-        n.restart(etcd);
-        n
-    }
-
-    /// The remoting and name-server addresses, from the log.
-    fn v4_addrs(&self) -> (SocketAddr, SocketAddr) {
-        let log = self.proc.as_ref().unwrap().log();
-        let find = |key: &str| -> SocketAddr {
-            let i = log
-                .find(key)
-                .unwrap_or_else(|| panic!("no {key} in\n{log}"))
-                + key.len();
-            log[i..]
-                .chars()
-                .take_while(|c| *c != ')')
-                .collect::<String>()
-                .parse()
-                .unwrap()
-        };
-        (find("remoting=Some("), find("namesrv=Some("))
-    }
-
-    fn restart(&mut self, etcd: &str) {
-        let cluster = format!("etcd={etcd}");
-        let id = self.id.to_string();
-        let off: &[&str] = if self.remoting {
-            &[]
-        } else {
-            &["--remoting-listen", "off", "--namesrv-listen", "off"]
-        };
-        let mode: &[&str] = if self.async_replication {
-            &["--replication", "async"]
-        } else {
-            &[]
-        };
-        let args: Vec<&str> = off
-            .iter()
-            .chain(mode)
-            .copied()
-            .chain([
-                "--flush",
-                "sync",
-                "--cluster",
-                &cluster,
-                "--broker-name",
-                "g1",
-                "--node-id",
-                &id,
-            ])
-            .collect();
-        let trace = std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some();
-        let env: &[(&str, &str)] = if trace {
-            &[("RUST_LOG", "info,rocklet_broker::cluster=debug")]
-        } else {
-            &[]
-        };
-        self.proc = Some(BrokerProc::start_env(&self.dir, &args, env));
-    }
-
-    fn addr(&self) -> Option<SocketAddr> {
-        self.proc.as_ref().map(|p| p.addr)
-    }
-}
-
-async fn timed<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
-    tokio::time::timeout(Duration::from_secs(3), f).await.ok()
-}
-
-/// The group's master as `at` routes it.
-async fn route(at: SocketAddr, topic: &str) -> Option<SocketAddr> {
-    let mut c = timed(Client::connect(format!("http://{at}"))).await?.ok()?;
-    let r = timed(c.query_route(pb::QueryRouteRequest {
-        topic: res(topic),
-        endpoints: None,
-    }))
-    .await?
-    .ok()?
-    .into_inner();
-    let q = r.message_queues.first()?;
-    let a = q.broker.as_ref()?.endpoints.as_ref()?.addresses.first()?;
-    format!("{}:{}", a.host, a.port).parse().ok()
-}
-
-/// The master, asked of every live node until one names a master that serves.
-async fn find_master(addrs: &[SocketAddr], topic: &str) -> Option<SocketAddr> {
-    for &a in addrs {
-        if let Some(m) = route(a, topic).await {
-            if addrs.contains(&m) {
-                return Some(m);
-            }
-        }
-    }
-    None
-}
 
 async fn send_one(c: &mut Client, m: pb::Message) -> Option<pb::SendResultEntry> {
     let r = timed(c.send_message(pb::SendMessageRequest { messages: vec![m] }))
@@ -1058,6 +861,8 @@ async fn async_replication_answers_at_once() {
                 proc: None,
                 remoting: false,
                 async_replication: true,
+                ports: None,
+                extra: Vec::new(),
             };
             n.restart(&etcd.url);
             n

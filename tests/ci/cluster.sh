@@ -1,24 +1,61 @@
 #!/usr/bin/env bash
-# Cluster mode (issue #14): a 3-node broker group on a real etcd (Debian's etcd-server,
+# Cluster mode (issue #14): 3-node broker groups on a real etcd (Debian's etcd-server,
 # installed here if missing), processes on 127.0.0.1 only. The tests start etcd themselves on
-# free ports in a temporary directory (broker/tests/cluster.rs): the master killed with
-# SIGKILL ROCKLET_CLUSTER_KILLS times (default 10) under load — every acknowledged message
-# delivered, none rolled back delivered, failover p50/max printed — and a divergent tail cut
-# on rejoin. Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
+# free ports in a temporary directory:
+# - broker/tests/cluster.rs (own gRPC test client): the master killed with SIGKILL
+#   ROCKLET_CLUSTER_KILLS times (default 10) under load, every acknowledged message
+#   delivered, none rolled back delivered, failover p50/max printed; a divergent tail cut on
+#   rejoin; etcd frozen (fencing); the new master carrying on; v4 routes; async replication.
+# - broker/tests/cluster_clients.rs (official clients, unmodified): producers on the Python v5
+#   client (rocketmq-python-client 5.1.2) and the v4 Java client (rocketmq-client 5.5.0) while
+#   the master is killed ROCKLET_CLUSTER_KILLS times; every acknowledged message delivered,
+#   open transactions checked by the new master, nothing rolled back delivered, failover
+#   p50/max per client printed.
+# Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
+# v4 client's jars (Maven Central), V4Producer compiled with javac.
+# Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
 # Run from anywhere: bash tests/ci/cluster.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
+TOOLS=$ROOT/.tools/cluster
+VENV=$TOOLS/venv
+PY=${PYTHON:-python3}
+PY_CLIENT="rocketmq-python-client==5.1.2"
+CLIENTS=$ROOT/broker/tests/cluster-clients
 t0=$(date +%s)
 cd "$ROOT"
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-never}
+mkdir -p "$TOOLS"
 command -v cargo >/dev/null || { echo "cargo not found: install Rust with rustup"; exit 1; }
 if ! command -v etcd >/dev/null; then
   echo "== etcd: install Debian's etcd-server"
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
 fi
-etcd --version | head -1
+etcd --version | sed -n 1p
 # Debian's package may start a system etcd on 2379; the tests use their own on free ports.
+
+echo "== clients: install (idempotent)"
+if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+  apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+fi
+[ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
+"$VENV/bin/python" -c 'import rocketmq' 2>/dev/null || "$VENV/bin/python" -m pip install -q "$PY_CLIENT"
+if ! command -v javac >/dev/null || ! command -v mvn >/dev/null; then
+  apt-get update -qq && apt-get install -y -qq openjdk-17-jdk-headless maven >/dev/null
+fi
+JARS=$TOOLS/jars
+# The jars are fetched again only when the pom changes.
+if ! cmp -s "$CLIENTS/pom.xml" "$JARS/.pom" 2>/dev/null; then
+  rm -rf "$JARS"
+  (cd "$CLIENTS" && mvn -q -B -Dmaven.repo.local="$TOOLS/m2" dependency:copy-dependencies \
+    -DoutputDirectory="$JARS" -DincludeScope=runtime)
+  cp "$CLIENTS/pom.xml" "$JARS/.pom"
+fi
+rm -rf "$TOOLS/classes"
+javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java"
+
 echo "== cluster tests (kills: ${ROCKLET_CLUSTER_KILLS:-10})"
-nice cargo test -p rocklet-broker --locked --test cluster -- --include-ignored --test-threads 1 --nocapture 2>&1 \
+export ROCKLET_PYTHON=$VENV/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/classes"
+nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients -- --include-ignored --test-threads 1 --nocapture 2>&1 \
   | grep -vE "^\s+(at |[0-9]+: )"
 echo "cluster: ok in $(( $(date +%s) - t0 ))s"

@@ -36,6 +36,7 @@
 //!   acknowledged.
 
 pub mod etcd;
+pub mod forward;
 pub mod node;
 pub mod replication;
 
@@ -262,6 +263,8 @@ pub struct ClusterView {
     pub fencing_events: AtomicU64,
     /// This node's epoch as master (0: not master).
     pub master_epoch: AtomicU64,
+    /// Channels to the master, for writes that reach a replica ([`forward`]).
+    pub forward: forward::Forwarder,
 }
 
 /// The lag key's value.

@@ -332,8 +332,16 @@ impl BrokerProc {
     ) -> Result<Self, String> {
         use std::io::{BufRead, BufReader};
         use std::process::{Command, Stdio};
+        // An ephemeral port unless the caller names one (a node restarted on its address).
+        let listen: &[&str] = if extra.contains(&"--listen") {
+            &[]
+        } else {
+            &["--listen", "127.0.0.1:0"]
+        };
         let mut child = Command::new(env!("CARGO_BIN_EXE_rocklet"))
-            .args(["broker", "--listen", "127.0.0.1:0", "--data-dir"])
+            .arg("broker")
+            .args(listen)
+            .arg("--data-dir")
             .arg(dir)
             .args(extra)
             .env("RUST_LOG", "info")

@@ -1,0 +1,247 @@
+//! What the cluster tests share (broker/tests/cluster*.rs): etcd on free ports, the nodes of
+//! a broker group as `rocklet` processes, and finding the master through routes.
+#![allow(dead_code)]
+
+use std::net::SocketAddr;
+use std::path::{Path, PathBuf};
+use std::process::{Child, Command, Stdio};
+use std::time::{Duration, Instant};
+
+use crate::common::{res, BrokerProc, Client};
+use rocklet_broker::pb::v2 as pb;
+
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+/// etcd on two free ports in a temporary directory; killed when dropped.
+pub struct Etcd {
+    child: Child,
+    pub url: String,
+    _dir: tempfile::TempDir,
+}
+
+impl Etcd {
+    pub fn start() -> Self {
+        let bin = std::env::var("ROCKLET_ETCD").unwrap_or_else(|_| "etcd".into());
+        let dir = tempfile::tempdir().unwrap();
+        let (client, peer) = (free_port(), free_port());
+        let url = format!("http://127.0.0.1:{client}");
+        let peer_url = format!("http://127.0.0.1:{peer}");
+        let child = Command::new(&bin)
+            .arg("--data-dir")
+            .arg(dir.path().join("etcd"))
+            .args(["--name", "default"])
+            .args([
+                "--listen-client-urls",
+                &url,
+                "--advertise-client-urls",
+                &url,
+            ])
+            .args(["--listen-peer-urls", &peer_url])
+            .args(["--initial-advertise-peer-urls", &peer_url])
+            .args(["--initial-cluster", &format!("default={peer_url}")])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| {
+                panic!(
+                    "cannot start `{bin}` (install Debian's etcd-server, or set ROCKLET_ETCD): {e}"
+                )
+            });
+        let deadline = Instant::now() + Duration::from_secs(20);
+        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+            assert!(Instant::now() < deadline, "etcd did not listen on {url}");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Etcd {
+            child,
+            url,
+            _dir: dir,
+        }
+    }
+}
+
+impl Etcd {
+    pub fn signal(&self, sig: &str) {
+        let _ = Command::new("kill")
+            .args([sig, &self.child.id().to_string()])
+            .status();
+    }
+}
+
+impl Drop for Etcd {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// One node of the group: its data directory survives restarts.
+pub struct Node {
+    pub id: u32,
+    pub dir: PathBuf,
+    pub proc: Option<BrokerProc>,
+    /// Serve RocketMQ 4 remoting and the name-server role (free ports).
+    pub remoting: bool,
+    /// `--replication async`.
+    pub async_replication: bool,
+    /// Fixed gRPC, remoting and name-server ports, kept across restarts (clients configured
+    /// with every node's address find the group again after any number of restarts).
+    pub ports: Option<[u16; 3]>,
+    /// More arguments for `rocklet broker` (e.g. `--config FILE`).
+    pub extra: Vec<String>,
+}
+
+impl Node {
+    pub fn start(id: u32, dir: &Path, etcd: &str) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: false,
+            async_replication: false,
+            ports: None,
+            extra: Vec::new(),
+        };
+        n.restart(etcd);
+        n
+    }
+
+    pub fn start_v4(id: u32, dir: &Path, etcd: &str) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: true,
+            async_replication: false,
+            ports: None,
+            extra: Vec::new(),
+        };
+        n.restart(etcd);
+        n
+    }
+
+    /// The remoting and name-server addresses, from the log.
+    /// A node on fixed gRPC, remoting and name-server ports (free now), started with `extra`.
+    pub fn start_fixed(id: u32, dir: &Path, etcd: &str, extra: &[String]) -> Self {
+        let mut n = Node {
+            id,
+            dir: dir.to_path_buf(),
+            proc: None,
+            remoting: true,
+            async_replication: false,
+            ports: Some([free_port(), free_port(), free_port()]),
+            extra: extra.to_vec(),
+        };
+        n.restart(etcd);
+        n
+    }
+
+    pub fn v4_addrs(&self) -> (SocketAddr, SocketAddr) {
+        let log = self.proc.as_ref().unwrap().log();
+        let find = |key: &str| -> SocketAddr {
+            let i = log
+                .find(key)
+                .unwrap_or_else(|| panic!("no {key} in\n{log}"))
+                + key.len();
+            log[i..]
+                .chars()
+                .take_while(|c| *c != ')')
+                .collect::<String>()
+                .parse()
+                .unwrap()
+        };
+        (find("remoting=Some("), find("namesrv=Some("))
+    }
+
+    pub fn restart(&mut self, etcd: &str) {
+        let cluster = format!("etcd={etcd}");
+        let id = self.id.to_string();
+        let fixed: Vec<String> = match self.ports {
+            Some([grpc, remoting, namesrv]) => vec![
+                "--listen".into(),
+                format!("127.0.0.1:{grpc}"),
+                "--remoting-listen".into(),
+                format!("127.0.0.1:{remoting}"),
+                "--namesrv-listen".into(),
+                format!("127.0.0.1:{namesrv}"),
+            ],
+            None if self.remoting => Vec::new(),
+            None => ["--remoting-listen", "off", "--namesrv-listen", "off"]
+                .map(String::from)
+                .to_vec(),
+        };
+        let off: Vec<&str> = fixed
+            .iter()
+            .chain(&self.extra)
+            .map(String::as_str)
+            .collect();
+        let mode: &[&str] = if self.async_replication {
+            &["--replication", "async"]
+        } else {
+            &[]
+        };
+        let args: Vec<&str> = off
+            .iter()
+            .chain(mode)
+            .copied()
+            .chain([
+                "--flush",
+                "sync",
+                "--cluster",
+                &cluster,
+                "--broker-name",
+                "g1",
+                "--node-id",
+                &id,
+            ])
+            .collect();
+        let trace = std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some();
+        let env: &[(&str, &str)] = if trace {
+            &[("RUST_LOG", "info,rocklet_broker::cluster=debug")]
+        } else {
+            &[]
+        };
+        self.proc = Some(BrokerProc::start_env(&self.dir, &args, env));
+    }
+
+    pub fn addr(&self) -> Option<SocketAddr> {
+        self.proc.as_ref().map(|p| p.addr)
+    }
+}
+
+pub async fn timed<T>(f: impl std::future::Future<Output = T>) -> Option<T> {
+    tokio::time::timeout(Duration::from_secs(3), f).await.ok()
+}
+
+/// The group's master as `at` routes it.
+pub async fn route(at: SocketAddr, topic: &str) -> Option<SocketAddr> {
+    let mut c = timed(Client::connect(format!("http://{at}"))).await?.ok()?;
+    let r = timed(c.query_route(pb::QueryRouteRequest {
+        topic: res(topic),
+        endpoints: None,
+    }))
+    .await?
+    .ok()?
+    .into_inner();
+    let q = r.message_queues.first()?;
+    let a = q.broker.as_ref()?.endpoints.as_ref()?.addresses.first()?;
+    format!("{}:{}", a.host, a.port).parse().ok()
+}
+
+/// The master, asked of every live node until one names a master that serves.
+pub async fn find_master(addrs: &[SocketAddr], topic: &str) -> Option<SocketAddr> {
+    for &a in addrs {
+        if let Some(m) = route(a, topic).await {
+            if addrs.contains(&m) {
+                return Some(m);
+            }
+        }
+    }
+    None
+}
