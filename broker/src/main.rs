@@ -829,11 +829,6 @@ fn init_logs(json: bool) {
     }
 }
 
-/// mimalloc instead of the system allocator: cheaper per-request allocations on the serving
-/// path (measured in docs/benchmarks.md, "Broker CPU per message").
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
-
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let rt = match tokio::runtime::Builder::new_multi_thread()
