@@ -179,10 +179,13 @@ fn host_string(h: Host) -> String {
 /// MD5 of the body, upper-case hex, as clients verify it.
 #[must_use]
 pub fn md5_hex(body: &[u8]) -> String {
-    Md5::digest(body)
-        .iter()
-        .map(|b| format!("{b:02X}"))
-        .collect()
+    const HEX: &[u8; 16] = b"0123456789ABCDEF";
+    let mut s = String::with_capacity(32);
+    for b in Md5::digest(body) {
+        s.push(char::from(HEX[usize::from(b >> 4)]));
+        s.push(char::from(HEX[usize::from(b & 15)]));
+    }
+    s
 }
 
 /// What a consumer gets for a stored message.

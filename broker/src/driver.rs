@@ -243,15 +243,27 @@ impl CoreHandle {
 
     /// Runs a request to its reply (under sync flush, after the fsync that covers it).
     pub async fn request(&self, request: Request) -> Result<Reply, CoreFailure> {
+        self.submit(request)?.await
+    }
+
+    /// Hands a request to the core thread now and returns its reply to await: several
+    /// submitted before the first is awaited are handled in one group (one fsync, one
+    /// wake-up of the core thread), without a task each.
+    pub fn submit(
+        &self,
+        request: Request,
+    ) -> Result<impl std::future::Future<Output = Result<Reply, CoreFailure>>, CoreFailure> {
         let (reply, rx) = oneshot::channel();
         self.send(Command::Request {
             request: Box::new(request),
             reply,
             watch: None,
         })?;
-        rx.await
-            .map_err(|_| CoreFailure::Stopped)?
-            .map_err(CoreFailure::Storage)
+        Ok(async move {
+            rx.await
+                .map_err(|_| CoreFailure::Stopped)?
+                .map_err(CoreFailure::Storage)
+        })
     }
 
     /// Runs a receive (or a pull); when it finds nothing, the returned receiver fires once

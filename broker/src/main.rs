@@ -273,6 +273,10 @@ struct BenchCli {
     /// broker is started in-process on a scratch directory.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "embedded")]
     endpoint: Option<String>,
+    /// A running broker's RocketMQ 4 remoting listener (HOST:PORT): the send mode over
+    /// remoting, as the official v4 clients do it (SEND_MESSAGE_V2, PULL_MESSAGE of 32).
+    #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["embedded", "endpoint"])]
+    remoting: Option<String>,
     /// Drive the core in this process instead of going through gRPC.
     #[arg(long)]
     embedded: bool,
@@ -360,6 +364,10 @@ struct BenchCli {
     tls_cert: Option<PathBuf>,
     #[arg(long, value_name = "FILE", requires = "tls_cert")]
     tls_key: Option<PathBuf>,
+    /// With --endpoint or --remoting: the broker's process id on this machine; its CPU time over the run
+    /// (from /proc/PID/stat) is reported per message or transaction.
+    #[arg(long, value_name = "PID")]
+    broker_pid: Option<u32>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     transactional: bool,
@@ -396,6 +404,8 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
         })
     } else if let Some(e) = c.endpoint {
         Target::Endpoint(e)
+    } else if let Some(e) = c.remoting {
+        Target::Remoting(e)
     } else {
         Target::InProcess
     };
@@ -439,6 +449,7 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
         cert: c.tls_cert,
         key: c.tls_key,
     });
+    a.broker_pid = c.broker_pid;
     Ok(a)
 }
 

@@ -570,13 +570,13 @@ impl Messaging {
         for e in &req.entries {
             let handle = self.leases.resolve(&group, &e.receipt_handle).await;
             waits.push(match handle {
-                Ok(handle) => {
-                    let core = self.core.clone();
-                    let group = group.clone();
-                    Ok(tokio::spawn(async move {
-                        core.request(Request::Ack { group, handle }).await
-                    }))
-                }
+                Ok(handle) => self
+                    .core
+                    .submit(Request::Ack {
+                        group: group.clone(),
+                        handle,
+                    })
+                    .map_err(|f| core_failure(&f)),
                 Err(err) => Err(client_error(&err)),
             });
         }
@@ -584,12 +584,11 @@ impl Messaging {
         for (e, w) in req.entries.into_iter().zip(waits) {
             let s = match w {
                 Err(s) => s,
-                Ok(j) => match j.await {
-                    Ok(Ok(Reply::Acked)) => ok(),
-                    Ok(Ok(Reply::Error(err))) => client_error(&err),
-                    Ok(Ok(other)) => unexpected(&other),
-                    Ok(Err(f)) => core_failure(&f),
-                    Err(_) => status(Code::InternalServerError, "INTERNAL: ack task failed"),
+                Ok(reply) => match reply.await {
+                    Ok(Reply::Acked) => ok(),
+                    Ok(Reply::Error(err)) => client_error(&err),
+                    Ok(other) => unexpected(&other),
+                    Err(f) => core_failure(&f),
                 },
             };
             entries.push(pb::AckMessageResultEntry {

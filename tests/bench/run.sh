@@ -108,8 +108,10 @@ startup_med=$(printf '%s\n' "${startups[@]}" | sort -n | sed -n 3p)
 echo "== broker start-up (5 starts, ms): ${startups[*]}; idle RSS ${idle_rss:-?} KiB"
 
 start_broker async
-m grpc_async_txn "$R" bench txn --endpoint "$baddr" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
-m grpc_async_send "$R" bench send --endpoint "$baddr" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+# --broker-pid: the broker process's own CPU time per message, from /proc (independent of
+# how loaded the shared machine is).
+m grpc_async_txn "$R" bench txn --endpoint "$baddr" --broker-pid "$bpid" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+m grpc_async_send "$R" bench send --endpoint "$baddr" --broker-pid "$bpid" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
 m grpc_delay "$R" bench delay --endpoint "$baddr" --clients 16 --consumers 8 --drain-timeout 120 --count "$(q 10000 2000)" --delay-max-ms 10000 --quiet
 busy_rss=$(rss_kib "$bpid")
 stop_broker
@@ -124,6 +126,38 @@ for c in 2 16; do
   m "grpc_fifo$c" "$R" bench consume --endpoint "$baddr" --fifo --topic "RockletBenchFifo$c" --group "RockletBenchFifo$c" --consumers "$c" --count "$CONSUME" --quiet
 done
 stop_broker
+
+# --- against Apache RocketMQ 5.5.0 (proxy in local mode), the same bench, same run ----------
+# Name server + proxy/broker JVM from Maven jars (tests/bench/apache.sh), async flush, its
+# topics (TRANSACTION-typed for txn) and group created with mqadmin; then the same send and
+# txn runs as against Rocklet just above, with the JVM's CPU time per message. Skipped with a
+# note when Maven Central cannot be reached (NO_APACHE=1 skips it too). The JVM keeps about a
+# core busy even idle, so it is stopped before anything else is measured.
+apache_status="not run (NO_APACHE=1)"
+if [ -z "${NO_APACHE:-}" ]; then
+  # shellcheck source=tests/bench/apache.sh
+  source tests/bench/apache.sh
+  if apache_install >"$out/apache-install.log" 2>&1; then
+    if apache_start "$data/apache" >"$out/apache-start.log" 2>&1 &&
+       apache_topic RockletBenchNormal NORMAL && apache_topic RockletBenchTxn TRANSACTION &&
+       apache_group RockletBenchConsumer; then
+      cat "$out/apache-start.log"
+      # A JVM right after its start runs interpreted: warm its JIT up before measuring.
+      m apache_warmup "$R" bench send --endpoint "$APACHE_GRPC" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+      m apache_send "$R" bench send --endpoint "$APACHE_GRPC" --broker-pid "$APACHE_PID" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+      m apache_txn "$R" bench txn --endpoint "$APACHE_GRPC" --broker-pid "$APACHE_PID" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+      apache_rss=$(rss_kib "$APACHE_PID")
+      apache_status=measured
+    else
+      apache_status="could not start (see target/bench-run/apache-start.log)"
+      cat "$out/apache-start.log"
+    fi
+    apache_stop
+  else
+    apache_status="skipped: Maven Central unreachable or Java missing (target/bench-run/apache-install.log)"
+  fi
+fi
+echo "== apache: $apache_status"
 
 # --- the cost of authentication and TLS: the same async runs, back to back -----------------
 # A broker process with a super user (every call signed and checked) and/or TLS enforcing (a
@@ -296,6 +330,10 @@ said otherwise.
 | ≤ 64 bytes per pending transaction beyond the log | ${per_pending:-?} bytes | $(status "$(le "$per_pending" 64)") |
 | END_TRANSACTION cost with 1 M pending ≤ 2× the cost with 0 | ${end_ratio}× (mean $end1 µs vs $end0 µs) | $(status "$(le "$end_ratio" 2)") |
 | recovery ≥ 1 GiB/s scanned | ${recover_gib:-?} GiB/s | $(status "$(ge "$recover_gib" 1)") |
+| broker CPU over gRPC ≤ 30 µs per message (send + receive + ack) | $(res grpc_async_send broker_cpu_us) µs | $(status "$(le "$(res grpc_async_send broker_cpu_us)" 30)") |
+| broker CPU over gRPC ≤ 60 µs per transaction (prepare + commit + receive + ack) | $(res grpc_async_txn broker_cpu_us) µs | $(status "$(le "$(res grpc_async_txn broker_cpu_us)" 60)") |
+| ≥ 10× Apache RocketMQ's send throughput, same run | $(ratio "$(res grpc_async_send per_s)" "$(res apache_send per_s)")× ($apache_status) | $(status "$(ge "$(ratio "$(res grpc_async_send per_s)" "$(res apache_send per_s)")" 10)") |
+| ≥ 10× Apache RocketMQ's transaction throughput, same run | $(ratio "$(res grpc_async_txn per_s)" "$(res apache_txn per_s)")× | $(status "$(ge "$(ratio "$(res grpc_async_txn per_s)" "$(res apache_txn per_s)")" 10)") |
 
 ## Core, in memory, one thread
 
@@ -387,6 +425,27 @@ Client and broker share the 2 CPUs. Each client is one connection doing one requ
 
 - Start-up (exec to "serving" log line, 5 starts): ${startups[*]} ms; idle RSS $idle_mib MiB;
   RSS after the async runs $(awk -v k="${busy_rss:-0}" 'BEGIN { printf "%.1f", k / 1024 }') MiB.
+- Broker CPU (the broker process's user + system time from \`/proc/<pid>/stat\`, over the
+  measured part and its drain, per operation; \`rocklet bench ... --broker-pid PID\`): send
+  (send + receive + ack) $(res grpc_async_send broker_cpu_us) µs per message, txn (prepare +
+  commit + receive + ack) $(res grpc_async_txn broker_cpu_us) µs per transaction; the bench
+  client spent $(res grpc_async_send bench_cpu_us) and $(res grpc_async_txn bench_cpu_us) µs.
+
+## Against Apache RocketMQ 5.5.0 (gRPC, proxy in local mode, async flush)
+
+$apache_status. The same \`rocklet bench send|txn --endpoint ... --clients 16 --consumers 8
+--duration $GRPC_SECS\` against the Rocklet broker above and against Apache's name server and
+proxy (local mode: proxy and broker in one JVM, \`-Xmx1g\`, 127.0.0.1, async flush) started
+from the Maven jars by \`tests/bench/apache.sh\`, topics created with mqadmin (\`RockletBenchTxn\`
+with \`+message.type=TRANSACTION\`) and the consumer group with \`updateSubGroup\`. CPU is each
+broker process's own time per operation.
+
+| run | Rocklet ops/s | Apache ops/s | Rocklet / Apache | Rocklet CPU µs/op | Apache CPU µs/op | Apache p99 |
+|---|---:|---:|---:|---:|---:|---:|
+| send | $(res grpc_async_send per_s) | $(res apache_send per_s) | $(ratio "$(res grpc_async_send per_s)" "$(res apache_send per_s)")× | $(res grpc_async_send broker_cpu_us) | $(res apache_send broker_cpu_us) | $(res apache_send p99_ms) ms |
+| txn | $(res grpc_async_txn per_s) | $(res apache_txn per_s) | $(ratio "$(res grpc_async_txn per_s)" "$(res apache_txn per_s)")× | $(res grpc_async_txn broker_cpu_us) | $(res apache_txn broker_cpu_us) | $(res apache_txn p99_ms) ms |
+
+Apache's RSS after its runs: $(awk -v k="${apache_rss:-0}" 'BEGIN { printf "%.0f", k / 1024 }') MiB.
 
 ## FIFO consumption (\`rocklet bench consume --fifo\`)
 

@@ -51,6 +51,9 @@ done
 for mode in send txn delay consume; do
   run "$mode" --endpoint "$addr" "${common[@]}"
 done
+# The broker's own CPU per message, read from /proc/<pid>/stat before and after.
+run send --endpoint "$addr" --broker-pid "$broker_pid" "${common[@]}" | tee "$work/cpu.out"
+grep -q '^broker CPU [0-9.]* µs per message' "$work/cpu.out" || { echo "no broker CPU line"; exit 1; }
 run consume --endpoint "$addr" --fifo --topic RockletBenchFifo --group RockletBenchFifo "${common[@]}"
 kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
 

@@ -234,6 +234,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         log_bytes: Some(log_bytes),
         notes,
         fields,
+        cpu: None,
     })
 }
 
@@ -784,5 +785,6 @@ fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> {
             ("recover_s".into(), format!("{:.4}", elapsed.as_secs_f64())),
             ("gib_per_s".into(), format!("{rate:.3}")),
         ],
+        cpu: None,
     })
 }

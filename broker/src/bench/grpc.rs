@@ -11,10 +11,11 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
+use super::cpu::{self, CpuTime};
 use super::ledger::{Fate, Ledger};
 use super::{
     body, check_answer, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes,
-    Recorder, Target,
+    Recorder, RunCpu, Target,
 };
 use crate::client;
 use crate::clock::SystemClock;
@@ -159,7 +160,7 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             let b = server::start(cfg, Arc::new(SystemClock)).await?;
             (b.addr.to_string(), Some(b))
         }
-        Target::Embedded(_) => return Err("not a gRPC target".into()),
+        Target::Embedded(_) | Target::Remoting(_) => return Err("not a gRPC target".into()),
     };
     if args.fifo && matches!(args.target, Target::Endpoint(_)) {
         crate::admin::client::group(&hostport, &args.group, Some(true))
@@ -210,7 +211,7 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     if let Some(d) = scratch {
         let _ = std::fs::remove_dir_all(d);
     }
-    let (elapsed, notes) = result?;
+    let (elapsed, notes, cpu) = result?;
     let ledger = std::mem::take(&mut *sh.ledger.lock().expect("ledger"));
     let rec = std::mem::take(&mut *sh.rec.lock().expect("recorder"));
     Ok(Outcomes {
@@ -222,10 +223,22 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         log_bytes,
         notes,
         fields: Vec::new(),
+        cpu,
     })
 }
 
-async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), String> {
+/// CPU times of the broker (`--broker-pid`) and of this process, and when they were read.
+fn cpu_now(pid: Option<u32>) -> Result<Option<(CpuTime, CpuTime, Instant)>, String> {
+    let Some(pid) = pid else { return Ok(None) };
+    let broker = cpu::of_pid(pid).map_err(|e| format!("--broker-pid {pid}: {e}"))?;
+    let bench = cpu::of_pid(std::process::id())?;
+    Ok(Some((broker, bench, Instant::now())))
+}
+
+async fn drive(
+    sh: &Arc<Shared>,
+    url: &str,
+) -> Result<(Duration, Vec<String>, Option<RunCpu>), String> {
     let args = &sh.args;
     let mut notes = Vec::new();
     if let Some(r) = args.rate {
@@ -281,6 +294,7 @@ async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), S
             l.finish();
         })
     };
+    let cpu0 = cpu_now(args.broker_pid)?;
     let t0 = Instant::now();
     let elapsed;
     if args.mode == Mode::Consume {
@@ -325,6 +339,15 @@ async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), S
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
+    // Up to here every operation was served and consumed: the CPU it cost is used.
+    let cpu = match (cpu0, cpu_now(args.broker_pid)?) {
+        (Some((b0, c0, w0)), Some((b1, c1, w1))) => Some(RunCpu {
+            broker: b1.since(&b0),
+            bench: c1.since(&c0),
+            wall: w1 - w0,
+        }),
+        _ => None,
+    };
     // A little longer, so a duplicate or a rolled-back delivery would show.
     tokio::time::sleep(Duration::from_millis(600)).await;
     sh.stop_consumers.store(true, Ordering::Relaxed);
@@ -336,7 +359,7 @@ async fn drive(sh: &Arc<Shared>, url: &str) -> Result<(Duration, Vec<String>), S
     drop(tele_tx);
     drop(consumer_tele);
     tele_task.abort();
-    Ok((elapsed, notes))
+    Ok((elapsed, notes, cpu))
 }
 
 fn settings(sh: &Shared, consumer: bool) -> pb::TelemetryCommand {

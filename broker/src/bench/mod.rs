@@ -11,9 +11,11 @@
 //! committed (or plain) message consumed exactly once, no rolled-back message consumed and no
 //! delayed message consumed before its time; otherwise the run is reported as FAILED.
 
+pub mod cpu;
 mod embedded;
 mod grpc;
 mod ledger;
+mod remoting;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -71,6 +73,8 @@ pub enum Target {
     InProcess,
     /// A running RocketMQ 5 endpoint (`host:port`).
     Endpoint(String),
+    /// A running broker's RocketMQ 4 remoting listener (`host:port`).
+    Remoting(String),
 }
 
 /// Transaction outcomes in parts (e.g. 8:1:1).
@@ -194,6 +198,11 @@ pub struct BenchArgs {
     pub credentials: Option<(String, String)>,
     /// Talk TLS (the in-process broker serves it in enforcing mode with the cert and key).
     pub tls: Option<BenchTls>,
+    /// With `--endpoint`: the broker's process id on this machine. Its CPU time (user +
+    /// system, from `/proc/<pid>/stat`) from the start of the measured part to the end of
+    /// the drain is reported per operation, a figure that does not depend on how loaded the
+    /// shared machine is.
+    pub broker_pid: Option<u32>,
 }
 
 /// TLS of a gRPC bench run.
@@ -239,6 +248,7 @@ impl BenchArgs {
             live: true,
             credentials: None,
             tls: None,
+            broker_pid: None,
         }
     }
 
@@ -279,6 +289,20 @@ impl BenchArgs {
         }
         if self.fifo && self.message_groups == 0 {
             return Err("--message-groups must be at least 1".into());
+        }
+        if self.broker_pid.is_some()
+            && !matches!(self.target, Target::Endpoint(_) | Target::Remoting(_))
+        {
+            return Err(
+                "--broker-pid measures a broker process: use it with --endpoint or --remoting"
+                    .into(),
+            );
+        }
+        if matches!(self.target, Target::Remoting(_)) && self.mode != Mode::Send {
+            return Err("--remoting measures sends (send + pull): use the send mode".into());
+        }
+        if let Some(pid) = self.broker_pid {
+            cpu::of_pid(pid).map_err(|e| format!("--broker-pid {pid}: {e}"))?;
         }
         if self.mode == Mode::Consume && self.duration.is_some() {
             return Err("consume measures a loaded count: give --count, not --duration".into());
@@ -433,6 +457,18 @@ pub struct Outcomes {
     pub notes: Vec<String>,
     /// Extra result fields (`key=value`).
     pub fields: Vec<(String, String)>,
+    /// CPU time of the broker process (`--broker-pid`) and of this bench process over the
+    /// measured part and the drain.
+    pub cpu: Option<RunCpu>,
+}
+
+/// CPU time used while a run was measured (its operations and their drain).
+#[derive(Debug, Clone, Copy)]
+pub struct RunCpu {
+    pub broker: cpu::CpuTime,
+    pub bench: cpu::CpuTime,
+    /// Wall time of the same interval.
+    pub wall: Duration,
 }
 
 /// The report, and whether the run passed (no errors, correctness check passed).
@@ -465,6 +501,7 @@ fn describe(args: &BenchArgs) -> String {
             security(args)
         ),
         Target::Endpoint(e) => format!("gRPC to {e}{}", security(args)),
+        Target::Remoting(e) => format!("RocketMQ 4 remoting to {e}"),
     }
 }
 
@@ -561,6 +598,23 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
             ))
         );
     }
+    let per_op_us = |c: &cpu::CpuTime| c.total().as_secs_f64() * 1e6 / r.done.max(1) as f64;
+    if let Some(c) = &o.cpu {
+        let noun = match args.mode {
+            Mode::Txn => "transaction",
+            _ => "message",
+        };
+        let _ = writeln!(
+            t,
+            "broker CPU {:.1} µs per {noun} ({:.2} s user + {:.2} s system over {:.2} s, {:.2} cores); bench CPU {:.1} µs per {noun}",
+            per_op_us(&c.broker),
+            c.broker.user.as_secs_f64(),
+            c.broker.system.as_secs_f64(),
+            c.wall.as_secs_f64(),
+            c.broker.total().as_secs_f64() / c.wall.as_secs_f64().max(1e-9),
+            per_op_us(&c.bench),
+        );
+    }
     for n in &o.notes {
         let _ = writeln!(t, "{n}");
     }
@@ -610,6 +664,21 @@ fn report(args: &BenchArgs, o: &Outcomes) -> Report {
         fields.push(("message_groups".into(), args.message_groups.to_string()));
         fields.push(("out_of_order".into(), o.verdict.out_of_order.to_string()));
     }
+    if let Some(c) = &o.cpu {
+        fields.push((
+            "broker_cpu_us".into(),
+            format!("{:.2}", per_op_us(&c.broker)),
+        ));
+        fields.push((
+            "broker_user_s".into(),
+            format!("{:.2}", c.broker.user.as_secs_f64()),
+        ));
+        fields.push((
+            "broker_sys_s".into(),
+            format!("{:.2}", c.broker.system.as_secs_f64()),
+        ));
+        fields.push(("bench_cpu_us".into(), format!("{:.2}", per_op_us(&c.bench))));
+    }
     fields.extend(o.fields.iter().cloned());
     let line: Vec<String> = fields.iter().map(|(k, v)| format!("{k}={v}")).collect();
     let _ = writeln!(t, "result: {}", line.join(" "));
@@ -631,6 +700,7 @@ pub async fn run(args: BenchArgs) -> Result<Report, String> {
                 .map_err(|e| format!("bench thread failed: {e}"))??
         }
         Target::InProcess | Target::Endpoint(_) => grpc::run(&args).await?,
+        Target::Remoting(addr) => remoting::run(&args, addr).await?,
     };
     Ok(report(&args, &o))
 }
