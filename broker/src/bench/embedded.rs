@@ -11,8 +11,8 @@ use rocklet_core::{
 
 use super::ledger::{Fate, Ledger};
 use super::{
-    body, check_answer, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes,
-    Recorder, Target,
+    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome,
+    Outcomes, Recorder, Target,
 };
 
 const GROUP: &str = "RockletBenchProducers";
@@ -606,7 +606,7 @@ impl Run<'_> {
                             let _ = self.rec.check_late.record(now.saturating_sub(d));
                         }
                     }
-                    let commit = seq >= self.backlog && check_answer(seq);
+                    let commit = checked_commit(&self.args.mix, self.backlog, seq);
                     self.ledger.set(
                         seq,
                         if commit {

@@ -14,8 +14,8 @@ use tonic::transport::{Channel, Endpoint};
 use super::cpu::{self, CpuTime};
 use super::ledger::{Fate, Ledger};
 use super::{
-    body, check_answer, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes,
-    Recorder, RunCpu, Target,
+    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome,
+    Outcomes, Recorder, RunCpu, Target,
 };
 use crate::client;
 use crate::clock::SystemClock;
@@ -491,7 +491,7 @@ async fn telemetry_producer(
                         .record(now.saturating_sub(d));
                 }
             }
-            let commit = seq >= sh.backlog && check_answer(seq);
+            let commit = checked_commit(&sh.args.mix, sh.backlog, seq);
             sh.ledger.lock().expect("ledger").set(
                 seq,
                 if commit {

@@ -140,6 +140,23 @@ pub fn check_answer(seq: u64) -> bool {
     seq.is_multiple_of(2)
 }
 
+/// Whether a check of `seq` is answered commit. A producer that decided (commit or
+/// rollback) answers its decision, as an application answers from its local transaction: a
+/// check can arrive before the producer's own end when the prepare's reply is slower than
+/// the check timeout, and the two answers must agree. Otherwise [`check_answer`] decides
+/// (backlog transactions are rolled back).
+#[must_use]
+pub fn checked_commit(mix: &Mix, backlog: u64, seq: u64) -> bool {
+    if seq < backlog {
+        return false;
+    }
+    match mix.outcome(seq) {
+        Outcome::Commit => true,
+        Outcome::Rollback => false,
+        Outcome::Unknown => check_answer(seq),
+    }
+}
+
 /// A cheap, well-spread hash of a sequence number (splitmix64).
 #[must_use]
 pub fn spread(seq: u64) -> u64 {
@@ -703,4 +720,40 @@ pub async fn run(args: BenchArgs) -> Result<Report, String> {
         Target::Remoting(addr) => remoting::run(&args, addr).await?,
     };
     Ok(report(&args, &o))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_check_answers_the_producers_decision_where_it_made_one() {
+        let mix = Mix::parse("6:2:2").expect("mix");
+        let (mut seen_rollback_even, mut seen_commit_odd, mut seen_unknown) = (false, false, false);
+        for seq in 10..10_000 {
+            let commit = checked_commit(&mix, 10, seq);
+            match mix.outcome(seq) {
+                Outcome::Commit => {
+                    assert!(commit, "seq {seq}: decided commit, check said rollback");
+                    seen_commit_odd |= !check_answer(seq);
+                }
+                Outcome::Rollback => {
+                    assert!(!commit, "seq {seq}: decided rollback, check said commit");
+                    seen_rollback_even |= check_answer(seq);
+                }
+                Outcome::Unknown => {
+                    assert_eq!(commit, check_answer(seq));
+                    seen_unknown = true;
+                }
+            }
+        }
+        // The cases where the parity answer would disagree with the decision occur.
+        assert!(seen_rollback_even && seen_commit_odd && seen_unknown);
+        for seq in 0..10 {
+            assert!(
+                !checked_commit(&mix, 10, seq),
+                "backlog seq {seq} is rolled back"
+            );
+        }
+    }
 }
