@@ -1437,7 +1437,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
 
     // (c) Long polls hold their request while they wait: 180 receives with 60 KiB filters
     // on 3 connections; about 8 MiB of them wait, the rest are refused at once; once the
-    // polls end (5 s: well apart from "at once" on a loaded machine) the bytes are released.
+    // polls end (8 s: well apart from "at once" on a loaded machine) the bytes are released.
     send_ok(
         &mut c,
         msg("BudgetQuiet", b"q", pb::MessageType::Normal, "Q0"),
@@ -1450,7 +1450,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
         for i in 0..60 {
             let mut p = p.clone();
             let mut req = receive_req("BudgetQuiet", "BG");
-            req.long_polling_timeout = Some(dur(5_000));
+            req.long_polling_timeout = Some(dur(8_000));
             req.filter_expression = Some(pb::FilterExpression {
                 r#type: pb::FilterType::Tag as i32,
                 expression: format!("{filter}||x{i}"),
@@ -1472,11 +1472,11 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
                 "{}",
                 s.message
             );
-            assert!(took < Duration::from_secs(3), "refused after {took:?}");
+            assert!(took < Duration::from_secs(5), "refused after {took:?}");
             refused += 1;
         } else {
             assert!(
-                took >= Duration::from_millis(4_500),
+                took >= Duration::from_millis(7_500),
                 "{}: {} after {took:?}",
                 s.code,
                 s.message
