@@ -104,6 +104,10 @@ public class ImportScenario {
 
     /** Queue `id` of `topic`, which is created (4 queues, as auto-creation would) if it does not exist. */
     static MessageQueue queue(DefaultMQProducer p, String topic, int id) throws Exception {
+        // A broker that just booted may not be registered with the name server yet (under
+        // load its first registration can miss; the next comes 30 s later): until then
+        // creating the topic fails too, so both are retried for up to 40 s.
+        boolean created = false;
         for (int attempt = 0; ; attempt++) {
             try {
                 for (MessageQueue q : p.fetchPublishMessageQueues(topic)) {
@@ -113,11 +117,16 @@ public class ImportScenario {
                 }
                 throw new IllegalStateException(topic + " has no queue " + id);
             } catch (MQClientException e) {
-                if (attempt > 20) {
+                if (attempt > 80) {
                     throw e;
                 }
-                if (attempt == 0) {
-                    p.createTopic(TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, topic, 4, null);
+                if (!created) {
+                    try {
+                        p.createTopic(TopicValidator.AUTO_CREATE_TOPIC_KEY_TOPIC, topic, 4, null);
+                        created = true;
+                    } catch (MQClientException notYet) {
+                        System.err.println("create " + topic + " (attempt " + attempt + "): " + notYet.getMessage().lines().findFirst().orElse(""));
+                    }
                 }
                 Thread.sleep(500);
             }
