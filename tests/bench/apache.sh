@@ -5,9 +5,9 @@
 # The name server and the proxy in local mode (proxy and broker in one JVM, RocketMQ 5's
 # default deployment for gRPC clients), from Maven jars (tests/bench/apache/pom.xml, about
 # 100 MB into .tools/bench-apache, fetched once), on 127.0.0.1, -Xmx1g, async flush. The
-# recipe: /work/shared/recipes/apache-rocketmq.md. tests/ci/import.sh and tests/ci/fidelity.sh
-# start the plain broker (no proxy) with the same flags; their helpers are inline in scripts
-# that run when sourced, so the few lines of port picking and log waiting are here too.
+# recipe: /work/shared/recipes/apache-rocketmq.md. tests/ci/import.sh sources this file for
+# apache_free_port and apache_wait_for and starts the plain broker (no proxy) with the same flags.
+# Sourcing only defines variables and functions.
 #
 # Functions (each returns non-zero with a message on failure):
 #   apache_install          jars and JVM; fails when Maven Central cannot be reached

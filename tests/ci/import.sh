@@ -82,32 +82,12 @@ java_run() {
   grep -E '^(golden|produce|consume|dump)' "$log" || true
 }
 
-# A port p of 127.0.0.1 with p - 2 (RocketMQ's fast remoting port), p and p + 1 (HA) free.
-free_port() {
-  local p q
-  while :; do
-    p=$(( RANDOM % 20000 + 30000 ))
-    for q in $((p - 2)) "$p" $((p + 1)); do
-      (exec 3<>"/dev/tcp/127.0.0.1/$q") 2>/dev/null && continue 2
-    done
-    echo "$p"
-    return
-  done
-}
+# Port picking and log waiting, shared with the side-by-side benchmark's Apache start-up:
+# apache_free_port (p - 2, p and p + 1 free, as a 5.5.0 broker needs) and apache_wait_for.
+# shellcheck source=tests/bench/apache.sh
+source "$ROOT/tests/bench/apache.sh"
 
-# Waits for `text` in `file`, or fails after `secs` seconds.
-wait_for() {
-  local file=$1 text=$2 secs=$3 i
-  for ((i = 0; i < secs * 5; i++)); do
-    grep -q "$text" "$file" 2>/dev/null && return 0
-    sleep 0.2
-  done
-  grep -v '|-INFO' "$file" | tail -30
-  echo "FAILED: no \"$text\" in $file after ${secs}s"
-  return 1
-}
-
-NS_PORT=$(free_port)
+NS_PORT=$(apache_free_port)
 NS=127.0.0.1:$NS_PORT
 start_namesrv() {
   mkdir -p "$WORK/ns"
@@ -117,13 +97,13 @@ start_namesrv() {
     org.apache.rocketmq.namesrv.NamesrvStartup -c "$WORK/ns/namesrv.conf" > "$WORK/ns/out.log" 2>&1 &
   NS_PID=$!
   PIDS+=("$NS_PID")
-  wait_for "$WORK/ns/out.log" "boot success" 90
+  apache_wait_for "$WORK/ns/out.log" "boot success" 90
 }
 
 # Starts a 5.5.0 broker on store root $2 (commit-log files of $3 bytes), named $1.
 start_apache() {
   local name=$1 store=$2 size=$3 dir=$WORK/$1 port
-  port=$(free_port)
+  port=$(apache_free_port)
   mkdir -p "$dir"
   cat > "$dir/broker.conf" <<EOF
 brokerClusterName=ImpCluster
@@ -149,7 +129,7 @@ EOF
     org.apache.rocketmq.broker.BrokerStartup -c "$dir/broker.conf" > "$dir/out.log" 2>&1 &
   APACHE_PID=$!
   PIDS+=("$APACHE_PID")
-  wait_for "$dir/out.log" "boot success" 120
+  apache_wait_for "$dir/out.log" "boot success" 120
   echo "apache broker $name on $store up"
 }
 

@@ -280,7 +280,7 @@ public class ImportScenario {
 
         void round(String[] topics, boolean committed) throws Exception {
             for (String t : topics) {
-                for (MessageQueue mq : c.fetchSubscribeMessageQueues(t)) {
+                for (MessageQueue mq : queues(t)) {
                     long off = next.computeIfAbsent(mq, q -> {
                         try {
                             return committed ? Math.max(0, c.fetchConsumeOffset(q, true)) : 0;
@@ -300,6 +300,28 @@ public class ImportScenario {
                         off = r.getNextBeginOffset();
                     }
                     next.put(mq, off);
+                }
+            }
+        }
+
+        /**
+         * The queues of `t`. A broker that just (re)started may not be registered with the
+         * name server yet (under load its first registration can miss, and the next comes
+         * 30 s later), so a missing route is retried for up to 45 s.
+         */
+        Set<MessageQueue> queues(String t) throws Exception {
+            for (int attempt = 0; ; attempt++) {
+                try {
+                    return c.fetchSubscribeMessageQueues(t);
+                } catch (MQClientException e) {
+                    if (attempt >= 90) {
+                        throw e;
+                    }
+                    if (attempt % 10 == 0) {
+                        System.err.println("route of " + t + " (attempt " + attempt + "): "
+                            + e.getMessage().lines().findFirst().orElse(""));
+                    }
+                    Thread.sleep(500);
                 }
             }
         }
@@ -328,11 +350,14 @@ public class ImportScenario {
             }
         });
         tp.start();
+        Reader r = new Reader(ns, GROUP);
+        // The broker must be registered before the producer can learn its route (queues
+        // waits for that).
+        r.queues(TXN);
         // A producer that has sent nothing knows no broker and heartbeats to none, so no
         // check could reach it: learn the route and heartbeat now.
         tp.getDefaultMQProducerImpl().getMqClientFactory().updateTopicRouteInfoFromNameServer(TXN);
         tp.getDefaultMQProducerImpl().getMqClientFactory().sendHeartbeatToAllBrokerWithLock();
-        Reader r = new Reader(ns, GROUP);
         String[] topics = {NORMAL, DELAY, TXN};
         long deadline = System.currentTimeMillis() + 120_000;
         while (true) {
