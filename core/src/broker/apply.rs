@@ -248,12 +248,9 @@ impl<S: Storage> Broker<S> {
                         prop::KEYS,
                         prop::UNIQ_KEY,
                     ]);
-                let Some(q) = self.real_queue(real_topic, real_qid) else {
+                let Some(q) = self.real_queue(off, real_topic, real_qid, keys, uniq) else {
                     return;
                 };
-                if let Some(real_topic) = real_topic {
-                    self.index_keys(off, real_topic, keys, uniq);
-                }
                 let group = self.group(pgroup.unwrap_or(""));
                 let immunity = immunity
                     .and_then(|s| s.parse::<u64>().ok())
@@ -365,12 +362,9 @@ impl<S: Storage> Broker<S> {
                     prop::KEYS,
                     prop::UNIQ_KEY,
                 ]);
-                let Some(q) = self.real_queue(real_topic, real_qid) else {
+                let Some(q) = self.real_queue(off, real_topic, real_qid, keys, uniq) else {
                     return;
                 };
-                if let Some(real_topic) = real_topic {
-                    self.index_keys(off, real_topic, keys, uniq);
-                }
                 let due = due.and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
                 if self.delays.get(off).is_none() {
                     self.delays.insert(PendingDelay {
@@ -573,15 +567,25 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    /// The consumer queue a half or delayed record's REAL_TOPIC and REAL_QID name.
-    pub(super) fn real_queue(&mut self, topic: Option<&str>, qid: Option<&str>) -> Option<u32> {
+    /// The consumer queue a half or delayed record (at `off`) names by its REAL_TOPIC and
+    /// REAL_QID; its keys are indexed under that topic.
+    pub(super) fn real_queue(
+        &mut self,
+        off: u64,
+        topic: Option<&str>,
+        qid: Option<&str>,
+        keys: Option<&str>,
+        uniq: Option<&str>,
+    ) -> Option<u32> {
         let name = topic?;
         let qid: u32 = qid?.parse().ok()?;
         if qid >= MAX_QUEUES {
             return None;
         }
         let t = self.topic(name, qid + 1);
-        Some(self.queue_of(t, qid))
+        let q = self.queue_of(t, qid);
+        self.index_keys(off, name, keys, uniq);
+        Some(q)
     }
 
     /// [`Broker::push_unit`] for a message whose record is not in the queue's own topic (a

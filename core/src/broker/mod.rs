@@ -504,6 +504,29 @@ struct Spec<'a> {
 }
 
 impl<'a> Spec<'a> {
+    /// The record of a client's message `m`, written to `topic`'s queue `queue_id`.
+    fn outgoing<M: send::Outgoing>(
+        m: &'a M,
+        topic: &'a str,
+        queue_id: u32,
+        sys_flag: u32,
+        props: Vec<u8>,
+        now: Millis,
+    ) -> Self {
+        Spec {
+            topic,
+            queue_id,
+            sys_flag,
+            flag: m.flag(),
+            born_timestamp: m.born_timestamp().unwrap_or(now),
+            born_host: m.born_host().unwrap_or_default(),
+            reconsume_times: 0,
+            prepared_offset: 0,
+            body: m.body(),
+            props,
+        }
+    }
+
     fn internal(topic: &'a str, body: &'a [u8], props: Vec<u8>, now: Millis) -> Self {
         Spec {
             topic,
@@ -1115,6 +1138,28 @@ struct Plan {
     props: Vec<u8>,
     delay_due: Option<Millis>,
     level: Option<u32>,
+}
+
+impl Plan {
+    /// Where the record of a message for `topic`'s queue `queue_id` is written: there, or,
+    /// when it is delayed, in the schedule topic (a level's queue) or the timer topic, with
+    /// its real topic, queue and due time in its properties.
+    fn route<'t>(&mut self, topic: &'t str, queue_id: u32) -> (&'t str, u32) {
+        let Some(due) = self.delay_due else {
+            return (topic, queue_id);
+        };
+        record::push_prop(&mut self.props, prop::REAL_TOPIC, topic);
+        record::push_prop(
+            &mut self.props,
+            prop::REAL_QID,
+            itoa(u64::from(queue_id)).as_str(),
+        );
+        record::push_prop(&mut self.props, prop::TIMER_OUT_MS, itoa(due).as_str());
+        match self.level {
+            Some(l) => (topic::SCHEDULE, l - 1),
+            None => (topic::TIMER, 0),
+        }
+    }
 }
 
 /// RocketMQ's offset message id: store host (ip 4 + port 4) and log offset (8), 32 hex digits.

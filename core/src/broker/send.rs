@@ -173,38 +173,11 @@ impl<S: Storage> Broker<S> {
         };
         let mut specs = Vec::with_capacity(n);
         for (i, (m, mut plan)) in messages.iter().zip(plans).enumerate() {
-            let queue_id = batch_queue;
-            let (topic, qid) = match plan.delay_due {
-                Some(due) => {
-                    record::push_prop(&mut plan.props, prop::REAL_TOPIC, &m.topic);
-                    record::push_prop(
-                        &mut plan.props,
-                        prop::REAL_QID,
-                        itoa(u64::from(queue_id)).as_str(),
-                    );
-                    record::push_prop(&mut plan.props, prop::TIMER_OUT_MS, itoa(due).as_str());
-                    match plan.level {
-                        Some(l) => (topic::SCHEDULE, l - 1),
-                        None => (topic::TIMER, 0),
-                    }
-                }
-                None => (m.topic.as_str(), queue_id),
-            };
+            let (topic, qid) = plan.route(&m.topic, batch_queue);
             if i == 0 {
                 record::push_prop(&mut plan.props, BATCH_LEN, itoa(n as u64).as_str());
             }
-            specs.push(Spec {
-                topic,
-                queue_id: qid,
-                sys_flag: 0,
-                flag: m.flag,
-                born_timestamp: m.born_timestamp.unwrap_or(now),
-                born_host: m.born_host.unwrap_or_default(),
-                reconsume_times: 0,
-                prepared_offset: 0,
-                body: &m.body,
-                props: plan.props,
-            });
+            specs.push(Spec::outgoing(m, topic, qid, 0, plan.props, now));
         }
         let written = self.write(&specs);
         // Where each record went: one after the other in the log; a batch's messages at
@@ -269,34 +242,8 @@ impl<S: Storage> Broker<S> {
                 return Ok(Err(e));
             }
         };
-        let (topic, qid) = match plan.delay_due {
-            Some(due) => {
-                record::push_prop(&mut plan.props, prop::REAL_TOPIC, m.topic());
-                record::push_prop(
-                    &mut plan.props,
-                    prop::REAL_QID,
-                    itoa(u64::from(queue_id)).as_str(),
-                );
-                record::push_prop(&mut plan.props, prop::TIMER_OUT_MS, itoa(due).as_str());
-                match plan.level {
-                    Some(l) => (topic::SCHEDULE, l - 1),
-                    None => (topic::TIMER, 0),
-                }
-            }
-            None => (m.topic(), queue_id),
-        };
-        let spec = Spec {
-            topic,
-            queue_id: qid,
-            sys_flag: 0,
-            flag: m.flag(),
-            born_timestamp: m.born_timestamp().unwrap_or(self.now),
-            born_host: m.born_host().unwrap_or_default(),
-            reconsume_times: 0,
-            prepared_offset: 0,
-            body: m.body(),
-            props: plan.props,
-        };
+        let (topic, qid) = plan.route(m.topic(), queue_id);
+        let spec = Spec::outgoing(m, topic, qid, 0, plan.props, self.now);
         let written = self.write(core::slice::from_ref(&spec));
         self.recycle_props(spec.props);
         let (offset, queue_offset) = written?;

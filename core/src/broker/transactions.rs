@@ -128,18 +128,14 @@ impl<S: Storage> Broker<S> {
                 itoa(s).as_str(),
             );
         }
-        let spec = Spec {
-            topic: topic::HALF,
-            queue_id: 0,
-            sys_flag: sys_flag::TRANSACTION_PREPARED_TYPE,
-            flag: m.flag(),
-            born_timestamp: m.born_timestamp().unwrap_or(self.now),
-            born_host: m.born_host().unwrap_or_default(),
-            reconsume_times: 0,
-            prepared_offset: 0,
-            body: m.body(),
-            props: plan.props,
-        };
+        let spec = Spec::outgoing(
+            m,
+            topic::HALF,
+            0,
+            sys_flag::TRANSACTION_PREPARED_TYPE,
+            plan.props,
+            self.now,
+        );
         let written = self.write(core::slice::from_ref(&spec));
         self.recycle_props(spec.props);
         let (off, _) = written?;
