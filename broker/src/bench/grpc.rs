@@ -11,11 +11,10 @@ use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
-use super::cpu::{self, CpuTime};
 use super::ledger::{Fate, Ledger};
 use super::{
-    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome,
-    Outcomes, Recorder, RunCpu, Target,
+    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, CpuMark, Live, Mode,
+    Outcome, Outcomes, Recorder, RunCpu, Target,
 };
 use crate::client;
 use crate::clock::SystemClock;
@@ -227,14 +226,6 @@ pub async fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     })
 }
 
-/// CPU times of the broker (`--broker-pid`) and of this process, and when they were read.
-fn cpu_now(pid: Option<u32>) -> Result<Option<(CpuTime, CpuTime, Instant)>, String> {
-    let Some(pid) = pid else { return Ok(None) };
-    let broker = cpu::of_pid(pid).map_err(|e| format!("--broker-pid {pid}: {e}"))?;
-    let bench = cpu::of_pid(std::process::id())?;
-    Ok(Some((broker, bench, Instant::now())))
-}
-
 async fn drive(
     sh: &Arc<Shared>,
     url: &str,
@@ -294,7 +285,7 @@ async fn drive(
             l.finish();
         })
     };
-    let cpu0 = cpu_now(args.broker_pid)?;
+    let cpu0 = CpuMark::now(args.broker_pid)?;
     let t0 = Instant::now();
     let elapsed;
     if args.mode == Mode::Consume {
@@ -340,14 +331,7 @@ async fn drive(
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
     // Up to here every operation was served and consumed: the CPU it cost is used.
-    let cpu = match (cpu0, cpu_now(args.broker_pid)?) {
-        (Some((b0, c0, w0)), Some((b1, c1, w1))) => Some(RunCpu {
-            broker: b1.since(&b0),
-            bench: c1.since(&c0),
-            wall: w1 - w0,
-        }),
-        _ => None,
-    };
+    let cpu = RunCpu::between(cpu0, CpuMark::now(args.broker_pid)?);
     // A little longer, so a duplicate or a rolled-back delivery would show.
     tokio::time::sleep(Duration::from_millis(600)).await;
     sh.stop_consumers.store(true, Ordering::Relaxed);

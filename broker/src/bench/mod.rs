@@ -488,6 +488,41 @@ pub struct RunCpu {
     pub wall: Duration,
 }
 
+/// CPU times of the broker and of this process, and when they were read.
+#[derive(Debug, Clone, Copy)]
+pub struct CpuMark {
+    broker: cpu::CpuTime,
+    bench: cpu::CpuTime,
+    at: std::time::Instant,
+}
+
+impl CpuMark {
+    /// Reads the CPU times of the broker (`--broker-pid`) and of this process; none without
+    /// a broker pid.
+    pub fn now(broker_pid: Option<u32>) -> Result<Option<Self>, String> {
+        let Some(pid) = broker_pid else {
+            return Ok(None);
+        };
+        Ok(Some(CpuMark {
+            broker: cpu::of_pid(pid).map_err(|e| format!("--broker-pid {pid}: {e}"))?,
+            bench: cpu::of_pid(std::process::id())?,
+            at: std::time::Instant::now(),
+        }))
+    }
+}
+
+impl RunCpu {
+    /// What was used from `start` to `end` (none when either was not read).
+    pub fn between(start: Option<CpuMark>, end: Option<CpuMark>) -> Option<Self> {
+        let (a, b) = (start?, end?);
+        Some(RunCpu {
+            broker: b.broker.since(&a.broker),
+            bench: b.bench.since(&a.bench),
+            wall: b.at - a.at,
+        })
+    }
+}
+
 /// The report, and whether the run passed (no errors, correctness check passed).
 #[derive(Debug)]
 pub struct Report {

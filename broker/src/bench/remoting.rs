@@ -13,9 +13,10 @@ use rocklet_core::record::{self, Decoded};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::TcpStream;
 
-use super::cpu::{self, CpuTime};
 use super::ledger::{Fate, Ledger};
-use super::{body, epoch_ms, parse_body, us, BenchArgs, Live, Mode, Outcomes, Recorder, RunCpu};
+use super::{
+    body, epoch_ms, parse_body, us, BenchArgs, CpuMark, Live, Mode, Outcomes, Recorder, RunCpu,
+};
 use crate::remoting::codec::{self, RemotingCommand, SerializeType};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
@@ -216,21 +217,11 @@ pub async fn run(args: &BenchArgs, addr: &str) -> Result<Outcomes, String> {
             l.finish();
         })
     };
-    let cpu_now = || -> Result<Option<(CpuTime, CpuTime, Instant)>, String> {
-        let Some(pid) = args.broker_pid else {
-            return Ok(None);
-        };
-        Ok(Some((
-            cpu::of_pid(pid).map_err(|e| format!("--broker-pid {pid}: {e}"))?,
-            cpu::of_pid(std::process::id())?,
-            Instant::now(),
-        )))
-    };
     let mut producers = Vec::new();
     for _ in 0..args.clients {
         producers.push(Conn::open(addr).await?);
     }
-    let cpu0 = cpu_now()?;
+    let cpu0 = CpuMark::now(args.broker_pid)?;
     let t0 = Instant::now();
     let stop_at = args.duration.map(|d| t0 + d);
     let tasks: Vec<_> = producers
@@ -259,14 +250,7 @@ pub async fn run(args: &BenchArgs, addr: &str) -> Result<Outcomes, String> {
         }
         tokio::time::sleep(Duration::from_millis(20)).await;
     }
-    let cpu = match (cpu0, cpu_now()?) {
-        (Some((b0, c0, w0)), Some((b1, c1, w1))) => Some(RunCpu {
-            broker: b1.since(&b0),
-            bench: c1.since(&c0),
-            wall: w1 - w0,
-        }),
-        _ => None,
-    };
+    let cpu = RunCpu::between(cpu0, CpuMark::now(args.broker_pid)?);
     // A little longer, so a duplicate would show.
     tokio::time::sleep(Duration::from_millis(600)).await;
     sh.stop_consumers.store(true, Ordering::Relaxed);
