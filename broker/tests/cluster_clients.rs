@@ -28,9 +28,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use cluster_support::{find_master, Etcd, Node};
-use common::{connect, res, OK};
-use rocklet_broker::pb::v2 as pb;
-use tokio_stream::StreamExt;
+use common::connect;
 
 fn now_ms() -> u64 {
     SystemTime::now()
@@ -121,43 +119,11 @@ impl Drop for Producer {
 /// Every body the group `group` can receive from `master` (acked as received).
 async fn consume_bodies(master: SocketAddr, topic: &str, group: &str) -> Vec<String> {
     let mut c = connect(master).await;
-    let mut bodies = Vec::new();
-    let mut empty = 0;
-    while empty < 3 {
-        let req = pb::ReceiveMessageRequest {
-            group: res(group),
-            message_queue: Some(pb::MessageQueue {
-                topic: res(topic),
-                ..Default::default()
-            }),
-            filter_expression: Some(pb::FilterExpression {
-                r#type: pb::FilterType::Tag as i32,
-                expression: "*".into(),
-            }),
-            batch_size: 32,
-            invisible_duration: Some(common::dur(60_000)),
-            auto_renew: false,
-            long_polling_timeout: Some(common::dur(500)),
-            attempt_id: None,
-        };
-        let mut stream = c.receive_message(req).await.unwrap().into_inner();
-        let mut got = Vec::new();
-        while let Some(r) = stream.next().await {
-            if let Some(pb::receive_message_response::Content::Message(m)) = r.unwrap().content {
-                got.push(m);
-            }
-        }
-        if got.is_empty() {
-            empty += 1;
-            continue;
-        }
-        empty = 0;
-        for m in &got {
-            bodies.push(String::from_utf8_lossy(&m.body).into_owned());
-            assert_eq!(common::ack(&mut c, topic, group, m).await.code, OK);
-        }
-    }
-    bodies
+    common::receive_all(&mut c, topic, group)
+        .await
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect()
 }
 
 fn percentile(v: &mut [u64], p: f64) -> u64 {

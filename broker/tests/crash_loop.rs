@@ -291,22 +291,7 @@ async fn receive_once(
     ack_pct: u64,
 ) -> Option<usize> {
     let asked_ms = wall_ms();
-    let req = pb::ReceiveMessageRequest {
-        group: res(group),
-        message_queue: Some(pb::MessageQueue {
-            topic: res(topic),
-            ..Default::default()
-        }),
-        filter_expression: Some(pb::FilterExpression {
-            r#type: pb::FilterType::Tag as i32,
-            expression: "*".into(),
-        }),
-        batch_size: 32,
-        invisible_duration: Some(dur(invisible_ms)),
-        auto_renew: false,
-        long_polling_timeout: Some(dur(poll_ms)),
-        attempt_id: None,
-    };
+    let req = common::receive_request(topic, group, 32, invisible_ms, poll_ms);
     let mut stream = c.receive_message(req).await.ok()?.into_inner();
     let mut got = Vec::new();
     while let Some(r) = stream.next().await {

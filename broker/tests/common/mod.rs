@@ -131,15 +131,15 @@ pub struct Received {
     pub messages: Vec<pb::Message>,
 }
 
-pub async fn receive(
-    c: &mut Client,
+/// A ReceiveMessage request for every tag of `topic`, up to `max` messages.
+pub fn receive_request(
     topic: &str,
     group: &str,
     max: i32,
     invisible_ms: u64,
     poll_ms: u64,
-) -> Received {
-    let req = pb::ReceiveMessageRequest {
+) -> pb::ReceiveMessageRequest {
+    pb::ReceiveMessageRequest {
         group: res(group),
         message_queue: Some(pb::MessageQueue {
             topic: res(topic),
@@ -154,7 +154,18 @@ pub async fn receive(
         auto_renew: false,
         long_polling_timeout: Some(dur(poll_ms)),
         attempt_id: None,
-    };
+    }
+}
+
+pub async fn receive(
+    c: &mut Client,
+    topic: &str,
+    group: &str,
+    max: i32,
+    invisible_ms: u64,
+    poll_ms: u64,
+) -> Received {
+    let req = receive_request(topic, group, max, invisible_ms, poll_ms);
     let mut stream = c.receive_message(req).await.unwrap().into_inner();
     let mut out = Received {
         status: pb::Status::default(),
@@ -168,6 +179,26 @@ pub async fn receive(
         }
     }
     out
+}
+
+/// Everything `group` can receive of `topic`, each message acked as it comes; done after
+/// three empty long polls of 500 ms in a row.
+pub async fn receive_all(c: &mut Client, topic: &str, group: &str) -> Vec<pb::Message> {
+    let mut all = Vec::new();
+    let mut empty = 0;
+    while empty < 3 {
+        let got = receive(c, topic, group, 32, 60_000, 500).await.messages;
+        if got.is_empty() {
+            empty += 1;
+            continue;
+        }
+        empty = 0;
+        for m in &got {
+            assert_eq!(ack(c, topic, group, m).await.code, OK);
+        }
+        all.extend(got);
+    }
+    all
 }
 
 pub fn handle(m: &pb::Message) -> String {
