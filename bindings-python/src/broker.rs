@@ -42,22 +42,6 @@ struct Shared {
     checkers: Mutex<Checkers<Py<PyAny>>>,
 }
 
-/// The shared host's calls, failing with this binding's `Fail`.
-impl Shared {
-    fn request(&self, req: Request) -> Result<(Reply, bool), Fail> {
-        self.host.request(req)
-    }
-    fn with<T>(&self, f: impl FnOnce(&mut Host) -> Result<T, Fail>) -> Result<T, Fail> {
-        self.host.with(f)
-    }
-    fn read<T>(&self, f: impl FnOnce(&rocklet_core::Broker<AnyStorage>) -> T) -> Result<T, Fail> {
-        self.host.read(f)
-    }
-    fn shut(&self) -> Result<(), Fail> {
-        self.host.shut()
-    }
-}
-
 impl std::ops::Deref for Shared {
     type Target = embed::Shared<AnyStorage, AnyClock<SystemClock>>;
     fn deref(&self) -> &Self::Target {
@@ -163,7 +147,7 @@ fn answer(
             .map(|f| f.clone_ref(py));
         if let Some(f) = checker {
             let r = ask_checker(py, &f, &c);
-            py.detach(|| shared.with(|h| Ok(h.answer(&c, r)?)))?;
+            py.detach(|| shared.with::<_, Fail>(|h| Ok(h.answer(&c, r)?)))?;
         }
     }
     Ok(())
@@ -226,7 +210,7 @@ impl std::fmt::Debug for PyBroker {
 impl Drop for PyBroker {
     fn drop(&mut self) {
         // Best effort: a broker dropped without close() still releases its directory.
-        let _ = self.shared.shut();
+        let _ = self.shared.shut::<Fail>();
     }
 }
 
@@ -236,14 +220,7 @@ fn fail(py: Python<'_>) -> impl Fn(Fail) -> PyErr + '_ {
 
 /// The exception for a shared operation's failure.
 fn efail(py: Python<'_>) -> impl Fn(EFail) -> PyErr + '_ {
-    move |e| match e {
-        embed::Fail::Client(c) => client_error(py, &c),
-        embed::Fail::Host(f) => f.into_py(py),
-        embed::Fail::Closed(_) => Fail::Closed.into_py(py),
-        embed::Fail::WrongClock(w) => Fail::Value(w.into()).into_py(py),
-        embed::Fail::Argument(w) => Fail::Value(w).into_py(py),
-        other => Fail::Internal(format!("{other:?}")).into_py(py),
-    }
+    move |e| Fail::from(e).into_py(py)
 }
 
 /// Where the shared operations send requests: the broker, with the GIL at hand for the

@@ -29,60 +29,35 @@ use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
 use rocklet_embed::ErrorKind;
 
-create_exception!(
-    rocklet,
-    RockletError,
-    PyException,
-    "Base of every error Rocklet raises; `code` is a stable upper-case code."
-);
-create_exception!(
-    rocklet,
-    ClientError,
-    RockletError,
-    "The caller's mistake: nothing changed in the broker."
-);
-create_exception!(
-    rocklet,
-    ConfigError,
-    RockletError,
-    "A configuration value that cannot work."
-);
-create_exception!(
-    rocklet,
-    StorageError,
-    RockletError,
-    "The storage failed (I/O error, data directory in use)."
-);
-create_exception!(
-    rocklet,
-    BrokerFailed,
-    StorageError,
-    "A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."
-);
-create_exception!(
-    rocklet,
-    CorruptLog,
-    RockletError,
-    "The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."
-);
-create_exception!(
-    rocklet,
-    EncodeError,
-    RockletError,
-    "A record would not fit the commit-log format."
-);
-create_exception!(
-    rocklet,
-    BrokerClosed,
-    RockletError,
-    "The broker was closed."
-);
-create_exception!(
-    rocklet,
-    InternalError,
-    RockletError,
-    "A bug in Rocklet (a Rust panic was caught); the broker is unusable."
-);
+/// The exceptions outside `ClientError`'s family, each with its base and `code`; `register`
+/// adds them to the module.
+macro_rules! errors {
+    ($( $name:ident($base:ty) = $code:literal : $doc:literal ),* $(,)?) => {
+        $( create_exception!(rocklet, $name, $base, $doc); )*
+
+        fn add_errors(m: &Bound<'_, PyModule>) -> PyResult<()> {
+            let py = m.py();
+            $(
+                let t = py.get_type::<$name>();
+                t.setattr("code", $code)?;
+                m.add(stringify!($name), t)?;
+            )*
+            Ok(())
+        }
+    };
+}
+
+errors! {
+    RockletError(PyException) = "ROCKLET_ERROR": "Base of every error Rocklet raises; `code` is a stable upper-case code.",
+    ClientError(RockletError) = "CLIENT_ERROR": "The caller's mistake: nothing changed in the broker.",
+    ConfigError(RockletError) = "CONFIG": "A configuration value that cannot work.",
+    StorageError(RockletError) = "STORAGE": "The storage failed (I/O error, data directory in use).",
+    BrokerFailed(StorageError) = "BROKER_FAILED": "A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable).",
+    CorruptLog(RockletError) = "CORRUPT_LOG": "The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine.",
+    EncodeError(RockletError) = "ENCODE": "A record would not fit the commit-log format.",
+    BrokerClosed(RockletError) = "BROKER_CLOSED": "The broker was closed.",
+    InternalError(RockletError) = "INTERNAL": "A bug in Rocklet (a Rust panic was caught); the broker is unusable.",
+}
 
 macro_rules! client_errors {
     ($( $name:ident = $code:literal : $doc:literal ),* $(,)?) => {
@@ -156,15 +131,17 @@ pub enum Fail {
     Internal(String),
 }
 
-impl From<rocklet_embed::Fail<CoreError<io::Error>>> for Fail {
-    fn from(e: rocklet_embed::Fail<CoreError<io::Error>>) -> Self {
+/// A shared operation's failure (host errors: the core's, or this binding's own `Fail`).
+impl<H: Into<Fail> + std::fmt::Debug> From<rocklet_embed::Fail<H>> for Fail {
+    fn from(e: rocklet_embed::Fail<H>) -> Self {
         match e {
             rocklet_embed::Fail::Client(c) => Fail::Client(c),
-            rocklet_embed::Fail::Host(c) => Fail::Core(c),
+            rocklet_embed::Fail::Host(h) => h.into(),
             rocklet_embed::Fail::Closed(_) => Fail::Closed,
             rocklet_embed::Fail::WrongClock(w) => Fail::Value(w.into()),
             rocklet_embed::Fail::Argument(w) => Fail::Value(w),
-            other => Fail::Internal(other.to_string()),
+            rocklet_embed::Fail::Unexpected(w) => Fail::Internal(w),
+            other => Fail::Internal(format!("{other:?}")),
         }
     }
 }
@@ -250,33 +227,6 @@ pub fn open_error(dir: &impl Display, e: &io::Error) -> PyErr {
 
 /// Registers the hierarchy on the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    let plain: [(&str, Bound<'_, PyType>, &str); 9] = [
-        (
-            "RockletError",
-            py.get_type::<RockletError>(),
-            "ROCKLET_ERROR",
-        ),
-        ("ClientError", py.get_type::<ClientError>(), "CLIENT_ERROR"),
-        ("ConfigError", py.get_type::<ConfigError>(), "CONFIG"),
-        ("StorageError", py.get_type::<StorageError>(), "STORAGE"),
-        (
-            "BrokerFailed",
-            py.get_type::<BrokerFailed>(),
-            "BROKER_FAILED",
-        ),
-        ("CorruptLog", py.get_type::<CorruptLog>(), "CORRUPT_LOG"),
-        ("EncodeError", py.get_type::<EncodeError>(), "ENCODE"),
-        (
-            "BrokerClosed",
-            py.get_type::<BrokerClosed>(),
-            "BROKER_CLOSED",
-        ),
-        ("InternalError", py.get_type::<InternalError>(), "INTERNAL"),
-    ];
-    for (name, t, code) in plain {
-        t.setattr("code", code)?;
-        m.add(name, t)?;
-    }
+    add_errors(m)?;
     add_client_errors(m)
 }

@@ -4,11 +4,12 @@ use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
 
 /// A frozen value class (`get_all`, module `rocklet`) whose repr shows the listed fields as
-/// Python values: `Name(a=1, b='x', c=None)`.
+/// Python values: `Name(a=1, b='x', c=None)`; `field(f)` shows `f(self)` instead, and
+/// `methods { .. }` adds methods.
 macro_rules! value_class {
     ($(#[$m:meta])* $ty:ident => $name:literal {
         $($(#[$fm:meta])* pub $f:ident: $t:ty,)*
-    } repr($($r:ident),*)) => {
+    } repr($($r:ident $(($show:expr))?),*) $(methods { $($extra:tt)* })?) => {
         #[pyclass(frozen, get_all, module = "rocklet", name = $name)]
         $(#[$m])*
         #[derive(Debug)]
@@ -21,11 +22,22 @@ macro_rules! value_class {
             fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
                 let parts: Vec<String> = vec![$(format!(
                     concat!(stringify!($r), "={}"),
-                    crate::convert::repr(py, self.$r.clone())?
+                    crate::convert::repr(py, shown!(self, $r $(, $show)?))?
                 )),*];
                 Ok(format!(concat!($name, "({})"), parts.join(", ")))
             }
+            $($($extra)*)?
         }
+    };
+}
+
+/// A repr field's value: the field itself, or what the given function shows of the value.
+macro_rules! shown {
+    ($s:ident, $r:ident) => {
+        $s.$r.clone()
+    };
+    ($s:ident, $r:ident, $show:expr) => {
+        ($show)($s)
     };
 }
 
@@ -139,28 +151,16 @@ value_class! {
     } repr(handle, attempt, visible_at)
 }
 
-/// One page of a queue read by `pull_queue`.
-#[pyclass(frozen, get_all, module = "rocklet", name = "PullResult")]
-#[derive(Debug)]
-pub struct PyPullResult {
-    /// Messages, in queue order.
-    pub messages: Vec<Py<PyMessage>>,
-    /// Offset to read from next.
-    pub next_offset: u64,
-    /// Messages visible in the queue.
-    pub max_offset: u64,
-}
-
-#[pymethods]
-impl PyPullResult {
-    fn __repr__(&self) -> String {
-        format!(
-            "PullResult(messages={}, next_offset={}, max_offset={})",
-            self.messages.len(),
-            self.next_offset,
-            self.max_offset
-        )
-    }
+value_class! {
+    /// One page of a queue read by `pull_queue`.
+    PyPullResult => "PullResult" {
+        /// Messages, in queue order.
+        pub messages: Vec<Py<PyMessage>>,
+        /// Offset to read from next.
+        pub next_offset: u64,
+        /// Messages visible in the queue.
+        pub max_offset: u64,
+    } repr(messages(|s: &Self| s.messages.len()), next_offset, max_offset)
 }
 
 value_class! {
@@ -176,30 +176,19 @@ value_class! {
     } repr(queue_id, next_offset, visible)
 }
 
-/// A topic and its queues.
-#[pyclass(frozen, get_all, module = "rocklet", name = "TopicInfo")]
-#[derive(Debug)]
-pub struct PyTopicInfo {
-    /// Topic name.
-    pub name: String,
-    /// Its queues.
-    pub queues: Vec<PyQueueInfo>,
-}
-
-#[pymethods]
-impl PyTopicInfo {
-    /// Visible messages over all queues.
-    #[getter]
-    fn depth(&self) -> u64 {
-        self.queues.iter().map(|q| q.visible).sum()
-    }
-    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
-        Ok(format!(
-            "TopicInfo(name={}, queues={}, depth={})",
-            crate::convert::repr(py, self.name.clone())?,
-            self.queues.len(),
-            self.depth()
-        ))
+value_class! {
+    /// A topic and its queues.
+    PyTopicInfo => "TopicInfo" {
+        /// Topic name.
+        pub name: String,
+        /// Its queues.
+        pub queues: Vec<PyQueueInfo>,
+    } repr(name, queues(|s: &Self| s.queues.len()), depth(Self::depth)) methods {
+        /// Visible messages over all queues.
+        #[getter]
+        fn depth(&self) -> u64 {
+            self.queues.iter().map(|q| q.visible).sum()
+        }
     }
 }
 
@@ -266,38 +255,30 @@ value_class! {
     } repr(offset, bytes, name, reason)
 }
 
-/// What recovery found when the broker opened.
-#[pyclass(frozen, get_all, module = "rocklet", name = "RecoveryReport")]
-#[derive(Debug)]
-pub struct PyRecoveryReport {
-    /// Segment files read.
-    pub segments: usize,
-    /// Valid records kept.
-    pub records: u64,
-    /// Bytes read.
-    pub bytes_scanned: u64,
-    /// Bytes cut off a torn tail.
-    pub bytes_truncated: u64,
-    /// Bytes `repair=True` moved to quarantine.
-    pub bytes_quarantined: u64,
-    /// Torn tails cut (at most one: the end of the last segment).
-    pub cuts: Vec<PyCut>,
-    /// Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which
-    /// raises `CorruptLog` instead).
-    pub quarantined: Vec<PyQuarantined>,
-}
-
-#[pymethods]
-impl PyRecoveryReport {
-    fn __repr__(&self) -> String {
-        format!(
-            "RecoveryReport(segments={}, records={}, bytes_scanned={}, bytes_truncated={}, cuts={}, quarantined={})",
-            self.segments,
-            self.records,
-            self.bytes_scanned,
-            self.bytes_truncated,
-            self.cuts.len(),
-            self.quarantined.len()
-        )
-    }
+value_class! {
+    /// What recovery found when the broker opened.
+    PyRecoveryReport => "RecoveryReport" {
+        /// Segment files read.
+        pub segments: usize,
+        /// Valid records kept.
+        pub records: u64,
+        /// Bytes read.
+        pub bytes_scanned: u64,
+        /// Bytes cut off a torn tail.
+        pub bytes_truncated: u64,
+        /// Bytes `repair=True` moved to quarantine.
+        pub bytes_quarantined: u64,
+        /// Torn tails cut (at most one: the end of the last segment).
+        pub cuts: Vec<PyCut>,
+        /// Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which
+        /// raises `CorruptLog` instead).
+        pub quarantined: Vec<PyQuarantined>,
+    } repr(
+        segments,
+        records,
+        bytes_scanned,
+        bytes_truncated,
+        cuts(|s: &Self| s.cuts.len()),
+        quarantined(|s: &Self| s.quarantined.len())
+    )
 }
