@@ -67,16 +67,24 @@ where
     }
 
     fn call(&mut self, req: http::Request<Body>) -> Self::Future {
-        let fut = self.inner.call(req);
         let Some(view) = self.layer.view.clone() else {
-            return Box::pin(fut);
+            return Box::pin(self.inner.call(req));
         };
+        // A master keeps one epoch for its whole run (it exits when fenced), so a reply it
+        // released was released in that epoch. Read when the request comes and when the
+        // reply leaves: master at the start means that epoch (fencing zeroes it just before
+        // the exit, after the last reply was released); else whatever it is at the end (a
+        // replica elected meanwhile).
+        let start = view.master_epoch.load(Ordering::SeqCst);
+        let fut = self.inner.call(req);
         let node = self.layer.node;
         Box::pin(async move {
             let mut resp = fut.await?;
-            // Read when the reply leaves: a master keeps one epoch for its whole run (it
-            // exits when fenced), so a reply it released carries the epoch it was released in.
-            let epoch = view.master_epoch.load(Ordering::SeqCst);
+            let epoch = if start > 0 {
+                start
+            } else {
+                view.master_epoch.load(Ordering::SeqCst)
+            };
             if epoch > 0 {
                 let h = resp.headers_mut();
                 h.insert(EPOCH, HeaderValue::from(epoch));
@@ -96,9 +104,9 @@ mod tests {
     use tower_service::Service;
 
     /// Answers every request with an empty 200, or with the headers a forwarded reply
-    /// brought back.
+    /// brought back; with a view, it fences that node (epoch 0) while answering.
     #[derive(Clone)]
-    struct Answer(Option<(u64, u32)>);
+    struct Answer(Option<(u64, u32)>, Option<View>);
 
     impl Service<http::Request<Body>> for Answer {
         type Response = http::Response<Body>;
@@ -108,6 +116,9 @@ mod tests {
             Poll::Ready(Ok(()))
         }
         fn call(&mut self, _: http::Request<Body>) -> Self::Future {
+            if let Some(v) = &self.1 {
+                v.master_epoch.store(0, Ordering::SeqCst);
+            }
             let mut r = http::Response::new(Body::empty());
             if let Some((e, n)) = self.0 {
                 r.headers_mut().insert(EPOCH, HeaderValue::from(e));
@@ -135,22 +146,34 @@ mod tests {
     async fn a_master_names_its_epoch_and_node() {
         let view = View::default();
         view.master_epoch.store(7, Ordering::SeqCst);
-        let got = headers(EpochLayer::new(Some(view), 2), Answer(None)).await;
+        let got = headers(EpochLayer::new(Some(view), 2), Answer(None, None)).await;
         assert_eq!(got, (Some("7".into()), Some("2".into())));
+    }
+
+    #[tokio::test]
+    async fn a_reply_released_before_fencing_keeps_its_epoch() {
+        let view = View::default();
+        view.master_epoch.store(4, Ordering::SeqCst);
+        let got = headers(
+            EpochLayer::new(Some(view.clone()), 1),
+            Answer(None, Some(view)),
+        )
+        .await;
+        assert_eq!(got, (Some("4".into()), Some("1".into())));
     }
 
     #[tokio::test]
     async fn a_replica_adds_nothing_and_keeps_a_forwarded_masters_headers() {
         let view = View::default();
-        let own = headers(EpochLayer::new(Some(view.clone()), 1), Answer(None)).await;
+        let own = headers(EpochLayer::new(Some(view.clone()), 1), Answer(None, None)).await;
         assert_eq!(own, (None, None));
-        let forwarded = headers(EpochLayer::new(Some(view), 1), Answer(Some((9, 3)))).await;
+        let forwarded = headers(EpochLayer::new(Some(view), 1), Answer(Some((9, 3)), None)).await;
         assert_eq!(forwarded, (Some("9".into()), Some("3".into())));
     }
 
     #[tokio::test]
     async fn outside_cluster_mode_nothing_is_added() {
-        let got = headers(EpochLayer::new(None, 0), Answer(None)).await;
+        let got = headers(EpochLayer::new(None, 0), Answer(None, None)).await;
         assert_eq!(got, (None, None));
     }
 }
