@@ -542,6 +542,11 @@ struct BrokerArgs {
     /// free port; published in etcd).
     #[arg(long, value_name = "HOST:PORT")]
     replication_listen: Option<SocketAddr>,
+    /// Cluster mode: the replication address published in etcd for replicas to connect to,
+    /// when it differs from the one bound (a proxy or NAT in between; default: the bound
+    /// address).
+    #[arg(long, value_name = "HOST:PORT")]
+    replication_advertise: Option<SocketAddr>,
     /// Cluster mode: `sync` (default: a write is answered once the SyncStateSet holds it) or
     /// `async` (answered at once, as RocketMQ's ASYNC_MASTER).
     #[arg(long, value_enum, value_name = "MODE")]
@@ -756,6 +761,7 @@ fn cluster_args(a: &BrokerArgs, cfg: &mut BrokerConfig) -> Result<(), String> {
         || a.node_id.is_some()
         || a.advertise.is_some()
         || a.replication_listen.is_some()
+        || a.replication_advertise.is_some()
         || a.replication.is_some()
         || a.min_in_sync_replicas.is_some();
     let etcd = a
@@ -778,6 +784,7 @@ fn cluster_args(a: &BrokerArgs, cfg: &mut BrokerConfig) -> Result<(), String> {
             node_id: a.node_id.ok_or("--cluster needs --node-id")?,
             advertise: None,
             replication_listen: None,
+            replication_advertise: None,
             replication: ReplicationMode::Sync,
             min_in_sync_replicas: cluster::DEFAULT_MIN_IN_SYNC,
             lease_ttl_s: cluster::DEFAULT_LEASE_TTL_S,
@@ -786,7 +793,7 @@ fn cluster_args(a: &BrokerArgs, cfg: &mut BrokerConfig) -> Result<(), String> {
         },
         (None, None) => {
             if any {
-                return Err("--broker-name, --node-id, --advertise, --replication-listen, --replication and --min-in-sync-replicas need --cluster etcd=URL".into());
+                return Err("--broker-name, --node-id, --advertise, --replication-listen, --replication-advertise, --replication and --min-in-sync-replicas need --cluster etcd=URL".into());
             }
             return Ok(());
         }
@@ -802,6 +809,9 @@ fn cluster_args(a: &BrokerArgs, cfg: &mut BrokerConfig) -> Result<(), String> {
     }
     if a.replication_listen.is_some() {
         c.replication_listen = a.replication_listen;
+    }
+    if a.replication_advertise.is_some() {
+        c.replication_advertise = a.replication_advertise;
     }
     match a.replication {
         Some(Replication::Sync) => c.replication = ReplicationMode::Sync,

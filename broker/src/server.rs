@@ -290,6 +290,11 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
                 max_decode,
                 m.clone(),
             ))
+            // Cluster mode: a master names its epoch and node in every reply.
+            .layer(crate::cluster::reply::EpochLayer::new(
+                cluster.as_ref().map(|c| c.0.clone()),
+                cfg.cluster.as_ref().map_or(0, |c| c.node_id),
+            ))
             .add_service(messaging)
             .add_optional_service(admin_here)
             .add_optional_service(security_here)

@@ -56,6 +56,6 @@ javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java"
 
 echo "== cluster tests (kills: ${ROCKLET_CLUSTER_KILLS:-10})"
 export ROCKLET_PYTHON=$VENV/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/classes"
-nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients -- --include-ignored --test-threads 1 --nocapture 2>&1 \
+nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients --test cluster_partition -- --include-ignored --test-threads 1 --nocapture 2>&1 \
   | grep -vE "^\s+(at |[0-9]+: )"
 echo "cluster: ok in $(( $(date +%s) - t0 ))s"

@@ -39,6 +39,7 @@ pub mod etcd;
 pub mod forward;
 pub mod node;
 pub mod replication;
+pub mod reply;
 
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -75,6 +76,7 @@ pub struct ClusterFileConfig {
     pub node_id: Option<u32>,
     pub advertise: Option<SocketAddr>,
     pub replication_listen: Option<SocketAddr>,
+    pub replication_advertise: Option<SocketAddr>,
     pub replication: Option<ReplicationMode>,
     pub min_in_sync_replicas: Option<u32>,
     pub lease_ttl_s: Option<u64>,
@@ -96,6 +98,9 @@ pub struct ClusterConfig {
     /// Where this node serves its log to replicas when master (default: `listen`'s IP, a
     /// free port; the address is published in etcd).
     pub replication_listen: Option<SocketAddr>,
+    /// The replication address published in etcd, for replicas to connect to (default: the
+    /// address bound; differs behind a proxy or NAT).
+    pub replication_advertise: Option<SocketAddr>,
     pub replication: ReplicationMode,
     /// Nodes that must hold a write before it is answered (sync mode), the master included.
     pub min_in_sync_replicas: u32,
@@ -123,6 +128,7 @@ impl ClusterConfig {
                 .ok_or("invalid config `cluster.node_id`: missing")?,
             advertise: f.advertise,
             replication_listen: f.replication_listen,
+            replication_advertise: f.replication_advertise,
             replication: f.replication.unwrap_or_default(),
             min_in_sync_replicas: f.min_in_sync_replicas.unwrap_or(DEFAULT_MIN_IN_SYNC),
             lease_ttl_s: f.lease_ttl_s.unwrap_or(DEFAULT_LEASE_TTL_S),
@@ -175,6 +181,11 @@ impl ClusterConfig {
         }
         if self.replica_max_lag_ms == 0 {
             return Err("invalid config `cluster.replica_max_lag_ms`: must be above 0".into());
+        }
+        if let Some(a) = self.replication_advertise {
+            if a.ip().is_unspecified() || a.port() == 0 {
+                return Err(format!("invalid config `cluster.replication_advertise` `{a}`: replicas connect to it, so it needs a concrete IP and a port other than 0"));
+            }
         }
         if !self.prefix.starts_with('/') {
             return Err("invalid config `cluster.prefix`: must start with `/`".into());
@@ -461,4 +472,36 @@ pub async fn describe(etcd: &[String], prefix: &str) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn file(extra: &str) -> Result<Option<ClusterConfig>, String> {
+        let text = format!(
+            "etcd = [\"http://127.0.0.1:2379\"]\nbroker_name = \"g1\"\nnode_id = 1\n{extra}"
+        );
+        let f: ClusterFileConfig = toml::from_str(&text).map_err(|e| e.to_string())?;
+        ClusterConfig::from_file(f)
+    }
+
+    #[test]
+    fn replication_advertise_is_read_and_checked() {
+        let c = file("replication_advertise = \"127.0.0.1:7001\"")
+            .unwrap()
+            .unwrap();
+        assert_eq!(
+            c.replication_advertise,
+            Some("127.0.0.1:7001".parse().unwrap())
+        );
+        assert_eq!(file("").unwrap().unwrap().replication_advertise, None);
+        for bad in ["0.0.0.0:7001", "127.0.0.1:0"] {
+            let e = file(&format!("replication_advertise = \"{bad}\"")).unwrap_err();
+            assert!(
+                e.contains("cluster.replication_advertise") && e.contains(bad),
+                "{e}"
+            );
+        }
+    }
 }

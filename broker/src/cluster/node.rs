@@ -91,7 +91,9 @@ pub async fn start(
     let l = TcpListener::bind(at)
         .await
         .map_err(|e| format!("cannot listen for replication on {at}: {e}"))?;
-    let replication = l.local_addr().map_err(|e| e.to_string())?;
+    let bound = l.local_addr().map_err(|e| e.to_string())?;
+    // What replicas are told (etcd): the bound address unless an advertised one is set.
+    let replication = cfg.replication_advertise.unwrap_or(bound);
     let replicas = Arc::new(Replicas::default());
     tokio::spawn(replication::serve(
         l,
@@ -114,8 +116,8 @@ pub async fn start(
         groups,
         default_queues,
     };
-    info!(broker_name = %node.cfg.broker_name, node = node.cfg.node_id, advertise = %node.advertise, %replication, etcd = ?node.cfg.etcd, mode = ?node.cfg.replication, "cluster mode: a replica until elected");
-    Ok((replication, tokio::spawn(node.run())))
+    info!(broker_name = %node.cfg.broker_name, node = node.cfg.node_id, advertise = %node.advertise, %replication, replication_bound = %bound, etcd = ?node.cfg.etcd, mode = ?node.cfg.replication, "cluster mode: a replica until elected");
+    Ok((bound, tokio::spawn(node.run())))
 }
 
 impl Node {

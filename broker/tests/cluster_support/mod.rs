@@ -245,3 +245,124 @@ pub async fn find_master(addrs: &[SocketAddr], topic: &str) -> Option<SocketAddr
     }
     None
 }
+
+/// A TCP proxy the test controls, standing for the network between two processes: cut, it
+/// drops every connection it carries and closes each new one at once (a partition); healed,
+/// it carries new connections again. Stops when dropped.
+pub struct Proxy {
+    pub addr: SocketAddr,
+    cut: tokio::sync::watch::Sender<bool>,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl Proxy {
+    /// A proxy on a free 127.0.0.1 port to `to` (which need not listen yet).
+    pub async fn start(to: SocketAddr) -> Self {
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let (cut, rx) = tokio::sync::watch::channel(false);
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut down, _)) = l.accept().await else {
+                    continue;
+                };
+                if *rx.borrow() {
+                    drop(down);
+                    continue;
+                }
+                let mut rx = rx.clone();
+                tokio::spawn(async move {
+                    let Ok(mut up) = tokio::net::TcpStream::connect(to).await else {
+                        return;
+                    };
+                    let _ = down.set_nodelay(true);
+                    let _ = up.set_nodelay(true);
+                    tokio::select! {
+                        _ = tokio::io::copy_bidirectional(&mut down, &mut up) => {}
+                        _ = rx.wait_for(|&c| c) => {}
+                    }
+                    // Both ends dropped here: the peers see the connection end.
+                });
+            }
+        });
+        Proxy { addr, cut, task }
+    }
+
+    /// Drops every connection and refuses new ones until [`Proxy::heal`].
+    pub fn cut(&self) {
+        self.cut.send_replace(true);
+    }
+
+    pub fn heal(&self) {
+        self.cut.send_replace(false);
+    }
+}
+
+impl Drop for Proxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// The network of one node: everything it exchanges with etcd and with the other nodes goes
+/// through a [`Proxy`] the test can cut. Its etcd client uses `etcd`; replicas reach its
+/// replication stream through `replication` (`--replication-advertise`), and its gRPC
+/// address in routes and for writes replicas forward is `grpc` (`--advertise`). Clients the
+/// test runs talk to the node's own `--listen` address, as clients on its side of a
+/// partition would.
+pub struct NodeNet {
+    pub etcd: Proxy,
+    pub replication: Proxy,
+    pub grpc: Proxy,
+    /// The node's own gRPC port (`--listen`), kept across restarts.
+    pub grpc_port: u16,
+    /// The node's own replication port (`--replication-listen`).
+    pub replication_port: u16,
+}
+
+impl NodeNet {
+    pub async fn start(etcd: &str) -> Self {
+        let etcd_addr: SocketAddr = etcd.trim_start_matches("http://").parse().unwrap();
+        let (grpc_port, repl_port) = (free_port(), free_port());
+        NodeNet {
+            etcd: Proxy::start(etcd_addr).await,
+            replication: Proxy::start(([127, 0, 0, 1], repl_port).into()).await,
+            grpc: Proxy::start(([127, 0, 0, 1], grpc_port).into()).await,
+            grpc_port,
+            replication_port: repl_port,
+        }
+    }
+
+    /// The etcd URL the node is given.
+    pub fn etcd_url(&self) -> String {
+        format!("http://{}", self.etcd.addr)
+    }
+
+    /// `rocklet broker` arguments putting the node behind these proxies.
+    pub fn args(&self) -> Vec<String> {
+        let repl_port = self.replication_port;
+        vec![
+            "--listen".into(),
+            format!("127.0.0.1:{}", self.grpc_port),
+            "--advertise".into(),
+            self.grpc.addr.to_string(),
+            "--replication-listen".into(),
+            format!("127.0.0.1:{repl_port}"),
+            "--replication-advertise".into(),
+            self.replication.addr.to_string(),
+        ]
+    }
+
+    /// Isolates the node: from etcd, from its replicas, from forwarded writes.
+    pub fn cut(&self) {
+        self.etcd.cut();
+        self.replication.cut();
+        self.grpc.cut();
+    }
+
+    pub fn heal(&self) {
+        self.etcd.heal();
+        self.replication.heal();
+        self.grpc.heal();
+    }
+}
