@@ -27,7 +27,6 @@ use cluster_support::{timed, Etcd, Node, NodeNet};
 use common::{connect, msg, res, Client, OK};
 use rocklet_broker::cluster::reply::{EPOCH, NODE};
 use rocklet_broker::pb::v2 as pb;
-use tokio_stream::StreamExt;
 
 /// The lease TTL the nodes run with (the default).
 const TTL: Duration = Duration::from_secs(rocklet_broker::cluster::DEFAULT_LEASE_TTL_S);
@@ -157,43 +156,11 @@ async fn produce(
 /// Everything a fresh consumer group receives from `at`, by message id.
 async fn consume_all(at: SocketAddr, topic: &str, group: &str) -> Vec<String> {
     let mut c = connect(at).await;
-    let mut ids = Vec::new();
-    let mut empty = 0;
-    while empty < 3 {
-        let req = pb::ReceiveMessageRequest {
-            group: res(group),
-            message_queue: Some(pb::MessageQueue {
-                topic: res(topic),
-                ..Default::default()
-            }),
-            filter_expression: Some(pb::FilterExpression {
-                r#type: pb::FilterType::Tag as i32,
-                expression: "*".into(),
-            }),
-            batch_size: 32,
-            invisible_duration: Some(common::dur(60_000)),
-            auto_renew: false,
-            long_polling_timeout: Some(common::dur(500)),
-            attempt_id: None,
-        };
-        let mut stream = c.receive_message(req).await.unwrap().into_inner();
-        let mut got = Vec::new();
-        while let Some(r) = stream.next().await {
-            if let Some(pb::receive_message_response::Content::Message(m)) = r.unwrap().content {
-                got.push(m);
-            }
-        }
-        if got.is_empty() {
-            empty += 1;
-            continue;
-        }
-        empty = 0;
-        for m in &got {
-            ids.push(m.system_properties.as_ref().unwrap().message_id.clone());
-            assert_eq!(common::ack(&mut c, topic, group, m).await.code, OK);
-        }
-    }
-    ids
+    common::receive_all(&mut c, topic, group)
+        .await
+        .iter()
+        .map(|m| m.system_properties.as_ref().unwrap().message_id.clone())
+        .collect()
 }
 
 fn dump(nodes: &[Node]) {
