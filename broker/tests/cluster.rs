@@ -145,16 +145,6 @@ async fn produce(
     }
 }
 
-/// Everything a fresh group can receive from the master, by message id.
-async fn consume_all(master: SocketAddr, topic: &str, group: &str) -> Vec<String> {
-    let mut c = connect(master).await;
-    common::receive_all(&mut c, topic, group)
-        .await
-        .iter()
-        .map(id_of)
-        .collect()
-}
-
 fn percentile(v: &mut [Duration], p: f64) -> Duration {
     v.sort();
     v[((v.len() as f64 - 1.0) * p).round() as usize]
@@ -262,7 +252,7 @@ async fn kill_the_master() {
     let master = find_master(&list, topic)
         .await
         .expect("a master at the end");
-    let got = consume_all(master, topic, "ClusterKillCheck").await;
+    let got = cluster_support::consume_ids(master, topic, "ClusterKillCheck").await;
     let got_set: HashSet<&str> = got.iter().map(String::as_str).collect();
     let l = ledger.lock().unwrap();
     let lost: Vec<&str> = l
@@ -440,7 +430,7 @@ async fn divergent_tail() {
         );
         tokio::time::sleep(Duration::from_millis(100)).await;
     }
-    let got = consume_all(new_master, topic, "ClusterTailCheck").await;
+    let got = cluster_support::consume_ids(new_master, topic, "ClusterTailCheck").await;
     let mut sorted = got.clone();
     sorted.sort();
     assert_eq!(
@@ -525,7 +515,7 @@ async fn etcd_partition() {
     let master = find_master(&list, topic)
         .await
         .expect("a master at the end");
-    let got: HashSet<String> = consume_all(master, topic, "ClusterPartitionCheck")
+    let got: HashSet<String> = cluster_support::consume_ids(master, topic, "ClusterPartitionCheck")
         .await
         .into_iter()
         .collect();

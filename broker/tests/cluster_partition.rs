@@ -24,7 +24,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use cluster_support::{timed, Etcd, Node, NodeNet};
-use common::{connect, msg, res, Client, OK};
+use common::{msg, res, Client, OK};
 use rocklet_broker::cluster::reply::{EPOCH, NODE};
 use rocklet_broker::pb::v2 as pb;
 
@@ -151,16 +151,6 @@ async fn produce(
             tokio::time::sleep(Duration::from_millis(20)).await;
         }
     }
-}
-
-/// Everything a fresh consumer group receives from `at`, by message id.
-async fn consume_all(at: SocketAddr, topic: &str, group: &str) -> Vec<String> {
-    let mut c = connect(at).await;
-    common::receive_all(&mut c, topic, group)
-        .await
-        .iter()
-        .map(|m| m.system_properties.as_ref().unwrap().message_id.clone())
-        .collect()
 }
 
 fn dump(nodes: &[Node]) {
@@ -400,7 +390,7 @@ async fn partition_the_master() {
 
     // Every acknowledged message is delivered; nothing rolled back is.
     let at = addrs.lock().unwrap()[(new_master.1 - 1) as usize].unwrap();
-    let got: HashSet<String> = consume_all(at, topic, "NetSplitCheck")
+    let got: HashSet<String> = cluster_support::consume_ids(at, topic, "NetSplitCheck")
         .await
         .into_iter()
         .collect();

@@ -366,3 +366,13 @@ impl NodeNet {
         self.grpc.heal();
     }
 }
+
+/// Everything a fresh consumer group receives from `at`, by message id (acked as received).
+pub async fn consume_ids(at: SocketAddr, topic: &str, group: &str) -> Vec<String> {
+    let mut c = crate::common::connect(at).await;
+    crate::common::receive_all(&mut c, topic, group)
+        .await
+        .iter()
+        .map(|m| m.system_properties.as_ref().unwrap().message_id.clone())
+        .collect()
+}
