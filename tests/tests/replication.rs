@@ -255,6 +255,51 @@ fn with_replicated_acks_replies_and_visibility_wait_for_the_replicas() {
 }
 
 #[test]
+fn a_replica_refuses_at_once_after_applying_replicated_bytes() {
+    // Cluster mode's core config: replies wait for replicas. A replica's log runs ahead of
+    // what it knows is replicated; its refusals must not wait for that (a v4 client's send
+    // to a restarted old master hung for its whole 3 s timeout).
+    let cfg = Config {
+        replicated_acks: true,
+        flush: FlushMode::Async,
+        ..cfg()
+    };
+    let mut master = Broker::open_replica(cfg.clone(), MemStorage::new(), 0).unwrap();
+    master.promote(0, 1).unwrap().unwrap();
+    master
+        .handle(
+            1,
+            1,
+            Request::Send {
+                messages: vec![NewMessage::new("A", &b"m"[..])],
+            },
+        )
+        .unwrap();
+    let mut replica = Broker::open_replica(cfg, MemStorage::new(), 0).unwrap();
+    catch_up(&mut master, &mut replica, 1 << 20);
+    assert!(replica.log_end() > 0);
+    replica
+        .handle(
+            2,
+            9,
+            Request::Send {
+                messages: vec![NewMessage::new("A", &b"x"[..])],
+            },
+        )
+        .unwrap();
+    assert!(
+        matches!(
+            replica.poll_output(),
+            Some(Output::Reply {
+                id: 9,
+                reply: Reply::Error(ClientError::NotMaster)
+            })
+        ),
+        "the replica held its refusal"
+    );
+}
+
+#[test]
 fn a_rejoining_replica_cuts_what_the_new_master_never_had() {
     // A is master (epoch 1) with B following. A writes m2 that B never gets, and dies.
     let mut a = Broker::open_replica(cfg(), MemStorage::new(), 0).unwrap();

@@ -782,7 +782,9 @@ impl<S: Storage> Broker<S> {
     pub fn handle(&mut self, now: Millis, id: u64, request: Request) -> Res<(), S> {
         self.check_failed()?;
         let reply = self.process(now, request)?;
-        if self.release_point() < self.log.end() {
+        // A replica refuses every request, and a refusal tells of no state, so it waits for
+        // nothing: its log runs ahead of `replicated`, which only a master advances.
+        if self.role != Role::Replica && self.release_point() < self.log.end() {
             let end = self.log.end();
             self.held.push_back((end, id, reply));
             for q in core::mem::take(&mut self.rescan_now) {
