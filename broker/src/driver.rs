@@ -105,6 +105,9 @@ pub enum Command {
     ProducerDown { conn: u64 },
     /// Run a closure with the broker.
     Inspect(InspectFn),
+    /// Run a closure that replaces the broker (a replica reopening its cut log), then tell
+    /// the new one which producer groups are online: the driver's connections outlive it.
+    Reopen(InspectFn),
     /// Look at the clock and the timers now (for tests that move a manual clock).
     Tick,
     /// The sync thread finished a detached sync of the log below `upto`.
@@ -143,6 +146,7 @@ impl std::fmt::Debug for Command {
                 f.debug_struct("ProducerDown").field("conn", conn).finish()
             }
             Command::Inspect(_) => f.write_str("Inspect"),
+            Command::Reopen(_) => f.write_str("Reopen"),
             Command::Tick => f.write_str("Tick"),
             Command::Synced { upto, result, .. } => f
                 .debug_struct("Synced")
@@ -293,6 +297,21 @@ impl CoreHandle {
     ) -> Result<T, CoreFailure> {
         let (tx, rx) = oneshot::channel();
         self.send(Command::Inspect(Box::new(move |b| {
+            let _ = tx.send(f(b));
+        })))?;
+        rx.await.map_err(|_| CoreFailure::Stopped)
+    }
+
+    /// Runs a closure that replaces the broker (as [`CoreHandle::inspect`]), and tells the
+    /// new broker which producer groups are online, as the old one knew: producers that
+    /// announced themselves before are still connected, and would otherwise look offline to
+    /// it (their checks parked) until their connection closes.
+    pub async fn reopen<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+    ) -> Result<T, CoreFailure> {
+        let (tx, rx) = oneshot::channel();
+        self.send(Command::Reopen(Box::new(move |b| {
             let _ = tx.send(f(b));
         })))?;
         rx.await.map_err(|_| CoreFailure::Stopped)
@@ -949,6 +968,12 @@ impl Driver {
                 }
             }
             Command::Inspect(f) => f(&mut self.broker),
+            Command::Reopen(f) => {
+                f(&mut self.broker);
+                for g in &self.online {
+                    self.broker.set_producer_online(now, g, true);
+                }
+            }
             Command::Tick => {}
             Command::Synced {
                 upto,

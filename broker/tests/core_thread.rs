@@ -237,3 +237,50 @@ async fn inspections_are_not_starved_by_a_flood_of_writes() {
     );
     b.stop().await;
 }
+
+#[tokio::test]
+async fn producers_online_before_a_reopen_are_online_after_it() {
+    // A replica that cuts a divergent tail reopens its core (`cluster::replication`); the
+    // producers connected before are still connected. Without the driver telling the new
+    // core, it took them for offline and parked their checks until they reconnected.
+    use rocklet_broker::clock::{Clock, ManualClock};
+    use rocklet_broker::metrics::Metrics;
+    use rocklet_core::{AnyStorage, Broker, MemStorage, NewMessage, Reply, Request};
+
+    let clock = ManualClock::new(1_000);
+    let cfg = rocklet_core::Config {
+        transaction_timeout_ms: 1_000,
+        transaction_check_interval_ms: 1_000,
+        ..rocklet_core::Config::default()
+    };
+    let core = Broker::open(cfg.clone(), AnyStorage::Mem(MemStorage::new()), 1_000).unwrap();
+    let shared: Arc<dyn Clock> = Arc::new(clock.clone());
+    let (core, _thread) =
+        rocklet_broker::driver::spawn(core, shared, Arc::new(Metrics::default())).unwrap();
+    let (checks, mut checked) = tokio::sync::mpsc::unbounded_channel();
+    core.group_producer_up(1, vec!["PG".into()], checks);
+    let half = Request::Prepare {
+        group: "PG".into(),
+        message: NewMessage::new("T", &b"open"[..]),
+        check_immunity_ms: None,
+    };
+    assert!(matches!(core.request(half).await, Ok(Reply::Sent(_))));
+    // The log opened again from its own storage, as `truncate_and_reopen` does.
+    let now = clock.now_ms();
+    core.reopen(move |b| {
+        let old = std::mem::replace(
+            b,
+            Broker::open(cfg.clone(), AnyStorage::Mem(MemStorage::new()), now).unwrap(),
+        );
+        *b = Broker::open(cfg, old.into_storage(), now).unwrap();
+    })
+    .await
+    .unwrap();
+    clock.advance(5_000);
+    core.tick();
+    let c = tokio::time::timeout(Duration::from_secs(5), checked.recv())
+        .await
+        .expect("the open transaction is checked: its producer is still online")
+        .unwrap();
+    assert_eq!(c.group, "PG");
+}

@@ -394,7 +394,7 @@ async fn follow_inner(
             to = at,
             "this log runs past what the master shares with it (records no master acknowledged): cutting it"
         );
-        core.inspect(move |b| truncate_and_reopen(b, at))
+        core.reopen(move |b| truncate_and_reopen(b, at))
             .await
             .map_err(|e| e.to_string())??;
         return Ok(FollowEnd::Truncated);
