@@ -78,6 +78,17 @@ impl Producer {
             .collect()
     }
 
+    /// The outage a kill at `killed_at` caused this client: its longest time without an
+    /// acknowledgement, from its last one before the kill on. (Replies the old master
+    /// released just before it died arrive after the kill, so "the first acknowledgement
+    /// after the kill" would often measure nothing.)
+    fn outage(&self, killed_at: u64) -> Option<u64> {
+        let mut t = self.ack_times();
+        t.sort_unstable();
+        let from = t.iter().rposition(|&x| x <= killed_at)?;
+        t[from..].windows(2).map(|w| w[1] - w[0]).max()
+    }
+
     fn count(&self, kind: &str) -> usize {
         self.lines
             .lock()
@@ -217,26 +228,6 @@ async fn kill_the_master_official_clients() {
         // client that still routes there reaches the new master through it
         // (`cluster::forward`) until its route refresh names the new master.
         nodes[i].restart(&etcd.url);
-        for p in &producers {
-            wait_for(
-                &format!("kill {k}: {} acknowledged again", p.name),
-                Duration::from_secs(60),
-                || p.ack_times().iter().any(|&t| t > killed_at),
-            )
-            .await;
-            let times = p.ack_times();
-            let last = times.iter().filter(|&&t| t <= killed_at).max().copied();
-            let first = times.iter().filter(|&&t| t > killed_at).min().copied();
-            if let (Some(last), Some(first)) = (last, first) {
-                eprintln!(
-                    "kill {k}: node {} was master; {} failover {} ms",
-                    nodes[i].id,
-                    p.name,
-                    first - last
-                );
-                failovers.entry(p.name).or_default().push(first - last);
-            }
-        }
         for (p, &b) in producers.iter().zip(&before) {
             wait_for(
                 &format!("after kill {k}: {} goes on", p.name),
@@ -244,6 +235,14 @@ async fn kill_the_master_official_clients() {
                 || p.ack_times().len() >= b + 10,
             )
             .await;
+            let gap = p
+                .outage(killed_at)
+                .expect("acknowledgements around the kill");
+            eprintln!(
+                "kill {k}: node {} was master; {} failover {gap} ms",
+                nodes[i].id, p.name
+            );
+            failovers.entry(p.name).or_default().push(gap);
         }
         // The restarted node catches up and rejoins the SyncStateSet.
         tokio::time::sleep(Duration::from_millis(500)).await;
@@ -326,6 +325,13 @@ async fn kill_the_master_official_clients() {
                 0
             };
         assert!(checks > 0, "{}: no transaction was checked", p.name);
+        // The issue's target with default settings (a replica that held its refusals made
+        // the v4 client wait out its 3 s send timeout at every kill).
+        assert!(
+            p50 < 3_000,
+            "{}: failover p50 {p50} ms, not under 3 s",
+            p.name
+        );
         // Without forwarding the Python client would wait for its route refresh (30 s).
         assert!(
             max < 15_000,

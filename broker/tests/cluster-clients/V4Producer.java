@@ -81,7 +81,10 @@ public class V4Producer {
                     line("HALF " + body + " " + System.currentTimeMillis());
                 }
             } catch (Exception e) {
-                line("FAIL " + body + " " + System.currentTimeMillis() + " " + e.getClass().getSimpleName());
+                String why = e instanceof org.apache.rocketmq.client.exception.MQBrokerException
+                    ? "code=" + ((org.apache.rocketmq.client.exception.MQBrokerException) e).getResponseCode()
+                    : String.valueOf(e.getMessage()).replaceAll("\\s+", "_");
+                line("FAIL " + body + " " + System.currentTimeMillis() + " " + e.getClass().getSimpleName() + " " + why.substring(0, Math.min(160, why.length())));
                 Thread.sleep(20);
             }
         }
