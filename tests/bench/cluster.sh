@@ -23,18 +23,23 @@ cleanup() { for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done; wait 
 trap cleanup EXIT
 port() { python3 -c 'import socket; s=socket.socket(); s.bind(("127.0.0.1",0)); print(s.getsockname()[1])'; }
 result() { grep '^result:' "$1" | tr ' ' '\n' | grep "^$2=" | cut -d= -f2; }
-bench() { # name endpoint
+fsyncs() { curl -s "http://127.0.0.1:$1/metrics" | awk '/^rocklet_fsyncs_total /{print $2}'; }
+bench() { # name endpoint metrics-port -> txn/s, p99 ms, the measured broker's fsyncs per txn
+  local f0 f1 ops
+  f0=$(fsyncs "$3")
   nice "$R" bench txn --endpoint "$2" --duration "$SECS" --clients 16 --size 1024 >"$out/$1.out" 2>&1 || true
-  echo "$(result "$out/$1.out" per_s) $(result "$out/$1.out" p99_ms)"
+  f1=$(fsyncs "$3"); ops=$(result "$out/$1.out" ops)
+  echo "$(result "$out/$1.out" per_s) $(result "$out/$1.out" p99_ms)" \
+    "$(python3 -c "print(f'{(${f1:-0}-${f0:-0})/max(1,${ops:-0}):.3f}')" 2>/dev/null || echo "?")"
 }
 wait_port() { for _ in $(seq 200); do (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0; sleep 0.05; done; return 1; }
 
 # One broker.
-p=$(port)
-"$R" broker --listen 127.0.0.1:$p --remoting-listen off --namesrv-listen off --flush sync \
+p=$(port); sm=$(port)
+"$R" broker --listen 127.0.0.1:$p --metrics-listen 127.0.0.1:$sm --remoting-listen off --namesrv-listen off --flush sync \
   --data-dir "$out/single" >"$out/single.log" 2>&1 & pids+=($!)
 wait_port "$p"
-read -r single_tps single_p99 < <(bench single 127.0.0.1:$p)
+read -r single_tps single_p99 single_fs < <(bench single 127.0.0.1:$p "$sm")
 kill "${pids[-1]}"; wait "${pids[-1]}" 2>/dev/null || true
 
 group() { # mode -> starts etcd + 3 nodes, sets ports[] eps[] mports[]
@@ -70,7 +75,7 @@ group() { # mode -> starts etcd + 3 nodes, sets ports[] eps[] mports[]
 stop_group() { cleanup; pids=(); }
 
 group sync
-read -r sync_tps sync_p99 < <(bench sync 127.0.0.1:${ports[$master]})
+read -r sync_tps sync_p99 sync_fs < <(bench sync 127.0.0.1:${ports[$master]} "${mports[$master]}")
 # Catch-up: one replica down while the master takes writes, then back.
 r=$(( (master + 1) % 3 ))
 kill -9 "${nodes[$r]}"; wait "${nodes[$r]}" 2>/dev/null || true
@@ -88,7 +93,7 @@ for _ in $(seq 600); do
 done
 stop_group
 group async
-read -r async_tps async_p99 < <(bench async 127.0.0.1:${ports[$master]})
+read -r async_tps async_p99 async_fs < <(bench async 127.0.0.1:${ports[$master]} "${mports[$master]}")
 stop_group
 
 ratio() { python3 -c "print(f'{$1/$2:.2f}')" 2>/dev/null || echo "?"; }
@@ -102,11 +107,11 @@ transactions (prepare + commit, 1 KiB, 16 gRPC clients, ${SECS} s) against the m
 all three brokers and the bench share this machine's cores, so the ratios say more than the
 figures. Every node runs \`--flush sync\`.
 
-| setup | txn/s | p99 ms | vs single |
-|---|---|---|---|
-| one broker, sync flush | ${single_tps:-?} | ${single_p99:-?} | 1.00 |
-| 3 nodes, sync replication (2 of 3, all of the SyncStateSet) | ${sync_tps:-?} | ${sync_p99:-?} | $(ratio "${sync_tps:-0}" "${single_tps:-1}") |
-| 3 nodes, async replication | ${async_tps:-?} | ${async_p99:-?} | $(ratio "${async_tps:-0}" "${single_tps:-1}") |
+| setup | txn/s | p99 ms | vs single | master's fsyncs per txn |
+|---|---|---|---|---|
+| one broker, sync flush | ${single_tps:-?} | ${single_p99:-?} | 1.00 | ${single_fs:-?} |
+| 3 nodes, sync replication (2 of 3, all of the SyncStateSet) | ${sync_tps:-?} | ${sync_p99:-?} | $(ratio "${sync_tps:-0}" "${single_tps:-1}") | ${sync_fs:-?} |
+| 3 nodes, async replication | ${async_tps:-?} | ${async_p99:-?} | $(ratio "${async_tps:-0}" "${single_tps:-1}") | ${async_fs:-?} |
 
 Replica catch-up: a replica down while the master took ${SECS} s of sends was ${lag:-?} bytes
 behind; restarted, it held the whole log again after ${catch_s} s (${rate} MiB/s, start-up and
