@@ -20,7 +20,7 @@ use std::time::{Duration, Instant};
 use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
-use super::etcd::{self, Etcd, EtcdResult};
+use super::etcd::{self, Etcd, EtcdError};
 use super::{Keys, MasterInfo};
 
 /// How long a cached placement or master is used before it is read again.
@@ -170,6 +170,9 @@ pub struct Directory {
     pub group: String,
     conn: tokio::sync::Mutex<Option<Etcd>>,
     cache: Mutex<Cache>,
+    /// When a read last failed: for [`FRESH`] after it, lookups use what is cached without
+    /// asking etcd (so routes do not each wait out a timeout while etcd is unreachable).
+    failed_at: Mutex<Option<Instant>>,
 }
 
 impl Directory {
@@ -181,21 +184,45 @@ impl Directory {
             group,
             conn: tokio::sync::Mutex::new(None),
             cache: Mutex::new(Cache::default()),
+            failed_at: Mutex::new(None),
         }
     }
 
-    async fn read<T: for<'de> Deserialize<'de>>(&self, key: &str) -> EtcdResult<Option<T>> {
-        let mut conn = self.conn.lock().await;
-        if conn.is_none() {
-            *conn = Some(Etcd::connect(&self.etcd, 0).await?);
+    /// `key`'s value; `Err(None)` when not asked (a read failed less than [`FRESH`] ago).
+    async fn read<T: for<'de> Deserialize<'de>>(
+        &self,
+        key: &str,
+    ) -> Result<Option<T>, Option<EtcdError>> {
+        let recent = self
+            .failed_at
+            .lock()
+            .ok()
+            .and_then(|f| *f)
+            .is_some_and(|at| at.elapsed() < FRESH);
+        if recent {
+            return Err(None);
         }
-        let c = conn.as_mut().expect("connected");
-        match c.get(key).await {
+        let mut conn = self.conn.lock().await;
+        let got = match conn.as_mut() {
+            Some(c) => c.get(key).await,
+            None => match Etcd::connect(&self.etcd, 0).await {
+                Ok(mut c) => {
+                    let r = c.get(key).await;
+                    *conn = Some(c);
+                    r
+                }
+                Err(e) => Err(e),
+            },
+        };
+        match got {
             Ok(kv) => Ok(kv.and_then(|kv| serde_json::from_slice(&kv.value).ok())),
             Err(e) => {
                 // Connect again next time (maybe to another member).
                 *conn = None;
-                Err(e)
+                if let Ok(mut f) = self.failed_at.lock() {
+                    *f = Some(Instant::now());
+                }
+                Err(Some(e))
             }
         }
     }
@@ -219,7 +246,9 @@ impl Directory {
                 p
             }
             Err(e) => {
-                warn!(topic, error = %e, "cannot read the topic's placement");
+                if let Some(e) = e {
+                    warn!(topic, error = %e, "cannot read the topic's placement");
+                }
                 self.cache
                     .lock()
                     .ok()?
@@ -248,7 +277,9 @@ impl Directory {
                 m
             }
             Err(e) => {
-                warn!(group = g, error = %e, "cannot read the group's master");
+                if let Some(e) = e {
+                    warn!(group = g, error = %e, "cannot read the group's master");
+                }
                 self.cache
                     .lock()
                     .ok()?
