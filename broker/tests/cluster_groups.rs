@@ -7,6 +7,8 @@
 //! one node its group stays without a master): routes name only g2, `rocklet admin cluster`
 //! shows g1 without a master, and fresh Python clients keep sending to and receiving from
 //! g2. The v4 route (GET_ROUTEINFO_BY_TOPIC) is checked to name both groups, then g2 only.
+//! A node of g3, which hosts no queue of the topic, routes it to both groups too; once g2's
+//! master is killed as well it answers HA_NOT_AVAILABLE.
 //!
 //! `#[ignore]`d in a plain `cargo test`: it needs etcd and Python with the client
 //! (`ROCKLET_PYTHON`), which `bash tests/ci/cluster.sh` installs.
@@ -172,10 +174,8 @@ async fn two_groups_one_topic_official_client() {
         format!("[[topics]]\nname = \"{TOPIC}\"\nqueues = 4\n"),
     )
     .unwrap();
-    let node = |g: &str| {
-        let extra: Vec<String> = [
-            "--config",
-            &cfg.display().to_string(),
+    let node = |g: &str, topics: bool| {
+        let mut extra: Vec<String> = [
             "--broker-name",
             g,
             // One node per group: a write is acknowledged once the master holds it.
@@ -184,15 +184,21 @@ async fn two_groups_one_topic_official_client() {
         ]
         .map(String::from)
         .to_vec();
+        if topics {
+            extra.extend(["--config".to_string(), cfg.display().to_string()]);
+        }
         Node::start_fixed(1, &root.path().join(g), &etcd.url, &extra)
     };
-    let mut g1 = node("g1");
-    let g2 = node("g2");
-    let (a1, a2) = (g1.addr().unwrap(), g2.addr().unwrap());
+    let mut g1 = node("g1", true);
+    let mut g2 = node("g2", true);
+    // g3 hosts no queue of the topic, and routes it all the same.
+    let g3 = node("g3", false);
+    let (a1, a2, a3) = (g1.addr().unwrap(), g2.addr().unwrap(), g3.addr().unwrap());
     let both = BTreeMap::from([("g1".to_string(), a1), ("g2".to_string(), a2)]);
-    // Either node routes the topic to both groups' masters.
+    // Any node routes the topic to both groups' masters.
     let t = wait_route(a1, &both).await;
     wait_route(a2, &both).await;
+    wait_route(a3, &both).await;
     println!("both groups in the route after {t:?}");
     let (r1, n1) = g1.v4_addrs();
     let (r2, n2) = g2.v4_addrs();
@@ -256,4 +262,31 @@ async fn two_groups_one_topic_official_client() {
     let want: BTreeSet<String> = after.keys().cloned().collect();
     assert_eq!(got, want, "received other than what was acknowledged");
     println!("{listing}");
+
+    // g2's master dies too: no group hosting the topic has a master, and g3 says so.
+    g2.proc.as_mut().unwrap().kill9();
+    let deadline = Instant::now() + Duration::from_secs(30);
+    let s = loop {
+        let mut c = common::connect(a3).await;
+        let r = c
+            .query_route(pb::QueryRouteRequest {
+                topic: res(TOPIC),
+                endpoints: None,
+            })
+            .await
+            .unwrap()
+            .into_inner();
+        let s = r.status.clone().unwrap();
+        if s.code != pb::Code::Ok as i32 {
+            assert!(r.message_queues.is_empty());
+            break s;
+        }
+        assert!(Instant::now() < deadline, "g3 still routes {TOPIC}: {r:?}");
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    };
+    assert_eq!(s.code, pb::Code::HaNotAvailable as i32, "{s:?}");
+    assert_eq!(
+        s.message,
+        "HA_NOT_AVAILABLE: no broker group hosting topic `Placed` (g1, g2) has a master now (elections are under way); retry"
+    );
 }
