@@ -1,7 +1,7 @@
 //! Several broker groups in cluster mode (issue #14, item 7): groups g1 and g2 (one node
 //! each, on one etcd) both declare topic `Placed` (4 queues each), so its placement in etcd
 //! names both. The official Python v5 client (rocketmq-python-client, unmodified,
-//! broker/tests/cluster-clients/groups.py) sends through g1's node: the route g1 answers has
+//! broker/tests/cluster_support/groups.py) sends through g1's node: the route g1 answers has
 //! queues on both groups, and messages land on both. A Python consumer reaching g2's node
 //! receives every one of them, from both groups. Then g1's master is killed (SIGKILL; with
 //! one node its group stays without a master): routes name only g2, `rocklet admin cluster`
@@ -77,7 +77,7 @@ async fn python(args: Vec<String>) -> Vec<String> {
         .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)");
     let script = concat!(
         env!("CARGO_MANIFEST_DIR"),
-        "/tests/cluster-clients/groups.py"
+        "/tests/cluster_support/groups.py"
     );
     let out = tokio::task::spawn_blocking(move || {
         Command::new(py).arg(script).args(&args).output().unwrap()
