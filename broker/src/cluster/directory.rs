@@ -340,6 +340,26 @@ mod tests {
     }
 
     #[test]
+    fn the_cache_stays_bounded() {
+        let mut m: HashMap<String, (Instant, ())> = HashMap::new();
+        let old = Instant::now() - 2 * FRESH;
+        for i in 0..MAX_CACHED {
+            bound(&mut m);
+            let at = if i % 2 == 0 { old } else { Instant::now() };
+            m.insert(i.to_string(), (at, ()));
+        }
+        assert_eq!(m.len(), MAX_CACHED);
+        // Full: the stale half goes, the fresh half stays.
+        bound(&mut m);
+        assert_eq!(m.len(), MAX_CACHED / 2);
+        for i in 0..MAX_CACHED {
+            bound(&mut m);
+            m.insert(format!("n{i}"), (Instant::now(), ()));
+            assert!(m.len() <= MAX_CACHED);
+        }
+    }
+
+    #[test]
     fn keys_sit_under_the_prefix() {
         assert_eq!(topic_key("/rocklet/", "t"), "/rocklet/topics/t");
         assert_eq!(topics_root("/r"), "/r/topics/");
