@@ -187,30 +187,15 @@ impl Messaging {
     fn broker_of(&self, endpoints: Option<&pb::Endpoints>) -> pb::Broker {
         if let Some(view) = &self.cluster {
             // The group's master, as etcd names it (this node when it is the master).
-            let (name, at) = match view.master() {
-                Some(m) => (
+            return match view.master() {
+                Some(m) => broker_at(
                     self.cfg
                         .cluster
                         .as_ref()
                         .map_or("rocklet".into(), |c| c.broker_name.clone()),
                     m.advertise,
                 ),
-                None => ("rocklet".into(), self.cfg.listen),
-            };
-            return pb::Broker {
-                name,
-                id: 0,
-                endpoints: Some(pb::Endpoints {
-                    scheme: if at.is_ipv4() {
-                        pb::AddressScheme::IPv4
-                    } else {
-                        pb::AddressScheme::IPv6
-                    } as i32,
-                    addresses: vec![pb::Address {
-                        host: at.ip().to_string(),
-                        port: i32::from(at.port()),
-                    }],
-                }),
+                None => broker_at("rocklet".into(), self.cfg.listen),
             };
         }
         // Answer with the address the client reached us at, so later RPCs go to it too.
@@ -235,12 +220,63 @@ impl Messaging {
         }
     }
 
+    /// Cluster mode: the queues of every group hosting `topic` (its placement in etcd),
+    /// each on its group's master now (groups without one are left out). Without a
+    /// placement, this group's queues (HA_NOT_AVAILABLE when `need_master` and the group has
+    /// no master now).
+    async fn routed(
+        &self,
+        topic: &str,
+        endpoints: Option<&pb::Endpoints>,
+        need_master: bool,
+    ) -> Result<Vec<pb::MessageQueue>, Status> {
+        if let Some(view) = &self.cluster {
+            if let Some(d) = view.directory.get() {
+                rocklet_core::topic::validate_name(topic).map_err(|e| client_error(&e))?;
+                if let Some(groups) = d.route(topic, view.master()).await {
+                    let mut out = Vec::new();
+                    for g in &groups {
+                        if let Some(m) = &g.master {
+                            out.extend(self.queues_on(
+                                topic,
+                                g.queues,
+                                &broker_at(g.name.clone(), m.advertise),
+                            ));
+                        }
+                    }
+                    if out.is_empty() {
+                        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+                        return Err(status(
+                            Code::HaNotAvailable,
+                            format!("HA_NOT_AVAILABLE: no broker group hosting topic `{topic}` ({}) has a master now (elections are under way); retry", names.join(", ")),
+                        ));
+                    }
+                    return Ok(out);
+                }
+            }
+            if need_master && view.master().is_none() {
+                // Cluster mode between masters: no route to give yet (clients retry).
+                return Err(status(
+                    Code::HaNotAvailable,
+                    "HA_NOT_AVAILABLE: the broker group has no master now (an election is under way); retry",
+                ));
+            }
+        }
+        let n = self.queues_of(topic).await?;
+        Ok(self.message_queues(topic, n, endpoints))
+    }
+
     fn message_queues(
         &self,
         topic: &str,
         n: u32,
         endpoints: Option<&pb::Endpoints>,
     ) -> Vec<pb::MessageQueue> {
+        self.queues_on(topic, n, &self.broker_of(endpoints))
+    }
+
+    /// Queues 0..n of `topic` on `broker`.
+    fn queues_on(&self, topic: &str, n: u32, broker: &pb::Broker) -> Vec<pb::MessageQueue> {
         let types: Vec<i32> = self
             .cfg
             .accepted_types(topic)
@@ -260,7 +296,7 @@ impl Messaging {
                 }),
                 id: id as i32,
                 permission: pb::Permission::ReadWrite as i32,
-                broker: Some(self.broker_of(endpoints)),
+                broker: Some(broker.clone()),
                 accept_message_types: types.clone(),
             })
             .collect()
@@ -997,6 +1033,25 @@ fn client_id<T>(req: &GrpcRequest<T>) -> String {
         .to_string()
 }
 
+/// A broker of a route: `name` at `at`.
+fn broker_at(name: String, at: std::net::SocketAddr) -> pb::Broker {
+    pb::Broker {
+        name,
+        id: 0,
+        endpoints: Some(pb::Endpoints {
+            scheme: if at.is_ipv4() {
+                pb::AddressScheme::IPv4
+            } else {
+                pb::AddressScheme::IPv6
+            } as i32,
+            addresses: vec![pb::Address {
+                host: at.ip().to_string(),
+                port: i32::from(at.port()),
+            }],
+        }),
+    }
+}
+
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, GrpcStatus>> + Send + 'static>>;
 
 #[tonic::async_trait]
@@ -1013,27 +1068,15 @@ impl MessagingService for Messaging {
             }));
         }
         let req = request.into_inner();
-        if self.cluster.as_ref().is_some_and(|v| v.master().is_none()) {
-            // Cluster mode between masters: no route to give yet (clients retry).
-            let s = status(
-                Code::HaNotAvailable,
-                "HA_NOT_AVAILABLE: the broker group has no master now (an election is under way); retry",
-            );
-            self.counted("QueryRoute", &s);
-            return Ok(Response::new(pb::QueryRouteResponse {
-                status: Some(s),
-                message_queues: Vec::new(),
-            }));
-        }
         let resp = match self.name(req.topic.as_ref(), "topic") {
             Err(s) => pb::QueryRouteResponse {
                 status: Some(s),
                 message_queues: Vec::new(),
             },
-            Ok(topic) => match self.queues_of(&topic).await {
-                Ok(n) => pb::QueryRouteResponse {
+            Ok(topic) => match self.routed(&topic, req.endpoints.as_ref(), true).await {
+                Ok(message_queues) => pb::QueryRouteResponse {
                     status: Some(ok()),
-                    message_queues: self.message_queues(&topic, n, req.endpoints.as_ref()),
+                    message_queues,
                 },
                 Err(s) => pb::QueryRouteResponse {
                     status: Some(s),
@@ -1111,11 +1154,10 @@ impl MessagingService for Messaging {
                 status: Some(s),
                 assignments: Vec::new(),
             },
-            Ok(topic) => match self.queues_of(&topic).await {
-                Ok(n) => pb::QueryAssignmentResponse {
+            Ok(topic) => match self.routed(&topic, req.endpoints.as_ref(), false).await {
+                Ok(queues) => pb::QueryAssignmentResponse {
                     status: Some(ok()),
-                    assignments: self
-                        .message_queues(&topic, n, req.endpoints.as_ref())
+                    assignments: queues
                         .into_iter()
                         .map(|q| pb::Assignment {
                             message_queue: Some(q),

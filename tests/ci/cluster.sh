@@ -11,6 +11,9 @@
 #   the master is killed ROCKLET_CLUSTER_KILLS times; every acknowledged message delivered,
 #   open transactions checked by the new master, nothing rolled back delivered, failover
 #   p50/max per client printed.
+# - broker/tests/cluster_groups.rs (official Python v5 client): groups g1 and g2 host one
+#   topic (placement in etcd); sends land on both, a consumer receives from both; g1's master
+#   killed, routes name only g2 and g2 keeps serving sends and receives.
 # Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
 # v4 client's jars (Maven Central), V4Producer compiled with javac.
 # Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
@@ -56,6 +59,6 @@ javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java"
 
 echo "== cluster tests (kills: ${ROCKLET_CLUSTER_KILLS:-10})"
 export ROCKLET_PYTHON=$VENV/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/classes"
-nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients --test cluster_partition -- --include-ignored --test-threads 1 --nocapture 2>&1 \
+nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients --test cluster_partition --test cluster_groups -- --include-ignored --test-threads 1 --nocapture 2>&1 \
   | grep -vE "^\s+(at |[0-9]+: )"
 echo "cluster: ok in $(( $(date +%s) - t0 ))s"

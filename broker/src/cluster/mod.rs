@@ -34,7 +34,11 @@
 //!   the last offset both histories share ([`rocklet_core::common_prefix`]); the replica cuts
 //!   its log there and catches up. What is cut was never in every set member, so never
 //!   acknowledged.
+//! - **Several groups** ([`directory`]): `<prefix>/topics/<topic>` names the groups hosting
+//!   a topic's queues (each master registers its config's topics); routes answer with the
+//!   current master of each hosting group, whichever node of whichever group is asked.
 
+pub mod directory;
 pub mod etcd;
 pub mod forward;
 pub mod node;
@@ -276,6 +280,9 @@ pub struct ClusterView {
     pub master_epoch: AtomicU64,
     /// Channels to the master, for writes that reach a replica ([`forward`]).
     pub forward: forward::Forwarder,
+    /// Topic placements and the other groups' masters ([`directory`]), set when the node
+    /// starts.
+    pub directory: std::sync::OnceLock<directory::Directory>,
 }
 
 /// The lag key's value.
@@ -382,7 +389,8 @@ pub fn render_metrics(v: &ClusterView, out: &mut String) {
 }
 
 /// `rocklet admin cluster`: every broker group under `prefix` in etcd — its master and epoch,
-/// the SyncStateSet, the live nodes and each replica's lag as its master last reported it.
+/// the SyncStateSet, the live nodes and each replica's lag as its master last reported it —
+/// then each topic's placement (the groups hosting its queues).
 pub async fn describe(etcd: &[String], prefix: &str) -> Result<String, String> {
     use std::collections::BTreeMap;
     use std::fmt::Write;
@@ -468,6 +476,36 @@ pub async fn describe(etcd: &[String], prefix: &str) -> Result<String, String> {
                     r.lag_ms,
                     if r.in_sync { " in sync" } else { "" }
                 );
+            }
+        }
+    }
+    // Topic placements: the groups hosting each topic's queues, with whether each has a
+    // master now.
+    let troot = directory::topics_root(prefix);
+    let placed = c.list(&troot).await.map_err(|e| e.to_string())?;
+    for (k, v) in placed {
+        let topic = &k[troot.len()..];
+        match serde_json::from_slice::<directory::Placement>(&v) {
+            Ok(p) => {
+                let parts: Vec<String> = p
+                    .groups
+                    .iter()
+                    .map(|g| {
+                        let up = groups
+                            .get(&g.name)
+                            .is_some_and(|keys| keys.contains_key("master"));
+                        format!(
+                            "{} ({} queues{})",
+                            g.name,
+                            g.queues,
+                            if up { "" } else { ", no master now" }
+                        )
+                    })
+                    .collect();
+                let _ = writeln!(out, "topic {topic:<11} on {}", parts.join(", "));
+            }
+            Err(e) => {
+                let _ = writeln!(out, "topic {topic}: unreadable placement ({e})");
             }
         }
     }

@@ -102,6 +102,11 @@ pub async fn start(
         replicas.clone(),
         max_frame,
     ));
+    let _ = view.directory.set(super::directory::Directory::new(
+        cfg.etcd.clone(),
+        cfg.prefix.clone(),
+        cfg.broker_name.clone(),
+    ));
     let node = Node {
         keys: cfg.keys(),
         advertise: cfg.advertise.unwrap_or(listen),
@@ -359,6 +364,26 @@ impl Node {
         for g in self.groups.clone() {
             let _ = self.core.declare_group(g.name, g.fifo).await;
         }
+        // The config's topics, placed on this group in etcd (on a task of its own: the
+        // election is done and fencing must not wait on it).
+        let mut placed = Vec::new();
+        for t in &self.topics {
+            let name = t.name.clone();
+            let q = self
+                .core
+                .inspect(move |b| b.topic_info(&name).map(|i| i.queues.len() as u32))
+                .await
+                .ok()
+                .flatten()
+                .unwrap_or_else(|| t.queues.unwrap_or(self.default_queues));
+            placed.push((t.name.clone(), q.max(1)));
+        }
+        tokio::spawn(super::directory::register(
+            self.cfg.etcd.clone(),
+            self.cfg.prefix.clone(),
+            self.cfg.broker_name.clone(),
+            placed,
+        ));
         self.view.master_epoch.store(epoch, Ordering::SeqCst);
         self.view.elections.fetch_add(1, Ordering::SeqCst);
         let info = MasterInfo {

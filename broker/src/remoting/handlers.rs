@@ -762,6 +762,14 @@ async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {
 /// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic.
 async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?;
+    // Cluster mode with a placement in etcd: one broker per hosting group, at its master.
+    if let Some(view) = &ctx.cluster {
+        if let Some(d) = view.directory.get() {
+            if let Some(groups) = d.route(topic, view.master()).await {
+                return placed_route(ctx, req, topic, &d.group, &groups);
+            }
+        }
+    }
     // Cluster mode: the master's remoting address as etcd has it, whichever node answers.
     let master = match &ctx.cluster {
         Some(view) => match view.master() {
@@ -810,6 +818,62 @@ async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             "brokerAddrs": { "0": addr.to_string() },
             "enableActingMaster": false,
         }],
+        "filterServerTable": {},
+    });
+    let mut r = ok(req);
+    r.body = serde_json::to_vec(&body).unwrap_or_default();
+    Ok(r)
+}
+
+/// GET_ROUTEINFO_BY_TOPIC for a topic placed on `groups`: queueDatas and brokerDatas of
+/// each group whose master serves remoting now (the others are left out).
+fn placed_route(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    topic: &str,
+    own: &str,
+    groups: &[crate::cluster::directory::RouteGroup],
+) -> Answer {
+    let mut queue_datas = Vec::new();
+    let mut broker_datas = Vec::new();
+    for g in groups {
+        let Some(m) = &g.master else { continue };
+        let addr = if g.name == own {
+            m.remoting.or(ctx.broker_addr)
+        } else {
+            m.remoting
+        };
+        let Some(addr) = addr else { continue };
+        queue_datas.push(serde_json::json!({
+            "brokerName": g.name,
+            "readQueueNums": g.queues,
+            "writeQueueNums": g.queues,
+            "perm": 6,
+            "topicSysFlag": 0,
+            "topicSynFlag": 0,
+        }));
+        broker_datas.push(serde_json::json!({
+            "cluster": BROKER_NAME,
+            "brokerName": g.name,
+            "brokerAddrs": { "0": addr.to_string() },
+            "enableActingMaster": false,
+        }));
+    }
+    if queue_datas.is_empty() {
+        let names: Vec<&str> = groups.iter().map(|g| g.name.as_str()).collect();
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!(
+                "no broker group hosting topic `{topic}` ({}) has a master serving remoting now (elections may be under way); retry",
+                names.join(", ")
+            ),
+        ));
+    }
+    let body = serde_json::json!({
+        "orderTopicConf": null,
+        "queueDatas": queue_datas,
+        "brokerDatas": broker_datas,
         "filterServerTable": {},
     });
     let mut r = ok(req);

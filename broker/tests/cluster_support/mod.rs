@@ -186,20 +186,18 @@ impl Node {
         } else {
             &[]
         };
+        // The group is g1 unless `extra` names one (`--broker-name g2`).
+        let group: &[&str] = if self.extra.iter().any(|a| a == "--broker-name") {
+            &[]
+        } else {
+            &["--broker-name", "g1"]
+        };
         let args: Vec<&str> = off
             .iter()
             .chain(mode)
+            .chain(group)
             .copied()
-            .chain([
-                "--flush",
-                "sync",
-                "--cluster",
-                &cluster,
-                "--broker-name",
-                "g1",
-                "--node-id",
-                &id,
-            ])
+            .chain(["--flush", "sync", "--cluster", &cluster, "--node-id", &id])
             .collect();
         let trace = std::env::var_os("ROCKLET_CLUSTER_TRACE").is_some();
         let env: &[(&str, &str)] = if trace {
