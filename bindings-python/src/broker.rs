@@ -16,6 +16,7 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{
     AnyStorage, CheckRequest, Millis, NewMessage, Reply, Request, Resolution, TxnId,
@@ -25,11 +26,9 @@ use rocklet_embed::{
 };
 
 use crate::convert;
+use crate::convert::Made;
 use crate::error::{client_error, core_error, open_error, Fail};
-use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PyRecoveryReport,
-    PySendResult, PyTopicInfo,
-};
+use crate::types::{PyMessage, PySendResult};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
@@ -49,52 +48,23 @@ impl std::ops::Deref for Shared {
     }
 }
 
-/// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
-fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
-    let done = (|| -> PyResult<()> {
-        let logger = py
-            .import("logging")?
-            .call_method1("getLogger", ("rocklet",))?;
-        let kw = PyDict::new(py);
-        if let Some(e) = exc {
-            kw.set_item("exc_info", e.value(py))?;
-        }
-        logger.call_method("error", ("%s", msg), Some(&kw))?;
-        Ok(())
-    })();
-    if done.is_err() {
-        eprintln!("rocklet: {msg}");
-        if let Some(e) = exc {
-            e.print(py);
-        }
-    }
+/// `rocklet._support`: the checker call and logging, which are Python's.
+static SUPPORT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+fn support(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let m = SUPPORT.get_or_try_init(py, || py.import("rocklet._support").map(Bound::unbind))?;
+    Ok(m.bind(py))
 }
 
-/// What a checker answered, awaited when it is a coroutine (`async def` checkers): on a
-/// fresh event loop, in a helper thread when this thread runs one already.
-fn await_answer<'py>(answer: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let py = answer.py();
-    if !py
-        .import("inspect")?
-        .call_method1("iscoroutine", (&answer,))?
-        .is_truthy()?
+/// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
+fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
+    let exc = exc.map(|e| e.value(py));
+    if support(py)
+        .and_then(|s| s.call_method1("log_error", (msg, exc)))
+        .is_err()
     {
-        return Ok(answer);
+        eprintln!("rocklet: {msg}");
     }
-    let asyncio = py.import("asyncio")?;
-    let run = asyncio.getattr("run")?;
-    if asyncio.call_method0("get_running_loop").is_err() {
-        return run.call1((answer,));
-    }
-    let pool = py
-        .import("concurrent.futures")?
-        .getattr("ThreadPoolExecutor")?
-        .call1((1,))?;
-    let result = pool
-        .call_method1("submit", (run, answer))
-        .and_then(|f| f.call_method0("result"));
-    pool.call_method0("shutdown")?;
-    result
 }
 
 /// Asks the group's checker about a transaction. An exception, a panic or a bad answer is
@@ -102,7 +72,7 @@ fn await_answer<'py>(answer: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
     let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
         let msg = convert::check_message(py, c.clone())?;
-        let answer = await_answer(checker.bind(py).call1((msg,))?)?;
+        let answer = support(py)?.call_method1("call_checker", (checker, msg))?;
         convert::resolution("the checker's answer", &answer)
     }));
     let (group, txn) = (&c.group, c.txn);
@@ -369,11 +339,12 @@ impl PyBroker {
             return Err(PyValueError::new_err("start_ms needs clock='manual'"));
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
-        let cfg = convert::config(config)?;
+        let cfg = convert::config(py, config)?;
         let storage = py
             .detach(|| AnyStorage::open(path.as_deref()))
             .map_err(|e| {
                 open_error(
+                    py,
                     &path.as_deref().unwrap_or("<memory>".as_ref()).display(),
                     &e,
                 )
@@ -398,9 +369,8 @@ impl PyBroker {
                 .name("rocklet-driver".into())
                 .spawn(move || drive(s))
                 .map_err(|e| {
-                    crate::error::RockletError::new_err(format!(
-                        "cannot start the driver thread: {e}"
-                    ))
+                    let why = format!("cannot start the driver thread: {e}");
+                    crate::error::err(py, "RockletError", why)
                 })?;
             shared.set_driver_thread(handle.thread().id());
             Some(handle)
@@ -443,8 +413,9 @@ impl PyBroker {
     /// What recovery found when the broker opened: segments and records read, the torn tail
     /// cut (`cuts`), the damaged ranges `repair=True` moved to quarantine (`quarantined`).
     #[getter]
-    fn recovery_report(&self, py: Python<'_>) -> PyResult<PyRecoveryReport> {
-        self.read(py, |c| convert::recovery_report(c.recovery_report()))
+    fn recovery_report<'py>(&self, py: Python<'py>) -> Made<'py> {
+        let r = self.read(py, |c| c.recovery_report().clone())?;
+        convert::recovery_report(py, &r)
     }
 
     /// Why the broker stopped taking requests, or None: a sync failed, and every call raises
@@ -772,9 +743,9 @@ impl PyBroker {
     /// what it returns when `auto_commit`.
     #[pyo3(signature = (group, topic, queue_id, *, offset=None, max=32, tags="*", auto_commit=true))]
     #[allow(clippy::too_many_arguments)]
-    fn pull_queue(
+    fn pull_queue<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
@@ -782,7 +753,7 @@ impl PyBroker {
         #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         auto_commit: bool,
-    ) -> PyResult<PyPullResult> {
+    ) -> Made<'py> {
         let args = embed::PullArgs {
             group,
             topic,
@@ -793,14 +764,14 @@ impl PyBroker {
             auto_commit,
         };
         let p = embed::pull(&mut self.ep(py), args).map_err(efail(py))?;
-        let q = p.queues.first().copied().ok_or_else(|| {
-            crate::error::InternalError::new_err("a pull of one queue read no queue")
-        })?;
-        Ok(PyPullResult {
-            messages: convert::messages(py, p.messages)?,
-            next_offset: q.next_offset,
-            max_offset: q.max_offset,
-        })
+        let Some(q) = p.queues.first().copied() else {
+            return Err(crate::error::err(
+                py,
+                "InternalError",
+                "a pull of one queue read no queue",
+            ));
+        };
+        convert::pull_result(py, p.messages, q.next_offset, q.max_offset)
     }
 
     /// Commits a consumer group's offset in a queue.
@@ -834,16 +805,16 @@ impl PyBroker {
     /// exist raises `UnknownTopic`.
     #[pyo3(signature = (group, topic, max=32, *, invisible_ms, queue=None, tags="*"))]
     #[allow(clippy::too_many_arguments)]
-    fn receive(
+    fn receive<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
         #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
         tags: &str,
-    ) -> PyResult<Vec<Py<PyReceived>>> {
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let args = embed::ReceiveArgs {
             group,
             topic,
@@ -961,29 +932,37 @@ impl PyBroker {
     }
 
     /// Consumer-visible topics with their queues (and `depth`, visible messages).
-    fn topics(&self, py: Python<'_>) -> PyResult<Vec<PyTopicInfo>> {
+    fn topics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ts = self.read(py, |c| c.topics())?;
-        Ok(ts.into_iter().map(convert::topic_info).collect())
+        ts.into_iter().map(|t| convert::topic_info(py, t)).collect()
     }
 
     /// Transactions waiting for commit or rollback, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_transactions(
+    fn pending_transactions<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::limit_opt_int)] limit: Option<i128>,
-    ) -> PyResult<Vec<PyPendingTransaction>> {
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let n = convert::limit(limit)?;
         let ts = self.read(py, |c| c.pending_transactions(n))?;
-        Ok(ts.into_iter().map(convert::pending_txn).collect())
+        ts.into_iter()
+            .map(|t| convert::pending_txn(py, t))
+            .collect()
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_delays(&self, py: Python<'_>, limit: Option<i128>) -> PyResult<Vec<PyPendingDelay>> {
+    fn pending_delays<'py>(
+        &self,
+        py: Python<'py>,
+        limit: Option<i128>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let n = convert::limit(limit)?;
         let ds = self.read(py, |c| c.pending_delays(n))?;
-        Ok(ds.into_iter().map(convert::pending_delay).collect())
+        ds.into_iter()
+            .map(|d| convert::pending_delay(py, d))
+            .collect()
     }
 
     /// Messages `group` received from `topic` and has not acked yet.
@@ -1112,7 +1091,7 @@ pub struct PySubscription {
 }
 
 impl PySubscription {
-    fn next_received(&self, py: Python<'_>) -> PyResult<Option<Py<PyReceived>>> {
+    fn next_received<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         let mut sub = self.sub.lock().take().ok_or_else(|| {
             PyRuntimeError::new_err("this subscription is being read by another thread")
         })?;
@@ -1121,11 +1100,11 @@ impl PySubscription {
         r
     }
 
-    fn next_with(
+    fn next_with<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         sub: &mut embed::Subscription,
-    ) -> PyResult<Option<Py<PyReceived>>> {
+    ) -> PyResult<Option<Bound<'py, PyAny>>> {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
         loop {
@@ -1149,7 +1128,7 @@ impl PySubscription {
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
-    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyReceived>>> {
+    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
         self.next_received(py)
     }
     fn __aiter__(slf: Py<Self>) -> Py<Self> {
@@ -1164,7 +1143,7 @@ impl PySubscription {
         )
     }
     /// Blocking step of the async iterator (runs in an executor thread).
-    fn _next_or_stop(&self, py: Python<'_>) -> PyResult<Py<PyReceived>> {
+    fn _next_or_stop<'py>(&self, py: Python<'py>) -> Made<'py> {
         self.next_received(py)?
             .ok_or_else(|| PyStopAsyncIteration::new_err(()))
     }

@@ -2,6 +2,7 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::{
     PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
 };
@@ -12,29 +13,26 @@ use rocklet_core::{
 };
 use rocklet_embed::config::{Map, Number, Value};
 
-use crate::error::{client_error, ConfigError};
-use crate::types::{
-    PyCut, PyMessage, PyPendingDelay, PyPendingTransaction, PyQuarantined, PyQueueInfo, PyReceived,
-    PyRecoveryReport, PySendResult, PyTopicInfo,
-};
+use crate::error::{client_error, err};
+use crate::types::{PyMessage, PySendResult};
 
 // ---- Python -> core ----------------------------------------------------------------------
 
 /// The broker's `Config` from the keyword arguments of `Broker(...)`: each keyword is a core
 /// `Config` field by its snake_case name; the rest keep the core's defaults.
-pub fn config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
+pub fn config(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     let mut entries = Vec::new();
     if let Some(kw) = kwargs {
         for (k, v) in kw.iter() {
             let key: String = k.extract()?;
             let value =
-                json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?;
+                json(&v).map_err(|e| err(py, "ConfigError", format!("config `{key}`: {e}")))?;
             entries.push((key, value));
         }
     }
     let naming = rocklet_embed::config::Naming::Snake;
     rocklet_embed::config::config(&Config::default(), entries, naming, &[], &[])
-        .map_err(|e| ConfigError::new_err(e.to_string()))
+        .map_err(|e| err(py, "ConfigError", e.to_string()))
 }
 
 /// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
@@ -227,12 +225,15 @@ pub fn repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<String
 
 /// A receipt handle: its string, or the `Received` that carries it.
 pub fn handle(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<ReceiptHandle> {
-    let s: String = if let Ok(r) = v.cast::<PyReceived>() {
-        r.get().handle.clone()
+    let received = value_class(v.py(), "Received")?;
+    let v = if v.is_instance(&received)? {
+        &v.getattr("handle")?
     } else {
-        v.extract()
-            .map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?
+        v
     };
+    let s: String = v
+        .extract()
+        .map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?;
     s.parse().map_err(|e| client_error(py, &e))
 }
 
@@ -286,81 +287,100 @@ pub fn send_result(r: SendResult) -> PySendResult {
     }
 }
 
-pub fn received(py: Python<'_>, r: Received) -> PyResult<Py<PyReceived>> {
-    Py::new(
+/// `rocklet._types`, imported once.
+static TYPES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+/// The value class `name` of `rocklet._types` (a Python dataclass).
+fn value_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+    let m = TYPES.get_or_try_init(py, || py.import("rocklet._types").map(Bound::unbind))?;
+    m.bind(py).getattr(name)
+}
+
+/// Adds the Python value classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    let names = [
+        "Received",
+        "PullResult",
+        "QueueInfo",
+        "TopicInfo",
+        "PendingTransaction",
+    ];
+    let more = ["PendingDelay", "Cut", "Quarantined", "RecoveryReport"];
+    for name in names.into_iter().chain(more) {
+        m.add(name, value_class(m.py(), name)?)?;
+    }
+    Ok(())
+}
+
+/// A value of class `name` built from its fields, in order.
+fn value<'py, A: pyo3::call::PyCallArgs<'py>>(
+    py: Python<'py>,
+    name: &str,
+    fields: A,
+) -> PyResult<Bound<'py, PyAny>> {
+    value_class(py, name)?.call1(fields)
+}
+
+/// A Python value built here.
+pub type Made<'py> = PyResult<Bound<'py, PyAny>>;
+
+pub fn received(py: Python<'_>, r: Received) -> Made<'_> {
+    let m = message(py, r.message, None)?;
+    value(
         py,
-        PyReceived {
-            message: message(py, r.message, None)?,
-            handle: r.handle.to_string(),
-            attempt: r.attempt,
-            visible_at: r.visible_at,
-        },
+        "Received",
+        (m, r.handle.to_string(), r.attempt, r.visible_at),
     )
 }
 
-pub fn topic_info(t: TopicInfo) -> PyTopicInfo {
-    PyTopicInfo {
-        name: t.name,
-        queues: t
-            .queues
-            .into_iter()
-            .map(|(queue_id, next_offset, visible)| PyQueueInfo {
-                queue_id,
-                next_offset,
-                visible,
-            })
-            .collect(),
-    }
+pub fn pull_result(py: Python<'_>, ms: Vec<Message>, next: u64, max: u64) -> Made<'_> {
+    value(py, "PullResult", (messages(py, ms)?, next, max))
 }
 
-pub fn pending_txn(t: PendingTxnInfo) -> PyPendingTransaction {
-    PyPendingTransaction {
-        transaction_id: t.txn.to_string(),
-        group: t.group,
-        topic: t.topic,
-        queue_id: t.queue_id,
-        checks: t.checks,
-        next_check: t.next_check,
-    }
+pub fn topic_info(py: Python<'_>, t: TopicInfo) -> Made<'_> {
+    let queues = t
+        .queues
+        .into_iter()
+        .map(|(id, next, visible)| value(py, "QueueInfo", (id, next, visible)))
+        .collect::<PyResult<Vec<_>>>()?;
+    value(py, "TopicInfo", (t.name, queues))
 }
 
-pub fn pending_delay(d: PendingDelayInfo) -> PyPendingDelay {
-    PyPendingDelay {
-        offset: d.offset,
-        topic: d.topic,
-        queue_id: d.queue_id,
-        due: d.due,
-    }
+pub fn pending_txn(py: Python<'_>, t: PendingTxnInfo) -> Made<'_> {
+    let txn = t.txn.to_string();
+    value(
+        py,
+        "PendingTransaction",
+        (txn, t.group, t.topic, t.queue_id, t.checks, t.next_check),
+    )
 }
 
-pub fn recovery_report(r: &RecoveryReport) -> PyRecoveryReport {
-    PyRecoveryReport {
-        segments: r.segments,
-        records: r.records,
-        bytes_scanned: r.bytes_scanned,
-        bytes_truncated: r.bytes_truncated,
-        bytes_quarantined: r.bytes_quarantined(),
-        cuts: r
-            .cuts
-            .iter()
-            .map(|c| PyCut {
-                offset: c.offset,
-                bytes: c.bytes,
-                reason: c.reason.clone(),
-                kept_as: c.kept_as.clone(),
-            })
-            .collect(),
-        quarantined: r
-            .quarantined
-            .iter()
-            .map(|q| PyQuarantined {
-                offset: q.offset,
-                bytes: q.bytes,
-                reason: q.reason.clone(),
-                name: q.name.clone(),
-            })
-            .collect(),
-    }
+pub fn pending_delay(py: Python<'_>, d: PendingDelayInfo) -> Made<'_> {
+    value(py, "PendingDelay", (d.offset, d.topic, d.queue_id, d.due))
+}
+
+pub fn recovery_report<'py>(py: Python<'py>, r: &RecoveryReport) -> Made<'py> {
+    let cuts = r
+        .cuts
+        .iter()
+        .map(|c| value(py, "Cut", (c.offset, c.bytes, &c.reason, &c.kept_as)));
+    let quarantined = r
+        .quarantined
+        .iter()
+        .map(|q| value(py, "Quarantined", (q.offset, q.bytes, &q.reason, &q.name)));
+    value(
+        py,
+        "RecoveryReport",
+        (
+            r.segments,
+            r.records,
+            r.bytes_scanned,
+            r.bytes_truncated,
+            r.bytes_quarantined(),
+            cuts.collect::<PyResult<Vec<_>>>()?,
+            quarantined.collect::<PyResult<Vec<_>>>()?,
+        ),
+    )
 }
 
 /// The counters as a dict of name to count.

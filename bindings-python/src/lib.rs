@@ -1,7 +1,8 @@
 //! rocklet-python: the Rocklet engine embedded in Python (`rocklet._rocklet`).
 //!
 //! Thin by design (../shared/STYLE.md §5): `broker.rs` holds the wrapper types and the host
-//! clock driver, `convert.rs` every conversion, `error.rs` the exception hierarchy. Every
+//! clock driver, `convert.rs` every conversion, `error.rs` the mapping to the
+//! exception hierarchy (Python's, like the cold value types: `rocklet/_errors.py`, `_types.py`). Every
 //! decision about messages, transactions and time is the core's.
 
 use pyo3::prelude::*;
@@ -19,16 +20,8 @@ fn _rocklet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::PySubscription>()?;
     m.add_class::<types::PyMessage>()?;
     m.add_class::<types::PySendResult>()?;
-    m.add_class::<types::PyReceived>()?;
-    m.add_class::<types::PyPullResult>()?;
-    m.add_class::<types::PyTopicInfo>()?;
-    m.add_class::<types::PyQueueInfo>()?;
-    m.add_class::<types::PyPendingTransaction>()?;
-    m.add_class::<types::PyPendingDelay>()?;
-    m.add_class::<types::PyRecoveryReport>()?;
-    m.add_class::<types::PyCut>()?;
-    m.add_class::<types::PyQuarantined>()?;
     error::register(m)?;
+    convert::register(m)?;
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }
