@@ -28,7 +28,7 @@ use rocklet_embed::{
 use crate::convert;
 use crate::convert::Made;
 use crate::error::{client_error, core_error, open_error, Fail};
-use crate::types::{PyMessage, PySendResult};
+use crate::types::{PyMessage, PyReceived, PySendResult};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
@@ -664,39 +664,6 @@ impl PyBroker {
         })
     }
 
-    /// `with broker.transaction(group, topic, body) as tx: ...`: prepares now; the block's
-    /// normal exit commits, an exception rolls back; if the process dies in between, the
-    /// group's checker decides later.
-    #[pyo3(signature = (group, topic, body, *, tag=None, keys=None, properties=None, queue_id=None, message_id=None, check_immunity_ms=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn transaction(
-        slf: &Bound<'_, Self>,
-        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
-        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
-        body: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
-        keys: Option<&Bound<'_, PyAny>>,
-        properties: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
-        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
-        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
-            i128,
-        >,
-    ) -> PyResult<PyTransaction> {
-        Self::prepare(
-            slf,
-            group,
-            topic,
-            body,
-            tag,
-            keys,
-            properties,
-            queue_id,
-            message_id,
-            check_immunity_ms,
-        )
-    }
-
     /// Ends a transaction by id ("commit", "rollback" or "unknown"). Returns True when it
     /// was already resolved this way (a harmless duplicate).
     #[pyo3(signature = (transaction_id, resolution, *, group=None))]
@@ -814,7 +781,7 @@ impl PyBroker {
         #[pyo3(from_py_with = convert::arg::invisible_ms_int)] invisible_ms: i128,
         #[pyo3(from_py_with = convert::arg::queue_opt_int)] queue: Option<i128>,
         tags: &str,
-    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
+    ) -> PyResult<Vec<Py<PyReceived>>> {
         let args = embed::ReceiveArgs {
             group,
             topic,
@@ -1006,11 +973,6 @@ impl PyTransaction {
     fn id(&self) -> String {
         self.tx.txn.to_string()
     }
-    /// The transaction id (16 hex digits); the same as `id`.
-    #[getter]
-    fn transaction_id(&self) -> String {
-        self.tx.txn.to_string()
-    }
     /// The producer group.
     #[getter]
     fn group(&self) -> &str {
@@ -1091,7 +1053,7 @@ pub struct PySubscription {
 }
 
 impl PySubscription {
-    fn next_received<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn next_received(&self, py: Python<'_>) -> PyResult<Option<Py<PyReceived>>> {
         let mut sub = self.sub.lock().take().ok_or_else(|| {
             PyRuntimeError::new_err("this subscription is being read by another thread")
         })?;
@@ -1100,11 +1062,11 @@ impl PySubscription {
         r
     }
 
-    fn next_with<'py>(
+    fn next_with(
         &self,
-        py: Python<'py>,
+        py: Python<'_>,
         sub: &mut embed::Subscription,
-    ) -> PyResult<Option<Bound<'py, PyAny>>> {
+    ) -> PyResult<Option<Py<PyReceived>>> {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
         loop {
@@ -1128,7 +1090,7 @@ impl PySubscription {
     fn __iter__(slf: Py<Self>) -> Py<Self> {
         slf
     }
-    fn __next__<'py>(&self, py: Python<'py>) -> PyResult<Option<Bound<'py, PyAny>>> {
+    fn __next__(&self, py: Python<'_>) -> PyResult<Option<Py<PyReceived>>> {
         self.next_received(py)
     }
     fn __aiter__(slf: Py<Self>) -> Py<Self> {
@@ -1143,7 +1105,7 @@ impl PySubscription {
         )
     }
     /// Blocking step of the async iterator (runs in an executor thread).
-    fn _next_or_stop<'py>(&self, py: Python<'py>) -> Made<'py> {
+    fn _next_or_stop(&self, py: Python<'_>) -> PyResult<Py<PyReceived>> {
         self.next_received(py)?
             .ok_or_else(|| PyStopAsyncIteration::new_err(()))
     }

@@ -14,7 +14,7 @@ use rocklet_core::{
 use rocklet_embed::config::{Map, Number, Value};
 
 use crate::error::{client_error, err};
-use crate::types::{PyMessage, PySendResult};
+use crate::types::{PyMessage, PyReceived, PySendResult};
 
 // ---- Python -> core ----------------------------------------------------------------------
 
@@ -225,15 +225,12 @@ pub fn repr<'py, T: IntoPyObject<'py>>(py: Python<'py>, v: T) -> PyResult<String
 
 /// A receipt handle: its string, or the `Received` that carries it.
 pub fn handle(py: Python<'_>, v: &Bound<'_, PyAny>) -> PyResult<ReceiptHandle> {
-    let received = value_class(v.py(), "Received")?;
-    let v = if v.is_instance(&received)? {
-        &v.getattr("handle")?
+    let s: String = if let Ok(r) = v.cast::<PyReceived>() {
+        r.get().handle.clone()
     } else {
-        v
+        v.extract()
+            .map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?
     };
-    let s: String = v
-        .extract()
-        .map_err(|_| PyTypeError::new_err("a receipt handle is a str or a Received"))?;
     s.parse().map_err(|e| client_error(py, &e))
 }
 
@@ -298,13 +295,7 @@ fn value_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> 
 
 /// Adds the Python value classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let names = [
-        "Received",
-        "PullResult",
-        "QueueInfo",
-        "TopicInfo",
-        "PendingTransaction",
-    ];
+    let names = ["PullResult", "QueueInfo", "TopicInfo", "PendingTransaction"];
     let more = ["PendingDelay", "Cut", "Quarantined", "RecoveryReport"];
     for name in names.into_iter().chain(more) {
         m.add(name, value_class(m.py(), name)?)?;
@@ -324,13 +315,14 @@ fn value<'py, A: pyo3::call::PyCallArgs<'py>>(
 /// A Python value built here.
 pub type Made<'py> = PyResult<Bound<'py, PyAny>>;
 
-pub fn received(py: Python<'_>, r: Received) -> Made<'_> {
-    let m = message(py, r.message, None)?;
-    value(
-        py,
-        "Received",
-        (m, r.handle.to_string(), r.attempt, r.visible_at),
-    )
+pub fn received(py: Python<'_>, r: Received) -> PyResult<Py<PyReceived>> {
+    let received = PyReceived {
+        message: message(py, r.message, None)?,
+        handle: r.handle.to_string(),
+        attempt: r.attempt,
+        visible_at: r.visible_at,
+    };
+    Py::new(py, received)
 }
 
 pub fn pull_result(py: Python<'_>, ms: Vec<Message>, next: u64, max: u64) -> Made<'_> {

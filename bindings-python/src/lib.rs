@@ -20,8 +20,17 @@ fn _rocklet(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<broker::PySubscription>()?;
     m.add_class::<types::PyMessage>()?;
     m.add_class::<types::PySendResult>()?;
+    m.add_class::<types::PyReceived>()?;
     error::register(m)?;
     convert::register(m)?;
+    // Same methods by a second name (`with broker.transaction(...) as tx`, `tx.transaction_id`).
+    for (class, alias, name) in [
+        ("Broker", "transaction", "prepare"),
+        ("Transaction", "transaction_id", "id"),
+    ] {
+        let c = m.getattr(class)?;
+        c.setattr(alias, c.getattr(name)?)?;
+    }
     m.add("__version__", env!("CARGO_PKG_VERSION"))?;
     Ok(())
 }

@@ -1,5 +1,5 @@
-//! The hot value types, native for speed: `Message` (every pull and receive makes them) and
-//! `SendResult` (every send). The others are Python dataclasses (`rocklet/_types.py`).
+//! The hot value types, native for speed: `Message` (every pull and receive makes them),
+//! `SendResult` (every send) and `Received` (every receive). The others are Python dataclasses (`rocklet/_types.py`).
 
 use pyo3::prelude::*;
 use pyo3::types::{PyBytes, PyDict};
@@ -112,6 +112,32 @@ impl PySendResult {
             self.queue_offset,
             self.offset,
             repr(py, &self.transaction_id)?
+        ))
+    }
+}
+
+/// A received message with the handle that acks it.
+#[pyclass(frozen, get_all, module = "rocklet", name = "Received")]
+#[derive(Debug)]
+pub struct PyReceived {
+    /// The message.
+    pub message: Py<PyMessage>,
+    /// Receipt handle: pass it to `ack` or `change_invisible`.
+    pub handle: String,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// When it becomes visible again unless acked (ms, broker clock).
+    pub visible_at: u64,
+}
+
+#[pymethods]
+impl PyReceived {
+    fn __repr__(&self, py: Python<'_>) -> PyResult<String> {
+        Ok(format!(
+            "Received(handle={}, attempt={}, visible_at={})",
+            repr(py, &self.handle)?,
+            self.attempt,
+            self.visible_at
         ))
     }
 }

@@ -45,7 +45,6 @@ from rocklet._errors import (
     NotConsumable as NotConsumable,
 )
 from rocklet._types import (
-    Received as Received,
     PullResult as PullResult,
     QueueInfo as QueueInfo,
     TopicInfo as TopicInfo,
@@ -189,6 +188,23 @@ class SendResult:
     @property
     def transaction_id(self) -> Optional[str]:
         """Transaction id (16 hex digits) for a prepared message, else None."""
+
+@final
+class Received:
+    """A received message with the handle that acks it."""
+
+    @property
+    def message(self) -> Message:
+        """The message."""
+    @property
+    def handle(self) -> str:
+        """Receipt handle: pass it to `ack` or `change_invisible`."""
+    @property
+    def attempt(self) -> int:
+        """Delivery attempt, from 1."""
+    @property
+    def visible_at(self) -> int:
+        """When it becomes visible again unless acked (ms, broker clock)."""
 
 @final
 class Transaction:

@@ -1,6 +1,6 @@
 """The value types the native module returns (built by calling the class), besides the hot
-`Message` and `SendResult`, which stay native for speed. Frozen dataclasses (each field documented
-under it); their reprs show Python values (a list field shows its length)."""
+`Message`, `SendResult` and `Received`, which stay native for speed. Frozen dataclasses
+(each field documented under it); reprs show Python values (a list field, its length)."""
 
 from __future__ import annotations
 
@@ -20,21 +20,6 @@ class _Value:
 
         parts = ", ".join(f"{n}={show(getattr(self, n))}" for n in self._shown)
         return f"{type(self).__name__}({parts})"
-
-
-@dataclass(frozen=True, repr=False)
-class Received(_Value):
-    """A received message with the handle that acks it."""
-
-    _shown = ("handle", "attempt", "visible_at")
-    message: Message
-    """The message."""
-    handle: str
-    """Receipt handle: pass it to `ack` or `change_invisible`."""
-    attempt: int
-    """Delivery attempt, from 1."""
-    visible_at: int
-    """When it becomes visible again unless acked (ms, broker clock)."""
 
 
 @dataclass(frozen=True, repr=False)
@@ -164,6 +149,6 @@ class RecoveryReport(_Value):
     """Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which raises `CorruptLog` instead)."""
 
 
-for _cls in (Received, PullResult, QueueInfo, TopicInfo, PendingTransaction, PendingDelay, Cut,
+for _cls in (PullResult, QueueInfo, TopicInfo, PendingTransaction, PendingDelay, Cut,
              Quarantined, RecoveryReport):
     _cls.__module__ = "rocklet"
