@@ -561,37 +561,22 @@ impl PyBroker {
         let mut out = Vec::new();
         for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
-            let m = if let Ok(d) = item.cast::<pyo3::types::PyMapping>() {
-                let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-                    Ok(if d.contains(k)? {
-                        Some(d.get_item(k)?).filter(|v| !v.is_none())
-                    } else {
-                        None
-                    })
-                };
-                for k in d.keys()?.iter() {
-                    let k: String = convert::string(&format!("messages[{i}] key"), &k)?;
-                    if !matches!(k.as_str(), "body" | "tag" | "keys" | "properties" | "topic") {
-                        return Err(PyValueError::new_err(format!(
-                            "messages[{i}]: key `{k}` is not one of body, tag, keys, properties, topic"
-                        )));
-                    }
-                }
-                let body = get("body")?
-                    .ok_or_else(|| PyValueError::new_err(format!("messages[{i}] has no `body`")))?;
-                let tag = get("tag")?
-                    .map(|t| convert::string(&format!("messages[{i}].tag"), &t))
-                    .transpose()?;
-                let item_topic = get("topic")?
-                    .map(|t| convert::string(&format!("messages[{i}].topic"), &t))
-                    .transpose()?
-                    .unwrap_or_else(|| topic.clone());
+            let m = if item.cast::<pyo3::types::PyMapping>().is_ok() {
+                let fields = support(py)?.call_method1("batch_item", (i, &item, &topic))?;
+                type Item<'py> = (
+                    String,
+                    Bound<'py, PyAny>,
+                    Option<String>,
+                    Option<Bound<'py, PyAny>>,
+                    Option<Bound<'py, PyAny>>,
+                );
+                let (topic, body, tag, keys, props): Item<'_> = fields.extract()?;
                 new_message(
-                    item_topic,
+                    topic,
                     &body,
                     tag,
-                    get("keys")?.as_ref(),
-                    get("properties")?.as_ref(),
+                    keys.as_ref(),
+                    props.as_ref(),
                     queue_id,
                     None,
                     None,

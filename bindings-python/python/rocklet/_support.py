@@ -8,7 +8,7 @@ import asyncio
 import concurrent.futures
 import inspect
 import logging
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional, Tuple
 
 _log = logging.getLogger("rocklet")
 
@@ -34,3 +34,26 @@ def _awaited(answer: Any) -> Any:
 def call_checker(checker: Callable[[Any], Any], message: Any) -> Any:
     """What `checker(message)` answers, awaited when it is a coroutine (`async def`)."""
     return _awaited(checker(message))
+
+
+_BATCH_KEYS = ("body", "tag", "keys", "properties", "topic")
+
+
+def batch_item(i: int, item: Mapping[Any, Any], topic: str) -> Tuple[str, Any, Any, Any, Any]:
+    """A `send_batch` item given as a mapping: its (topic, body, tag, keys, properties); a
+    missing key or a None value is None (the topic: the batch's)."""
+    for k in item.keys():
+        if not isinstance(k, str):
+            raise TypeError(f"messages[{i}] key must be a str, not {type(k).__name__}")
+        if k not in _BATCH_KEYS:
+            raise ValueError(
+                f"messages[{i}]: key `{k}` is not one of body, tag, keys, properties, topic"
+            )
+    body, tag, keys, properties, item_topic = (item[k] if k in item else None for k in
+                                               ("body", "tag", "keys", "properties", "topic"))
+    if body is None:
+        raise ValueError(f"messages[{i}] has no `body`")
+    for name, v in (("tag", tag), ("topic", item_topic)):
+        if v is not None and not isinstance(v, str):
+            raise TypeError(f"messages[{i}].{name} must be a str, not {type(v).__name__}")
+    return (topic if item_topic is None else item_topic, body, tag, keys, properties)
