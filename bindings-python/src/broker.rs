@@ -16,7 +16,6 @@ use std::time::{Duration, Instant};
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{
     AnyStorage, CheckRequest, Millis, NewMessage, Reply, Request, Resolution, TxnId,
@@ -48,18 +47,10 @@ impl std::ops::Deref for Shared {
     }
 }
 
-/// `rocklet._support`: the checker call and logging, which are Python's.
-static SUPPORT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
-
-fn support(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
-    let m = SUPPORT.get_or_try_init(py, || py.import("rocklet._support").map(Bound::unbind))?;
-    Ok(m.bind(py))
-}
-
 /// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
 fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
     let exc = exc.map(|e| e.value(py));
-    if support(py)
+    if convert::support(py)
         .and_then(|s| s.call_method1("log_error", (msg, exc)))
         .is_err()
     {
@@ -72,7 +63,7 @@ fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
 fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
     let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
         let msg = convert::check_message(py, c.clone())?;
-        let answer = support(py)?.call_method1("call_checker", (checker, msg))?;
+        let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
         convert::resolution("the checker's answer", &answer)
     }));
     let (group, txn) = (&c.group, c.txn);
@@ -562,7 +553,8 @@ impl PyBroker {
         for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
             let m = if item.cast::<pyo3::types::PyMapping>().is_ok() {
-                let fields = support(py)?.call_method1("batch_item", (i, &item, &topic))?;
+                let fields =
+                    convert::support(py)?.call_method1("batch_item", (i, &item, &topic))?;
                 type Item<'py> = (
                     String,
                     Bound<'py, PyAny>,

@@ -3,78 +3,45 @@
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
-};
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyMapping, PyString};
 use pyo3::IntoPyObjectExt;
 use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
     Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
 };
-use rocklet_embed::config::{Map, Number, Value};
+use rocklet_embed::config::Value;
 
 use crate::error::{client_error, err};
 use crate::types::{PyMessage, PyReceived, PySendResult};
 
 // ---- Python -> core ----------------------------------------------------------------------
 
+/// `rocklet._support`: what this binding leaves to Python (checker calls, logging, batch
+/// items, config values as JSON), imported once.
+static SUPPORT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+pub fn support(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let m = SUPPORT.get_or_try_init(py, || py.import("rocklet._support").map(Bound::unbind))?;
+    Ok(m.bind(py))
+}
+
 /// The broker's `Config` from the keyword arguments of `Broker(...)`: each keyword is a core
 /// `Config` field by its snake_case name; the rest keep the core's defaults.
 pub fn config(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     let mut entries = Vec::new();
     if let Some(kw) = kwargs {
-        for (k, v) in kw.iter() {
-            let key: String = k.extract()?;
+        let json: Vec<(String, String)> =
+            support(py)?.call_method1("config_json", (kw,))?.extract()?;
+        for (key, j) in json {
+            let value = j.parse::<Value>();
             let value =
-                json(&v).map_err(|e| err(py, "ConfigError", format!("config `{key}`: {e}")))?;
+                value.map_err(|e| err(py, "ConfigError", format!("config `{key}`: {e}")))?;
             entries.push((key, value));
         }
     }
     let naming = rocklet_embed::config::Naming::Snake;
     rocklet_embed::config::config(&Config::default(), entries, naming, &[], &[])
         .map_err(|e| err(py, "ConfigError", e.to_string()))
-}
-
-/// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
-fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    if v.is_none() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = v.cast::<PyBool>() {
-        return Ok(Value::Bool(b.is_true()));
-    }
-    if v.is_instance_of::<PyInt>() {
-        if let Ok(i) = v.extract::<u64>() {
-            return Ok(Value::Number(i.into()));
-        }
-        return Ok(Value::Number(v.extract::<i64>()?.into()));
-    }
-    if let Ok(f) = v.cast::<PyFloat>() {
-        return Number::from_f64(f.value())
-            .map(Value::Number)
-            .ok_or_else(|| PyValueError::new_err("not a finite number"));
-    }
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Value::String(s.to_cow()?.into_owned()));
-    }
-    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
-        return v
-            .try_iter()?
-            .map(|x| json(&x?))
-            .collect::<PyResult<Vec<_>>>()
-            .map(Value::Array);
-    }
-    if let Ok(d) = v.cast::<PyDict>() {
-        let mut m = Map::new();
-        for (k, x) in d.iter() {
-            m.insert(k.extract()?, json(&x)?);
-        }
-        return Ok(Value::Object(m));
-    }
-    Err(PyTypeError::new_err(format!(
-        "unsupported value of type {}",
-        v.get_type().name()?
-    )))
 }
 
 /// A body: bytes, bytearray, memoryview or str (sent as UTF-8).

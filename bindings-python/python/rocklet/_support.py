@@ -1,14 +1,17 @@
-"""What the native module asks Python for: calling a checker (awaiting an `async def` one) and
-reporting through `logging` (logger "rocklet"). Called with the GIL, never under the broker's
-mutex."""
+"""What the native module leaves to Python: calling a checker (awaiting an `async def` one),
+reporting through `logging` (logger "rocklet"), reading `send_batch`'s mapping items and the
+configuration keywords. Called with the GIL, never under the broker's mutex."""
 
 from __future__ import annotations
 
 import asyncio
 import concurrent.futures
 import inspect
+import json
 import logging
-from typing import Any, Callable, Mapping, Optional, Tuple
+from typing import Any, Callable, Dict, List, Mapping, Optional, Tuple
+
+from rocklet._errors import ConfigError
 
 _log = logging.getLogger("rocklet")
 
@@ -57,3 +60,15 @@ def batch_item(i: int, item: Mapping[Any, Any], topic: str) -> Tuple[str, Any, A
         if v is not None and not isinstance(v, str):
             raise TypeError(f"messages[{i}].{name} must be a str, not {type(v).__name__}")
     return (topic if item_topic is None else item_topic, body, tag, keys, properties)
+
+
+def config_json(options: Dict[str, Any]) -> List[Tuple[str, str]]:
+    """`Broker(...)`'s configuration keywords, each value as JSON (None, bool, int, float,
+    str, list/tuple, dict)."""
+    out = []
+    for key, value in options.items():
+        try:
+            out.append((key, json.dumps(value, allow_nan=False)))
+        except (TypeError, ValueError) as e:
+            raise ConfigError(f"config `{key}`: {e}") from None
+    return out
