@@ -254,18 +254,21 @@ pub fn send_result(r: SendResult) -> PySendResult {
 /// `rocklet._types`, imported once.
 static TYPES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
-/// The value class `name` of `rocklet._types` (a Python dataclass).
-fn value_class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyAny>> {
+fn types(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
     let m = TYPES.get_or_try_init(py, || py.import("rocklet._types").map(Bound::unbind))?;
-    m.bind(py).getattr(name)
+    Ok(m.bind(py))
 }
 
 /// Adds the Python value classes to the module.
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let names = ["PullResult", "QueueInfo", "TopicInfo", "PendingTransaction"];
-    let more = ["PendingDelay", "Cut", "Quarantined", "RecoveryReport"];
-    for name in names.into_iter().chain(more) {
-        m.add(name, value_class(m.py(), name)?)?;
+    add_all(m, types(m.py())?)
+}
+
+/// Adds every class of `source.ALL` to the module `m`, by its name.
+pub fn add_all(m: &Bound<'_, PyModule>, source: &Bound<'_, PyModule>) -> PyResult<()> {
+    for class in source.getattr("ALL")?.try_iter()? {
+        let class = class?;
+        m.add(class.getattr("__name__")?.cast_into::<PyString>()?, class)?;
     }
     Ok(())
 }
@@ -276,7 +279,7 @@ fn value<'py, A: pyo3::call::PyCallArgs<'py>>(
     name: &str,
     fields: A,
 ) -> PyResult<Bound<'py, PyAny>> {
-    value_class(py, name)?.call1(fields)
+    types(py)?.getattr(name)?.call1(fields)
 }
 
 /// A Python value built here.

@@ -162,29 +162,5 @@ pub fn open_error(py: Python<'_>, dir: &impl Display, e: &io::Error) -> PyErr {
 
 /// Adds the hierarchy to the module (it is Python's: `rocklet._errors`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    let py = m.py();
-    let errors = errors(py)?;
-    let by_code = errors.getattr("BY_CODE")?;
-    for name in [
-        "RockletError",
-        "ClientError",
-        "ConfigError",
-        "StorageError",
-        "BrokerFailed",
-        "CorruptLog",
-        "EncodeError",
-        "BrokerClosed",
-        "InternalError",
-    ] {
-        m.add(name, errors.getattr(name)?)?;
-    }
-    for c in by_code.call_method0("values")?.try_iter()? {
-        let c = c?;
-        m.add(
-            c.getattr("__name__")?
-                .cast_into::<pyo3::types::PyString>()?,
-            c,
-        )?;
-    }
-    Ok(())
+    crate::convert::add_all(m, errors(m.py())?)
 }

@@ -1,9 +1,11 @@
 //! rocklet-python: the Rocklet engine embedded in Python (`rocklet._rocklet`).
 //!
 //! Thin by design (../shared/STYLE.md §5): `broker.rs` holds the wrapper types and the host
-//! clock driver, `convert.rs` every conversion, `error.rs` the mapping to the
-//! exception hierarchy (Python's, like the cold value types: `rocklet/_errors.py`, `_types.py`). Every
-//! decision about messages, transactions and time is the core's.
+//! clock driver, `convert.rs` every conversion, `error.rs` the mapping to exceptions. What
+//! is idiomatic Python lives in Python (`python/rocklet/`): the exception hierarchy
+//! (`_errors.py`), the cold value types (`_types.py`), checker calls, logging, batch items
+//! and config values (`_support.py`). Every decision about messages, transactions and time is
+//! the core's.
 
 use pyo3::prelude::*;
 

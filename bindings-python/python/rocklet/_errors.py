@@ -15,7 +15,7 @@ RockletError                      base of everything the engine raises; `.code` 
 
 from __future__ import annotations
 
-from typing import ClassVar, Dict, Type
+from typing import ClassVar, Dict, List, Type
 
 
 class RockletError(Exception):
@@ -238,5 +238,9 @@ class NotConsumable(ClientError):
 #: The ClientError subclass of each code (a code not listed raises ClientError itself).
 BY_CODE: Dict[str, Type[ClientError]] = {c.code: c for c in ClientError.__subclasses__()}
 
-for _cls in [RockletError, *RockletError.__subclasses__(), BrokerFailed, *BY_CODE.values()]:
+#: Every class here (the native module adds each to itself).
+ALL: List[Type[RockletError]] = [
+    RockletError, *RockletError.__subclasses__(), BrokerFailed, *BY_CODE.values()
+]
+for _cls in ALL:
     _cls.__module__ = "rocklet"

@@ -149,6 +149,8 @@ class RecoveryReport(_Value):
     """Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which raises `CorruptLog` instead)."""
 
 
-for _cls in (PullResult, QueueInfo, TopicInfo, PendingTransaction, PendingDelay, Cut,
-             Quarantined, RecoveryReport):
+#: Every class here (the native module adds each to itself).
+ALL = (PullResult, QueueInfo, TopicInfo, PendingTransaction, PendingDelay, Cut,
+       Quarantined, RecoveryReport)
+for _cls in ALL:
     _cls.__module__ = "rocklet"
