@@ -25,11 +25,9 @@ use rocklet_embed::{
 };
 
 use crate::convert;
+use crate::convert::Made;
 use crate::error::{client_error, core_error, open_error, Fail};
-use crate::types::{
-    PyMessage, PyPendingDelay, PyPendingTransaction, PyPullResult, PyReceived, PyRecoveryReport,
-    PySendResult, PyTopicInfo,
-};
+use crate::types::{PyMessage, PyReceived, PySendResult};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
@@ -51,50 +49,13 @@ impl std::ops::Deref for Shared {
 
 /// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
 fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
-    let done = (|| -> PyResult<()> {
-        let logger = py
-            .import("logging")?
-            .call_method1("getLogger", ("rocklet",))?;
-        let kw = PyDict::new(py);
-        if let Some(e) = exc {
-            kw.set_item("exc_info", e.value(py))?;
-        }
-        logger.call_method("error", ("%s", msg), Some(&kw))?;
-        Ok(())
-    })();
-    if done.is_err() {
-        eprintln!("rocklet: {msg}");
-        if let Some(e) = exc {
-            e.print(py);
-        }
-    }
-}
-
-/// What a checker answered, awaited when it is a coroutine (`async def` checkers): on a
-/// fresh event loop, in a helper thread when this thread runs one already.
-fn await_answer<'py>(answer: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
-    let py = answer.py();
-    if !py
-        .import("inspect")?
-        .call_method1("iscoroutine", (&answer,))?
-        .is_truthy()?
+    let exc = exc.map(|e| e.value(py));
+    if convert::support(py)
+        .and_then(|s| s.call_method1("log_error", (msg, exc)))
+        .is_err()
     {
-        return Ok(answer);
+        eprintln!("rocklet: {msg}");
     }
-    let asyncio = py.import("asyncio")?;
-    let run = asyncio.getattr("run")?;
-    if asyncio.call_method0("get_running_loop").is_err() {
-        return run.call1((answer,));
-    }
-    let pool = py
-        .import("concurrent.futures")?
-        .getattr("ThreadPoolExecutor")?
-        .call1((1,))?;
-    let result = pool
-        .call_method1("submit", (run, answer))
-        .and_then(|f| f.call_method0("result"));
-    pool.call_method0("shutdown")?;
-    result
 }
 
 /// Asks the group's checker about a transaction. An exception, a panic or a bad answer is
@@ -102,7 +63,7 @@ fn await_answer<'py>(answer: Bound<'py, PyAny>) -> PyResult<Bound<'py, PyAny>> {
 fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
     let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
         let msg = convert::check_message(py, c.clone())?;
-        let answer = await_answer(checker.bind(py).call1((msg,))?)?;
+        let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
         convert::resolution("the checker's answer", &answer)
     }));
     let (group, txn) = (&c.group, c.txn);
@@ -369,11 +330,12 @@ impl PyBroker {
             return Err(PyValueError::new_err("start_ms needs clock='manual'"));
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
-        let cfg = convert::config(config)?;
+        let cfg = convert::config(py, config)?;
         let storage = py
             .detach(|| AnyStorage::open(path.as_deref()))
             .map_err(|e| {
                 open_error(
+                    py,
                     &path.as_deref().unwrap_or("<memory>".as_ref()).display(),
                     &e,
                 )
@@ -398,9 +360,8 @@ impl PyBroker {
                 .name("rocklet-driver".into())
                 .spawn(move || drive(s))
                 .map_err(|e| {
-                    crate::error::RockletError::new_err(format!(
-                        "cannot start the driver thread: {e}"
-                    ))
+                    let why = format!("cannot start the driver thread: {e}");
+                    crate::error::err(py, "RockletError", why)
                 })?;
             shared.set_driver_thread(handle.thread().id());
             Some(handle)
@@ -443,8 +404,9 @@ impl PyBroker {
     /// What recovery found when the broker opened: segments and records read, the torn tail
     /// cut (`cuts`), the damaged ranges `repair=True` moved to quarantine (`quarantined`).
     #[getter]
-    fn recovery_report(&self, py: Python<'_>) -> PyResult<PyRecoveryReport> {
-        self.read(py, |c| convert::recovery_report(c.recovery_report()))
+    fn recovery_report<'py>(&self, py: Python<'py>) -> Made<'py> {
+        let r = self.read(py, |c| c.recovery_report().clone())?;
+        convert::recovery_report(py, &r)
     }
 
     /// Why the broker stopped taking requests, or None: a sync failed, and every call raises
@@ -590,37 +552,23 @@ impl PyBroker {
         let mut out = Vec::new();
         for (i, item) in messages.try_iter()?.enumerate() {
             let item = item?;
-            let m = if let Ok(d) = item.cast::<pyo3::types::PyMapping>() {
-                let get = |k: &str| -> PyResult<Option<Bound<'_, PyAny>>> {
-                    Ok(if d.contains(k)? {
-                        Some(d.get_item(k)?).filter(|v| !v.is_none())
-                    } else {
-                        None
-                    })
-                };
-                for k in d.keys()?.iter() {
-                    let k: String = convert::string(&format!("messages[{i}] key"), &k)?;
-                    if !matches!(k.as_str(), "body" | "tag" | "keys" | "properties" | "topic") {
-                        return Err(PyValueError::new_err(format!(
-                            "messages[{i}]: key `{k}` is not one of body, tag, keys, properties, topic"
-                        )));
-                    }
-                }
-                let body = get("body")?
-                    .ok_or_else(|| PyValueError::new_err(format!("messages[{i}] has no `body`")))?;
-                let tag = get("tag")?
-                    .map(|t| convert::string(&format!("messages[{i}].tag"), &t))
-                    .transpose()?;
-                let item_topic = get("topic")?
-                    .map(|t| convert::string(&format!("messages[{i}].topic"), &t))
-                    .transpose()?
-                    .unwrap_or_else(|| topic.clone());
+            let m = if item.cast::<pyo3::types::PyMapping>().is_ok() {
+                let fields =
+                    convert::support(py)?.call_method1("batch_item", (i, &item, &topic))?;
+                type Item<'py> = (
+                    String,
+                    Bound<'py, PyAny>,
+                    Option<String>,
+                    Option<Bound<'py, PyAny>>,
+                    Option<Bound<'py, PyAny>>,
+                );
+                let (topic, body, tag, keys, props): Item<'_> = fields.extract()?;
                 new_message(
-                    item_topic,
+                    topic,
                     &body,
                     tag,
-                    get("keys")?.as_ref(),
-                    get("properties")?.as_ref(),
+                    keys.as_ref(),
+                    props.as_ref(),
                     queue_id,
                     None,
                     None,
@@ -693,39 +641,6 @@ impl PyBroker {
         })
     }
 
-    /// `with broker.transaction(group, topic, body) as tx: ...`: prepares now; the block's
-    /// normal exit commits, an exception rolls back; if the process dies in between, the
-    /// group's checker decides later.
-    #[pyo3(signature = (group, topic, body, *, tag=None, keys=None, properties=None, queue_id=None, message_id=None, check_immunity_ms=None))]
-    #[allow(clippy::too_many_arguments)]
-    fn transaction(
-        slf: &Bound<'_, Self>,
-        #[pyo3(from_py_with = convert::arg::group_str)] group: String,
-        #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
-        body: &Bound<'_, PyAny>,
-        #[pyo3(from_py_with = convert::arg::tag_opt_str)] tag: Option<String>,
-        keys: Option<&Bound<'_, PyAny>>,
-        properties: Option<&Bound<'_, PyAny>>,
-        #[pyo3(from_py_with = convert::arg::queue_id_opt_int)] queue_id: Option<i128>,
-        #[pyo3(from_py_with = convert::arg::message_id_opt_str)] message_id: Option<String>,
-        #[pyo3(from_py_with = convert::arg::check_immunity_ms_opt_int)] check_immunity_ms: Option<
-            i128,
-        >,
-    ) -> PyResult<PyTransaction> {
-        Self::prepare(
-            slf,
-            group,
-            topic,
-            body,
-            tag,
-            keys,
-            properties,
-            queue_id,
-            message_id,
-            check_immunity_ms,
-        )
-    }
-
     /// Ends a transaction by id ("commit", "rollback" or "unknown"). Returns True when it
     /// was already resolved this way (a harmless duplicate).
     #[pyo3(signature = (transaction_id, resolution, *, group=None))]
@@ -772,9 +687,9 @@ impl PyBroker {
     /// what it returns when `auto_commit`.
     #[pyo3(signature = (group, topic, queue_id, *, offset=None, max=32, tags="*", auto_commit=true))]
     #[allow(clippy::too_many_arguments)]
-    fn pull_queue(
+    fn pull_queue<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         #[pyo3(from_py_with = convert::arg::queue_id_int)] queue_id: i128,
@@ -782,7 +697,7 @@ impl PyBroker {
         #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
         tags: &str,
         auto_commit: bool,
-    ) -> PyResult<PyPullResult> {
+    ) -> Made<'py> {
         let args = embed::PullArgs {
             group,
             topic,
@@ -793,14 +708,14 @@ impl PyBroker {
             auto_commit,
         };
         let p = embed::pull(&mut self.ep(py), args).map_err(efail(py))?;
-        let q = p.queues.first().copied().ok_or_else(|| {
-            crate::error::InternalError::new_err("a pull of one queue read no queue")
-        })?;
-        Ok(PyPullResult {
-            messages: convert::messages(py, p.messages)?,
-            next_offset: q.next_offset,
-            max_offset: q.max_offset,
-        })
+        let Some(q) = p.queues.first().copied() else {
+            return Err(crate::error::err(
+                py,
+                "InternalError",
+                "a pull of one queue read no queue",
+            ));
+        };
+        convert::pull_result(py, p.messages, q.next_offset, q.max_offset)
     }
 
     /// Commits a consumer group's offset in a queue.
@@ -834,9 +749,9 @@ impl PyBroker {
     /// exist raises `UnknownTopic`.
     #[pyo3(signature = (group, topic, max=32, *, invisible_ms, queue=None, tags="*"))]
     #[allow(clippy::too_many_arguments)]
-    fn receive(
+    fn receive<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::group_str)] group: String,
         #[pyo3(from_py_with = convert::arg::topic_str)] topic: String,
         #[pyo3(from_py_with = convert::arg::max_int)] max: i128,
@@ -961,29 +876,37 @@ impl PyBroker {
     }
 
     /// Consumer-visible topics with their queues (and `depth`, visible messages).
-    fn topics(&self, py: Python<'_>) -> PyResult<Vec<PyTopicInfo>> {
+    fn topics<'py>(&self, py: Python<'py>) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let ts = self.read(py, |c| c.topics())?;
-        Ok(ts.into_iter().map(convert::topic_info).collect())
+        ts.into_iter().map(|t| convert::topic_info(py, t)).collect()
     }
 
     /// Transactions waiting for commit or rollback, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_transactions(
+    fn pending_transactions<'py>(
         &self,
-        py: Python<'_>,
+        py: Python<'py>,
         #[pyo3(from_py_with = convert::arg::limit_opt_int)] limit: Option<i128>,
-    ) -> PyResult<Vec<PyPendingTransaction>> {
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let n = convert::limit(limit)?;
         let ts = self.read(py, |c| c.pending_transactions(n))?;
-        Ok(ts.into_iter().map(convert::pending_txn).collect())
+        ts.into_iter()
+            .map(|t| convert::pending_txn(py, t))
+            .collect()
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[pyo3(signature = (limit=None))]
-    fn pending_delays(&self, py: Python<'_>, limit: Option<i128>) -> PyResult<Vec<PyPendingDelay>> {
+    fn pending_delays<'py>(
+        &self,
+        py: Python<'py>,
+        limit: Option<i128>,
+    ) -> PyResult<Vec<Bound<'py, PyAny>>> {
         let n = convert::limit(limit)?;
         let ds = self.read(py, |c| c.pending_delays(n))?;
-        Ok(ds.into_iter().map(convert::pending_delay).collect())
+        ds.into_iter()
+            .map(|d| convert::pending_delay(py, d))
+            .collect()
     }
 
     /// Messages `group` received from `topic` and has not acked yet.
@@ -1025,11 +948,6 @@ impl PyTransaction {
     /// The transaction id (16 hex digits).
     #[getter]
     fn id(&self) -> String {
-        self.tx.txn.to_string()
-    }
-    /// The transaction id (16 hex digits); the same as `id`.
-    #[getter]
-    fn transaction_id(&self) -> String {
         self.tx.txn.to_string()
     }
     /// The producer group.

@@ -2,81 +2,46 @@
 
 use pyo3::exceptions::{PyTypeError, PyValueError};
 use pyo3::prelude::*;
-use pyo3::types::{
-    PyBool, PyByteArray, PyBytes, PyDict, PyFloat, PyInt, PyList, PyMapping, PyString, PyTuple,
-};
+use pyo3::sync::PyOnceLock;
+use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyMapping, PyString};
 use pyo3::IntoPyObjectExt;
 use rocklet_core::{
     CheckRequest, Config, Delay, Message, PendingDelayInfo, PendingTxnInfo, ReceiptHandle,
     Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo, TxnId,
 };
-use rocklet_embed::config::{Map, Number, Value};
+use rocklet_embed::config::Value;
 
-use crate::error::{client_error, ConfigError};
-use crate::types::{
-    PyCut, PyMessage, PyPendingDelay, PyPendingTransaction, PyQuarantined, PyQueueInfo, PyReceived,
-    PyRecoveryReport, PySendResult, PyTopicInfo,
-};
+use crate::error::{client_error, err};
+use crate::types::{PyMessage, PyReceived, PySendResult};
 
 // ---- Python -> core ----------------------------------------------------------------------
 
+/// `rocklet._support`: what this binding leaves to Python (checker calls, logging, batch
+/// items, config values as JSON), imported once.
+static SUPPORT: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+pub fn support(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let m = SUPPORT.get_or_try_init(py, || py.import("rocklet._support").map(Bound::unbind))?;
+    Ok(m.bind(py))
+}
+
 /// The broker's `Config` from the keyword arguments of `Broker(...)`: each keyword is a core
 /// `Config` field by its snake_case name; the rest keep the core's defaults.
-pub fn config(kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
+pub fn config(py: Python<'_>, kwargs: Option<&Bound<'_, PyDict>>) -> PyResult<Config> {
     let mut entries = Vec::new();
     if let Some(kw) = kwargs {
-        for (k, v) in kw.iter() {
-            let key: String = k.extract()?;
+        let json: Vec<(String, String)> =
+            support(py)?.call_method1("config_json", (kw,))?.extract()?;
+        for (key, j) in json {
+            let value = j.parse::<Value>();
             let value =
-                json(&v).map_err(|e| ConfigError::new_err(format!("config `{key}`: {e}")))?;
+                value.map_err(|e| err(py, "ConfigError", format!("config `{key}`: {e}")))?;
             entries.push((key, value));
         }
     }
     let naming = rocklet_embed::config::Naming::Snake;
     rocklet_embed::config::config(&Config::default(), entries, naming, &[], &[])
-        .map_err(|e| ConfigError::new_err(e.to_string()))
-}
-
-/// A Python value as JSON (for config): None, bool, int, float, str, list/tuple, dict.
-fn json(v: &Bound<'_, PyAny>) -> PyResult<Value> {
-    if v.is_none() {
-        return Ok(Value::Null);
-    }
-    if let Ok(b) = v.cast::<PyBool>() {
-        return Ok(Value::Bool(b.is_true()));
-    }
-    if v.is_instance_of::<PyInt>() {
-        if let Ok(i) = v.extract::<u64>() {
-            return Ok(Value::Number(i.into()));
-        }
-        return Ok(Value::Number(v.extract::<i64>()?.into()));
-    }
-    if let Ok(f) = v.cast::<PyFloat>() {
-        return Number::from_f64(f.value())
-            .map(Value::Number)
-            .ok_or_else(|| PyValueError::new_err("not a finite number"));
-    }
-    if let Ok(s) = v.cast::<PyString>() {
-        return Ok(Value::String(s.to_cow()?.into_owned()));
-    }
-    if v.is_instance_of::<PyList>() || v.is_instance_of::<PyTuple>() {
-        return v
-            .try_iter()?
-            .map(|x| json(&x?))
-            .collect::<PyResult<Vec<_>>>()
-            .map(Value::Array);
-    }
-    if let Ok(d) = v.cast::<PyDict>() {
-        let mut m = Map::new();
-        for (k, x) in d.iter() {
-            m.insert(k.extract()?, json(&x)?);
-        }
-        return Ok(Value::Object(m));
-    }
-    Err(PyTypeError::new_err(format!(
-        "unsupported value of type {}",
-        v.get_type().name()?
-    )))
+        .map_err(|e| err(py, "ConfigError", e.to_string()))
 }
 
 /// A body: bytes, bytearray, memoryview or str (sent as UTF-8).
@@ -286,81 +251,98 @@ pub fn send_result(r: SendResult) -> PySendResult {
     }
 }
 
+/// `rocklet._types`, imported once.
+static TYPES: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
+
+fn types(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let m = TYPES.get_or_try_init(py, || py.import("rocklet._types").map(Bound::unbind))?;
+    Ok(m.bind(py))
+}
+
+/// Adds the Python value classes to the module.
+pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    add_all(m, types(m.py())?)
+}
+
+/// Adds every class of `source.ALL` to the module `m`, by its name.
+pub fn add_all(m: &Bound<'_, PyModule>, source: &Bound<'_, PyModule>) -> PyResult<()> {
+    for class in source.getattr("ALL")?.try_iter()? {
+        let class = class?;
+        m.add(class.getattr("__name__")?.cast_into::<PyString>()?, class)?;
+    }
+    Ok(())
+}
+
+/// A value of class `name` built from its fields, in order.
+fn value<'py, A: pyo3::call::PyCallArgs<'py>>(
+    py: Python<'py>,
+    name: &str,
+    fields: A,
+) -> PyResult<Bound<'py, PyAny>> {
+    types(py)?.getattr(name)?.call1(fields)
+}
+
+/// A Python value built here.
+pub type Made<'py> = PyResult<Bound<'py, PyAny>>;
+
 pub fn received(py: Python<'_>, r: Received) -> PyResult<Py<PyReceived>> {
-    Py::new(
+    let received = PyReceived {
+        message: message(py, r.message, None)?,
+        handle: r.handle.to_string(),
+        attempt: r.attempt,
+        visible_at: r.visible_at,
+    };
+    Py::new(py, received)
+}
+
+pub fn pull_result(py: Python<'_>, ms: Vec<Message>, next: u64, max: u64) -> Made<'_> {
+    value(py, "PullResult", (messages(py, ms)?, next, max))
+}
+
+pub fn topic_info(py: Python<'_>, t: TopicInfo) -> Made<'_> {
+    let queues = t
+        .queues
+        .into_iter()
+        .map(|(id, next, visible)| value(py, "QueueInfo", (id, next, visible)))
+        .collect::<PyResult<Vec<_>>>()?;
+    value(py, "TopicInfo", (t.name, queues))
+}
+
+pub fn pending_txn(py: Python<'_>, t: PendingTxnInfo) -> Made<'_> {
+    let txn = t.txn.to_string();
+    value(
         py,
-        PyReceived {
-            message: message(py, r.message, None)?,
-            handle: r.handle.to_string(),
-            attempt: r.attempt,
-            visible_at: r.visible_at,
-        },
+        "PendingTransaction",
+        (txn, t.group, t.topic, t.queue_id, t.checks, t.next_check),
     )
 }
 
-pub fn topic_info(t: TopicInfo) -> PyTopicInfo {
-    PyTopicInfo {
-        name: t.name,
-        queues: t
-            .queues
-            .into_iter()
-            .map(|(queue_id, next_offset, visible)| PyQueueInfo {
-                queue_id,
-                next_offset,
-                visible,
-            })
-            .collect(),
-    }
+pub fn pending_delay(py: Python<'_>, d: PendingDelayInfo) -> Made<'_> {
+    value(py, "PendingDelay", (d.offset, d.topic, d.queue_id, d.due))
 }
 
-pub fn pending_txn(t: PendingTxnInfo) -> PyPendingTransaction {
-    PyPendingTransaction {
-        transaction_id: t.txn.to_string(),
-        group: t.group,
-        topic: t.topic,
-        queue_id: t.queue_id,
-        checks: t.checks,
-        next_check: t.next_check,
-    }
-}
-
-pub fn pending_delay(d: PendingDelayInfo) -> PyPendingDelay {
-    PyPendingDelay {
-        offset: d.offset,
-        topic: d.topic,
-        queue_id: d.queue_id,
-        due: d.due,
-    }
-}
-
-pub fn recovery_report(r: &RecoveryReport) -> PyRecoveryReport {
-    PyRecoveryReport {
-        segments: r.segments,
-        records: r.records,
-        bytes_scanned: r.bytes_scanned,
-        bytes_truncated: r.bytes_truncated,
-        bytes_quarantined: r.bytes_quarantined(),
-        cuts: r
-            .cuts
-            .iter()
-            .map(|c| PyCut {
-                offset: c.offset,
-                bytes: c.bytes,
-                reason: c.reason.clone(),
-                kept_as: c.kept_as.clone(),
-            })
-            .collect(),
-        quarantined: r
-            .quarantined
-            .iter()
-            .map(|q| PyQuarantined {
-                offset: q.offset,
-                bytes: q.bytes,
-                reason: q.reason.clone(),
-                name: q.name.clone(),
-            })
-            .collect(),
-    }
+pub fn recovery_report<'py>(py: Python<'py>, r: &RecoveryReport) -> Made<'py> {
+    let cuts = r
+        .cuts
+        .iter()
+        .map(|c| value(py, "Cut", (c.offset, c.bytes, &c.reason, &c.kept_as)));
+    let quarantined = r
+        .quarantined
+        .iter()
+        .map(|q| value(py, "Quarantined", (q.offset, q.bytes, &q.reason, &q.name)));
+    value(
+        py,
+        "RecoveryReport",
+        (
+            r.segments,
+            r.records,
+            r.bytes_scanned,
+            r.bytes_truncated,
+            r.bytes_quarantined(),
+            cuts.collect::<PyResult<Vec<_>>>()?,
+            quarantined.collect::<PyResult<Vec<_>>>()?,
+        ),
+    )
 }
 
 /// The counters as a dict of name to count.

@@ -1,118 +1,34 @@
-//! The exception hierarchy and every mapping from core errors to Python exceptions.
-//!
-//! ```text
-//! RockletError                      base of everything the engine raises; `.code` is stable
-//! ├── ClientError                   the caller's mistake (core `ClientError`), one subclass per code
-//! │   ├── InvalidTopic, ReservedTopic, UnknownTopic, InvalidGroup, InvalidQueue, EmptyBody,
-//! │   ├── MessageTooLarge, BatchTooLarge, EmptyBatch, MixedBatch, DelayInBatch, BatchToRetryTopic,
-//! │   ├── InvalidDelay, DelayOnTransaction, InvalidProperty, PropertiesTooLarge,
-//! │   ├── UnknownTransaction, MalformedTransactionId, TransactionAlreadyResolved, WrongProducerGroup,
-//! │   ├── ProducerGroupRequired, TooManyGroups, TooManyTopics, NotConsumable,
-//! │   └── InvalidReceiptHandle, StaleReceiptHandle, InvalidArgument
-//! ├── ConfigError                   a configuration that cannot work
-//! ├── StorageError                  the storage failed (I/O, data directory locked)
-//! │   └── BrokerFailed              a sync failed earlier: the broker takes nothing more; reopen it
-//! ├── CorruptLog                    recovery found damage it will not cut by itself (`.offset`);
-//! │                                 `Broker(path, repair=True)` opens the log
-//! ├── EncodeError                   a record would not fit the format
-//! ├── BrokerClosed                  the broker was closed
-//! └── InternalError                 a bug in Rocklet (a caught Rust panic)
-//! ```
+//! Every mapping from core errors to Python exceptions. The hierarchy itself is Python's
+//! (`rocklet/_errors.py`); each class is looked up there by name, the module imported once.
 
 use std::fmt::Display;
 use std::io;
 
-use pyo3::create_exception;
-use pyo3::exceptions::PyException;
 use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
 use rocklet_embed::ErrorKind;
 
-/// The exceptions outside `ClientError`'s family, each with its base and `code`; `register`
-/// adds them to the module.
-macro_rules! errors {
-    ($( $name:ident($base:ty) = $code:literal : $doc:literal ),* $(,)?) => {
-        $( create_exception!(rocklet, $name, $base, $doc); )*
+/// `rocklet._errors`, imported once.
+static ERRORS: PyOnceLock<Py<PyModule>> = PyOnceLock::new();
 
-        fn add_errors(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            let py = m.py();
-            $(
-                let t = py.get_type::<$name>();
-                t.setattr("code", $code)?;
-                m.add(stringify!($name), t)?;
-            )*
-            Ok(())
-        }
-    };
+fn errors(py: Python<'_>) -> PyResult<&Bound<'_, PyModule>> {
+    let m = ERRORS.get_or_try_init(py, || py.import("rocklet._errors").map(Bound::unbind))?;
+    Ok(m.bind(py))
 }
 
-errors! {
-    RockletError(PyException) = "ROCKLET_ERROR": "Base of every error Rocklet raises; `code` is a stable upper-case code.",
-    ClientError(RockletError) = "CLIENT_ERROR": "The caller's mistake: nothing changed in the broker.",
-    ConfigError(RockletError) = "CONFIG": "A configuration value that cannot work.",
-    StorageError(RockletError) = "STORAGE": "The storage failed (I/O error, data directory in use).",
-    BrokerFailed(StorageError) = "BROKER_FAILED": "A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable).",
-    CorruptLog(RockletError) = "CORRUPT_LOG": "The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine.",
-    EncodeError(RockletError) = "ENCODE": "A record would not fit the commit-log format.",
-    BrokerClosed(RockletError) = "BROKER_CLOSED": "The broker was closed.",
-    InternalError(RockletError) = "INTERNAL": "A bug in Rocklet (a Rust panic was caught); the broker is unusable.",
+/// The exception class `name` of `rocklet._errors`.
+pub fn class<'py>(py: Python<'py>, name: &str) -> PyResult<Bound<'py, PyType>> {
+    Ok(errors(py)?.getattr(name)?.cast_into::<PyType>()?)
 }
 
-macro_rules! client_errors {
-    ($( $name:ident = $code:literal : $doc:literal ),* $(,)?) => {
-        $( create_exception!(rocklet, $name, ClientError, $doc); )*
-
-        /// The exception class for a client error code; `None` for codes this binding does
-        /// not know yet (the core's enum is non-exhaustive).
-        fn client_class<'py>(py: Python<'py>, code: &str) -> Option<Bound<'py, PyType>> {
-            match code {
-                $( $code => Some(py.get_type::<$name>()), )*
-                _ => None,
-            }
-        }
-
-        /// Adds every client error class to the module, each with its `code`.
-        fn add_client_errors(m: &Bound<'_, PyModule>) -> PyResult<()> {
-            let py = m.py();
-            $(
-                let t = py.get_type::<$name>();
-                t.setattr("code", $code)?;
-                m.add(stringify!($name), t)?;
-            )*
-            Ok(())
-        }
-    };
-}
-
-client_errors! {
-    InvalidTopic = "INVALID_TOPIC": "A topic name that is empty, too long or has characters outside [A-Za-z0-9_%|-].",
-    ReservedTopic = "RESERVED_TOPIC": "A topic reserved for the broker's own records.",
-    UnknownTopic = "UNKNOWN_TOPIC": "A topic that does not exist while auto-creation is off.",
-    InvalidGroup = "INVALID_GROUP": "A producer or consumer group name that is not valid.",
-    InvalidQueue = "INVALID_QUEUE": "A queue id the topic does not have.",
-    EmptyBody = "EMPTY_BODY": "A message without a body.",
-    MessageTooLarge = "MESSAGE_TOO_LARGE": "A body above `max_message_size`.",
-    BatchTooLarge = "BATCH_TOO_LARGE": "A batch whose bodies together exceed `max_batch_size`.",
-    EmptyBatch = "EMPTY_BATCH": "A batch without messages.",
-    MixedBatch = "MIXED_BATCH": "A batch whose messages do not share one topic and flags.",
-    DelayInBatch = "DELAY_IN_BATCH": "A batch holding a delayed message.",
-    BatchToRetryTopic = "BATCH_TO_RETRY_TOPIC": "A batch sent to a %RETRY% topic.",
-    InvalidDelay = "INVALID_DELAY": "A delay level or time that is not valid.",
-    DelayOnTransaction = "DELAY_ON_TRANSACTION": "A transactional message cannot be delayed.",
-    InvalidProperty = "INVALID_PROPERTY": "A property name or value that is not allowed (reserved, or with separators).",
-    PropertiesTooLarge = "PROPERTIES_TOO_LARGE": "Properties above 32767 bytes.",
-    UnknownTransaction = "UNKNOWN_TRANSACTION": "No such transaction.",
-    MalformedTransactionId = "MALFORMED_TRANSACTION_ID": "A transaction id that is not 16 hex digits.",
-    TransactionAlreadyResolved = "TRANSACTION_ALREADY_RESOLVED": "The transaction was already resolved the other way.",
-    WrongProducerGroup = "WRONG_PRODUCER_GROUP": "The transaction belongs to another producer group.",
-    InvalidReceiptHandle = "INVALID_RECEIPT_HANDLE": "A receipt handle that names no delivery in flight.",
-    StaleReceiptHandle = "STALE_RECEIPT_HANDLE": "A receipt handle of an earlier delivery: the message was delivered again since.",
-    InvalidArgument = "INVALID_ARGUMENT": "An argument outside what the broker accepts.",
-    ProducerGroupRequired = "PRODUCER_GROUP_REQUIRED": "An END_TRANSACTION that names no producer group.",
-    TooManyGroups = "TOO_MANY_GROUPS": "A new group past `max_groups`.",
-    TooManyTopics = "TOO_MANY_TOPICS": "A new topic past `max_topics`.",
-    NotConsumable = "NOT_CONSUMABLE": "A send-back of something the group cannot consume (no visible message of a consumer topic at that offset).",
+/// An exception of class `name` with message `msg` (if the lookup fails, that error).
+pub fn err(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
+    match class(py, name) {
+        Ok(c) => PyErr::from_type(c, msg.into()),
+        Err(e) => e,
+    }
 }
 
 /// A failure on the Rust side, carried out of a GIL-free section and turned into an
@@ -176,15 +92,19 @@ impl Fail {
         match self {
             Fail::Client(e) => client_error(py, &e),
             Fail::Core(e) => core_error(py, e),
-            Fail::Closed => BrokerClosed::new_err("the broker is closed"),
-            Fail::Broken(why) => StorageError::new_err(format!(
-                "the broker stopped after an earlier failure: {why}"
-            )),
-            Fail::Panic(why) => {
-                InternalError::new_err(format!("internal error (a bug in Rocklet): {why}"))
-            }
+            Fail::Closed => err(py, "BrokerClosed", "the broker is closed"),
+            Fail::Broken(why) => err(
+                py,
+                "StorageError",
+                format!("the broker stopped after an earlier failure: {why}"),
+            ),
+            Fail::Panic(why) => err(
+                py,
+                "InternalError",
+                format!("internal error (a bug in Rocklet): {why}"),
+            ),
             Fail::Value(why) => pyo3::exceptions::PyValueError::new_err(why),
-            Fail::Internal(why) => InternalError::new_err(format!("internal error: {why}")),
+            Fail::Internal(why) => err(py, "InternalError", format!("internal error: {why}")),
         }
     }
 }
@@ -192,8 +112,15 @@ impl Fail {
 /// The exception for a core client error: the class of its code, `code` set on the instance.
 pub fn client_error(py: Python<'_>, e: &CoreClientError) -> PyErr {
     let code = e.code();
-    let class = client_class(py, code).unwrap_or_else(|| py.get_type::<ClientError>());
-    let err = PyErr::from_type(class, e.to_string());
+    let known = errors(py).and_then(|m| m.getattr("BY_CODE")?.get_item(code));
+    let class = match known {
+        Ok(c) => c.cast_into::<PyType>().map_err(PyErr::from),
+        Err(_) => class(py, "ClientError"),
+    };
+    let err = match class {
+        Ok(c) => PyErr::from_type(c, e.to_string()),
+        Err(e) => return e,
+    };
     // Unknown codes fall back to ClientError; the instance still carries the real code.
     let _ = err.value(py).setattr("code", code);
     err
@@ -203,30 +130,37 @@ pub fn client_error(py: Python<'_>, e: &CoreClientError) -> PyErr {
 pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     let msg = e.to_string();
     match (ErrorKind::of(&e), e) {
-        (ErrorKind::Storage, _) => StorageError::new_err(msg),
-        (ErrorKind::Config, _) => ConfigError::new_err(msg),
+        (ErrorKind::Storage, _) => err(py, "StorageError", msg),
+        (ErrorKind::Config, _) => err(py, "ConfigError", msg),
         (_, CoreError::Corrupted { offset, .. }) => {
-            let err = CorruptLog::new_err(format!(
+            let err = err(
+                py,
+                "CorruptLog",
+                format!(
                 "{msg}; Broker(path, repair=True) opens the log, keeping every valid record and \
                  moving the damaged bytes to quarantine/ in the data directory"
-            ));
+                ),
+            );
             // Setting an attribute on a fresh exception instance cannot fail.
             let _ = err.value(py).setattr("offset", offset);
             err
         }
-        (ErrorKind::Encode, _) => EncodeError::new_err(msg),
-        (ErrorKind::Failed, _) => BrokerFailed::new_err(msg),
-        _ => RockletError::new_err(msg),
+        (ErrorKind::Encode, _) => err(py, "EncodeError", msg),
+        (ErrorKind::Failed, _) => err(py, "BrokerFailed", msg),
+        _ => err(py, "RockletError", msg),
     }
 }
 
 /// Opening a data directory failed.
-pub fn open_error(dir: &impl Display, e: &io::Error) -> PyErr {
-    StorageError::new_err(format!("cannot open data directory {dir}: {e}"))
+pub fn open_error(py: Python<'_>, dir: &impl Display, e: &io::Error) -> PyErr {
+    err(
+        py,
+        "StorageError",
+        format!("cannot open data directory {dir}: {e}"),
+    )
 }
 
-/// Registers the hierarchy on the module.
+/// Adds the hierarchy to the module (it is Python's: `rocklet._errors`).
 pub fn register(m: &Bound<'_, PyModule>) -> PyResult<()> {
-    add_errors(m)?;
-    add_client_errors(m)
+    crate::convert::add_all(m, errors(m.py())?)
 }

@@ -6,6 +6,55 @@ import os
 from types import TracebackType
 from typing import Any, Awaitable, Callable, ClassVar, Dict, Iterable, List, Literal, Mapping, final, Optional, Sequence, Union
 
+from rocklet._errors import (
+    RockletError as RockletError,
+    ClientError as ClientError,
+    ConfigError as ConfigError,
+    StorageError as StorageError,
+    BrokerFailed as BrokerFailed,
+    CorruptLog as CorruptLog,
+    EncodeError as EncodeError,
+    BrokerClosed as BrokerClosed,
+    InternalError as InternalError,
+    InvalidTopic as InvalidTopic,
+    ReservedTopic as ReservedTopic,
+    UnknownTopic as UnknownTopic,
+    InvalidGroup as InvalidGroup,
+    InvalidQueue as InvalidQueue,
+    EmptyBody as EmptyBody,
+    MessageTooLarge as MessageTooLarge,
+    BatchTooLarge as BatchTooLarge,
+    EmptyBatch as EmptyBatch,
+    MixedBatch as MixedBatch,
+    DelayInBatch as DelayInBatch,
+    BatchToRetryTopic as BatchToRetryTopic,
+    InvalidDelay as InvalidDelay,
+    DelayOnTransaction as DelayOnTransaction,
+    InvalidProperty as InvalidProperty,
+    PropertiesTooLarge as PropertiesTooLarge,
+    UnknownTransaction as UnknownTransaction,
+    MalformedTransactionId as MalformedTransactionId,
+    TransactionAlreadyResolved as TransactionAlreadyResolved,
+    WrongProducerGroup as WrongProducerGroup,
+    InvalidReceiptHandle as InvalidReceiptHandle,
+    StaleReceiptHandle as StaleReceiptHandle,
+    InvalidArgument as InvalidArgument,
+    ProducerGroupRequired as ProducerGroupRequired,
+    TooManyGroups as TooManyGroups,
+    TooManyTopics as TooManyTopics,
+    NotConsumable as NotConsumable,
+)
+from rocklet._types import (
+    PullResult as PullResult,
+    QueueInfo as QueueInfo,
+    TopicInfo as TopicInfo,
+    PendingTransaction as PendingTransaction,
+    PendingDelay as PendingDelay,
+    Cut as Cut,
+    Quarantined as Quarantined,
+    RecoveryReport as RecoveryReport,
+)
+
 __version__: str
 __all__ = [
     "BatchToRetryTopic",
@@ -67,118 +116,6 @@ _EndResolution = Literal["commit", "rollback"]
 # A checker answers one of the three resolutions; an `async def` checker is awaited.
 _Checker = Callable[["Message"], Union[_ResolutionName, Awaitable[_ResolutionName]]]
 _BatchItem = Union[_Body, Mapping[str, Any]]
-
-class RockletError(Exception):
-    """Base of every error Rocklet raises; `code` is a stable upper-case code."""
-
-    code: ClassVar[str]
-
-class ClientError(RockletError):
-    """The caller's mistake: nothing changed in the broker."""
-
-class ConfigError(RockletError):
-    """A configuration value that cannot work."""
-
-class StorageError(RockletError):
-    """The storage failed (I/O error, data directory in use)."""
-
-class BrokerFailed(StorageError):
-    """A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."""
-
-class CorruptLog(RockletError):
-    """The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."""
-
-    offset: int
-
-class EncodeError(RockletError):
-    """A record would not fit the commit-log format."""
-
-class BrokerClosed(RockletError):
-    """The broker was closed."""
-
-class InternalError(RockletError):
-    """A bug in Rocklet (a Rust panic was caught); the broker is unusable."""
-
-class InvalidTopic(ClientError):
-    """A topic name that is empty, too long or has characters outside [A-Za-z0-9_%|-]."""
-
-class ReservedTopic(ClientError):
-    """A topic reserved for the broker's own records."""
-
-class UnknownTopic(ClientError):
-    """A topic that does not exist while auto-creation is off."""
-
-class InvalidGroup(ClientError):
-    """A producer or consumer group name that is not valid."""
-
-class InvalidQueue(ClientError):
-    """A queue id the topic does not have."""
-
-class EmptyBody(ClientError):
-    """A message without a body."""
-
-class MessageTooLarge(ClientError):
-    """A body above `max_message_size`."""
-
-class BatchTooLarge(ClientError):
-    """A batch whose bodies together exceed `max_batch_size`."""
-
-class EmptyBatch(ClientError):
-    """A batch without messages."""
-
-class MixedBatch(ClientError):
-    """A batch whose messages do not share one topic and flags."""
-
-class DelayInBatch(ClientError):
-    """A batch holding a delayed message."""
-
-class BatchToRetryTopic(ClientError):
-    """A batch sent to a %RETRY% topic."""
-
-class InvalidDelay(ClientError):
-    """A delay level or time that is not valid."""
-
-class DelayOnTransaction(ClientError):
-    """A transactional message cannot be delayed."""
-
-class InvalidProperty(ClientError):
-    """A property name or value that is not allowed (reserved, or with separators)."""
-
-class PropertiesTooLarge(ClientError):
-    """Properties above 32767 bytes."""
-
-class UnknownTransaction(ClientError):
-    """No such transaction."""
-
-class MalformedTransactionId(ClientError):
-    """A transaction id that is not 16 hex digits."""
-
-class TransactionAlreadyResolved(ClientError):
-    """The transaction was already resolved the other way."""
-
-class WrongProducerGroup(ClientError):
-    """The transaction belongs to another producer group."""
-
-class InvalidReceiptHandle(ClientError):
-    """A receipt handle that names no delivery in flight."""
-
-class StaleReceiptHandle(ClientError):
-    """A receipt handle replaced by a redelivery or an invisible-time change."""
-
-class InvalidArgument(ClientError):
-    """An argument outside what the broker accepts."""
-
-class ProducerGroupRequired(ClientError):
-    """An END_TRANSACTION that names no producer group."""
-
-class TooManyGroups(ClientError):
-    """A new group past `max_groups`."""
-
-class TooManyTopics(ClientError):
-    """A new topic past `max_topics`."""
-
-class NotConsumable(ClientError):
-    """A send-back of something the group cannot consume (no visible message of a consumer topic at that offset)."""
 
 @final
 class Message:
@@ -268,150 +205,6 @@ class Received:
     @property
     def visible_at(self) -> int:
         """When it becomes visible again unless acked (ms, broker clock)."""
-
-@final
-class PullResult:
-    """One page of a queue read by `pull_queue`."""
-
-    @property
-    def messages(self) -> List[Message]:
-        """Messages, in queue order."""
-    @property
-    def next_offset(self) -> int:
-        """Offset to read from next."""
-    @property
-    def max_offset(self) -> int:
-        """Messages visible in the queue."""
-
-@final
-class QueueInfo:
-    """One queue of a topic."""
-
-    @property
-    def queue_id(self) -> int:
-        """Queue id."""
-    @property
-    def next_offset(self) -> int:
-        """Next queue offset (messages written)."""
-    @property
-    def visible(self) -> int:
-        """Messages consumers can see (durable ones, under sync flush)."""
-
-@final
-class TopicInfo:
-    """A topic and its queues."""
-
-    @property
-    def name(self) -> str:
-        """Topic name."""
-    @property
-    def queues(self) -> List[QueueInfo]:
-        """Its queues."""
-    @property
-    def depth(self) -> int:
-        """Visible messages over all queues."""
-
-@final
-class PendingTransaction:
-    """A transaction waiting for its resolution."""
-
-    @property
-    def transaction_id(self) -> str:
-        """Transaction id (16 hex digits)."""
-    @property
-    def group(self) -> str:
-        """Producer group (whose checker is asked)."""
-    @property
-    def topic(self) -> str:
-        """Topic it will be delivered to."""
-    @property
-    def queue_id(self) -> int:
-        """Queue it will be delivered to."""
-    @property
-    def checks(self) -> int:
-        """Checks made so far."""
-    @property
-    def next_check(self) -> Optional[int]:
-        """Time of the next check (ms); None while no checker of the group is registered."""
-
-@final
-class PendingDelay:
-    """A delayed message not yet delivered."""
-
-    @property
-    def offset(self) -> int:
-        """Log offset of the stored delayed message."""
-    @property
-    def topic(self) -> str:
-        """Topic it will be delivered to."""
-    @property
-    def queue_id(self) -> int:
-        """Queue it will be delivered to."""
-    @property
-    def due(self) -> int:
-        """When it becomes visible (ms)."""
-
-@final
-class Cut:
-    """A torn tail cut off the log on open (nothing acknowledged can be in one)."""
-
-    @property
-    def offset(self) -> int:
-        """Log offset of the first byte cut."""
-    @property
-    def bytes(self) -> int:
-        """Bytes cut."""
-    @property
-    def reason(self) -> str:
-        """Why."""
-    @property
-    def kept_as(self) -> Optional[str]:
-        """The file under `quarantine/` in the data directory that keeps the cut bytes that were
-        not zero; None when they were all zero."""
-
-@final
-class Quarantined:
-    """A damaged range that `repair=True` moved out of the log into quarantine."""
-
-    @property
-    def offset(self) -> int:
-        """Log offset of the first damaged byte."""
-    @property
-    def bytes(self) -> int:
-        """Bytes moved."""
-    @property
-    def reason(self) -> str:
-        """What was wrong (names the segment file and the position in it)."""
-    @property
-    def name(self) -> str:
-        """The file under `quarantine/` in the data directory holding the bytes, unchanged."""
-
-@final
-class RecoveryReport:
-    """What recovery found when the broker opened."""
-
-    @property
-    def segments(self) -> int:
-        """Segment files read."""
-    @property
-    def records(self) -> int:
-        """Valid records kept."""
-    @property
-    def bytes_scanned(self) -> int:
-        """Bytes read."""
-    @property
-    def bytes_truncated(self) -> int:
-        """Bytes cut off a torn tail."""
-    @property
-    def bytes_quarantined(self) -> int:
-        """Bytes `repair=True` moved to quarantine."""
-    @property
-    def cuts(self) -> List[Cut]:
-        """Torn tails cut (at most one: the end of the last segment)."""
-    @property
-    def quarantined(self) -> List[Quarantined]:
-        """Damaged ranges `repair=True` moved to quarantine (empty after a plain open, which
-        raises `CorruptLog` instead)."""
 
 @final
 class Transaction:
