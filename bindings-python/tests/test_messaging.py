@@ -254,6 +254,10 @@ def test_config_errors() -> None:
         rocklet.Broker(clock="manual", segment_size=10)
     with pytest.raises(rocklet.ConfigError):
         rocklet.Broker(clock="manual", flush="sometimes")
+    with pytest.raises(rocklet.ConfigError, match="config `segment_size`: not a finite number"):
+        rocklet.Broker(clock="manual", segment_size=float("nan"))
+    with pytest.raises(rocklet.ConfigError, match="config `delay_levels`: unsupported value .*set"):
+        rocklet.Broker(clock="manual", delay_levels={1, 2})
     with pytest.raises(ValueError):
         rocklet.Broker(clock="lunar")  # type: ignore[arg-type]
     with pytest.raises(ValueError):

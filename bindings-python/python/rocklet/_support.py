@@ -69,6 +69,9 @@ def config_json(options: Dict[str, Any]) -> List[Tuple[str, str]]:
     for key, value in options.items():
         try:
             out.append((key, json.dumps(value, allow_nan=False)))
-        except (TypeError, ValueError) as e:
-            raise ConfigError(f"config `{key}`: {e}") from None
+        except ValueError as e:
+            why = "not a finite number" if "float" in str(e) else str(e)
+            raise ConfigError(f"config `{key}`: {why}") from None
+        except TypeError as e:
+            raise ConfigError(f"config `{key}`: unsupported value ({e})") from None
     return out
