@@ -715,7 +715,7 @@ async fn the_new_master_carries_on() {
 }
 
 /// GET_ROUTEINFO_BY_TOPIC at `namesrv` until it names `want` (a node learns of a new
-/// master within its poll of etcd), for at most 5 s: the last answer.
+/// master within its poll of etcd), for at most 15 s: the last answer.
 async fn v4_route_to(namesrv: SocketAddr, topic: &str, want: &str) -> Option<String> {
     let deadline = Instant::now() + Duration::from_secs(15);
     loop {
