@@ -235,3 +235,198 @@ impl ReceiveInput {
 pub fn tag_filter(tags: Option<&str>) -> TagFilter {
     tags.map_or(TagFilter::All, TagFilter::parse)
 }
+
+/// Message keys: one string or an array of strings.
+#[derive(Debug, Default)]
+pub struct Keys(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Keys;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Keys, E> {
+                Ok(Keys(alloc::vec![v.into()]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Keys, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = seq.next_element::<String>()? {
+                    out.push(k);
+                }
+                Ok(Keys(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A message as the Node binding takes it: `send`'s options, or (with `topic`, `body` and,
+/// for `prepare`, `checkImmunityMs`) a message object. `deliverAt` is the older name of
+/// `deliverAtMs`; both stay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MessageOptions {
+    pub topic: Option<String>,
+    pub body: Option<Body>,
+    pub tag: Option<String>,
+    pub keys: Option<Keys>,
+    pub properties: Option<Props>,
+    pub queue_id: Option<u32>,
+    pub delay_level: Option<u32>,
+    pub deliver_at_ms: Option<u64>,
+    pub deliver_at: Option<u64>,
+    pub delay_ms: Option<u64>,
+    pub message_id: Option<String>,
+    pub message_group: Option<String>,
+    pub flag: Option<i32>,
+    pub born_timestamp: Option<u64>,
+    pub check_immunity_ms: Option<u64>,
+}
+
+impl MessageOptions {
+    /// The first of `topic`, `body`, `checkImmunityMs` given (what `send`'s options refuse).
+    pub fn message_only_field(&self) -> Option<&'static str> {
+        [
+            (self.topic.is_some(), "topic"),
+            (self.body.is_some(), "body"),
+            (self.check_immunity_ms.is_some(), "checkImmunityMs"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+
+    /// The core message to `topic` with `body`; more than one delay is refused.
+    pub fn into_message(self, topic: String, body: Vec<u8>) -> Result<NewMessage, &'static str> {
+        let delays = [
+            self.delay_level.map(Delay::Level),
+            self.deliver_at_ms.map(Delay::At),
+            self.deliver_at.map(Delay::At),
+            self.delay_ms.map(Delay::After),
+        ];
+        let mut given = delays.into_iter().flatten();
+        let delay = given.next();
+        if given.next().is_some() {
+            return Err("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs");
+        }
+        Ok(NewMessage {
+            topic,
+            body,
+            tag: self.tag,
+            keys: self.keys.unwrap_or_default().0,
+            properties: self.properties.unwrap_or_default().0,
+            queue_id: self.queue_id,
+            message_id: self.message_id,
+            delay,
+            message_group: self.message_group,
+            born_timestamp: self.born_timestamp,
+            born_host: None,
+            flag: self.flag.unwrap_or(0),
+        })
+    }
+}
+
+/// The error of a deserializer over JS values that knows where it is (the Node binding's):
+/// the path below the argument (`.properties.a`, `[2].topic`) and a sentence with the texts
+/// every binding uses (`must be a string`, `is required`, `has an unknown option`, the
+/// whole-number range of [`crate::arg::number`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct JsError {
+    path: String,
+    /// After the argument's name and path: ` must be a string`, `: reason`.
+    text: String,
+}
+
+impl JsError {
+    /// An error about the value itself: `must be an object`.
+    pub fn must_be(what: &str) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(" must be {what}"),
+        }
+    }
+
+    /// The same error, one level down: under key `key` of an object.
+    #[must_use]
+    pub fn in_key(mut self, key: &str) -> Self {
+        self.path.insert_str(0, key);
+        self.path.insert(0, '.');
+        self
+    }
+
+    /// The same error, one level down: at index `i` of an array.
+    #[must_use]
+    pub fn in_index(mut self, i: usize) -> Self {
+        self.path.insert_str(0, &alloc::format!("[{i}]"));
+        self
+    }
+
+    /// The sentence, naming the argument `what` (`options.properties.a must be a string`).
+    pub fn text(&self, what: &str) -> String {
+        alloc::format!("{what}{}{}", self.path, self.text)
+    }
+
+    fn number(unexp: &de::Unexpected<'_>, exp: &dyn de::Expected) -> Option<Self> {
+        let n = match *unexp {
+            de::Unexpected::Unsigned(n) => alloc::format!("{n}"),
+            de::Unexpected::Signed(n) => alloc::format!("{n}"),
+            de::Unexpected::Float(n) => alloc::format!("{n}"),
+            _ => String::new(),
+        };
+        let exp = alloc::format!("{exp}");
+        let max: u64 = match exp.as_str() {
+            "u32" => u32::MAX.into(),
+            "u64" => crate::arg::MAX_SAFE,
+            "i32" if !n.is_empty() => {
+                return Some(Self::must_be(&alloc::format!("a 32-bit integer, got {n}")))
+            }
+            "i32" => return Some(Self::must_be("a number")),
+            _ => return None,
+        };
+        Some(if n.is_empty() {
+            Self::must_be("a number")
+        } else {
+            Self::must_be(&alloc::format!("a whole number from 0 to {max}, not {n}"))
+        })
+    }
+}
+
+impl fmt::Display for JsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.text("value"))
+    }
+}
+
+impl de::StdError for JsError {}
+
+impl de::Error for JsError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(": {msg}"),
+        }
+    }
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Self::number(&unexp, exp).unwrap_or_else(|| Self::must_be(&alloc::format!("{exp}")))
+    }
+    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Self::invalid_type(unexp, exp)
+    }
+    fn missing_field(field: &'static str) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(".{field} is required"),
+        }
+    }
+    fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(
+                " has an unknown option `{field}` (known: {})",
+                expected.join(", ")
+            ),
+        }
+    }
+}
