@@ -139,7 +139,7 @@ impl JsBroker {
     ) -> Result<Unknown<'e>> {
         self.guard(env, |b| {
             let topic: String = read("topic", Some(topic))?;
-            let o: convert::BatchOptions = read("options", options)?;
+            let o: embed::input::BatchOptions = read("options", options)?;
             if !messages.is_array()? {
                 return Err(arg("messages must be an array"));
             }
@@ -282,17 +282,8 @@ impl JsBroker {
                 }
                 v => (read("queueId", v)?, options),
             };
-            let o: convert::PullOptions = read("options", options)?;
-            let args = embed::PullArgs {
-                group,
-                topic,
-                queue,
-                offset: o.offset,
-                // Absent: as many as the core hands out in one call.
-                max: o.max.unwrap_or(u32::MAX),
-                filter: embed::input::tag_filter(o.tags.as_deref()),
-                auto_commit: o.auto_commit.unwrap_or(true),
-            };
+            let o: embed::input::PullOptions = read("options", options)?;
+            let args = o.into_args(group, topic, queue);
             let p = embed::pull(&mut b.host, args)?;
             out(env, view::node_pulled(&p, queue.is_some()))
         })
@@ -329,15 +320,8 @@ impl JsBroker {
         self.guard(env, |b| {
             let group = read("group", Some(group))?;
             let topic = read("topic", Some(topic))?;
-            let o: convert::ReceiveOptions = read("options", Some(options))?;
-            let args = embed::ReceiveArgs {
-                group,
-                topic,
-                queue: o.queue_id,
-                max: o.max.unwrap_or(u32::MAX),
-                invisible_ms: o.invisible_ms,
-                filter: embed::input::tag_filter(o.tags.as_deref()),
-            };
+            let o: embed::input::ReceiveOptions = read("options", Some(options))?;
+            let args = o.into_args(group, topic);
             let got = embed::receive(&mut b.host, args)?;
             out(env, view::node_received(&got))
         })
@@ -393,7 +377,7 @@ impl JsBroker {
         options: Option<Unknown<'_>>,
     ) -> Result<Unknown<'e>> {
         self.guard(env, |b| {
-            let o: convert::SendBackOptions = read("options", options)?;
+            let o: embed::input::SendBackOptions = read("options", options)?;
             let (g, offset) = (read("group", Some(group))?, read("offset", Some(offset))?);
             let r = embed::send_back(&mut b.host, g, offset, o.delay_level)?;
             out(env, view::send_result(&r))
@@ -413,10 +397,8 @@ impl JsBroker {
     ) -> napi::Result<u32> {
         self.guard(env, |b| {
             let (group, topic) = (read("group", Some(group))?, read("topic", Some(topic))?);
-            let o: convert::SubscribeOptions = read("options", Some(options))?;
-            let filter = embed::input::tag_filter(o.tags.as_deref());
-            let batch = o.batch.unwrap_or(1);
-            let sub = embed::Subscription::new(group, topic, o.invisible_ms, batch, filter);
+            let o: embed::input::SubscribeOptions = read("options", Some(options))?;
+            let sub = o.into_subscription(group, topic);
             let id = b.next_sub;
             b.next_sub = b.next_sub.wrapping_add(1);
             b.subs.insert(id, sub);

@@ -220,51 +220,6 @@ pub(crate) fn out<'e, T: Serialize>(env: &'e Env, v: T) -> Res<Unknown<'e>> {
     Ok(env.to_js_value(&Plain(&v))?)
 }
 
-// ---- option objects ---------------------------------------------------------------------
-
-/// `sendBatch` options.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct BatchOptions {
-    pub(crate) queue_id: Option<u32>,
-}
-
-/// `pull` options.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct PullOptions {
-    pub(crate) offset: Option<u64>,
-    pub(crate) max: Option<u32>,
-    pub(crate) tags: Option<String>,
-    pub(crate) auto_commit: Option<bool>,
-}
-
-/// `receive` options.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct ReceiveOptions {
-    pub(crate) invisible_ms: u64,
-    pub(crate) max: Option<u32>,
-    pub(crate) queue_id: Option<u32>,
-    pub(crate) tags: Option<String>,
-}
-
-/// The options of a subscription (`subscribe`).
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct SubscribeOptions {
-    pub(crate) invisible_ms: u64,
-    pub(crate) tags: Option<String>,
-    pub(crate) batch: Option<u32>,
-}
-
-/// `sendBack` options.
-#[derive(Deserialize)]
-#[serde(rename_all = "camelCase", deny_unknown_fields)]
-pub(crate) struct SendBackOptions {
-    pub(crate) delay_level: Option<u32>,
-}
-
 // ---- broker options -----------------------------------------------------------------------
 
 /// The binding's own broker options; every other key is a `Config` field (camelCase).

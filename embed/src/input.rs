@@ -430,3 +430,92 @@ impl de::Error for JsError {
         }
     }
 }
+
+// ---- Node's options objects (rocklet-node reads them with its deserializer over napi values)
+
+/// `sendBatch` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BatchOptions {
+    pub queue_id: Option<u32>,
+}
+
+/// `pull` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullOptions {
+    pub offset: Option<u64>,
+    pub max: Option<u32>,
+    pub tags: Option<String>,
+    pub auto_commit: Option<bool>,
+}
+
+/// `receive` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReceiveOptions {
+    pub invisible_ms: u64,
+    pub max: Option<u32>,
+    pub queue_id: Option<u32>,
+    pub tags: Option<String>,
+}
+
+/// The options of a subscription (`subscribe`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubscribeOptions {
+    pub invisible_ms: u64,
+    pub tags: Option<String>,
+    pub batch: Option<u32>,
+}
+
+/// `sendBack` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendBackOptions {
+    pub delay_level: Option<u32>,
+}
+
+impl PullOptions {
+    /// The pull of `group` and `topic` (one queue or all): `max` as many as the core hands
+    /// out in one call, auto-commit on, by default.
+    pub fn into_args(self, group: String, topic: String, queue: Option<u32>) -> crate::PullArgs {
+        crate::PullArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group,
+            topic,
+            queue,
+            offset: self.offset,
+            max: self.max.unwrap_or(u32::MAX),
+            auto_commit: self.auto_commit.unwrap_or(true),
+        }
+    }
+}
+
+impl ReceiveOptions {
+    /// The receive of `group` and `topic`, `max` as many as the core hands out by default.
+    pub fn into_args(self, group: String, topic: String) -> crate::ReceiveArgs {
+        crate::ReceiveArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group,
+            topic,
+            queue: self.queue_id,
+            max: self.max.unwrap_or(u32::MAX),
+            invisible_ms: self.invisible_ms,
+        }
+    }
+}
+
+impl SubscribeOptions {
+    /// The subscription of `group` to `topic`, one message at a time by default.
+    pub fn into_subscription(self, group: String, topic: String) -> crate::Subscription {
+        let filter = tag_filter(self.tags.as_deref());
+        crate::Subscription::new(
+            group,
+            topic,
+            self.invisible_ms,
+            self.batch.unwrap_or(1),
+            filter,
+        )
+    }
+}
