@@ -313,7 +313,9 @@ pub(crate) fn new_message(
     opts: Option<Unknown<'_>>,
 ) -> Res<NewMessage> {
     let body = body("body", body_v)?;
-    let o: MessageOptions = read("options", opts)?;
+    let hidden = ["topic", "body", "checkImmunityMs"];
+    let o = MessageOptions::deserialize(Js(opts))
+        .map_err(|e| arg(e.text_hiding("options", &hidden)))?;
     if let Some(k) = o.message_only_field() {
         return Err(arg(format!(
             "options has an unknown option `{k}` (a send gives the topic and body as arguments)"

@@ -337,6 +337,8 @@ pub struct JsError {
     path: String,
     /// After the argument's name and path: ` must be a string`, `: reason`.
     text: String,
+    /// An unknown key and the known ones (the text is made when asked, see [`JsError::text_hiding`]).
+    unknown: Option<(String, &'static [&'static str])>,
 }
 
 impl JsError {
@@ -345,6 +347,7 @@ impl JsError {
         JsError {
             path: String::new(),
             text: alloc::format!(" must be {what}"),
+            unknown: None,
         }
     }
 
@@ -365,7 +368,26 @@ impl JsError {
 
     /// The sentence, naming the argument `what` (`options.properties.a must be a string`).
     pub fn text(&self, what: &str) -> String {
-        alloc::format!("{what}{}{}", self.path, self.text)
+        self.text_hiding(what, &[])
+    }
+
+    /// [`JsError::text`], leaving the fields `hidden` out of the known ones (`send`'s
+    /// options are a message object's fields but `topic`, `body` and `checkImmunityMs`), and
+    /// naming an unknown key that is hidden as unknown too.
+    pub fn text_hiding(&self, what: &str, hidden: &[&str]) -> String {
+        let Some((field, known)) = &self.unknown else {
+            return alloc::format!("{what}{}{}", self.path, self.text);
+        };
+        let known: Vec<&str> = known
+            .iter()
+            .copied()
+            .filter(|k| !hidden.contains(k))
+            .collect();
+        alloc::format!(
+            "{what}{} has an unknown option `{field}` (known: {})",
+            self.path,
+            known.join(", ")
+        )
     }
 
     fn number(unexp: &de::Unexpected<'_>, exp: &dyn de::Expected) -> Option<Self> {
@@ -406,6 +428,7 @@ impl de::Error for JsError {
         JsError {
             path: String::new(),
             text: alloc::format!(": {msg}"),
+            unknown: None,
         }
     }
     fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
@@ -418,15 +441,14 @@ impl de::Error for JsError {
         JsError {
             path: String::new(),
             text: alloc::format!(".{field} is required"),
+            unknown: None,
         }
     }
     fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
         JsError {
             path: String::new(),
-            text: alloc::format!(
-                " has an unknown option `{field}` (known: {})",
-                expected.join(", ")
-            ),
+            text: String::new(),
+            unknown: Some((field.into(), expected)),
         }
     }
 }
@@ -517,5 +539,62 @@ impl SubscribeOptions {
             self.batch.unwrap_or(1),
             filter,
         )
+    }
+}
+
+#[cfg(test)]
+mod js_error_tests {
+    use super::*;
+    use serde::de::value::MapDeserializer;
+    use serde::de::Error as _;
+
+    fn read<T: for<'de> Deserialize<'de>>(entries: &[(&'static str, u64)]) -> Result<T, String> {
+        let d = MapDeserializer::<_, JsError>::new(entries.iter().copied());
+        T::deserialize(d).map_err(|e| e.text("options"))
+    }
+
+    #[test]
+    fn texts_name_the_range_the_missing_and_the_unknown() {
+        let e = JsError::invalid_type(de::Unexpected::Float(1.5), &"u32").in_key("queueId");
+        assert_eq!(
+            e.text("options"),
+            "options.queueId must be a whole number from 0 to 4294967295, not 1.5"
+        );
+        let e = JsError::invalid_value(de::Unexpected::Signed(-1), &"u64");
+        assert_eq!(
+            e.text("target"),
+            "target must be a whole number from 0 to 9007199254740991, not -1"
+        );
+        let e = JsError::invalid_type(de::Unexpected::Float(0.5), &"i32");
+        assert_eq!(e.text("flag"), "flag must be a 32-bit integer, got 0.5");
+        let e = JsError::invalid_type(de::Unexpected::Str("x"), &"u32");
+        assert_eq!(e.text("queues"), "queues must be a number");
+        let e = read::<ReceiveOptions>(&[]).unwrap_err();
+        assert_eq!(e, "options.invisibleMs is required");
+        let e = read::<ReceiveOptions>(&[("colour", 1)]).unwrap_err();
+        assert_eq!(
+            e,
+            "options has an unknown option `colour` (known: invisibleMs, max, queueId, tags)"
+        );
+        let o = read::<ReceiveOptions>(&[("invisibleMs", 5)]).map(|o| o.invisible_ms);
+        assert_eq!(o, Ok(5));
+    }
+
+    #[test]
+    fn paths_and_hidden_fields() {
+        let e = de::Error::invalid_type(de::Unexpected::Signed(1), &"a string");
+        let e = JsError::in_key(e, "a").in_key("properties").in_index(2);
+        assert_eq!(
+            e.text("messages"),
+            "messages[2].properties.a must be a string"
+        );
+        let d = MapDeserializer::<_, JsError>::new([("colour", 1u64)].into_iter());
+        let e = MessageOptions::deserialize(d).unwrap_err();
+        let text = e.text_hiding("options", &["topic", "body", "checkImmunityMs"]);
+        assert!(text.starts_with("options has an unknown option `colour` (known: tag, keys,"));
+        assert!(
+            !text.contains("body") && !text.contains("checkImmunityMs"),
+            "{text}"
+        );
     }
 }

@@ -1255,3 +1255,27 @@ pub fn available(a: &[(String, u32)]) -> impl Serialize + '_ {
 pub fn traces(ts: &[TraceEvent]) -> impl Serialize + '_ {
     ts.iter().map(trace_out).collect::<Vec<_>>()
 }
+
+#[cfg(test)]
+mod plain_tests {
+    use super::*;
+
+    #[test]
+    fn plain_writes_big_integers_as_floats_and_leaves_none_out() {
+        let r = SendResult {
+            msg_id: "M".into(),
+            topic: "T".into(),
+            queue_id: 1,
+            queue_offset: 1 << 40,
+            offset: 7,
+            txn: None,
+        };
+        let v = serde_json::to_value(Plain(&send_result(&r))).unwrap();
+        assert_eq!(v["queueOffset"].as_f64(), Some((1u64 << 40) as f64));
+        assert!(v["queueOffset"].is_f64());
+        assert!(v.get("txn").is_none(), "{v}");
+        // Without Plain the same view keeps the null (wasm's shape).
+        let v = serde_json::to_value(send_result(&r)).unwrap();
+        assert!(v["txn"].is_null() && v.get("txn").is_some());
+    }
+}
