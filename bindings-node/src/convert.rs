@@ -39,7 +39,7 @@ impl<'e> Js<'e> {
             return Ok(None);
         };
         let plain = !(v.is_array().js()? || v.is_buffer().js()? || v.is_typedarray().js()?);
-        Ok(plain.then(|| Object::from_unknown(v)).transpose().js()?)
+        plain.then(|| Object::from_unknown(v)).transpose().js()
     }
 
     /// An object (absent: no keys) into a map visitor; anything else is refused.
