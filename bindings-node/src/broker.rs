@@ -115,28 +115,28 @@ impl JsBroker {
 
     /// Sends one message.
     #[napi]
-    pub fn send<'e>(
+    pub fn send(
         &mut self,
-        env: &'e Env,
+        env: &Env,
         topic: Unknown<'_>,
         body: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> Result<Unknown<'e>> {
+    ) -> Result<convert::JsSendResult> {
         self.guard(env, |b| {
             let m = convert::new_message(read("topic", Some(topic))?, body, options)?;
-            out(env, view::send_result(&embed::send_one(&mut b.host, m)?))
+            Ok(convert::send_result(embed::send_one(&mut b.host, m)?))
         })
     }
 
     /// Sends a batch: one topic, stored together with consecutive queue offsets.
     #[napi]
-    pub fn send_batch<'e>(
+    pub fn send_batch(
         &mut self,
-        env: &'e Env,
+        env: &Env,
         topic: Unknown<'_>,
         messages: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> Result<Unknown<'e>> {
+    ) -> Result<Vec<convert::JsSendResult>> {
         self.guard(env, |b| {
             let topic: String = read("topic", Some(topic))?;
             let o: embed::input::BatchOptions = read("options", options)?;
@@ -154,23 +154,24 @@ impl JsBroker {
                 m.queue_id = o.queue_id.or(m.queue_id);
                 batch.push(m);
             }
-            out(env, view::send_results(&embed::send(&mut b.host, batch)?))
+            let sent = embed::send(&mut b.host, batch)?;
+            Ok(sent.into_iter().map(convert::send_result).collect())
         })
     }
 
     /// Stores a half message of a transaction of producer group `group`.
     #[napi]
-    pub fn prepare<'e>(
+    pub fn prepare(
         &mut self,
-        env: &'e Env,
+        env: &Env,
         group: Unknown<'_>,
         message: Unknown<'_>,
-    ) -> Result<Unknown<'e>> {
+    ) -> Result<convert::JsSendResult> {
         self.guard(env, |b| {
             let group = read("group", Some(group))?;
             let (message, immunity) = convert::message_object("message", message, None, true)?;
             let tx = embed::prepare(&mut b.host, group, message, immunity)?;
-            out(env, view::send_result(&tx.sent))
+            Ok(convert::send_result(tx.sent))
         })
     }
 
@@ -369,18 +370,18 @@ impl JsBroker {
 
     /// A pulled message the consumer failed: to `%RETRY%<group>` (later) or the DLQ.
     #[napi]
-    pub fn send_back<'e>(
+    pub fn send_back(
         &mut self,
-        env: &'e Env,
+        env: &Env,
         group: Unknown<'_>,
         offset: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> Result<Unknown<'e>> {
+    ) -> Result<convert::JsSendResult> {
         self.guard(env, |b| {
             let o: embed::input::SendBackOptions = read("options", options)?;
             let (g, offset) = (read("group", Some(group))?, read("offset", Some(offset))?);
             let r = embed::send_back(&mut b.host, g, offset, o.delay_level)?;
-            out(env, view::send_result(&r))
+            Ok(convert::send_result(r))
         })
     }
 

@@ -10,7 +10,8 @@
 
 use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, ValueType};
-use rocklet_core::{Config, NewMessage};
+use napi_derive::napi;
+use rocklet_core::{Config, NewMessage, SendResult};
 use rocklet_embed::config::{self, ConfigFail, Naming};
 use rocklet_embed::input::{Body, JsError, MessageOptions};
 use rocklet_embed::view::{camel_case, Plain};
@@ -301,6 +302,9 @@ pub(crate) fn config_out(cfg: &Config) -> Res<serde_json::Value> {
 
 /// A message body: a `Buffer`, any `Uint8Array`, or a string (sent as UTF-8).
 fn body(what: &str, v: Unknown<'_>) -> Res<Vec<u8>> {
+    if v.is_buffer()? {
+        return Ok(BufferSlice::from_unknown(v)?.to_vec()); // the common case, in one call
+    }
     Body::deserialize(Js(Some(v)))
         .map(|b| b.0)
         .map_err(|_| arg(format!("{what} must be a Buffer, a Uint8Array or a string")))
@@ -333,7 +337,7 @@ pub(crate) fn message_object(
     topic: Option<&str>,
     immunity: bool,
 ) -> Res<(NewMessage, Option<u64>)> {
-    if topic.is_some() && (v.get_type()? == ValueType::String || v.is_typedarray()?) {
+    if topic.is_some() && (v.is_typedarray()? || v.get_type()? == ValueType::String) {
         let m = NewMessage::new(topic.unwrap_or_default(), body(what, v)?);
         return Ok((m, None));
     }
@@ -357,4 +361,34 @@ pub(crate) fn message_object(
         .into_message(topic, body.0)
         .map_err(|e| arg(format!("{what}: {e}")))?;
     Ok((m, imm))
+}
+
+// ---- values out -----------------------------------------------------------------------------
+
+/// A stored message, as `send`, `sendBatch`, `prepare` and `sendBack` answer it. The
+/// producer's hot path, so a napi object (its keys are static C strings) rather than a view
+/// through [`out`] (napi's serde serializer allocates a C string for every key).
+#[napi(object)]
+#[derive(Debug)]
+pub struct JsSendResult {
+    pub msg_id: String,
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: f64,
+    /// Log offset of the record.
+    pub offset: f64,
+    /// The transaction of a half message (16 hex digits).
+    pub txn: Option<String>,
+}
+
+#[allow(clippy::cast_precision_loss)] // offsets stay far below 2^53
+pub(crate) fn send_result(r: SendResult) -> JsSendResult {
+    JsSendResult {
+        msg_id: r.msg_id,
+        topic: r.topic,
+        queue_id: r.queue_id,
+        queue_offset: r.queue_offset as f64,
+        offset: r.offset as f64,
+        txn: r.txn.map(|t| t.to_string()),
+    }
 }
