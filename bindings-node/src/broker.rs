@@ -558,10 +558,14 @@ impl JsBroker {
         self.guard(env, |b| out(env, view::node_checks(&b.host.take_checks())))
     }
 
-    /// Queues that got a visible message since the last call.
+    /// Queues that got a visible message since the last call (after every driving call:
+    /// a napi object, see `JsSendResult`).
     #[napi]
-    pub fn take_available<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
-        self.guard(env, |b| out(env, view::available(&b.host.take_available())))
+    pub fn take_available(&mut self) -> Vec<convert::JsAvailable> {
+        let a = self.host.take_available();
+        a.into_iter()
+            .map(|(topic, queue_id)| convert::JsAvailable { topic, queue_id })
+            .collect()
     }
 
     /// Trace events (with `trace: true`) since the last call, in order.

@@ -392,3 +392,11 @@ pub(crate) fn send_result(r: SendResult) -> JsSendResult {
         txn: r.txn.map(|t| t.to_string()),
     }
 }
+
+/// A queue that got a visible message.
+#[napi(object)]
+#[derive(Debug)]
+pub struct JsAvailable {
+    pub topic: String,
+    pub queue_id: u32,
+}
