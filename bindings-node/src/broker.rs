@@ -311,20 +311,20 @@ impl JsBroker {
     /// Receives messages, invisible to the group for `invisibleMs` unless acked. A topic
     /// that does not exist throws `UNKNOWN_TOPIC`.
     #[napi]
-    pub fn receive<'e>(
+    pub fn receive(
         &mut self,
-        env: &'e Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         options: Unknown<'_>,
-    ) -> Result<Unknown<'e>> {
+    ) -> Result<Vec<convert::JsReceived>> {
         self.guard(env, |b| {
             let group = read("group", Some(group))?;
             let topic = read("topic", Some(topic))?;
             let o: embed::input::ReceiveOptions = read("options", Some(options))?;
             let args = o.into_args(group, topic);
             let got = embed::receive(&mut b.host, args)?;
-            out(env, view::node_received(&got))
+            Ok(got.into_iter().map(convert::received).collect())
         })
     }
 
@@ -410,17 +410,14 @@ impl JsBroker {
     /// The subscription's next message (acking the one before), or `null` when none is
     /// visible now (the wrapper waits for the topic's next availability notice).
     #[napi]
-    pub fn subscription_next<'e>(&mut self, env: &'e Env, id: u32) -> Result<Unknown<'e>> {
+    pub fn subscription_next(&mut self, env: &Env, id: u32) -> Result<Option<convert::JsReceived>> {
         self.guard(env, |b| {
             let Some(mut sub) = b.subs.remove(&id) else {
                 return Err(arg(format!("no open subscription {id}")));
             };
             let r = sub.next(&mut b.host);
             b.subs.insert(id, sub);
-            match r? {
-                Some(r) => out(env, view::node_received_one(&r)),
-                None => Ok(Null.into_unknown(env)?),
-            }
+            Ok(r?.map(convert::received))
         })
     }
 

@@ -11,7 +11,9 @@
 use napi::bindgen_prelude::*;
 use napi::{Env, JsValue, ValueType};
 use napi_derive::napi;
-use rocklet_core::{Config, NewMessage, SendResult};
+use std::collections::HashMap;
+
+use rocklet_core::{Config, NewMessage, Received, SendResult};
 use rocklet_embed::config::{self, ConfigFail, Naming};
 use rocklet_embed::input::{Body, JsError, MessageOptions};
 use rocklet_embed::view::{camel_case, Plain};
@@ -399,4 +401,67 @@ pub(crate) fn send_result(r: SendResult) -> JsSendResult {
 pub struct JsAvailable {
     pub topic: String,
     pub queue_id: u32,
+}
+
+/// A received message, flat: the message's fields and its delivery (`handle`, `attempt`,
+/// `visibleAt`). The consumer's hot path, so a napi object too (see [`JsSendResult`]).
+#[napi(object)]
+pub struct JsReceived {
+    pub topic: String,
+    pub queue_id: u32,
+    pub queue_offset: f64,
+    pub offset: f64,
+    pub msg_id: String,
+    pub tag: Option<String>,
+    pub keys: Vec<String>,
+    pub properties: HashMap<String, String>,
+    pub body: Buffer,
+    pub born_timestamp: f64,
+    pub store_timestamp: f64,
+    pub reconsume_times: u32,
+    pub flag: i32,
+    pub sys_flag: u32,
+    pub born_host: String,
+    pub store_host: String,
+    /// Receipt handle for `ack` / `changeInvisible`.
+    pub handle: String,
+    /// Delivery attempt, from 1.
+    pub attempt: u32,
+    /// When it becomes visible again unless acked.
+    pub visible_at: f64,
+}
+
+impl std::fmt::Debug for JsReceived {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("JsReceived")
+            .field("msg_id", &self.msg_id)
+            .field("handle", &self.handle)
+            .finish_non_exhaustive()
+    }
+}
+
+#[allow(clippy::cast_precision_loss)] // offsets and milliseconds stay far below 2^53
+pub(crate) fn received(r: Received) -> JsReceived {
+    let m = r.message;
+    JsReceived {
+        topic: m.topic,
+        queue_id: m.queue_id,
+        queue_offset: m.queue_offset as f64,
+        offset: m.offset as f64,
+        msg_id: m.msg_id,
+        tag: m.tag,
+        keys: m.keys,
+        properties: m.properties.into_iter().collect(),
+        body: m.body.into(),
+        born_timestamp: m.born_timestamp as f64,
+        store_timestamp: m.store_timestamp as f64,
+        reconsume_times: m.reconsume_times,
+        flag: m.flag,
+        sys_flag: m.sys_flag,
+        born_host: m.born_host.to_string(),
+        store_host: m.store_host.to_string(),
+        handle: r.handle.to_string(),
+        attempt: r.attempt,
+        visible_at: r.visible_at as f64,
+    }
 }

@@ -1097,8 +1097,7 @@ impl Serializer for IsNone {
     }
 }
 
-/// A message as Node consumers see it: the body as bytes (a `Buffer`); a received message
-/// carries its delivery (`handle`, `attempt`, `visibleAt`) flat beside the fields.
+/// A message as Node consumers see it (pull, checks): the body as bytes (a `Buffer`).
 #[derive(Serialize)]
 #[serde(rename_all = "camelCase")]
 struct NodeMessage<'a> {
@@ -1118,9 +1117,6 @@ struct NodeMessage<'a> {
     sys_flag: u32,
     born_host: String,
     store_host: String,
-    handle: Option<String>,
-    attempt: Option<u32>,
-    visible_at: Option<u64>,
 }
 
 fn node_message_out(m: &Message) -> NodeMessage<'_> {
@@ -1141,29 +1137,7 @@ fn node_message_out(m: &Message) -> NodeMessage<'_> {
         sys_flag: m.sys_flag,
         born_host: m.born_host.to_string(),
         store_host: m.store_host.to_string(),
-        handle: None,
-        attempt: None,
-        visible_at: None,
     }
-}
-
-fn node_received_out(r: &Received) -> NodeMessage<'_> {
-    NodeMessage {
-        handle: Some(r.handle.to_string()),
-        attempt: Some(r.attempt),
-        visible_at: Some(r.visible_at),
-        ..node_message_out(&r.message)
-    }
-}
-
-/// Received messages, each flat (Node).
-pub fn node_received(rs: &[Received]) -> impl Serialize + '_ {
-    rs.iter().map(node_received_out).collect::<Vec<_>>()
-}
-
-/// One received message, flat (Node's subscription).
-pub fn node_received_one(r: &Received) -> impl Serialize + '_ {
-    node_received_out(r)
 }
 
 /// A pull, its messages with `Buffer` bodies (Node).
@@ -1231,22 +1205,6 @@ pub fn node_consume_queue(units: &[CqUnit]) -> impl Serialize + '_ {
             offset: u.offset,
             size: u.size,
             tag_hash: u.tag_hash,
-        })
-        .collect::<Vec<_>>()
-}
-
-/// Queues that got a visible message (Node's `takeAvailable`).
-pub fn available(a: &[(String, u32)]) -> impl Serialize + '_ {
-    #[derive(Serialize)]
-    #[serde(rename_all = "camelCase")]
-    struct Available<'a> {
-        topic: &'a str,
-        queue_id: u32,
-    }
-    a.iter()
-        .map(|(topic, queue_id)| Available {
-            topic,
-            queue_id: *queue_id,
         })
         .collect::<Vec<_>>()
 }
