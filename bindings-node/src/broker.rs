@@ -10,12 +10,12 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 
 use napi::bindgen_prelude::*;
-use napi::Env;
+use napi::{Env, JsValue};
 use napi_derive::napi;
 use rocklet_core::{AnyStorage, Resolution};
-use rocklet_embed::{self as embed, AnyClock, Clock, Drive, ManualClock, SystemClock};
+use rocklet_embed::{self as embed, view, AnyClock, Clock, Drive, ManualClock, SystemClock};
 
-use crate::convert::{self, ClockKind, Opts};
+use crate::convert::{self, out, parsed, read};
 use crate::error::{arg, Fail, Res};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
@@ -51,40 +51,33 @@ impl JsBroker {
         }
     }
 
-    fn end(
+    fn end<'e>(
         &mut self,
+        env: &'e Env,
         txn: Unknown<'_>,
         resolution: Resolution,
         opts: Option<Unknown<'_>>,
         from_check_ok: bool,
-    ) -> Res<convert::JsEnded> {
-        let txn = convert::txn_id("txn", txn)?;
-        let allowed: &[&str] = if from_check_ok {
-            &["group", "fromCheck"]
-        } else {
-            &["group"]
-        };
-        let o = Opts::new("options", opts, allowed)?;
-        let group = o.string("group")?;
-        let from_check = o.bool("fromCheck")?.unwrap_or(false);
-        let e = embed::end(&mut self.host, txn, resolution, group, from_check)?;
-        Ok(convert::JsEnded {
-            txn: e.txn.to_string(),
-            resolution: e.resolution.as_str().into(),
-            duplicate: e.duplicate,
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let txn = parsed("txn", txn)?;
+            let o: embed::input::EndOptions = read("options", opts)?;
+            if o.from_check.is_some() && !from_check_ok {
+                return Err(arg(
+                    "options has an unknown option `fromCheck` (known: group)",
+                ));
+            }
+            let from_check = o.from_check.unwrap_or(false);
+            let e = embed::end(&mut b.host, txn, resolution, o.group, from_check)?;
+            out(env, view::ended(e.txn, e.resolution, e.duplicate))
         })
     }
 }
 
-fn str_arg(what: &str, v: Unknown<'_>) -> Res<String> {
-    convert::string(what, v)
-}
-
-fn to_limit(v: Option<Unknown<'_>>) -> Res<usize> {
-    match convert::present(v)? {
-        None => Ok(usize::MAX),
-        Some(v) => Ok(usize::try_from(convert::uint("limit", v)?).unwrap_or(usize::MAX)),
-    }
+/// `limit` of an introspection call: absent is no limit.
+fn limit(v: Option<Unknown<'_>>) -> Res<usize> {
+    let n: Option<u64> = read("limit", v)?;
+    Ok(n.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)))
 }
 
 #[napi]
@@ -96,10 +89,12 @@ impl JsBroker {
     pub fn new(env: Env, options: Option<Unknown<'_>>) -> napi::Result<Self> {
         let open = || -> Res<Self> {
             let o = convert::broker_options(options)?;
-            let storage = AnyStorage::open(o.path.as_deref()).map_err(Fail::Storage)?;
-            let clock = match o.clock {
-                ClockKind::Manual => AnyClock::Manual(ManualClock(o.now.unwrap_or(0))),
-                ClockKind::System => AnyClock::Host(SystemClock),
+            let path = o.path.as_deref().map(std::path::Path::new);
+            let storage = AnyStorage::open(path).map_err(Fail::Storage)?;
+            let clock = if o.manual() {
+                AnyClock::Manual(ManualClock(o.now.unwrap_or(0)))
+            } else {
+                AnyClock::Host(SystemClock)
             };
             let host = Host::open(o.config, storage, clock, o.repair)?;
             Ok(JsBroker {
@@ -122,13 +117,13 @@ impl JsBroker {
     #[napi]
     pub fn send(
         &mut self,
-        env: Env,
+        env: &Env,
         topic: Unknown<'_>,
         body: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsSendResult> {
-        self.guard(&env, |b| {
-            let m = convert::new_message(str_arg("topic", topic)?, body, options)?;
+    ) -> Result<convert::JsSendResult> {
+        self.guard(env, |b| {
+            let m = convert::new_message(read("topic", Some(topic))?, body, options)?;
             Ok(convert::send_result(embed::send_one(&mut b.host, m)?))
         })
     }
@@ -137,15 +132,14 @@ impl JsBroker {
     #[napi]
     pub fn send_batch(
         &mut self,
-        env: Env,
+        env: &Env,
         topic: Unknown<'_>,
         messages: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<Vec<convert::JsSendResult>> {
-        self.guard(&env, |b| {
-            let topic = str_arg("topic", topic)?;
-            let o = Opts::new("options", options, &["queueId"])?;
-            let queue_id = o.u32("queueId")?;
+    ) -> Result<Vec<convert::JsSendResult>> {
+        self.guard(env, |b| {
+            let topic: String = read("topic", Some(topic))?;
+            let o: embed::input::BatchOptions = read("options", options)?;
             if !messages.is_array()? {
                 return Err(arg("messages must be an array"));
             }
@@ -157,9 +151,7 @@ impl JsBroker {
                     .ok_or_else(|| arg(format!("messages[{i}] is missing")))?;
                 let (mut m, _) =
                     convert::message_object(&format!("messages[{i}]"), v, Some(&topic), false)?;
-                if queue_id.is_some() {
-                    m.queue_id = queue_id;
-                }
+                m.queue_id = o.queue_id.or(m.queue_id);
                 batch.push(m);
             }
             let sent = embed::send(&mut b.host, batch)?;
@@ -171,66 +163,63 @@ impl JsBroker {
     #[napi]
     pub fn prepare(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         message: Unknown<'_>,
-    ) -> napi::Result<convert::JsSendResult> {
-        self.guard(&env, |b| {
-            let group = str_arg("group", group)?;
-            let (message, check_immunity_ms) =
-                convert::message_object("message", message, None, true)?;
-            let tx = embed::prepare(&mut b.host, group, message, check_immunity_ms)?;
+    ) -> Result<convert::JsSendResult> {
+        self.guard(env, |b| {
+            let group = read("group", Some(group))?;
+            let (message, immunity) = convert::message_object("message", message, None, true)?;
+            let tx = embed::prepare(&mut b.host, group, message, immunity)?;
             Ok(convert::send_result(tx.sent))
         })
     }
 
     /// Ends a transaction: `resolution` is 'commit', 'rollback' or 'unknown'.
     #[napi]
-    pub fn end_transaction(
+    pub fn end_transaction<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         txn: Unknown<'_>,
         resolution: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| {
-            let r = convert::resolution("resolution", resolution)?;
-            b.end(txn, r, options, true)
-        })
+    ) -> Result<Unknown<'e>> {
+        let r = parsed("resolution", resolution).map_err(|e| e.into_js(env))?;
+        self.end(env, txn, r, options, true)
     }
 
     /// Commits a transaction.
     #[napi]
-    pub fn commit(
+    pub fn commit<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         txn: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| b.end(txn, Resolution::Commit, options, false))
+    ) -> Result<Unknown<'e>> {
+        self.end(env, txn, Resolution::Commit, options, false)
     }
 
     /// Rolls a transaction back.
     #[napi]
-    pub fn rollback(
+    pub fn rollback<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         txn: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsEnded> {
-        self.guard(&env, |b| b.end(txn, Resolution::Rollback, options, false))
+    ) -> Result<Unknown<'e>> {
+        self.end(env, txn, Resolution::Rollback, options, false)
     }
 
     /// Whether a producer of `group` can answer checks (the wrapper's `setChecker` says so).
     #[napi]
     pub fn set_producer_online(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         online: bool,
     ) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let group = str_arg("group", group)?;
+        self.guard(env, |b| {
+            let group: String = read("group", Some(group))?;
             Ok(b.host.set_producer_online(&group, online)?)
         })
     }
@@ -239,13 +228,13 @@ impl JsBroker {
     #[napi]
     pub fn create_topic(
         &mut self,
-        env: Env,
+        env: &Env,
         name: Unknown<'_>,
         queues: Unknown<'_>,
     ) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let name = str_arg("name", name)?;
-            let queues = convert::u32_of("queues", queues)?;
+        self.guard(env, |b| {
+            let name: String = read("name", Some(name))?;
+            let queues = read("queues", Some(queues))?;
             b.host.create_topic(&name, queues)?.map_err(Fail::Client)
         })
     }
@@ -256,13 +245,13 @@ impl JsBroker {
     #[napi]
     pub fn declare_group(
         &mut self,
-        env: Env,
+        env: &Env,
         name: Unknown<'_>,
         fifo: Unknown<'_>,
     ) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let name = str_arg("name", name)?;
-            let fifo = convert::boolean("fifo", fifo)?;
+        self.guard(env, |b| {
+            let name: String = read("name", Some(name))?;
+            let fifo = read("fifo", Some(fifo))?;
             b.host.declare_group(&name, fifo)?.map_err(Fail::Client)
         })
     }
@@ -273,43 +262,31 @@ impl JsBroker {
     /// `queueId` names, or every queue of the topic in order. `pull(group, topic, options)`
     /// reads every queue too. A topic that does not exist throws `UNKNOWN_TOPIC`.
     #[napi]
-    pub fn pull(
+    pub fn pull<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         queue_id: Option<Unknown<'_>>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsPulled> {
-        self.guard(&env, |b| {
-            let group = str_arg("group", group)?;
-            let topic = str_arg("topic", topic)?;
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let group = read("group", Some(group))?;
+            let topic = read("topic", Some(topic))?;
             // `pull(group, topic, options)`: the third argument is the options.
-            let (queue, options) = match convert::present(queue_id)? {
+            let (queue, options) = match queue_id {
                 Some(v) if v.get_type()? == ValueType::Object => {
-                    if convert::present(options)?.is_some() {
+                    if read::<Option<serde::de::IgnoredAny>>("options", options)?.is_some() {
                         return Err(arg("queueId must be a number (options come fourth)"));
                     }
                     (None, Some(v))
                 }
-                Some(v) => (Some(convert::u32_of("queueId", v)?), options),
-                None => (None, options),
+                v => (read("queueId", v)?, options),
             };
-            let o = Opts::new("options", options, &["offset", "max", "tags", "autoCommit"])?;
-            let p = embed::pull(
-                &mut b.host,
-                embed::PullArgs {
-                    group,
-                    topic,
-                    queue,
-                    offset: o.uint("offset")?,
-                    // Absent: as many as the core hands out in one call.
-                    max: o.u32("max")?.unwrap_or(u32::MAX),
-                    filter: convert::tags(&o)?,
-                    auto_commit: o.bool("autoCommit")?.unwrap_or(true),
-                },
-            )?;
-            Ok(convert::pulled(p, queue.is_some()))
+            let o: embed::input::PullOptions = read("options", options)?;
+            let args = o.into_args(group, topic, queue);
+            let p = embed::pull(&mut b.host, args)?;
+            out(env, view::node_pulled(&p, queue.is_some()))
         })
     }
 
@@ -317,16 +294,16 @@ impl JsBroker {
     #[napi]
     pub fn commit_offset(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         queue_id: Unknown<'_>,
         offset: Unknown<'_>,
     ) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
-            let q = convert::u32_of("queueId", queue_id)?;
-            let offset = convert::uint("offset", offset)?;
+        self.guard(env, |b| {
+            let (g, t) = (read("group", Some(group))?, read("topic", Some(topic))?);
+            let q = read("queueId", Some(queue_id))?;
+            let offset = read("offset", Some(offset))?;
             Ok(embed::commit_offset(&mut b.host, g, t, q, offset)?)
         })
     }
@@ -336,65 +313,44 @@ impl JsBroker {
     #[napi]
     pub fn receive(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         options: Unknown<'_>,
-    ) -> napi::Result<Vec<convert::JsReceived>> {
-        self.guard(&env, |b| {
-            let group = str_arg("group", group)?;
-            let topic = str_arg("topic", topic)?;
-            let o = Opts::new(
-                "options",
-                Some(options),
-                &["invisibleMs", "max", "queueId", "tags"],
-            )?;
-            let invisible_ms = o
-                .uint("invisibleMs")?
-                .ok_or_else(|| arg("options.invisibleMs is required"))?;
-            let got = embed::receive(
-                &mut b.host,
-                embed::ReceiveArgs {
-                    group,
-                    topic,
-                    queue: o.u32("queueId")?,
-                    max: o.u32("max")?.unwrap_or(u32::MAX),
-                    invisible_ms,
-                    filter: convert::tags(&o)?,
-                },
-            )?;
+    ) -> Result<Vec<convert::JsReceived>> {
+        self.guard(env, |b| {
+            let group = read("group", Some(group))?;
+            let topic = read("topic", Some(topic))?;
+            let o: embed::input::ReceiveOptions = read("options", Some(options))?;
+            let args = o.into_args(group, topic);
+            let got = embed::receive(&mut b.host, args)?;
             Ok(got.into_iter().map(convert::received).collect())
         })
     }
 
     /// Acknowledges a received message.
     #[napi]
-    pub fn ack(&mut self, env: Env, group: Unknown<'_>, handle: Unknown<'_>) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let g = str_arg("group", group)?;
-            let h = convert::handle("handle", handle)?;
+    pub fn ack(&mut self, env: &Env, group: Unknown<'_>, handle: Unknown<'_>) -> napi::Result<()> {
+        self.guard(env, |b| {
+            let (g, h) = (read("group", Some(group))?, parsed("handle", handle)?);
             Ok(embed::ack(&mut b.host, g, h)?)
         })
     }
 
     /// Changes how long a received message stays invisible; answers the new handle.
     #[napi]
-    pub fn change_invisible(
+    pub fn change_invisible<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         group: Unknown<'_>,
         handle: Unknown<'_>,
         invisible_ms: Unknown<'_>,
-    ) -> napi::Result<convert::JsInvisibleChanged> {
-        self.guard(&env, |b| {
-            let g = str_arg("group", group)?;
-            let h = convert::handle("handle", handle)?;
-            let ms = convert::uint("invisibleMs", invisible_ms)?;
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let (g, h) = (read("group", Some(group))?, parsed("handle", handle)?);
+            let ms = read("invisibleMs", Some(invisible_ms))?;
             let (handle, visible_at) = embed::change_invisible(&mut b.host, g, h, ms)?;
-            Ok(convert::JsInvisibleChanged {
-                handle: handle.to_string(),
-                visible_at: visible_at as f64,
-            })
+            out(env, view::invisible_changed(&handle, visible_at))
         })
     }
 
@@ -402,13 +358,12 @@ impl JsBroker {
     #[napi]
     pub fn forward_to_dead_letter(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         handle: Unknown<'_>,
     ) -> napi::Result<()> {
-        self.guard(&env, |b| {
-            let g = str_arg("group", group)?;
-            let h = convert::handle("handle", handle)?;
+        self.guard(env, |b| {
+            let (g, h) = (read("group", Some(group))?, parsed("handle", handle)?);
             Ok(embed::forward_to_dead_letter(&mut b.host, g, h)?)
         })
     }
@@ -417,16 +372,15 @@ impl JsBroker {
     #[napi]
     pub fn send_back(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         offset: Unknown<'_>,
         options: Option<Unknown<'_>>,
-    ) -> napi::Result<convert::JsSendResult> {
-        self.guard(&env, |b| {
-            let o = Opts::new("options", options, &["delayLevel"])?;
-            let g = str_arg("group", group)?;
-            let offset = convert::uint("offset", offset)?;
-            let r = embed::send_back(&mut b.host, g, offset, o.u32("delayLevel")?)?;
+    ) -> Result<convert::JsSendResult> {
+        self.guard(env, |b| {
+            let o: embed::input::SendBackOptions = read("options", options)?;
+            let (g, offset) = (read("group", Some(group))?, read("offset", Some(offset))?);
+            let r = embed::send_back(&mut b.host, g, offset, o.delay_level)?;
             Ok(convert::send_result(r))
         })
     }
@@ -437,20 +391,15 @@ impl JsBroker {
     #[napi]
     pub fn subscription_open(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         options: Unknown<'_>,
     ) -> napi::Result<u32> {
-        self.guard(&env, |b| {
-            let group = str_arg("group", group)?;
-            let topic = str_arg("topic", topic)?;
-            let o = Opts::new("options", Some(options), &["invisibleMs", "tags", "batch"])?;
-            let invisible_ms = o.uint("invisibleMs")?.ok_or_else(|| {
-                arg("subscribe needs options.invisibleMs (ms a message stays invisible until acked)")
-            })?;
-            let batch = o.u32("batch")?.unwrap_or(1);
-            let sub = embed::Subscription::new(group, topic, invisible_ms, batch, convert::tags(&o)?);
+        self.guard(env, |b| {
+            let (group, topic) = (read("group", Some(group))?, read("topic", Some(topic))?);
+            let o: embed::input::SubscribeOptions = read("options", Some(options))?;
+            let sub = o.into_subscription(group, topic);
             let id = b.next_sub;
             b.next_sub = b.next_sub.wrapping_add(1);
             b.subs.insert(id, sub);
@@ -461,12 +410,8 @@ impl JsBroker {
     /// The subscription's next message (acking the one before), or `null` when none is
     /// visible now (the wrapper waits for the topic's next availability notice).
     #[napi]
-    pub fn subscription_next(
-        &mut self,
-        env: Env,
-        id: u32,
-    ) -> napi::Result<Option<convert::JsReceived>> {
-        self.guard(&env, |b| {
+    pub fn subscription_next(&mut self, env: &Env, id: u32) -> Result<Option<convert::JsReceived>> {
+        self.guard(env, |b| {
             let Some(mut sub) = b.subs.remove(&id) else {
                 return Err(arg(format!("no open subscription {id}")));
             };
@@ -488,15 +433,15 @@ impl JsBroker {
 
     /// Makes everything written durable (fsync for a broker with a `path`).
     #[napi]
-    pub fn sync(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |b| Ok(b.host.sync()?))
+    pub fn sync(&mut self, env: &Env) -> napi::Result<()> {
+        self.guard(env, |b| Ok(b.host.sync()?))
     }
 
     /// Syncs and closes the broker (releasing its data directory). Idempotent. A failed
     /// broker has nothing it could sync: it just closes.
     #[napi]
-    pub fn close(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |b| {
+    pub fn close(&mut self, env: &Env) -> napi::Result<()> {
+        self.guard(env, |b| {
             b.drive = None;
             b.subs.clear();
             Ok(b.host.close()?)
@@ -518,11 +463,11 @@ impl JsBroker {
 
     /// 'system' or 'manual'.
     #[napi(getter)]
-    pub fn clock(&self) -> String {
+    pub fn clock(&self) -> &'static str {
         if self.host.clock().is_manual() {
-            "manual".into()
+            "manual"
         } else {
-            "system".into()
+            "system"
         }
     }
 
@@ -535,8 +480,8 @@ impl JsBroker {
 
     /// When something is next due (a check, a delayed delivery, a redelivery), or `null`.
     #[napi]
-    pub fn poll_timeout(&mut self, env: Env) -> napi::Result<Option<f64>> {
-        self.guard(&env, |b| {
+    pub fn poll_timeout(&mut self, env: &Env) -> napi::Result<Option<f64>> {
+        self.guard(env, |b| {
             b.host.core()?;
             Ok(b.host.next_due().map(|t| t as f64))
         })
@@ -546,36 +491,27 @@ impl JsBroker {
     /// `null`) at its own time and answers `true`; when none is, moves the clock to `target`
     /// and answers `false`.
     #[napi]
-    pub fn step_clock(&mut self, env: Env, target: Option<Unknown<'_>>) -> napi::Result<bool> {
-        self.guard(&env, |b| {
-            let target = convert::present(target)?
-                .map(|t| convert::uint("target", t))
-                .transpose()?;
-            Ok(b.host.step(target)?)
-        })
+    pub fn step_clock(&mut self, env: &Env, target: Option<Unknown<'_>>) -> napi::Result<bool> {
+        self.guard(env, |b| Ok(b.host.step(read("target", target)?)?))
     }
 
     /// Manual clock: starts an advance to `target` (until idle when `null`); `driveNext`
     /// then hands out the checks of each step until it answers `[]`. The wrapper's
     /// `advance`, `advanceTo` and `runUntilIdle` answer each batch before the next.
     #[napi]
-    pub fn drive_start(&mut self, env: Env, target: Option<Unknown<'_>>) -> napi::Result<()> {
-        self.guard(&env, |b| {
+    pub fn drive_start(&mut self, env: &Env, target: Option<Unknown<'_>>) -> napi::Result<()> {
+        self.guard(env, |b| {
             if !b.host.clock().is_manual() {
                 return Err(Fail::WrongClock(
                     "advancing needs a broker with clock: 'manual'",
                 ));
             }
-            let target = convert::present(target)?
-                .map(|t| convert::uint("target", t))
-                .transpose()?;
-            if let Some(t) = target {
-                if t < b.host.now() {
-                    return Err(arg(format!(
-                        "target {t} is before the clock ({})",
-                        b.host.now()
-                    )));
-                }
+            let target: Option<u64> = read("target", target)?;
+            if let Some(t) = target.filter(|t| *t < b.host.now()) {
+                return Err(arg(format!(
+                    "target {t} is before the clock ({})",
+                    b.host.now()
+                )));
             }
             b.drive = Some(target.map_or_else(Drive::until_idle, Drive::to));
             Ok(())
@@ -584,26 +520,24 @@ impl JsBroker {
 
     /// The checks of the drive's next step (`[]`: the drive is over).
     #[napi]
-    pub fn drive_next(&mut self, env: Env) -> napi::Result<Vec<convert::JsCheck>> {
-        self.guard(&env, |b| {
-            let Some(mut d) = b.drive.take() else {
-                return Ok(Vec::new());
+    pub fn drive_next<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let checks = match b.drive.take() {
+                None => Vec::new(),
+                Some(mut d) => {
+                    let checks = d.next(&mut b.host)?;
+                    b.drive = (!checks.is_empty()).then_some(d);
+                    checks
+                }
             };
-            let checks = d.next(&mut b.host)?;
-            if !checks.is_empty() {
-                b.drive = Some(d);
-            }
-            Ok(checks
-                .into_iter()
-                .map(|(c, at)| convert::check(c, at))
-                .collect())
+            out(env, view::node_checks(&checks))
         })
     }
 
     /// System clock: does everything due by now.
     #[napi]
-    pub fn fire_due(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |b| {
+    pub fn fire_due(&mut self, env: &Env) -> napi::Result<()> {
+        self.guard(env, |b| {
             if b.host.clock().is_manual() {
                 return Err(Fail::WrongClock(
                     "fireDue is for a broker with clock: 'system'",
@@ -617,15 +551,12 @@ impl JsBroker {
 
     /// Checks the core asked for since the last call, in order.
     #[napi]
-    pub fn take_checks(&mut self) -> Vec<convert::JsCheck> {
-        let checks = self.host.take_checks();
-        checks
-            .into_iter()
-            .map(|(c, at)| convert::check(c, at))
-            .collect()
+    pub fn take_checks<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| out(env, view::node_checks(&b.host.take_checks())))
     }
 
-    /// Queues that got a visible message since the last call.
+    /// Queues that got a visible message since the last call (after every driving call:
+    /// a napi object, see `JsSendResult`).
     #[napi]
     pub fn take_available(&mut self) -> Vec<convert::JsAvailable> {
         let a = self.host.take_available();
@@ -636,79 +567,59 @@ impl JsBroker {
 
     /// Trace events (with `trace: true`) since the last call, in order.
     #[napi]
-    pub fn take_trace(&mut self) -> Vec<convert::JsTrace> {
-        let t = self.host.take_trace();
-        t.into_iter().map(convert::trace).collect()
+    pub fn take_trace<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| out(env, view::traces(&b.host.take_trace())))
     }
 
     // ---- introspection ---------------------------------------------------------------------
 
     /// Pending transactions in log order (at most `limit`).
     #[napi]
-    pub fn pending_transactions(
+    pub fn pending_transactions<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         limit: Option<Unknown<'_>>,
-    ) -> napi::Result<Vec<convert::JsPendingTxn>> {
-        self.guard(&env, |b| {
-            let n = to_limit(limit)?;
-            Ok(b.host
-                .core()?
-                .pending_transactions(n)
-                .into_iter()
-                .map(convert::pending_txn)
-                .collect())
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let p = b.host.core()?.pending_transactions(self::limit(limit)?);
+            out(env, view::node_pending_transactions(&p))
         })
     }
 
     /// Delayed messages not yet delivered, in log order (at most `limit`).
     #[napi]
-    pub fn pending_delays(
+    pub fn pending_delays<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         limit: Option<Unknown<'_>>,
-    ) -> napi::Result<Vec<convert::JsPendingDelay>> {
-        self.guard(&env, |b| {
-            let n = to_limit(limit)?;
-            Ok(b.host
-                .core()?
-                .pending_delays(n)
-                .into_iter()
-                .map(convert::pending_delay)
-                .collect())
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let p = b.host.core()?.pending_delays(self::limit(limit)?);
+            out(env, view::pending_delays(&p))
         })
     }
 
     /// Topics consumers can read, with their queues' offsets.
     #[napi]
-    pub fn topics(&mut self, env: Env) -> napi::Result<Vec<convert::JsTopicInfo>> {
-        self.guard(&env, |b| {
-            Ok(b.host
-                .core()?
-                .topics()
-                .into_iter()
-                .map(convert::topic_info)
-                .collect())
-        })
+    pub fn topics<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| out(env, view::topics(&b.host.core()?.topics())))
     }
 
     /// A queue's consume-queue units.
     #[napi]
-    pub fn consume_queue(
+    pub fn consume_queue<'e>(
         &mut self,
-        env: Env,
+        env: &'e Env,
         topic: Unknown<'_>,
         queue_id: Unknown<'_>,
-    ) -> napi::Result<Vec<convert::JsCqUnit>> {
-        self.guard(&env, |b| {
-            let topic = str_arg("topic", topic)?;
-            let q = convert::u32_of("queueId", queue_id)?;
-            Ok(b.host
+    ) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            let topic: String = read("topic", Some(topic))?;
+            let units = b
+                .host
                 .core()?
-                .consume_queue(&topic, q)
-                .into_iter()
-                .map(convert::cq_unit)
-                .collect())
+                .consume_queue(&topic, read("queueId", Some(queue_id))?);
+            out(env, view::node_consume_queue(&units))
         })
     }
 
@@ -716,14 +627,15 @@ impl JsBroker {
     #[napi]
     pub fn committed_offset(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
         queue_id: Unknown<'_>,
     ) -> napi::Result<Option<f64>> {
-        self.guard(&env, |b| {
-            let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
-            let q = convert::u32_of("queueId", queue_id)?;
+        self.guard(env, |b| {
+            let (g, t): (String, String) =
+                (read("group", Some(group))?, read("topic", Some(topic))?);
+            let q = read("queueId", Some(queue_id))?;
             Ok(b.host.core()?.committed_offset(&g, &t, q).map(|o| o as f64))
         })
     }
@@ -732,54 +644,57 @@ impl JsBroker {
     #[napi]
     pub fn inflight_count(
         &mut self,
-        env: Env,
+        env: &Env,
         group: Unknown<'_>,
         topic: Unknown<'_>,
     ) -> napi::Result<u32> {
-        self.guard(&env, |b| {
-            let (g, t) = (str_arg("group", group)?, str_arg("topic", topic)?);
+        self.guard(env, |b| {
+            let (g, t): (String, String) =
+                (read("group", Some(group))?, read("topic", Some(topic))?);
             Ok(u32::try_from(b.host.core()?.inflight_count(&g, &t)).unwrap_or(u32::MAX))
         })
     }
 
     /// Core counters.
     #[napi]
-    pub fn stats(&mut self, env: Env) -> napi::Result<std::collections::HashMap<String, f64>> {
-        self.guard(&env, |b| Ok(convert::stats(b.host.core()?.stats())))
+    pub fn stats<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| out(env, view::stats(&b.host.core()?.stats())))
     }
 
     /// Bytes in the log.
     #[napi]
-    pub fn log_end(&mut self, env: Env) -> napi::Result<f64> {
-        self.guard(&env, |b| Ok(b.host.core()?.log_end() as f64))
+    pub fn log_end(&mut self, env: &Env) -> napi::Result<f64> {
+        self.guard(env, |b| Ok(b.host.core()?.log_end() as f64))
     }
 
     /// What recovery found when the broker opened.
     #[napi]
-    pub fn recovery_report(&mut self, env: Env) -> napi::Result<convert::JsRecoveryReport> {
-        self.guard(&env, |b| {
-            Ok(convert::recovery(b.host.core()?.recovery_report()))
+    pub fn recovery_report<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            out(env, view::recovery_report(b.host.core()?.recovery_report()))
         })
     }
 
     /// The effective configuration (camelCase).
     #[napi]
-    pub fn config(&mut self, env: Env) -> napi::Result<serde_json::Value> {
-        self.guard(&env, |b| convert::config_out(b.host.core()?.config()))
+    pub fn config<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
+        self.guard(env, |b| {
+            out(env, convert::config_out(b.host.core()?.config())?)
+        })
     }
 
     /// Test hook: tells the core a sync failed (`Broker::sync_failed`, what a host that syncs
     /// off its thread reports), to show what a failed broker does. No fsync can be made to
     /// fail from a test.
     #[napi(js_name = "__failSyncForTest")]
-    pub fn fail_sync_for_test(&mut self, env: Env, reason: String) -> napi::Result<()> {
-        self.guard(&env, |b| Ok(b.host.sync_failed(&reason)?))
+    pub fn fail_sync_for_test(&mut self, env: &Env, reason: String) -> napi::Result<()> {
+        self.guard(env, |b| Ok(b.host.sync_failed(&reason)?))
     }
 
     /// Test hook: panics inside a guarded call, to show that no panic reaches JS.
     #[napi(js_name = "__panicForTest")]
-    pub fn panic_for_test(&mut self, env: Env) -> napi::Result<()> {
-        self.guard(&env, |_| -> Res<()> {
+    pub fn panic_for_test(&mut self, env: &Env) -> napi::Result<()> {
+        self.guard(env, |_| -> Res<()> {
             panic!("deliberate panic for the test suite")
         })
     }

@@ -1,302 +1,284 @@
 //! Every conversion between JS values and core types.
 //!
-//! Inputs arrive as `Unknown` so that a value of the wrong shape becomes a `ClientError`
-//! with code `INVALID_ARGUMENT` naming the argument, not a napi type error.
-
-use std::collections::HashMap;
-use std::path::PathBuf;
+//! In: [`Js`], a serde deserializer over napi values, reads each argument into the embedding
+//! layer's inputs (`rocklet_embed::input`) or a small options struct below; its errors
+//! (`input::JsError`) name the argument and the path in it (`options.properties.a must be a
+//! string`) and become `ClientError`s with code `INVALID_ARGUMENT`. `undefined` and `null`
+//! count as absent, in options objects too. Out: the embedding layer's views
+//! (`rocklet_embed::view`), written by napi's serde serializer through `view::Plain` (plain
+//! numbers, absent values left out, bytes as `Buffer`s).
 
 use napi::bindgen_prelude::*;
-use napi::{JsValue, ValueType};
+use napi::{Env, JsValue, ValueType};
 use napi_derive::napi;
-use rocklet_core::{
-    CheckRequest, Config, CqUnit, Delay, Message, NewMessage, PendingDelayInfo, PendingTxnInfo,
-    ReceiptHandle, Received, RecoveryReport, Resolution, SendResult, Stats, TagFilter, TopicInfo,
-    TraceEvent, TxnId,
-};
+use std::collections::HashMap;
 
+use rocklet_core::{Config, NewMessage, Received, SendResult};
 use rocklet_embed::config::{self, ConfigFail, Naming};
-use rocklet_embed::view::{camel_case, stats_fields};
+use rocklet_embed::input::{Body, JsError, MessageOptions};
+use rocklet_embed::view::{camel_case, Plain};
+use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
+use serde::{Deserialize, Serialize};
 
 use crate::error::{arg, Fail, Res};
 
-/// Largest integer a JS number holds exactly.
-const MAX_SAFE: f64 = 9_007_199_254_740_991.0;
+// ---- JS values as a serde deserializer ------------------------------------------------------
 
-// ---- reading JS values ------------------------------------------------------------------
+/// A JS value (`None`: an argument not given, read as `undefined`).
+struct Js<'e>(Option<Unknown<'e>>);
 
-fn type_of(v: &Unknown<'_>) -> Res<ValueType> {
-    Ok(v.get_type()?)
-}
+type R<T> = std::result::Result<T, JsError>;
 
-/// `None` for `undefined` and `null`.
-pub(crate) fn present<'e>(v: Option<Unknown<'e>>) -> Res<Option<Unknown<'e>>> {
-    match v {
-        None => Ok(None),
-        Some(v) => match type_of(&v)? {
-            ValueType::Undefined | ValueType::Null => Ok(None),
-            _ => Ok(Some(v)),
-        },
+impl<'e> Js<'e> {
+    fn kind(&self) -> R<ValueType> {
+        self.0
+            .map_or(Ok(ValueType::Undefined), |v| v.get_type())
+            .js()
     }
-}
 
-pub(crate) fn string(what: &str, v: Unknown<'_>) -> Res<String> {
-    if type_of(&v)? != ValueType::String {
-        return Err(arg(format!("{what} must be a string")));
-    }
-    Ok(String::from_unknown(v)?)
-}
-
-fn number(what: &str, v: Unknown<'_>) -> Res<f64> {
-    if type_of(&v)? != ValueType::Number {
-        return Err(arg(format!("{what} must be a number")));
-    }
-    Ok(f64::from_unknown(v)?)
-}
-
-pub(crate) fn uint(what: &str, v: Unknown<'_>) -> Res<u64> {
-    rocklet_embed::arg::number(what, number(what, v)?, u64::MAX).map_err(Fail::Argument)
-}
-
-pub(crate) fn u32_of(what: &str, v: Unknown<'_>) -> Res<u32> {
-    rocklet_embed::arg::number_u32(what, number(what, v)?).map_err(Fail::Argument)
-}
-
-fn i32_of(what: &str, v: Unknown<'_>) -> Res<i32> {
-    let n = number(what, v)?;
-    if !(n.is_finite()
-        && n.fract() == 0.0
-        && (f64::from(i32::MIN)..=f64::from(i32::MAX)).contains(&n))
-    {
-        return Err(arg(format!("{what} must be a 32-bit integer, got {n}")));
-    }
-    Ok(n as i32)
-}
-
-pub(crate) fn boolean(what: &str, v: Unknown<'_>) -> Res<bool> {
-    if type_of(&v)? != ValueType::Boolean {
-        return Err(arg(format!("{what} must be a boolean")));
-    }
-    Ok(bool::from_unknown(v)?)
-}
-
-fn object<'e>(what: &str, v: Unknown<'e>) -> Res<Object<'e>> {
-    if type_of(&v)? != ValueType::Object || v.is_array()? {
-        return Err(arg(format!("{what} must be an object")));
-    }
-    Ok(Object::from_unknown(v)?)
-}
-
-fn array<'e>(what: &str, v: Unknown<'e>) -> Res<Vec<Unknown<'e>>> {
-    if !v.is_array()? {
-        return Err(arg(format!("{what} must be an array")));
-    }
-    let a = Array::from_unknown(v)?;
-    (0..a.len())
-        .map(|i| match a.get::<Unknown<'_>>(i)? {
-            Some(x) => Ok(x),
-            None => Err(arg(format!("{what}[{i}] is missing"))),
-        })
-        .collect()
-}
-
-/// A message body: a `Buffer`, any `Uint8Array`, or a string (sent as UTF-8).
-pub(crate) fn body(what: &str, v: Unknown<'_>) -> Res<Vec<u8>> {
-    match type_of(&v)? {
-        ValueType::String => Ok(String::from_unknown(v)?.into_bytes()),
-        ValueType::Object if v.is_buffer()? => Ok(BufferSlice::from_unknown(v)?.to_vec()),
-        ValueType::Object if v.is_typedarray()? => match Uint8ArraySlice::from_unknown(v) {
-            Ok(s) => Ok(s.to_vec()),
-            Err(_) => Err(arg(format!(
-                "{what} must be a Buffer, a Uint8Array or a string"
-            ))),
-        },
-        _ => Err(arg(format!(
-            "{what} must be a Buffer, a Uint8Array or a string"
-        ))),
-    }
-}
-
-/// An options object: `undefined`/`null` is none; every key must be one of `allowed`.
-pub(crate) struct Opts<'e> {
-    what: String,
-    obj: Option<Object<'e>>,
-}
-
-impl<'e> Opts<'e> {
-    pub(crate) fn new(what: &str, v: Option<Unknown<'e>>, allowed: &[&str]) -> Res<Self> {
-        let obj = match present(v)? {
-            None => None,
-            Some(v) => {
-                let obj = object(what, v)?;
-                for key in Object::keys(&obj)? {
-                    if !allowed.contains(&key.as_str()) {
-                        return Err(arg(format!(
-                            "{what} has an unknown option `{key}` (known: {})",
-                            allowed.join(", ")
-                        )));
-                    }
-                }
-                Some(obj)
-            }
+    /// A plain object: not an array, a `Buffer` or a typed array.
+    fn object(&self) -> R<Option<Object<'e>>> {
+        let Some(v) = self.0.filter(|_| self.kind() == Ok(ValueType::Object)) else {
+            return Ok(None);
         };
-        Ok(Opts {
-            what: what.into(),
-            obj,
-        })
+        let plain = !(v.is_array().js()? || v.is_buffer().js()? || v.is_typedarray().js()?);
+        plain.then(|| Object::from_unknown(v)).transpose().js()
     }
 
-    pub(crate) fn get(&self, key: &str) -> Res<Option<Unknown<'e>>> {
-        match &self.obj {
-            None => Ok(None),
-            Some(o) => present(o.get::<Unknown<'_>>(key)?),
+    /// An object (absent: no keys) into a map visitor; anything else is refused.
+    fn map<'de, V: Visitor<'de>>(self, v: V) -> R<V::Value> {
+        match self.kind()? {
+            ValueType::Undefined | ValueType::Null => v.visit_map(Map::new(None)?),
+            _ => match self.object()? {
+                Some(o) => v.visit_map(Map::new(Some(o))?),
+                None => Err(JsError::must_be("an object")),
+            },
+        }
+    }
+}
+
+/// A napi call's failure inside the deserializer.
+trait OrFail<T> {
+    fn js(self) -> R<T>;
+}
+
+impl<T> OrFail<T> for napi::Result<T> {
+    fn js(self) -> R<T> {
+        self.map_err(|e| de::Error::custom(format!("napi: {}", e.reason)))
+    }
+}
+
+impl<'de> de::Deserializer<'de> for Js<'_> {
+    type Error = JsError;
+
+    fn deserialize_any<V: Visitor<'de>>(self, v: V) -> R<V::Value> {
+        let kind = self.kind()?;
+        let Some(x) = self.0 else {
+            return v.visit_unit();
+        };
+        match kind {
+            ValueType::Undefined | ValueType::Null => v.visit_unit(),
+            ValueType::Boolean => v.visit_bool(bool::from_unknown(x).js()?),
+            ValueType::Number => {
+                let n = f64::from_unknown(x).js()?;
+                let whole = n.fract() == 0.0 && n.abs() <= rocklet_embed::arg::MAX_SAFE as f64;
+                match (whole, n >= 0.0) {
+                    (true, true) => v.visit_u64(n as u64),
+                    (true, false) => v.visit_i64(n as i64),
+                    _ => v.visit_f64(n),
+                }
+            }
+            ValueType::String => v.visit_string(String::from_unknown(x).js()?),
+            ValueType::Object if x.is_buffer().js()? => {
+                v.visit_bytes(&BufferSlice::from_unknown(x).js()?)
+            }
+            ValueType::Object if x.is_typedarray().js()? => {
+                match Uint8ArraySlice::from_unknown(x) {
+                    Ok(s) => v.visit_bytes(&s),
+                    Err(_) => Err(JsError::must_be("a Uint8Array, not another typed array")),
+                }
+            }
+            ValueType::Object if x.is_array().js()? => {
+                let a = Array::from_unknown(x).js()?;
+                v.visit_seq(Seq { a, i: 0 })
+            }
+            ValueType::Object => self.map(v),
+            _ => Err(de::Error::invalid_type(
+                de::Unexpected::Other("a function or a symbol"),
+                &v,
+            )),
         }
     }
 
-    fn name(&self, key: &str) -> String {
-        format!("{}.{key}", self.what)
+    fn deserialize_option<V: Visitor<'de>>(self, v: V) -> R<V::Value> {
+        match self.kind()? {
+            ValueType::Undefined | ValueType::Null => v.visit_none(),
+            _ => v.visit_some(self),
+        }
     }
 
-    pub(crate) fn string(&self, key: &str) -> Res<Option<String>> {
-        self.get(key)?
-            .map(|v| string(&self.name(key), v))
-            .transpose()
+    fn deserialize_struct<V: Visitor<'de>>(
+        self,
+        _: &'static str,
+        _: &'static [&'static str],
+        v: V,
+    ) -> R<V::Value> {
+        self.map(v)
     }
-    pub(crate) fn uint(&self, key: &str) -> Res<Option<u64>> {
-        self.get(key)?.map(|v| uint(&self.name(key), v)).transpose()
+
+    fn deserialize_map<V: Visitor<'de>>(self, v: V) -> R<V::Value> {
+        self.map(v)
     }
-    pub(crate) fn u32(&self, key: &str) -> Res<Option<u32>> {
-        self.get(key)?
-            .map(|v| u32_of(&self.name(key), v))
-            .transpose()
+
+    serde::forward_to_deserialize_any! {
+        bool i8 i16 i32 i64 i128 u8 u16 u32 u64 u128 f32 f64 char str string bytes byte_buf
+        unit unit_struct newtype_struct seq tuple tuple_struct enum identifier ignored_any
     }
-    pub(crate) fn bool(&self, key: &str) -> Res<Option<bool>> {
-        self.get(key)?
-            .map(|v| boolean(&self.name(key), v))
-            .transpose()
+}
+
+/// An object's keys and values; keys holding `undefined` or `null` are skipped.
+struct Map<'e> {
+    obj: Option<Object<'e>>,
+    keys: std::vec::IntoIter<String>,
+    value: Option<(String, Unknown<'e>)>,
+}
+
+impl<'e> Map<'e> {
+    fn new(obj: Option<Object<'e>>) -> R<Self> {
+        let keys = obj.as_ref().map(Object::keys).transpose().js()?;
+        Ok(Map {
+            obj,
+            keys: keys.unwrap_or_default().into_iter(),
+            value: None,
+        })
     }
-    fn i32(&self, key: &str) -> Res<Option<i32>> {
-        self.get(key)?
-            .map(|v| i32_of(&self.name(key), v))
-            .transpose()
+}
+
+impl<'de> de::MapAccess<'de> for Map<'_> {
+    type Error = JsError;
+
+    fn next_key_seed<K: DeserializeSeed<'de>>(&mut self, seed: K) -> R<Option<K::Value>> {
+        let Some(obj) = &self.obj else {
+            return Ok(None);
+        };
+        for k in self.keys.by_ref() {
+            let Some(v) = obj.get::<Unknown<'_>>(&k).js()? else {
+                continue;
+            };
+            if matches!(v.get_type().js()?, ValueType::Undefined | ValueType::Null) {
+                continue;
+            }
+            let key = seed.deserialize(k.as_str().into_deserializer())?;
+            self.value = Some((k, v));
+            return Ok(Some(key));
+        }
+        Ok(None)
     }
-    fn required(&self, key: &str) -> Res<Unknown<'e>> {
-        self.get(key)?
-            .ok_or_else(|| arg(format!("{} is required", self.name(key))))
+
+    fn next_value_seed<V: DeserializeSeed<'de>>(&mut self, seed: V) -> R<V::Value> {
+        let (k, v) = self
+            .value
+            .take()
+            .ok_or_else(|| de::Error::custom("a value before its key"))?;
+        seed.deserialize(Js(Some(v))).map_err(|e| e.in_key(&k))
     }
+}
+
+struct Seq<'e> {
+    a: Array<'e>,
+    i: u32,
+}
+
+impl<'de> de::SeqAccess<'de> for Seq<'_> {
+    type Error = JsError;
+
+    fn next_element_seed<T: DeserializeSeed<'de>>(&mut self, seed: T) -> R<Option<T::Value>> {
+        if self.i >= self.a.len() {
+            return Ok(None);
+        }
+        let i = self.i;
+        self.i += 1;
+        let v = self.a.get::<Unknown<'_>>(i).js()?;
+        seed.deserialize(Js(v))
+            .map(Some)
+            .map_err(|e| e.in_index(i as usize))
+    }
+}
+
+/// Reads argument `what` (absent: `undefined`) as a `T`.
+pub(crate) fn read<T: DeserializeOwned>(what: &str, v: Option<Unknown<'_>>) -> Res<T> {
+    T::deserialize(Js(v)).map_err(|e| arg(e.text(what)))
+}
+
+/// A string argument parsed by the core (a transaction id, a resolution, a receipt handle).
+pub(crate) fn parsed<T: std::str::FromStr<Err = rocklet_core::ClientError>>(
+    what: &str,
+    v: Unknown<'_>,
+) -> Res<T> {
+    read::<String>(what, Some(v))?.parse().map_err(Fail::Client)
+}
+
+/// A view as a JS value: plain numbers, absent values left out.
+pub(crate) fn out<'e, T: Serialize>(env: &'e Env, v: T) -> Res<Unknown<'e>> {
+    Ok(env.to_js_value(&Plain(&v))?)
 }
 
 // ---- broker options -----------------------------------------------------------------------
 
-/// Which clock drives the broker.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub(crate) enum ClockKind {
-    System,
-    Manual,
-}
-
-/// `new Broker(options)`.
-#[derive(Debug)]
+/// The binding's own broker options; every other key is a `Config` field (camelCase).
+#[derive(Deserialize)]
+#[serde(rename_all = "camelCase")]
 pub(crate) struct BrokerOptions {
-    pub(crate) config: Config,
-    pub(crate) clock: ClockKind,
-    pub(crate) path: Option<PathBuf>,
+    pub(crate) path: Option<String>,
+    clock: Option<String>,
     pub(crate) now: Option<u64>,
     /// Open a damaged log, moving the damage to quarantine (`Broker::open_repairing`).
+    #[serde(default)]
     pub(crate) repair: bool,
+    notify_available: Option<de::IgnoredAny>,
+    #[serde(skip)]
+    pub(crate) config: Config,
 }
 
-fn json(what: &str, v: Unknown<'_>) -> Res<serde_json::Value> {
-    use serde_json::Value;
-    Ok(match type_of(&v)? {
-        ValueType::Boolean => Value::Bool(bool::from_unknown(v)?),
-        ValueType::String => Value::String(String::from_unknown(v)?),
-        ValueType::Number => {
-            let n = f64::from_unknown(v)?;
-            if n.fract() == 0.0 && (0.0..=MAX_SAFE).contains(&n) {
-                Value::from(n as u64)
-            } else if n.fract() == 0.0 && (-MAX_SAFE..0.0).contains(&n) {
-                Value::from(n as i64)
-            } else {
-                serde_json::Number::from_f64(n).map_or(Value::Null, Value::Number)
-            }
-        }
-        ValueType::Object if v.is_array()? => Value::Array(
-            array(what, v)?
-                .into_iter()
-                .map(|x| json(what, x))
-                .collect::<Res<_>>()?,
-        ),
-        ValueType::Object => {
-            let o = Object::from_unknown(v)?;
-            let mut map = serde_json::Map::new();
-            for k in Object::keys(&o)? {
-                if let Some(x) = present(o.get::<Unknown<'_>>(&k)?)? {
-                    map.insert(k, json(what, x)?);
-                }
-            }
-            Value::Object(map)
-        }
-        _ => Value::Null,
-    })
-}
-
-/// `{ path?, clock?, now?, ...Config fields in camelCase }`: the embedding layer's config
-/// parser reads the Config fields (the core's defaults for the rest).
-pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
-    let mut out = BrokerOptions {
-        config: Config::default(),
-        clock: ClockKind::System,
-        path: None,
-        now: None,
-        repair: false,
-    };
-    let mut entries = Vec::new();
-    if let Some(v) = present(v)? {
-        let obj = object("options", v)?;
-        for key in Object::keys(&obj)? {
-            let Some(val) = present(obj.get::<Unknown<'_>>(&key)?)? else {
-                continue;
-            };
-            match key.as_str() {
-                "path" => out.path = Some(PathBuf::from(string("options.path", val)?)),
-                "clock" => {
-                    out.clock = match string("options.clock", val)?.as_str() {
-                        "system" => ClockKind::System,
-                        "manual" => ClockKind::Manual,
-                        other => {
-                            return Err(arg(format!(
-                                "options.clock must be 'system' or 'manual', got '{other}'"
-                            )))
-                        }
-                    }
-                }
-                "now" => out.now = Some(uint("options.now", val)?),
-                "repair" => out.repair = boolean("options.repair", val)?,
-                "notifyAvailable" => {
-                    return Err(arg(
-                        "options.notifyAvailable is set by the binding (subscribe waits on it)",
-                    ))
-                }
-                _ => {
-                    let value = json(&format!("options.{key}"), val)?;
-                    entries.push((key, value));
-                }
-            }
-        }
+impl BrokerOptions {
+    pub(crate) fn manual(&self) -> bool {
+        self.clock.as_deref() == Some("manual")
     }
-    if out.now.is_some() && out.clock != ClockKind::Manual {
+}
+
+/// `{ path?, clock?, now?, repair?, ...Config fields in camelCase }`: the embedding layer's
+/// config parser reads the Config fields (the core's defaults for the rest).
+pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
+    let mut o: BrokerOptions = read("options", v)?;
+    if let Some(c) = o
+        .clock
+        .as_deref()
+        .filter(|c| !["system", "manual"].contains(c))
+    {
+        return Err(arg(format!(
+            "options.clock must be 'system' or 'manual', got '{c}'"
+        )));
+    }
+    if o.notify_available.is_some() {
+        return Err(arg(
+            "options.notifyAvailable is set by the binding (subscribe waits on it)",
+        ));
+    }
+    if o.now.is_some() && !o.manual() {
         return Err(arg(
             "options.now sets the start of a manual clock: give clock: 'manual' too",
         ));
     }
+    let extra = ["path", "clock", "now", "repair"];
+    let entries = read::<serde_json::Map<String, serde_json::Value>>("options", v)?
+        .into_iter()
+        .filter(|(k, _)| !extra.contains(&k.as_str()));
     // The host does long polling (subscribe): it needs availability notices.
     let base = Config {
         notify_available: true,
         ..Config::default()
     };
-    let extra = ["path", "clock", "now", "repair"];
-    out.config = config::config(&base, entries, Naming::Camel, &extra, &["notify_available"])
+    o.config = config::config(&base, entries, Naming::Camel, &extra, &["notify_available"])
         .map_err(|e| match e {
             ConfigFail::Unknown { .. } => arg(e.to_string()),
             ConfigFail::Invalid { key, reason } => Fail::Config {
@@ -304,7 +286,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
                 reason,
             },
         })?;
-    Ok(out)
+    Ok(o)
 }
 
 /// The effective configuration, camelCase, for `broker.config()`.
@@ -320,76 +302,14 @@ pub(crate) fn config_out(cfg: &Config) -> Res<serde_json::Value> {
 
 // ---- messages in ----------------------------------------------------------------------------
 
-/// Options of one message (send options; also the fields of a message object).
-pub(crate) const MESSAGE_OPTIONS: [&str; 12] = [
-    "tag",
-    "keys",
-    "properties",
-    "queueId",
-    "delayLevel",
-    "deliverAtMs",
-    "deliverAt",
-    "delayMs",
-    "messageId",
-    "messageGroup",
-    "flag",
-    "bornTimestamp",
-];
-
-fn keys(what: &str, v: Unknown<'_>) -> Res<Vec<String>> {
-    if type_of(&v)? == ValueType::String {
-        return Ok(vec![String::from_unknown(v)?]);
+/// A message body: a `Buffer`, any `Uint8Array`, or a string (sent as UTF-8).
+fn body(what: &str, v: Unknown<'_>) -> Res<Vec<u8>> {
+    if v.is_buffer()? {
+        return Ok(BufferSlice::from_unknown(v)?.to_vec()); // the common case, in one call
     }
-    array(what, v)?
-        .into_iter()
-        .enumerate()
-        .map(|(i, k)| string(&format!("{what}[{i}]"), k))
-        .collect()
-}
-
-fn properties(what: &str, v: Unknown<'_>) -> Res<Vec<(String, String)>> {
-    let o = object(what, v)?;
-    let mut out = Vec::new();
-    for k in Object::keys(&o)? {
-        let Some(x) = present(o.get::<Unknown<'_>>(&k)?)? else {
-            continue;
-        };
-        let s = string(&format!("{what}.{k}"), x)?;
-        out.push((k, s));
-    }
-    Ok(out)
-}
-
-/// Fills a message's optional fields from `opts`.
-fn message_fields(m: &mut NewMessage, o: &Opts<'_>) -> Res<()> {
-    m.tag = o.string("tag")?;
-    if let Some(k) = o.get("keys")? {
-        m.keys = keys(&o.name("keys"), k)?;
-    }
-    if let Some(p) = o.get("properties")? {
-        m.properties = properties(&o.name("properties"), p)?;
-    }
-    m.queue_id = o.u32("queueId")?;
-    let delays = [
-        o.u32("delayLevel")?.map(Delay::Level),
-        // `deliverAtMs` is the name Python (`deliver_at_ms`) and wasm use; `deliverAt` stays.
-        o.uint("deliverAtMs")?.map(Delay::At),
-        o.uint("deliverAt")?.map(Delay::At),
-        o.uint("delayMs")?.map(Delay::After),
-    ];
-    let mut given = delays.into_iter().flatten();
-    m.delay = given.next();
-    if given.next().is_some() {
-        return Err(arg(format!(
-            "{}: give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs",
-            o.what
-        )));
-    }
-    m.message_id = o.string("messageId")?;
-    m.message_group = o.string("messageGroup")?;
-    m.flag = o.i32("flag")?.unwrap_or(0);
-    m.born_timestamp = o.uint("bornTimestamp")?;
-    Ok(())
+    Body::deserialize(Js(Some(v)))
+        .map(|b| b.0)
+        .map_err(|_| arg(format!("{what} must be a Buffer, a Uint8Array or a string")))
 }
 
 /// `send(topic, body, opts)`.
@@ -398,75 +318,58 @@ pub(crate) fn new_message(
     body_v: Unknown<'_>,
     opts: Option<Unknown<'_>>,
 ) -> Res<NewMessage> {
-    let mut m = NewMessage::new(topic, body("body", body_v)?);
-    let o = Opts::new("options", opts, &MESSAGE_OPTIONS)?;
-    message_fields(&mut m, &o)?;
-    Ok(m)
+    let body = body("body", body_v)?;
+    let hidden = ["topic", "body", "checkImmunityMs"];
+    let o = MessageOptions::deserialize(Js(opts))
+        .map_err(|e| arg(e.text_hiding("options", &hidden)))?;
+    if let Some(k) = o.message_only_field() {
+        return Err(arg(format!(
+            "options has an unknown option `{k}` (a send gives the topic and body as arguments)"
+        )));
+    }
+    o.into_message(topic, body)
+        .map_err(|e| arg(format!("options: {e}")))
 }
 
 /// A message object `{ topic, body, ...options }` (in a batch, `topic` defaults to the
-/// batch's and a bare body is accepted too). With `immunity`, the object
-/// may hold `checkImmunityMs` (prepare).
+/// batch's and a bare body is accepted too) and its `checkImmunityMs` (`immunity`: prepare).
 pub(crate) fn message_object(
     what: &str,
     v: Unknown<'_>,
     topic: Option<&str>,
     immunity: bool,
 ) -> Res<(NewMessage, Option<u64>)> {
-    let t = type_of(&v)?;
-    if topic.is_some() && (t == ValueType::String || v.is_buffer()? || v.is_typedarray()?) {
+    if topic.is_some() && (v.is_typedarray()? || v.get_type()? == ValueType::String) {
         let m = NewMessage::new(topic.unwrap_or_default(), body(what, v)?);
         return Ok((m, None));
     }
-    let mut allowed: Vec<&str> = MESSAGE_OPTIONS.to_vec();
-    allowed.push("body");
-    allowed.push("topic");
-    if immunity {
-        allowed.push("checkImmunityMs");
-    }
-    let o = Opts::new(what, Some(v), &allowed)?;
-    if o.obj.is_none() {
+    if v.get_type()? != ValueType::Object || v.is_array()? {
         return Err(arg(format!("{what} must be an object with a body")));
     }
-    let topic = match (o.get("topic")?, topic) {
-        (Some(t), _) => string(&o.name("topic"), t)?,
-        (None, Some(t)) => t.to_string(),
-        (None, None) => return Err(arg(format!("{} is required", o.name("topic")))),
+    let mut o: MessageOptions = read(what, Some(v))?;
+    if o.check_immunity_ms.is_some() && !immunity {
+        return Err(arg(format!(
+            "{what} has an unknown option `checkImmunityMs` (only prepare takes it)"
+        )));
+    }
+    let Some(topic) = o.topic.take().or(topic.map(str::to_string)) else {
+        return Err(arg(format!("{what}.topic is required")));
     };
-    let mut m = NewMessage::new(topic, body(&o.name("body"), o.required("body")?)?);
-    message_fields(&mut m, &o)?;
-    let imm = if immunity {
-        o.uint("checkImmunityMs")?
-    } else {
-        None
+    let Some(body) = o.body.take() else {
+        return Err(arg(format!("{what}.body is required")));
     };
+    let imm = o.check_immunity_ms;
+    let m = o
+        .into_message(topic, body.0)
+        .map_err(|e| arg(format!("{what}: {e}")))?;
     Ok((m, imm))
-}
-
-pub(crate) fn txn_id(what: &str, v: Unknown<'_>) -> Res<TxnId> {
-    string(what, v)?.parse().map_err(Fail::Client)
-}
-
-pub(crate) fn resolution(what: &str, v: Unknown<'_>) -> Res<Resolution> {
-    string(what, v)?.parse().map_err(Fail::Client)
-}
-
-pub(crate) fn handle(what: &str, v: Unknown<'_>) -> Res<ReceiptHandle> {
-    string(what, v)?.parse().map_err(Fail::Client)
-}
-
-pub(crate) fn tags(o: &Opts<'_>) -> Res<TagFilter> {
-    Ok(o.string("tags")?
-        .map_or(TagFilter::All, |t| TagFilter::parse(&t)))
 }
 
 // ---- values out -----------------------------------------------------------------------------
 
-fn num(v: u64) -> f64 {
-    v as f64
-}
-
-/// A stored message, as `send`/`prepare` answer it.
+/// A stored message, as `send`, `sendBatch`, `prepare` and `sendBack` answer it. The
+/// producer's hot path, so a napi object (its keys are static C strings) rather than a view
+/// through [`out`] (napi's serde serializer allocates a C string for every key).
 #[napi(object)]
 #[derive(Debug)]
 pub struct JsSendResult {
@@ -480,81 +383,28 @@ pub struct JsSendResult {
     pub txn: Option<String>,
 }
 
+#[allow(clippy::cast_precision_loss)] // offsets stay far below 2^53
 pub(crate) fn send_result(r: SendResult) -> JsSendResult {
     JsSendResult {
         msg_id: r.msg_id,
         topic: r.topic,
         queue_id: r.queue_id,
-        queue_offset: num(r.queue_offset),
-        offset: num(r.offset),
+        queue_offset: r.queue_offset as f64,
+        offset: r.offset as f64,
         txn: r.txn.map(|t| t.to_string()),
     }
 }
 
-/// A message as consumers see it.
+/// A queue that got a visible message.
 #[napi(object)]
-pub struct JsMessage {
+#[derive(Debug)]
+pub struct JsAvailable {
     pub topic: String,
     pub queue_id: u32,
-    pub queue_offset: f64,
-    pub offset: f64,
-    pub msg_id: String,
-    pub tag: Option<String>,
-    pub keys: Vec<String>,
-    pub properties: HashMap<String, String>,
-    pub body: Buffer,
-    pub born_timestamp: f64,
-    pub store_timestamp: f64,
-    pub reconsume_times: u32,
-    pub flag: i32,
-    pub sys_flag: u32,
-    pub born_host: String,
-    pub store_host: String,
 }
 
-impl std::fmt::Debug for JsMessage {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("JsMessage")
-            .field("topic", &self.topic)
-            .field("queue_id", &self.queue_id)
-            .field("queue_offset", &self.queue_offset)
-            .field("msg_id", &self.msg_id)
-            .field("body_len", &self.body.len())
-            .finish_non_exhaustive()
-    }
-}
-
-fn host(h: rocklet_core::record::Host) -> String {
-    use rocklet_core::record::Host;
-    match h {
-        Host::V4(ip, port) => format!("{}.{}.{}.{}:{port}", ip[0], ip[1], ip[2], ip[3]),
-        other => format!("{other:?}"),
-    }
-}
-
-pub(crate) fn message(m: Message) -> JsMessage {
-    JsMessage {
-        topic: m.topic,
-        queue_id: m.queue_id,
-        queue_offset: num(m.queue_offset),
-        offset: num(m.offset),
-        msg_id: m.msg_id,
-        tag: m.tag,
-        keys: m.keys,
-        properties: m.properties.into_iter().collect(),
-        body: m.body.into(),
-        born_timestamp: num(m.born_timestamp),
-        store_timestamp: num(m.store_timestamp),
-        reconsume_times: m.reconsume_times,
-        flag: m.flag,
-        sys_flag: m.sys_flag,
-        born_host: host(m.born_host),
-        store_host: host(m.store_host),
-    }
-}
-
-/// A received message: the message's fields plus its delivery (`handle`, `attempt`,
-/// `visibleAt`).
+/// A received message, flat: the message's fields and its delivery (`handle`, `attempt`,
+/// `visibleAt`). The consumer's hot path, so a napi object too (see [`JsSendResult`]).
 #[napi(object)]
 pub struct JsReceived {
     pub topic: String,
@@ -584,298 +434,34 @@ pub struct JsReceived {
 impl std::fmt::Debug for JsReceived {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("JsReceived")
+            .field("msg_id", &self.msg_id)
             .field("handle", &self.handle)
-            .field("attempt", &self.attempt)
             .finish_non_exhaustive()
     }
 }
 
+#[allow(clippy::cast_precision_loss)] // offsets and milliseconds stay far below 2^53
 pub(crate) fn received(r: Received) -> JsReceived {
-    let m = message(r.message);
+    let m = r.message;
     JsReceived {
         topic: m.topic,
         queue_id: m.queue_id,
-        queue_offset: m.queue_offset,
-        offset: m.offset,
+        queue_offset: m.queue_offset as f64,
+        offset: m.offset as f64,
         msg_id: m.msg_id,
         tag: m.tag,
         keys: m.keys,
-        properties: m.properties,
-        body: m.body,
-        born_timestamp: m.born_timestamp,
-        store_timestamp: m.store_timestamp,
+        properties: m.properties.into_iter().collect(),
+        body: m.body.into(),
+        born_timestamp: m.born_timestamp as f64,
+        store_timestamp: m.store_timestamp as f64,
         reconsume_times: m.reconsume_times,
         flag: m.flag,
         sys_flag: m.sys_flag,
-        born_host: m.born_host,
-        store_host: m.store_host,
+        born_host: m.born_host.to_string(),
+        store_host: m.store_host.to_string(),
         handle: r.handle.to_string(),
         attempt: r.attempt,
-        visible_at: num(r.visible_at),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsPulled {
-    pub messages: Vec<JsMessage>,
-    /// The queue's next offset when one queue was read, else absent (see `queues`).
-    pub next_offset: Option<f64>,
-    /// The queue's end when one queue was read, else absent.
-    pub max_offset: Option<f64>,
-    /// Each queue read, in order.
-    pub queues: Vec<JsQueueRead>,
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsQueueRead {
-    pub queue_id: u32,
-    pub next_offset: f64,
-    pub max_offset: f64,
-}
-
-pub(crate) fn pulled(p: rocklet_embed::Pulled, one_queue: bool) -> JsPulled {
-    let single = p.queues.first().filter(|_| one_queue).copied();
-    JsPulled {
-        messages: p.messages.into_iter().map(message).collect(),
-        next_offset: single.map(|q| num(q.next_offset)),
-        max_offset: single.map(|q| num(q.max_offset)),
-        queues: p
-            .queues
-            .into_iter()
-            .map(|q| JsQueueRead {
-                queue_id: q.queue_id,
-                next_offset: num(q.next_offset),
-                max_offset: num(q.max_offset),
-            })
-            .collect(),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsEnded {
-    pub txn: String,
-    pub resolution: String,
-    pub duplicate: bool,
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsInvisibleChanged {
-    pub handle: String,
-    pub visible_at: f64,
-}
-
-/// A check of a transaction, for the producer group's checker.
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsCheck {
-    pub group: String,
-    pub txn: String,
-    /// Which check of this transaction, from 1.
-    pub check: u32,
-    /// Broker time when the check was sent.
-    pub at: f64,
-    /// The half message, as it will be seen when committed.
-    pub message: JsMessage,
-}
-
-pub(crate) fn check(c: CheckRequest, at: u64) -> JsCheck {
-    JsCheck {
-        group: c.group,
-        txn: c.txn.to_string(),
-        check: c.check,
-        at: num(at),
-        message: message(c.message),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsTrace {
-    pub at: f64,
-    /// half_stored, committed, rolled_back, check_sent, delivered, … (TraceKind::as_str).
-    pub kind: String,
-    pub offset: f64,
-    pub topic: String,
-    pub detail: String,
-}
-
-pub(crate) fn trace(t: TraceEvent) -> JsTrace {
-    JsTrace {
-        at: num(t.at),
-        kind: t.kind.as_str().into(),
-        offset: num(t.offset),
-        topic: t.topic,
-        detail: t.detail,
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsAvailable {
-    pub topic: String,
-    pub queue_id: u32,
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsPendingTxn {
-    pub txn: String,
-    pub group: String,
-    pub topic: String,
-    pub queue_id: u32,
-    pub checks: u32,
-    /// Next check; absent while parked (no checker for the group).
-    pub next_check: Option<f64>,
-}
-
-pub(crate) fn pending_txn(p: PendingTxnInfo) -> JsPendingTxn {
-    JsPendingTxn {
-        txn: p.txn.to_string(),
-        group: p.group,
-        topic: p.topic,
-        queue_id: p.queue_id,
-        checks: p.checks,
-        next_check: p.next_check.map(num),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsPendingDelay {
-    pub offset: f64,
-    pub topic: String,
-    pub queue_id: u32,
-    pub due: f64,
-}
-
-pub(crate) fn pending_delay(p: PendingDelayInfo) -> JsPendingDelay {
-    JsPendingDelay {
-        offset: num(p.offset),
-        topic: p.topic,
-        queue_id: p.queue_id,
-        due: num(p.due),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsQueueInfo {
-    pub queue_id: u32,
-    /// Next queue offset.
-    pub next_offset: f64,
-    /// Messages consumers can see.
-    pub visible: f64,
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsTopicInfo {
-    pub name: String,
-    pub queues: Vec<JsQueueInfo>,
-}
-
-pub(crate) fn topic_info(t: TopicInfo) -> JsTopicInfo {
-    JsTopicInfo {
-        name: t.name,
-        queues: t
-            .queues
-            .into_iter()
-            .map(|(queue_id, next, visible)| JsQueueInfo {
-                queue_id,
-                next_offset: num(next),
-                visible: num(visible),
-            })
-            .collect(),
-    }
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsCqUnit {
-    pub offset: f64,
-    pub size: u32,
-    pub tag_hash: i32,
-}
-
-pub(crate) fn cq_unit(u: CqUnit) -> JsCqUnit {
-    JsCqUnit {
-        offset: num(u.offset),
-        size: u.size,
-        tag_hash: u.tag_hash,
-    }
-}
-
-/// Core counters, camelCase.
-pub(crate) fn stats(s: Stats) -> HashMap<String, f64> {
-    stats_fields(&s)
-        .into_iter()
-        .map(|(k, v)| (camel_case(k), num(v)))
-        .collect()
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsCut {
-    pub offset: f64,
-    pub bytes: f64,
-    pub reason: String,
-    /// The file under `quarantine/` keeping the cut bytes that were not zero.
-    pub kept_as: Option<String>,
-}
-
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsQuarantined {
-    pub offset: f64,
-    pub bytes: f64,
-    pub reason: String,
-    /// The file under `quarantine/` holding the damaged bytes.
-    pub name: String,
-}
-
-/// What recovery found when the broker opened.
-#[napi(object)]
-#[derive(Debug)]
-pub struct JsRecoveryReport {
-    pub segments: u32,
-    pub records: f64,
-    pub bytes_scanned: f64,
-    pub bytes_truncated: f64,
-    pub bytes_quarantined: f64,
-    pub cuts: Vec<JsCut>,
-    pub quarantined: Vec<JsQuarantined>,
-}
-
-pub(crate) fn recovery(r: &RecoveryReport) -> JsRecoveryReport {
-    JsRecoveryReport {
-        segments: u32::try_from(r.segments).unwrap_or(u32::MAX),
-        records: num(r.records),
-        bytes_scanned: num(r.bytes_scanned),
-        bytes_truncated: num(r.bytes_truncated),
-        bytes_quarantined: num(r.bytes_quarantined()),
-        cuts: r
-            .cuts
-            .iter()
-            .map(|c| JsCut {
-                offset: num(c.offset),
-                bytes: num(c.bytes),
-                reason: c.reason.clone(),
-                kept_as: c.kept_as.clone(),
-            })
-            .collect(),
-        quarantined: r
-            .quarantined
-            .iter()
-            .map(|q| JsQuarantined {
-                offset: num(q.offset),
-                bytes: num(q.bytes),
-                reason: q.reason.clone(),
-                name: q.name.clone(),
-            })
-            .collect(),
+        visible_at: r.visible_at as f64,
     }
 }

@@ -235,3 +235,366 @@ impl ReceiveInput {
 pub fn tag_filter(tags: Option<&str>) -> TagFilter {
     tags.map_or(TagFilter::All, TagFilter::parse)
 }
+
+/// Message keys: one string or an array of strings.
+#[derive(Debug, Default)]
+pub struct Keys(pub Vec<String>);
+
+impl<'de> Deserialize<'de> for Keys {
+    fn deserialize<D: Deserializer<'de>>(d: D) -> Result<Self, D::Error> {
+        struct V;
+        impl<'de> Visitor<'de> for V {
+            type Value = Keys;
+            fn expecting(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+                f.write_str("a string or an array of strings")
+            }
+            fn visit_str<E: de::Error>(self, v: &str) -> Result<Keys, E> {
+                Ok(Keys(alloc::vec![v.into()]))
+            }
+            fn visit_seq<A: de::SeqAccess<'de>>(self, mut seq: A) -> Result<Keys, A::Error> {
+                let mut out = Vec::new();
+                while let Some(k) = seq.next_element::<String>()? {
+                    out.push(k);
+                }
+                Ok(Keys(out))
+            }
+        }
+        d.deserialize_any(V)
+    }
+}
+
+/// A message as the Node binding takes it: `send`'s options, or (with `topic`, `body` and,
+/// for `prepare`, `checkImmunityMs`) a message object. `deliverAt` is the older name of
+/// `deliverAtMs`; both stay.
+#[derive(Debug, Default, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct MessageOptions {
+    pub topic: Option<String>,
+    pub body: Option<Body>,
+    pub tag: Option<String>,
+    pub keys: Option<Keys>,
+    pub properties: Option<Props>,
+    pub queue_id: Option<u32>,
+    pub delay_level: Option<u32>,
+    pub deliver_at_ms: Option<u64>,
+    pub deliver_at: Option<u64>,
+    pub delay_ms: Option<u64>,
+    pub message_id: Option<String>,
+    pub message_group: Option<String>,
+    pub flag: Option<i32>,
+    pub born_timestamp: Option<u64>,
+    pub check_immunity_ms: Option<u64>,
+}
+
+impl MessageOptions {
+    /// The first of `topic`, `body`, `checkImmunityMs` given (what `send`'s options refuse).
+    pub fn message_only_field(&self) -> Option<&'static str> {
+        [
+            (self.topic.is_some(), "topic"),
+            (self.body.is_some(), "body"),
+            (self.check_immunity_ms.is_some(), "checkImmunityMs"),
+        ]
+        .into_iter()
+        .find_map(|(given, name)| given.then_some(name))
+    }
+
+    /// The core message to `topic` with `body`; more than one delay is refused.
+    pub fn into_message(self, topic: String, body: Vec<u8>) -> Result<NewMessage, &'static str> {
+        let delays = [
+            self.delay_level.map(Delay::Level),
+            self.deliver_at_ms.map(Delay::At),
+            self.deliver_at.map(Delay::At),
+            self.delay_ms.map(Delay::After),
+        ];
+        let mut given = delays.into_iter().flatten();
+        let delay = given.next();
+        if given.next().is_some() {
+            return Err("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs");
+        }
+        Ok(NewMessage {
+            topic,
+            body,
+            tag: self.tag,
+            keys: self.keys.unwrap_or_default().0,
+            properties: self.properties.unwrap_or_default().0,
+            queue_id: self.queue_id,
+            message_id: self.message_id,
+            delay,
+            message_group: self.message_group,
+            born_timestamp: self.born_timestamp,
+            born_host: None,
+            flag: self.flag.unwrap_or(0),
+        })
+    }
+}
+
+/// The error of a deserializer over JS values that knows where it is (the Node binding's):
+/// the path below the argument (`.properties.a`, `[2].topic`) and a sentence with the texts
+/// every binding uses (`must be a string`, `is required`, `has an unknown option`, the
+/// whole-number range of [`crate::arg::number`]).
+#[derive(Debug, PartialEq, Eq)]
+pub struct JsError {
+    path: String,
+    /// After the argument's name and path: ` must be a string`, `: reason`.
+    text: String,
+    /// An unknown key and the known ones (the text is made when asked, see [`JsError::text_hiding`]).
+    unknown: Option<(String, &'static [&'static str])>,
+}
+
+impl JsError {
+    /// An error about the value itself: `must be an object`.
+    pub fn must_be(what: &str) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(" must be {what}"),
+            unknown: None,
+        }
+    }
+
+    /// The same error, one level down: under key `key` of an object.
+    #[must_use]
+    pub fn in_key(mut self, key: &str) -> Self {
+        self.path.insert_str(0, key);
+        self.path.insert(0, '.');
+        self
+    }
+
+    /// The same error, one level down: at index `i` of an array.
+    #[must_use]
+    pub fn in_index(mut self, i: usize) -> Self {
+        self.path.insert_str(0, &alloc::format!("[{i}]"));
+        self
+    }
+
+    /// The sentence, naming the argument `what` (`options.properties.a must be a string`).
+    pub fn text(&self, what: &str) -> String {
+        self.text_hiding(what, &[])
+    }
+
+    /// [`JsError::text`], leaving the fields `hidden` out of the known ones (`send`'s
+    /// options are a message object's fields but `topic`, `body` and `checkImmunityMs`), and
+    /// naming an unknown key that is hidden as unknown too.
+    pub fn text_hiding(&self, what: &str, hidden: &[&str]) -> String {
+        let Some((field, known)) = &self.unknown else {
+            return alloc::format!("{what}{}{}", self.path, self.text);
+        };
+        let known: Vec<&str> = known
+            .iter()
+            .copied()
+            .filter(|k| !hidden.contains(k))
+            .collect();
+        alloc::format!(
+            "{what}{} has an unknown option `{field}` (known: {})",
+            self.path,
+            known.join(", ")
+        )
+    }
+
+    fn number(unexp: &de::Unexpected<'_>, exp: &dyn de::Expected) -> Option<Self> {
+        let n = match *unexp {
+            de::Unexpected::Unsigned(n) => alloc::format!("{n}"),
+            de::Unexpected::Signed(n) => alloc::format!("{n}"),
+            de::Unexpected::Float(n) => alloc::format!("{n}"),
+            _ => String::new(),
+        };
+        let exp = alloc::format!("{exp}");
+        let max: u64 = match exp.as_str() {
+            "u32" => u32::MAX.into(),
+            "u64" => crate::arg::MAX_SAFE,
+            "i32" if !n.is_empty() => {
+                return Some(Self::must_be(&alloc::format!("a 32-bit integer, got {n}")))
+            }
+            "i32" => return Some(Self::must_be("a number")),
+            _ => return None,
+        };
+        Some(if n.is_empty() {
+            Self::must_be("a number")
+        } else {
+            Self::must_be(&alloc::format!("a whole number from 0 to {max}, not {n}"))
+        })
+    }
+}
+
+impl fmt::Display for JsError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}", self.text("value"))
+    }
+}
+
+impl de::StdError for JsError {}
+
+impl de::Error for JsError {
+    fn custom<T: fmt::Display>(msg: T) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(": {msg}"),
+            unknown: None,
+        }
+    }
+    fn invalid_type(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Self::number(&unexp, exp).unwrap_or_else(|| Self::must_be(&alloc::format!("{exp}")))
+    }
+    fn invalid_value(unexp: de::Unexpected<'_>, exp: &dyn de::Expected) -> Self {
+        Self::invalid_type(unexp, exp)
+    }
+    fn missing_field(field: &'static str) -> Self {
+        JsError {
+            path: String::new(),
+            text: alloc::format!(".{field} is required"),
+            unknown: None,
+        }
+    }
+    fn unknown_field(field: &str, expected: &'static [&'static str]) -> Self {
+        JsError {
+            path: String::new(),
+            text: String::new(),
+            unknown: Some((field.into(), expected)),
+        }
+    }
+}
+
+// ---- Node's options objects (rocklet-node reads them with its deserializer over napi values)
+
+/// `sendBatch` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct BatchOptions {
+    pub queue_id: Option<u32>,
+}
+
+/// `pull` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct PullOptions {
+    pub offset: Option<u64>,
+    pub max: Option<u32>,
+    pub tags: Option<String>,
+    pub auto_commit: Option<bool>,
+}
+
+/// `receive` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct ReceiveOptions {
+    pub invisible_ms: u64,
+    pub max: Option<u32>,
+    pub queue_id: Option<u32>,
+    pub tags: Option<String>,
+}
+
+/// The options of a subscription (`subscribe`).
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SubscribeOptions {
+    pub invisible_ms: u64,
+    pub tags: Option<String>,
+    pub batch: Option<u32>,
+}
+
+/// `sendBack` options.
+#[derive(Debug, Deserialize)]
+#[serde(rename_all = "camelCase", deny_unknown_fields)]
+pub struct SendBackOptions {
+    pub delay_level: Option<u32>,
+}
+
+impl PullOptions {
+    /// The pull of `group` and `topic` (one queue or all): `max` as many as the core hands
+    /// out in one call, auto-commit on, by default.
+    pub fn into_args(self, group: String, topic: String, queue: Option<u32>) -> crate::PullArgs {
+        crate::PullArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group,
+            topic,
+            queue,
+            offset: self.offset,
+            max: self.max.unwrap_or(u32::MAX),
+            auto_commit: self.auto_commit.unwrap_or(true),
+        }
+    }
+}
+
+impl ReceiveOptions {
+    /// The receive of `group` and `topic`, `max` as many as the core hands out by default.
+    pub fn into_args(self, group: String, topic: String) -> crate::ReceiveArgs {
+        crate::ReceiveArgs {
+            filter: tag_filter(self.tags.as_deref()),
+            group,
+            topic,
+            queue: self.queue_id,
+            max: self.max.unwrap_or(u32::MAX),
+            invisible_ms: self.invisible_ms,
+        }
+    }
+}
+
+impl SubscribeOptions {
+    /// The subscription of `group` to `topic`, one message at a time by default.
+    pub fn into_subscription(self, group: String, topic: String) -> crate::Subscription {
+        let filter = tag_filter(self.tags.as_deref());
+        crate::Subscription::new(
+            group,
+            topic,
+            self.invisible_ms,
+            self.batch.unwrap_or(1),
+            filter,
+        )
+    }
+}
+
+#[cfg(test)]
+mod js_error_tests {
+    use super::*;
+    use serde::de::value::MapDeserializer;
+    use serde::de::Error as _;
+
+    fn read<T: for<'de> Deserialize<'de>>(entries: &[(&'static str, u64)]) -> Result<T, String> {
+        let d = MapDeserializer::<_, JsError>::new(entries.iter().copied());
+        T::deserialize(d).map_err(|e| e.text("options"))
+    }
+
+    #[test]
+    fn texts_name_the_range_the_missing_and_the_unknown() {
+        let e = JsError::invalid_type(de::Unexpected::Float(1.5), &"u32").in_key("queueId");
+        assert_eq!(
+            e.text("options"),
+            "options.queueId must be a whole number from 0 to 4294967295, not 1.5"
+        );
+        let e = JsError::invalid_value(de::Unexpected::Signed(-1), &"u64");
+        assert_eq!(
+            e.text("target"),
+            "target must be a whole number from 0 to 9007199254740991, not -1"
+        );
+        let e = JsError::invalid_type(de::Unexpected::Float(0.5), &"i32");
+        assert_eq!(e.text("flag"), "flag must be a 32-bit integer, got 0.5");
+        let e = JsError::invalid_type(de::Unexpected::Str("x"), &"u32");
+        assert_eq!(e.text("queues"), "queues must be a number");
+        let e = read::<ReceiveOptions>(&[]).unwrap_err();
+        assert_eq!(e, "options.invisibleMs is required");
+        let e = read::<ReceiveOptions>(&[("colour", 1)]).unwrap_err();
+        assert_eq!(
+            e,
+            "options has an unknown option `colour` (known: invisibleMs, max, queueId, tags)"
+        );
+        let o = read::<ReceiveOptions>(&[("invisibleMs", 5)]).map(|o| o.invisible_ms);
+        assert_eq!(o, Ok(5));
+    }
+
+    #[test]
+    fn paths_and_hidden_fields() {
+        let e = de::Error::invalid_type(de::Unexpected::Signed(1), &"a string");
+        let e = JsError::in_key(e, "a").in_key("properties").in_index(2);
+        assert_eq!(
+            e.text("messages"),
+            "messages[2].properties.a must be a string"
+        );
+        let d = MapDeserializer::<_, JsError>::new([("colour", 1u64)].into_iter());
+        let e = MessageOptions::deserialize(d).unwrap_err();
+        let text = e.text_hiding("options", &["topic", "body", "checkImmunityMs"]);
+        assert!(text.starts_with("options has an unknown option `colour` (known: tag, keys,"));
+        assert!(
+            !text.contains("body") && !text.contains("checkImmunityMs"),
+            "{text}"
+        );
+    }
+}
