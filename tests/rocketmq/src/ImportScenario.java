@@ -215,9 +215,11 @@ public class ImportScenario {
         for (MessageQueue mq : mqs) {
             c.pull(mq, "*", 0, 3);
             c.updateConsumeOffset(mq, 3);
+            // Committed by hand and synchronously: a pull consumer persists only the queues it
+            // was assigned, and persistAll's commits are oneway (one was lost now and then, and
+            // the store then held 3 consumer offsets instead of 4).
+            c.getOffsetStore().updateConsumeOffsetToBroker(mq, 3, false);
         }
-        // A pull consumer persists only the queues it was assigned: commit these by hand.
-        c.getOffsetStore().persistAll(mqs);
         // Let level 1 and the 2 s timer be delivered, the pending transaction be checked and
         // the op records (batched every 3 s) be written.
         Thread.sleep(8000);
