@@ -295,8 +295,17 @@ impl CoreHandle {
         &self,
         f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
     ) -> Result<T, CoreFailure> {
+        self.run(Command::Inspect, f).await
+    }
+
+    /// Runs `f` on the core thread as the command `wrap` makes of it, and returns its result.
+    async fn run<T: Send + 'static>(
+        &self,
+        wrap: fn(InspectFn) -> Command,
+        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+    ) -> Result<T, CoreFailure> {
         let (tx, rx) = oneshot::channel();
-        self.send(Command::Inspect(Box::new(move |b| {
+        self.send(wrap(Box::new(move |b| {
             let _ = tx.send(f(b));
         })))?;
         rx.await.map_err(|_| CoreFailure::Stopped)
@@ -310,11 +319,7 @@ impl CoreHandle {
         &self,
         f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
     ) -> Result<T, CoreFailure> {
-        let (tx, rx) = oneshot::channel();
-        self.send(Command::Reopen(Box::new(move |b| {
-            let _ = tx.send(f(b));
-        })))?;
-        rx.await.map_err(|_| CoreFailure::Stopped)
+        self.run(Command::Reopen, f).await
     }
 
     /// Declares a consumer group ([`Broker::declare_group`]) and makes the declaration
