@@ -148,9 +148,12 @@ pub struct RouteGroup {
 
 #[derive(Debug, Default)]
 struct Cache {
-    topics: HashMap<String, (Instant, Option<Placement>)>,
-    masters: HashMap<String, (Instant, Option<MasterInfo>)>,
+    topics: Table<Placement>,
+    masters: Table<MasterInfo>,
 }
+
+/// Entries by name, each with when it was read (`None`: etcd holds none).
+type Table<T> = HashMap<String, (Instant, Option<T>)>;
 
 fn bound<V>(m: &mut HashMap<String, (Instant, V)>) {
     if m.len() >= MAX_CACHED {
@@ -230,61 +233,46 @@ impl Directory {
     /// `topic`'s placement: cached if fresh, else read (a stale entry is used while etcd
     /// cannot be read; `None` when there is none or nothing is known).
     pub async fn placement(&self, topic: &str) -> Option<Placement> {
-        if let Some((at, p)) = self.cache.lock().ok()?.topics.get(topic) {
-            if at.elapsed() < FRESH {
-                return p.clone();
-            }
-        }
-        match self
-            .read::<Placement>(&topic_key(&self.prefix, topic))
+        let key = topic_key(&self.prefix, topic);
+        self.cached(|c| &mut c.topics, topic, &key, "the topic's placement")
             .await
-        {
-            Ok(p) => {
-                let mut c = self.cache.lock().ok()?;
-                bound(&mut c.topics);
-                c.topics.insert(topic.into(), (Instant::now(), p.clone()));
-                p
-            }
-            Err(e) => {
-                if let Some(e) = e {
-                    warn!(topic, error = %e, "cannot read the topic's placement");
-                }
-                self.cache
-                    .lock()
-                    .ok()?
-                    .topics
-                    .get(topic)
-                    .and_then(|e| e.1.clone())
-            }
-        }
     }
 
     /// Group `g`'s master (cached if fresh, else read; stale while etcd cannot be read).
     pub async fn master(&self, g: &str) -> Option<MasterInfo> {
-        if let Some((at, m)) = self.cache.lock().ok()?.masters.get(g) {
+        let key = Keys::new(&self.prefix, g).master;
+        self.cached(|c| &mut c.masters, g, &key, "the group's master")
+            .await
+    }
+
+    /// The entry `name` of the cache `table` picks: fresh from the cache, else read from
+    /// `key` (a stale entry while etcd cannot be read).
+    async fn cached<T: Clone + for<'de> Deserialize<'de>>(
+        &self,
+        table: fn(&mut Cache) -> &mut Table<T>,
+        name: &str,
+        key: &str,
+        what: &str,
+    ) -> Option<T> {
+        if let Some((at, v)) = table(&mut *self.cache.lock().ok()?).get(name) {
             if at.elapsed() < FRESH {
-                return m.clone();
+                return v.clone();
             }
         }
-        match self
-            .read::<MasterInfo>(&Keys::new(&self.prefix, g).master)
-            .await
-        {
-            Ok(m) => {
+        match self.read::<T>(key).await {
+            Ok(v) => {
                 let mut c = self.cache.lock().ok()?;
-                bound(&mut c.masters);
-                c.masters.insert(g.into(), (Instant::now(), m.clone()));
-                m
+                let t = table(&mut c);
+                bound(t);
+                t.insert(name.into(), (Instant::now(), v.clone()));
+                v
             }
             Err(e) => {
                 if let Some(e) = e {
-                    warn!(group = g, error = %e, "cannot read the group's master");
+                    warn!(name, error = %e, "cannot read {what}");
                 }
-                self.cache
-                    .lock()
-                    .ok()?
-                    .masters
-                    .get(g)
+                table(&mut *self.cache.lock().ok()?)
+                    .get(name)
                     .and_then(|e| e.1.clone())
             }
         }
