@@ -1,17 +1,22 @@
 //! Several broker groups in cluster mode (issue #14, item 7): groups g1 and g2 (one node
 //! each, on one etcd) both declare topic `Placed` (4 queues each), so its placement in etcd
-//! names both. The official Python v5 client (rocketmq-python-client, unmodified,
-//! broker/tests/cluster_support/groups.py) sends through g1's node: the route g1 answers has
-//! queues on both groups, and messages land on both. A Python consumer reaching g2's node
-//! receives every one of them, from both groups. Then g1's master is killed (SIGKILL; with
-//! one node its group stays without a master): routes name only g2, `rocklet admin cluster`
-//! shows g1 without a master, and fresh Python clients keep sending to and receiving from
-//! g2. The v4 route (GET_ROUTEINFO_BY_TOPIC) is checked to name both groups, then g2 only.
+//! names both. Two official clients, unmodified: the Python v5 client
+//! (rocketmq-python-client, broker/tests/cluster_support/groups.py) sends through g1's node
+//! and the v4 Java client (rocketmq-client 5.5.0, broker/tests/cluster-clients/V4Groups.java)
+//! through g1's and g2's name servers: the routes have queues on both groups, and each
+//! client's messages land on both. A consumer of each client (a v5 SimpleConsumer reaching
+//! g2's node; a v4 lite pull consumer asking g2's name server) receives every message, from
+//! both groups. Then g1's master is killed (SIGKILL; with one node its group stays without a
+//! master): routes name only g2, `rocklet admin cluster` shows g1 without a master, and
+//! fresh clients of both kinds keep sending to and receiving from g2 (a new v4 group reads
+//! all g2 holds, from before the kill too). The v4 route (GET_ROUTEINFO_BY_TOPIC) is checked
+//! to name both groups, then g2 only.
 //! A node of g3, which hosts no queue of the topic, routes it to both groups too; once g2's
 //! master is killed as well it answers HA_NOT_AVAILABLE.
 //!
-//! `#[ignore]`d in a plain `cargo test`: it needs etcd and Python with the client
-//! (`ROCKLET_PYTHON`), which `bash tests/ci/cluster.sh` installs.
+//! `#[ignore]`d in a plain `cargo test`: it needs etcd, Python with the client
+//! (`ROCKLET_PYTHON`) and a JDK with the v4 client's jars (`ROCKLET_V4_CLASSPATH`), which
+//! `bash tests/ci/cluster.sh` installs.
 
 mod cluster_support;
 mod common;
@@ -71,33 +76,59 @@ async fn wait_route(at: SocketAddr, want: &BTreeMap<String, SocketAddr>) -> Dura
     }
 }
 
-/// Runs groups.py with `args`; its stdout lines.
-async fn python(args: Vec<String>) -> Vec<String> {
-    let py = std::env::var("ROCKLET_PYTHON")
-        .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)");
-    let script = concat!(
-        env!("CARGO_MANIFEST_DIR"),
-        "/tests/cluster_support/groups.py"
-    );
-    let out = tokio::task::spawn_blocking(move || {
-        Command::new(py).arg(script).args(&args).output().unwrap()
-    })
-    .await
-    .unwrap();
+/// An official client: the Python v5 client (groups.py, given a gRPC endpoint) or the v4
+/// Java client (V4Groups.java, given name servers).
+#[derive(Clone, Copy, Debug)]
+enum Official {
+    Python,
+    V4,
+}
+
+/// Runs `client` with `args`; its stdout lines.
+async fn run(client: Official, args: Vec<String>) -> Vec<String> {
+    let mut cmd = match client {
+        Official::Python => {
+            let py = std::env::var("ROCKLET_PYTHON").expect(
+                "ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)",
+            );
+            let mut c = Command::new(py);
+            c.arg(concat!(
+                env!("CARGO_MANIFEST_DIR"),
+                "/tests/cluster_support/groups.py"
+            ));
+            c
+        }
+        Official::V4 => {
+            let cp = std::env::var("ROCKLET_V4_CLASSPATH").expect(
+                "ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Groups (tests/ci/cluster.sh)",
+            );
+            let mut c = Command::new("java");
+            let logs = std::env::temp_dir().join("rocklet-cluster-groups-v4-logs");
+            c.arg(format!("-Drocketmq.log.root={}", logs.display()))
+                .args(["-cp", &cp, "V4Groups"]);
+            c
+        }
+    };
+    cmd.args(&args);
+    let out = tokio::task::spawn_blocking(move || cmd.output().unwrap())
+        .await
+        .unwrap();
     let text = String::from_utf8_lossy(&out.stdout).into_owned();
     assert!(
         out.status.success(),
-        "groups.py failed ({}):\n{text}\n{}",
+        "{client:?} client {args:?} failed ({}):\n{text}\n{}",
         out.status,
         String::from_utf8_lossy(&out.stderr)
     );
     text.lines().map(str::to_string).collect()
 }
 
-/// Sends `count` messages through `at`: body → the group it landed on.
-async fn send(at: SocketAddr, prefix: &str, count: usize) -> BTreeMap<String, String> {
-    let lines = python(
-        ["send", &at.to_string(), TOPIC, prefix, &count.to_string()]
+/// Sends `count` messages through `at` (a gRPC endpoint for Python, name servers for v4):
+/// body → the group it landed on.
+async fn send(client: Official, at: &str, prefix: &str, count: usize) -> BTreeMap<String, String> {
+    let lines = run(
+        client,
+        ["send", at, TOPIC, prefix, &count.to_string()]
             .map(String::from)
             .to_vec(),
     )
@@ -105,7 +136,12 @@ async fn send(at: SocketAddr, prefix: &str, count: usize) -> BTreeMap<String, St
     let mut acked = BTreeMap::new();
     for l in &lines {
         let w: Vec<&str> = l.splitn(3, ' ').collect();
-        assert_eq!(w[0], "ACK", "a send failed: {l}\n{}", lines.join("\n"));
+        assert_eq!(
+            w[0],
+            "ACK",
+            "a {client:?} send failed: {l}\n{}",
+            lines.join("\n")
+        );
         acked.insert(w[1].to_string(), w[2].to_string());
     }
     assert_eq!(acked.len(), count, "{}", lines.join("\n"));
@@ -113,18 +149,12 @@ async fn send(at: SocketAddr, prefix: &str, count: usize) -> BTreeMap<String, St
 }
 
 /// What consumer group `group` receives through `at`, waiting for `count` bodies.
-async fn receive(at: SocketAddr, group: &str, count: usize) -> BTreeSet<String> {
-    let lines = python(
-        [
-            "receive",
-            &at.to_string(),
-            TOPIC,
-            group,
-            &count.to_string(),
-            "60",
-        ]
-        .map(String::from)
-        .to_vec(),
+async fn receive(client: Official, at: &str, group: &str, count: usize) -> BTreeSet<String> {
+    let lines = run(
+        client,
+        ["receive", at, TOPIC, group, &count.to_string(), "60"]
+            .map(String::from)
+            .to_vec(),
     )
     .await;
     lines
@@ -164,8 +194,8 @@ fn landed(acked: &BTreeMap<String, String>) -> BTreeMap<&str, usize> {
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs etcd and the Python client; run by tests/ci/cluster.sh"]
-async fn two_groups_one_topic_official_client() {
+#[ignore = "needs etcd and the official clients; run by tests/ci/cluster.sh"]
+async fn two_groups_one_topic_official_clients() {
     let etcd = Etcd::start();
     let root = tempfile::tempdir().unwrap();
     let cfg = root.path().join("rocklet.toml");
@@ -207,21 +237,39 @@ async fn two_groups_one_topic_official_client() {
         BTreeMap::from([("g1".into(), r1.to_string()), ("g2".into(), r2.to_string())])
     );
 
-    // The official client sends through g1's node; its messages land on both groups.
-    let t = Instant::now();
-    let acked = send(a1, "before", 40).await;
-    let per = landed(&acked);
-    println!("40 sends in {:?}, landed {per:?}", t.elapsed());
-    assert!(
-        per.get("g1").is_some_and(|&n| n > 0) && per.get("g2").is_some_and(|&n| n > 0),
-        "messages landed on {per:?}, not on both groups"
-    );
-    // A consumer reaching g2's node receives every one, from both groups.
-    let t = Instant::now();
-    let got = receive(a2, "c1", acked.len()).await;
-    println!("{} received in {:?}", got.len(), t.elapsed());
+    // Both official clients send through g1's node (the v4 one asks both name servers);
+    // their messages land on both groups.
+    let namesrvs = format!("{n1};{n2}");
+    let mut acked = BTreeMap::new();
+    for (client, at, prefix) in [
+        (Official::Python, a1.to_string(), "py-before"),
+        (Official::V4, namesrvs.clone(), "v4-before"),
+    ] {
+        let t = Instant::now();
+        let sent = send(client, &at, prefix, 40).await;
+        let per = landed(&sent);
+        println!("{client:?}: 40 sends in {:?}, landed {per:?}", t.elapsed());
+        assert!(
+            per.get("g1").is_some_and(|&n| n > 0) && per.get("g2").is_some_and(|&n| n > 0),
+            "{client:?}'s messages landed on {per:?}, not on both groups"
+        );
+        acked.extend(sent);
+    }
+    // A consumer of each client, reaching g2's node (Python) or g2's name server (v4),
+    // receives every message, from both groups.
     let want: BTreeSet<String> = acked.keys().cloned().collect();
-    assert_eq!(got, want, "received other than what was acknowledged");
+    for (client, at, group) in [
+        (Official::Python, a2.to_string(), "c1"),
+        (Official::V4, n2.to_string(), "v4c1"),
+    ] {
+        let t = Instant::now();
+        let got = receive(client, &at, group, want.len()).await;
+        println!("{client:?}: {} received in {:?}", got.len(), t.elapsed());
+        assert_eq!(
+            got, want,
+            "{client:?} received other than what was acknowledged"
+        );
+    }
 
     let listing = rocklet_broker::cluster::describe(std::slice::from_ref(&etcd.url), "/rocklet")
         .await
@@ -254,13 +302,33 @@ async fn two_groups_one_topic_official_client() {
     );
 
     // Fresh official clients keep sending to and receiving from g2.
-    let t = Instant::now();
-    let after = send(a2, "after", 20).await;
-    println!("20 sends after the kill in {:?}", t.elapsed());
-    assert_eq!(landed(&after), BTreeMap::from([("g2", 20)]));
-    let got = receive(a2, "c1", after.len()).await;
+    let mut after = BTreeMap::new();
+    for (client, at, prefix) in [
+        (Official::Python, a2.to_string(), "py-after"),
+        (Official::V4, n2.to_string(), "v4-after"),
+    ] {
+        let t = Instant::now();
+        let sent = send(client, &at, prefix, 20).await;
+        println!("{client:?}: 20 sends after the kill in {:?}", t.elapsed());
+        assert_eq!(landed(&sent), BTreeMap::from([("g2", 20)]), "{client:?}");
+        after.extend(sent);
+    }
+    // The Python group goes on from its offsets: exactly the new messages.
     let want: BTreeSet<String> = after.keys().cloned().collect();
-    assert_eq!(got, want, "received other than what was acknowledged");
+    let got = receive(Official::Python, &a2.to_string(), "c1", want.len()).await;
+    assert_eq!(
+        got, want,
+        "Python received other than what was acknowledged"
+    );
+    // A new v4 group from the first offset: everything g2 holds, from before the kill too.
+    let want: BTreeSet<String> = acked
+        .iter()
+        .chain(&after)
+        .filter(|(_, g)| *g == "g2")
+        .map(|(b, _)| b.clone())
+        .collect();
+    let got = receive(Official::V4, &n2.to_string(), "v4c2", want.len()).await;
+    assert_eq!(got, want, "v4 received other than what g2 acknowledged");
     println!("{listing}");
 
     // g2's master dies too: no group hosting the topic has a master, and g3 says so.

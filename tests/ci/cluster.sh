@@ -11,11 +11,12 @@
 #   the master is killed ROCKLET_CLUSTER_KILLS times; every acknowledged message delivered,
 #   open transactions checked by the new master, nothing rolled back delivered, failover
 #   p50/max per client printed.
-# - broker/tests/cluster_groups.rs (official Python v5 client): groups g1 and g2 host one
-#   topic (placement in etcd); sends land on both, a consumer receives from both; g1's master
-#   killed, routes name only g2 and g2 keeps serving sends and receives.
+# - broker/tests/cluster_groups.rs (official Python v5 and v4 Java clients): groups g1 and g2
+#   host one topic (placement in etcd); each client's sends land on both, a consumer of each
+#   receives from both; g1's master killed, routes name only g2 and g2 keeps serving both
+#   clients' sends and receives.
 # Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
-# v4 client's jars (Maven Central), V4Producer compiled with javac.
+# v4 client's jars (Maven Central), V4Producer and V4Groups compiled with javac.
 # Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
 # Run from anywhere: bash tests/ci/cluster.sh
 set -euo pipefail
@@ -55,7 +56,7 @@ if ! cmp -s "$CLIENTS/pom.xml" "$JARS/.pom" 2>/dev/null; then
   cp "$CLIENTS/pom.xml" "$JARS/.pom"
 fi
 rm -rf "$TOOLS/classes"
-javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java"
+javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java" "$CLIENTS/V4Groups.java"
 
 echo "== cluster tests (kills: ${ROCKLET_CLUSTER_KILLS:-10})"
 export ROCKLET_PYTHON=$VENV/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/classes"
