@@ -1181,6 +1181,9 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, GrpcStatus> {
         self.metrics.request("ReceiveMessage");
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            return crate::cluster::forward::receive_message(&view, at, request).await;
+        }
         let timeout = grpc_timeout_ms(&request);
         let client = client_id(&request);
         let (out, charge) = match auth_grpc::check(&self.auth, &request) {
@@ -1212,6 +1215,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, GrpcStatus> {
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            self.metrics.request("AckMessage");
+            return crate::cluster::forward::ack_message(&view, at, request).await;
+        }
         let resp = match auth_grpc::check(&self.auth, &request) {
             Ok(_) => self.ack(request.into_inner()).await,
             Err(s) => pb::AckMessageResponse {
@@ -1227,6 +1234,13 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, GrpcStatus> {
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            self.metrics.request("ForwardMessageToDeadLetterQueue");
+            return crate::cluster::forward::forward_message_to_dead_letter_queue(
+                &view, at, request,
+            )
+            .await;
+        }
         let s = match auth_grpc::check(&self.auth, &request) {
             Ok(_) => self.forward_to_dlq(request.into_inner()).await,
             Err(s) => s,
@@ -1380,6 +1394,10 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, GrpcStatus> {
+        if let Some((view, at)) = self.forward_to(request.metadata()) {
+            self.metrics.request("ChangeInvisibleDuration");
+            return crate::cluster::forward::change_invisible_duration(&view, at, request).await;
+        }
         let resp = match auth_grpc::check(&self.auth, &request) {
             Ok(_) => self.change_invisible(request.into_inner()).await,
             Err(s) => pb::ChangeInvisibleDurationResponse {

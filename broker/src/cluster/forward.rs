@@ -7,8 +7,10 @@
 //! failover they send to the old master's address for up to 30 s. A killed master is
 //! restarted on its own address (crash-only: a supervisor does it) and comes back as a
 //! replica; from then on what the client sends there reaches the new master through it:
-//! SendMessage, EndTransaction, and the Telemetry stream (so the producer counts online with
-//! the new master, and its transaction checks reach it). Failover for such a client is the
+//! SendMessage, EndTransaction, the Telemetry stream (so the producer counts online with
+//! the new master, and its transaction checks reach it), and a consumer's ReceiveMessage,
+//! AckMessage, ChangeInvisibleDuration and ForwardMessageToDeadLetterQueue (a receipt the
+//! old master handed out is acked on the new one). Failover for such a client is the
 //! restart plus the election, not the route refresh.
 //!
 //! (A route naming every node in one `Endpoints` would let gRPC's pick-first channel move by
@@ -125,6 +127,83 @@ pub async fn end_transaction(
     let (md, _, body) = req.into_parts();
     let mut c = view.forward.client(at)?;
     timed(at, c.end_transaction(onward(md, body))).await
+}
+
+/// AckMessage, answered by the master at `at` (a receipt the old master handed out is
+/// valid on the new one: receipts are in the replicated log).
+pub async fn ack_message(
+    view: &ClusterView,
+    at: SocketAddr,
+    req: Request<pb::AckMessageRequest>,
+) -> Result<Response<pb::AckMessageResponse>, Status> {
+    let (md, _, body) = req.into_parts();
+    let mut c = view.forward.client(at)?;
+    timed(at, c.ack_message(onward(md, body))).await
+}
+
+/// ChangeInvisibleDuration, answered by the master at `at`.
+pub async fn change_invisible_duration(
+    view: &ClusterView,
+    at: SocketAddr,
+    req: Request<pb::ChangeInvisibleDurationRequest>,
+) -> Result<Response<pb::ChangeInvisibleDurationResponse>, Status> {
+    let (md, _, body) = req.into_parts();
+    let mut c = view.forward.client(at)?;
+    timed(at, c.change_invisible_duration(onward(md, body))).await
+}
+
+/// ForwardMessageToDeadLetterQueue, answered by the master at `at`.
+pub async fn forward_message_to_dead_letter_queue(
+    view: &ClusterView,
+    at: SocketAddr,
+    req: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
+) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, Status> {
+    let (md, _, body) = req.into_parts();
+    let mut c = view.forward.client(at)?;
+    timed(at, c.forward_message_to_dead_letter_queue(onward(md, body))).await
+}
+
+/// The longest long poll a forwarded receive waits out (the master bounds its own).
+const MAX_LONG_POLL: Duration = Duration::from_secs(60);
+
+/// A forwarded receive's stream.
+pub type ReceiveStream =
+    std::pin::Pin<Box<dyn Stream<Item = Result<pb::ReceiveMessageResponse, Status>> + Send>>;
+
+/// ReceiveMessage, served by the master at `at`: its stream is passed on as it comes, one
+/// response at a time (HTTP/2 flow control on both legs, so this node holds at most what is
+/// in flight, not the batch). The master answers after its long poll, so the call may take
+/// that long plus [`CALL_TIMEOUT`].
+pub async fn receive_message(
+    view: &ClusterView,
+    at: SocketAddr,
+    req: Request<pb::ReceiveMessageRequest>,
+) -> Result<Response<ReceiveStream>, Status> {
+    let (md, _, body) = req.into_parts();
+    let poll = body
+        .long_polling_timeout
+        .as_ref()
+        .and_then(|d| Duration::try_from(*d).ok())
+        .unwrap_or(Duration::ZERO)
+        .min(MAX_LONG_POLL);
+    let mut c = view.forward.client(at)?;
+    let opened = match tokio::time::timeout(
+        poll + CALL_TIMEOUT,
+        c.receive_message(onward(md, body)),
+    )
+    .await
+    {
+        Ok(Ok(r)) => r,
+        Ok(Err(e)) => return Err(unavailable(at, &e)),
+        Err(_) => return Err(Status::unavailable(format!(
+            "the broker group's master {at} did not answer a forwarded receive within {:?}; retry",
+            poll + CALL_TIMEOUT
+        ))),
+    };
+    let stream = opened
+        .into_inner()
+        .map(move |r| r.map_err(|e| unavailable(at, &e)));
+    Ok(Response::new(Box::pin(stream)))
 }
 
 /// The Telemetry stream, held with the master at `at` for the client: the client's settings
