@@ -10,16 +10,13 @@
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use rocklet_core::{
-    AnyStorage, CheckRequest, Millis, NewMessage, Reply, Request, Resolution, TxnId,
-};
+use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
 use rocklet_embed::{
     self as embed, panic_text, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock,
 };
@@ -93,52 +90,42 @@ fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolut
     }
 }
 
-/// Answers checks with the registered checkers; a group without one leaves its check
-/// unanswered (the transaction stays pending).
-fn answer(
-    shared: &Shared,
-    py: Python<'_>,
-    checks: Vec<(CheckRequest, Millis)>,
-) -> Result<(), Fail> {
-    for (c, _) in checks {
+/// The GIL, released around every call that takes the broker's mutex.
+#[derive(Clone, Copy)]
+struct Gil<'py>(Python<'py>);
+
+impl embed::Release for Gil<'_> {
+    fn release<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.0.detach(f)
+    }
+}
+
+/// Asks the registered checker of a check's group (`None`: the group has none, the check
+/// stays unanswered and the transaction pending).
+fn asker<'a>(
+    shared: &'a Shared,
+    py: Python<'a>,
+) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
+    move |c| {
         let checker = shared
             .checkers
             .lock()
             .get(&c.group)
             .map(|f| f.clone_ref(py));
-        if let Some(f) = checker {
-            let r = ask_checker(py, &f, &c);
-            py.detach(|| shared.with::<_, Fail>(|h| Ok(h.answer(&c, r)?)))?;
-        }
-    }
-    Ok(())
-}
-
-/// Answers every queued check, until none are left.
-fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
-    loop {
-        let batch = py.detach(|| shared.peek(|h| h.take_checks()));
-        if batch.is_empty() {
-            return Ok(());
-        }
-        answer(shared, py, batch)?;
+        checker.map(|f| ask_checker(py, &f, c))
     }
 }
 
-/// The system-clock driver thread: the embedding layer's loop, checks answered here.
-fn drive(shared: Arc<Shared>) {
-    let stopped = shared.drive::<Fail>(|| {
-        Python::try_attach(|py| {
-            if let Err(f) = answer_checks(&shared, py) {
-                let e = f.into_py(py);
-                log_error(py, "rocklet driver could not answer checks", Some(&e));
-            }
-        })
-        .is_some() // None: the interpreter is shutting down
-    });
-    if let Some(why) = stopped {
-        Python::try_attach(|py| log_error(py, &format!("rocklet driver stopped: {why}"), None));
-    }
+/// The system-clock driver thread's step: answers the checks that wait (false: the
+/// interpreter is shutting down, the driver stops).
+fn drive_answer(shared: &Shared) -> bool {
+    Python::try_attach(|py| {
+        if let Err(f) = shared.answer_all::<Fail>(&Gil(py), &mut asker(shared, py)) {
+            let e = f.into_py(py);
+            log_error(py, "rocklet driver could not answer checks", Some(&e));
+        }
+    })
+    .is_some()
 }
 
 /// An embedded Rocklet broker: RocketMQ-style transactional messages in-process.
@@ -155,7 +142,6 @@ fn drive(shared: Arc<Shared>) {
 #[pyclass(frozen, module = "rocklet", name = "Broker")]
 pub struct PyBroker {
     shared: Arc<Shared>,
-    driver: Mutex<Option<JoinHandle<()>>>,
     path: Option<PathBuf>,
 }
 
@@ -184,40 +170,6 @@ fn efail(py: Python<'_>) -> impl Fn(EFail) -> PyErr + '_ {
     move |e| Fail::from(e).into_py(py)
 }
 
-/// Where the shared operations send requests: the broker, with the GIL at hand for the
-/// checkers a manual-clock request makes due.
-struct Ep<'a, 'py> {
-    broker: &'a PyBroker,
-    py: Python<'py>,
-}
-
-impl embed::Endpoint for Ep<'_, '_> {
-    type Error = Fail;
-    fn request(&mut self, req: Request) -> Result<Reply, EFail> {
-        let shared = &self.broker.shared;
-        let r = self.py.detach(|| shared.request(req));
-        if shared.is_manual() && r.as_ref().map_or(true, |(_, checks)| *checks) {
-            answer_checks(shared, self.py).map_err(embed::Fail::Host)?;
-        }
-        match r.map_err(embed::Fail::Host)?.0 {
-            Reply::Error(e) => Err(embed::Fail::Client(e)),
-            reply => Ok(reply),
-        }
-    }
-    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, EFail> {
-        let shared = &self.broker.shared;
-        self.py
-            .detach(|| shared.read(|c| c.topic_queue_count(topic)))
-            .map_err(embed::Fail::Host)
-    }
-    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, EFail> {
-        let shared = &self.broker.shared;
-        self.py
-            .detach(|| shared.with(|h| Ok(h.transaction_group(txn)?)))
-            .map_err(embed::Fail::Host)
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn new_message(
     topic: String,
@@ -243,8 +195,10 @@ fn new_message(
 }
 
 impl PyBroker {
-    fn ep<'a, 'py>(&'a self, py: Python<'py>) -> Ep<'a, 'py> {
-        Ep { broker: self, py }
+    /// Where the shared operations send requests: the broker, with the GIL at hand for the
+    /// checkers a manual-clock request makes due.
+    fn ep<'a>(&'a self, py: Python<'a>) -> impl embed::Endpoint<Error = Fail> + use<'a> {
+        self.shared.endpoint(Gil(py), asker(&self.shared, py))
     }
 
     /// Runs `f` on the host with the GIL released.
@@ -265,34 +219,11 @@ impl PyBroker {
         py.detach(|| self.shared.read(f)).map_err(fail(py))
     }
 
-    fn generation(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.shared.peek(|h| h.generation()))
-    }
-
-    /// Waits (GIL released) until the state changes after `gen`, the deadline passes, or the
-    /// broker closes; at most `slice` at a time so signals are seen.
-    fn wait_change(&self, py: Python<'_>, gen: u64, deadline: Option<Instant>) -> PyResult<()> {
-        let slice = Duration::from_millis(100);
-        let wait = deadline.map_or(slice, |d| {
-            d.saturating_duration_since(Instant::now()).min(slice)
-        });
-        py.detach(|| self.shared.wait_change(gen, wait));
-        py.check_signals()
-    }
-
     /// Manual clock: a whole drive, each step's checks answered before the next.
-    fn run_drive(&self, py: Python<'_>, mut d: Drive) -> PyResult<()> {
+    fn run_drive(&self, py: Python<'_>, d: Drive) -> PyResult<()> {
         let shared = &self.shared;
-        answer_checks(shared, py).map_err(fail(py))?;
-        loop {
-            let checks = py
-                .detach(|| shared.with(|h| Ok(d.next(h)?)))
-                .map_err(fail(py))?;
-            if checks.is_empty() {
-                return Ok(());
-            }
-            answer(shared, py, checks).map_err(fail(py))?;
-        }
+        let r = shared.run_drive::<Fail>(&Gil(py), d, &mut asker(shared, py));
+        r.map_err(fail(py))
     }
 
     fn manual(&self, what: &str) -> PyResult<()> {
@@ -352,25 +283,23 @@ impl PyBroker {
             host: embed::Shared::new(host, manual),
             checkers: Mutex::new(Checkers::default()),
         });
-        let driver = if manual {
-            None
-        } else {
-            let s = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("rocklet-driver".into())
-                .spawn(move || drive(s))
-                .map_err(|e| {
-                    let why = format!("cannot start the driver thread: {e}");
-                    crate::error::err(py, "RockletError", why)
-                })?;
-            shared.set_driver_thread(handle.thread().id());
-            Some(handle)
-        };
-        Ok(PyBroker {
-            shared,
-            driver: Mutex::new(driver),
-            path,
-        })
+        if !manual {
+            let stopped = |why: String| {
+                let msg = format!("rocklet driver stopped: {why}");
+                Python::try_attach(|py| log_error(py, &msg, None));
+            };
+            embed::Shared::start_driver::<_, Fail>(
+                &shared,
+                "rocklet-driver",
+                drive_answer,
+                stopped,
+            )
+            .map_err(|e| {
+                let why = format!("cannot start the driver thread: {e}");
+                crate::error::err(py, "RockletError", why)
+            })?;
+        }
+        Ok(PyBroker { shared, path })
     }
 
     /// The data directory, or None for a broker in memory.
@@ -464,15 +393,7 @@ impl PyBroker {
     /// Syncs, stops the driver thread and releases the data directory. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let shared = &self.shared;
-        let res = py.detach(|| {
-            let r = shared.shut();
-            if !shared.is_driver_thread() {
-                if let Some(h) = self.driver.lock().take() {
-                    let _ = h.join();
-                }
-            }
-            r
-        });
+        let res = py.detach(|| shared.close());
         let old = shared.checkers.lock().clear();
         drop(old);
         res.map_err(fail(py))
@@ -1046,19 +967,17 @@ impl PySubscription {
     ) -> PyResult<Option<Py<PyReceived>>> {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        loop {
-            if broker.closed(py) {
-                return Ok(None);
-            }
-            let gen = broker.generation(py);
-            if let Some(r) = sub.next(&mut broker.ep(py)).map_err(efail(py))? {
-                return convert::received(py, r).map(Some);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-            broker.wait_change(py, gen, deadline)?;
-        }
+        // At most 100 ms at a time, so that signals (Ctrl-C) are seen.
+        let slice = Duration::from_millis(100);
+        let signals = || {
+            py.check_signals()
+                .map_err(|e| embed::Fail::Host(Fail::Py(e)))
+        };
+        let got = broker
+            .shared
+            .next_waiting(&Gil(py), sub, &mut broker.ep(py), deadline, slice, signals)
+            .map_err(efail(py))?;
+        got.map(|r| convert::received(py, r)).transpose()
     }
 }
 

@@ -45,6 +45,8 @@ pub enum Fail {
     Value(String),
     /// A bug: an unexpected reply.
     Internal(String),
+    /// A Python exception raised meanwhile (a signal's, while waiting).
+    Py(PyErr),
 }
 
 /// A shared operation's failure (host errors: the core's, or this binding's own `Fail`).
@@ -105,6 +107,7 @@ impl Fail {
             ),
             Fail::Value(why) => pyo3::exceptions::PyValueError::new_err(why),
             Fail::Internal(why) => err(py, "InternalError", format!("internal error: {why}")),
+            Fail::Py(e) => e,
         }
     }
 }

@@ -61,7 +61,7 @@ pub use ops::{
     Transaction,
 };
 #[cfg(feature = "std")]
-pub use shared::{panic_text, Shared, SharedFail};
+pub use shared::{panic_text, NoLock, Release, Shared, SharedEp, SharedFail};
 pub use subscription::Subscription;
 
 use alloc::string::String;

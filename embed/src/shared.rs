@@ -10,17 +10,26 @@
 
 use alloc::format;
 use alloc::string::{String, ToString};
+use alloc::sync::Arc;
+use alloc::vec::Vec;
+use core::marker::PhantomData;
 use core::panic::AssertUnwindSafe;
 use core::sync::atomic::{AtomicBool, Ordering};
 use core::time::Duration;
 use std::panic::catch_unwind;
-use std::thread::ThreadId;
+use std::thread::{JoinHandle, ThreadId};
+use std::time::Instant;
 
 use parking_lot::{Condvar, Mutex, MutexGuard};
-use rocklet_core::{Broker, Millis, Reply, Request, Storage};
+use rocklet_core::{
+    Broker, CheckRequest, Millis, Received, Reply, Request, Resolution, Storage, TxnId,
+};
 
 use crate::clock::Clock;
-use crate::host::{Host, HostFail};
+use crate::host::{Drive, Host, HostFail};
+use crate::ops::Endpoint;
+use crate::subscription::Subscription;
+use crate::Fail;
 
 /// What a [`Shared`] call fails with: the binding's error type, built from the host's
 /// failures and from the two this layer adds.
@@ -53,7 +62,25 @@ pub struct Shared<S: Storage, C: Clock> {
     event_cv: Condvar,
     manual: bool,
     shutdown: AtomicBool,
+    driver: Mutex<Option<JoinHandle<()>>>,
     driver_thread: Mutex<Option<ThreadId>>,
+}
+
+/// Where a binding lets go of its own lock around a call that takes the [`Shared`] mutex
+/// (Python: the GIL), so that no thread waits for the mutex while holding that lock.
+pub trait Release {
+    /// Runs `f` with the binding's lock released.
+    fn release<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T;
+}
+
+/// No lock of the binding's own.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct NoLock;
+
+impl Release for NoLock {
+    fn release<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        f()
+    }
 }
 
 impl<S: Storage, C: Clock> core::fmt::Debug for Shared<S, C> {
@@ -89,6 +116,7 @@ impl<S: Storage, C: Clock> Shared<S, C> {
             event_cv: Condvar::new(),
             manual,
             shutdown: AtomicBool::new(false),
+            driver: Mutex::new(None),
             driver_thread: Mutex::new(None),
         }
     }
@@ -188,9 +216,31 @@ impl<S: Storage, C: Clock> Shared<S, C> {
         *self.driver_thread.lock() == Some(std::thread::current().id())
     }
 
-    /// Names the driver thread.
-    pub fn set_driver_thread(&self, id: ThreadId) {
-        *self.driver_thread.lock() = Some(id);
+    /// Starts [`Shared::drive`] on a thread of its own named `name`. `this` is what the
+    /// binding keeps the host in (with its checkers); `answer` answers the checks that wait
+    /// (`false` stops the driver); `stopped` hears why the driver stopped after a failure.
+    /// [`Shared::close`] joins the thread.
+    pub fn start_driver<T, F>(
+        this: &Arc<T>,
+        name: &str,
+        mut answer: impl FnMut(&T) -> bool + Send + 'static,
+        stopped: impl FnOnce(String) + Send + 'static,
+    ) -> std::io::Result<()>
+    where
+        T: core::ops::Deref<Target = Self> + Send + Sync + 'static,
+        F: SharedFail<S>,
+    {
+        let t = Arc::clone(this);
+        let handle = std::thread::Builder::new()
+            .name(name.into())
+            .spawn(move || {
+                if let Some(why) = t.drive::<F>(|| answer(&t)) {
+                    stopped(why);
+                }
+            })?;
+        *this.driver_thread.lock() = Some(handle.thread().id());
+        *this.driver.lock() = Some(handle);
+        Ok(())
     }
 
     /// Stops the driver and drops the core (releasing the data directory), syncing first.
@@ -207,6 +257,123 @@ impl<S: Storage, C: Clock> Shared<S, C> {
         self.driver_cv.notify_all();
         self.event_cv.notify_all();
         res
+    }
+
+    /// [`Shared::shut`], then waits for the driver thread to end (unless called on it: a
+    /// checker may close the broker). Idempotent.
+    pub fn close<F: SharedFail<S>>(&self) -> Result<(), F> {
+        let res = self.shut();
+        if !self.is_driver_thread() {
+            let handle = self.driver.lock().take();
+            if let Some(h) = handle {
+                let _ = h.join();
+            }
+        }
+        res
+    }
+
+    /// Answers `checks` with `ask`, the binding's call of the group's checker (`None`: the
+    /// group has none; the check stays unanswered and the transaction pending). The mutex is
+    /// not held while `ask` runs: a checker may call the broker.
+    pub fn answer<F: SharedFail<S> + Send>(
+        &self,
+        lock: &impl Release,
+        checks: Vec<(CheckRequest, Millis)>,
+        ask: &mut impl FnMut(&CheckRequest) -> Option<Resolution>,
+    ) -> Result<(), F>
+    where
+        Self: Sync,
+    {
+        for (c, _) in checks {
+            if let Some(r) = ask(&c) {
+                lock.release(|| self.with::<_, F>(|h| Ok(h.answer(&c, r)?)))?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Answers every queued check (see [`Shared::answer`]) until none are left.
+    pub fn answer_all<F: SharedFail<S> + Send>(
+        &self,
+        lock: &impl Release,
+        ask: &mut impl FnMut(&CheckRequest) -> Option<Resolution>,
+    ) -> Result<(), F>
+    where
+        Self: Sync,
+    {
+        loop {
+            let batch = lock.release(|| self.peek(|h| h.take_checks()));
+            if batch.is_empty() {
+                return Ok(());
+            }
+            self.answer::<F>(lock, batch, ask)?;
+        }
+    }
+
+    /// Manual clock: a whole [`Drive`], the checks each step makes due answered (with `ask`)
+    /// before the next step, so each is answered at its own time.
+    pub fn run_drive<F: SharedFail<S> + Send>(
+        &self,
+        lock: &impl Release,
+        mut drive: Drive,
+        ask: &mut impl FnMut(&CheckRequest) -> Option<Resolution>,
+    ) -> Result<(), F>
+    where
+        Self: Sync,
+    {
+        self.answer_all::<F>(lock, ask)?;
+        loop {
+            let d = &mut drive;
+            let checks = lock.release(|| self.with::<_, F>(|h| Ok(d.next(h)?)))?;
+            if checks.is_empty() {
+                return Ok(());
+            }
+            self.answer::<F>(lock, checks, ask)?;
+        }
+    }
+
+    /// The subscription's next message, waiting for one (in waits of at most `slice`, with
+    /// `between` called after each: Python checks for signals there) until `deadline` (`None`:
+    /// until the broker closes). `None`: the deadline passed, or the broker closed.
+    pub fn next_waiting<E: Endpoint>(
+        &self,
+        lock: &impl Release,
+        sub: &mut Subscription,
+        ep: &mut E,
+        deadline: Option<Instant>,
+        slice: Duration,
+        mut between: impl FnMut() -> Result<(), Fail<E::Error>>,
+    ) -> Result<Option<Received>, Fail<E::Error>>
+    where
+        Self: Sync,
+    {
+        loop {
+            let (closed, gen) = lock.release(|| self.peek(|h| (h.is_closed(), h.generation())));
+            if closed {
+                return Ok(None);
+            }
+            if let Some(r) = sub.next(ep)? {
+                return Ok(Some(r));
+            }
+            if deadline.is_some_and(|d| Instant::now() >= d) {
+                return Ok(None);
+            }
+            let wait = deadline.map_or(slice, |d| {
+                d.saturating_duration_since(Instant::now()).min(slice)
+            });
+            lock.release(|| self.wait_change(gen, wait));
+            between()?;
+        }
+    }
+
+    /// The operations' [`Endpoint`] over this host: see [`SharedEp`].
+    pub fn endpoint<L, A, F>(&self, lock: L, ask: A) -> SharedEp<'_, S, C, L, A, F> {
+        SharedEp {
+            shared: self,
+            lock,
+            ask,
+            fail: PhantomData,
+        }
     }
 
     /// Waits until the state changes after generation `gen`, at most `wait`, unless the
@@ -278,5 +445,64 @@ impl<S: Storage, C: Clock> Shared<S, C> {
                 return None;
             }
         }
+    }
+}
+
+/// The operations' [`Endpoint`] over a [`Shared`] host ([`Shared::endpoint`]): each call
+/// releases the binding's lock `L` while it takes the mutex, and under the manual clock the
+/// checks a request made due are answered with `ask` before it returns (no driver thread
+/// does it). `F` is the binding's failure.
+pub struct SharedEp<'a, S: Storage, C: Clock, L, A, F> {
+    shared: &'a Shared<S, C>,
+    lock: L,
+    ask: A,
+    fail: PhantomData<fn() -> F>,
+}
+
+impl<S: Storage, C: Clock, L, A, F> core::fmt::Debug for SharedEp<'_, S, C, L, A, F> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        f.debug_struct("SharedEp")
+            .field("shared", self.shared)
+            .finish_non_exhaustive()
+    }
+}
+
+impl<S, C, L, A, F> Endpoint for SharedEp<'_, S, C, L, A, F>
+where
+    S: Storage,
+    C: Clock,
+    Shared<S, C>: Sync,
+    L: Release,
+    A: FnMut(&CheckRequest) -> Option<Resolution>,
+    F: SharedFail<S> + Send,
+{
+    type Error = F;
+
+    fn request(&mut self, req: Request) -> Result<Reply, Fail<F>> {
+        let shared = self.shared;
+        let r = self.lock.release(|| shared.request::<F>(req));
+        if shared.is_manual() && r.as_ref().map_or(true, |(_, checks)| *checks) {
+            shared
+                .answer_all::<F>(&self.lock, &mut self.ask)
+                .map_err(Fail::Host)?;
+        }
+        match r.map_err(Fail::Host)?.0 {
+            Reply::Error(e) => Err(Fail::Client(e)),
+            reply => Ok(reply),
+        }
+    }
+
+    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, Fail<F>> {
+        let shared = self.shared;
+        self.lock
+            .release(|| shared.read::<_, F>(|c| c.topic_queue_count(topic)))
+            .map_err(Fail::Host)
+    }
+
+    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, Fail<F>> {
+        let shared = self.shared;
+        self.lock
+            .release(|| shared.with::<_, F>(|h| Ok(h.transaction_group(txn)?)))
+            .map_err(Fail::Host)
     }
 }

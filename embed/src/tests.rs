@@ -611,4 +611,132 @@ mod shared {
         assert_eq!(s.shut::<F>(), Ok(()));
         assert!(s.peek(|h| h.is_closed()));
     }
+
+    type Ask<'a> = &'a mut dyn FnMut(&rocklet_core::CheckRequest) -> Option<Resolution>;
+
+    #[test]
+    fn manual_drive_answers_each_check_at_its_time_without_holding_the_mutex() {
+        let s = shared(FlushMode::Async);
+        s.with::<_, F>(|h| Ok(h.set_producer_online("P", true)?))
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut ask = |c: &rocklet_core::CheckRequest| {
+            // The mutex is free while a checker runs: it may call the broker.
+            seen.push((c.check, s.peek(|h| h.now())));
+            Some(if c.check < 2 {
+                Resolution::Unknown
+            } else {
+                Resolution::Commit
+            })
+        };
+        let tx = {
+            let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut ask);
+            prepare(&mut ep, "P".into(), NewMessage::new("T", "half"), None).unwrap()
+        };
+        s.run_drive::<F>(&NoLock, Drive::to(2500), &mut ask)
+            .unwrap();
+        assert_eq!(seen, [(1, 1000), (2, 2000)]);
+        assert_eq!(s.peek(|h| h.now()), 2500);
+        let pending = s.read::<_, F>(|c| c.pending_transaction_count()).unwrap();
+        assert_eq!(pending, 0);
+        // Ended by the checker: ending it again is a duplicate.
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        assert!(tx.end(&mut ep, Resolution::Commit).unwrap());
+    }
+
+    #[test]
+    fn a_waiting_subscription_times_out_then_gets_what_arrives() {
+        let s = shared(FlushMode::Async);
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut sub = Subscription::new("G".into(), "T".into(), 1000, 1, TagFilter::All);
+        let slice = core::time::Duration::from_millis(10);
+        let t0 = std::time::Instant::now();
+        let deadline = Some(t0 + core::time::Duration::from_millis(50));
+        let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        let mut waits = 0;
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, deadline, slice, || {
+            waits += 1;
+            Ok(())
+        });
+        assert!(got.unwrap().is_none());
+        assert!(t0.elapsed() >= core::time::Duration::from_millis(50));
+        assert!(waits >= 1, "{waits}");
+        // `between` failing ends the wait with its failure.
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || {
+            Err(Fail::Host(F::Broken("interrupted".into())))
+        });
+        assert!(matches!(got, Err(Fail::Host(F::Broken(w))) if w == "interrupted"));
+        // No deadline: it waits until a send (on another thread) wakes it.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(core::time::Duration::from_millis(30));
+                send(&s, "late").unwrap();
+            });
+            let r = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || Ok(()));
+            let r = r.unwrap().expect("the message sent meanwhile");
+            assert_eq!(r.message.body, b"late");
+        });
+        // A closed broker ends the wait.
+        s.shut::<F>().unwrap();
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || Ok(()));
+        assert!(got.unwrap().is_none());
+    }
+
+    /// What a binding keeps the host in: the host and its own state (here: checks seen).
+    struct Kept {
+        host: Shared<MemStorage, crate::SystemClock>,
+        asked: core::sync::atomic::AtomicU32,
+    }
+
+    impl core::ops::Deref for Kept {
+        type Target = Shared<MemStorage, crate::SystemClock>;
+        fn deref(&self) -> &Self::Target {
+            &self.host
+        }
+    }
+
+    #[test]
+    fn the_driver_thread_answers_checks_on_time_and_close_joins_it() {
+        use core::sync::atomic::Ordering::SeqCst;
+        let c = Config {
+            transaction_timeout_ms: 20,
+            transaction_check_interval_ms: 20,
+            ..cfg()
+        };
+        let host = Host::open(c, MemStorage::new(), crate::SystemClock, false).unwrap();
+        let kept = alloc::sync::Arc::new(Kept {
+            host: Shared::new(host, false),
+            asked: 0.into(),
+        });
+        let answer = |k: &Kept| {
+            let mut ask = |_: &rocklet_core::CheckRequest| {
+                k.asked.fetch_add(1, SeqCst);
+                Some(Resolution::Commit)
+            };
+            k.answer_all::<F>(&NoLock, &mut ask).is_ok()
+        };
+        let stopped = |why: String| panic!("the driver stopped: {why}");
+        Shared::start_driver::<_, F>(&kept, "test-driver", answer, stopped).unwrap();
+        kept.with::<_, F>(|h| Ok(h.set_producer_online("P", true)?))
+            .unwrap();
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut ep = kept.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        prepare(&mut ep, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+        let t0 = std::time::Instant::now();
+        while kept
+            .read::<_, F>(|c| c.pending_transaction_count())
+            .unwrap()
+            > 0
+        {
+            assert!(t0.elapsed().as_secs() < 10, "the driver never checked");
+            std::thread::sleep(core::time::Duration::from_millis(5));
+        }
+        assert_eq!(kept.asked.load(SeqCst), 1);
+        kept.close::<F>().unwrap();
+        // Joined: the thread is gone, its clone of the Arc dropped with it.
+        assert_eq!(alloc::sync::Arc::strong_count(&kept), 1);
+        assert!(kept.peek(|h| h.is_closed()));
+        assert_eq!(kept.close::<F>(), Ok(()));
+    }
 }
