@@ -17,13 +17,11 @@ use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValu
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
-use rocklet_embed::{
-    self as embed, panic_text, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock,
-};
+use rocklet_embed::{self as embed, panic_text, AnyClock, Checkers, Clock, Drive, SystemClock};
 
 use crate::convert;
 use crate::convert::Made;
-use crate::error::{client_error, core_error, open_error, Fail};
+use crate::error::{client_error, open_error, Fail};
 use crate::types::{PyMessage, PyReceived, PySendResult};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
@@ -262,23 +260,10 @@ impl PyBroker {
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
         let cfg = convert::config(py, config)?;
-        let storage = py
-            .detach(|| AnyStorage::open(path.as_deref()))
-            .map_err(|e| {
-                open_error(
-                    py,
-                    &path.as_deref().unwrap_or("<memory>".as_ref()).display(),
-                    &e,
-                )
-            })?;
-        let clock = if manual {
-            AnyClock::Manual(ManualClock(start_ms.unwrap_or(0)))
-        } else {
-            AnyClock::Host(SystemClock)
-        };
+        let start = manual.then(|| start_ms.unwrap_or(0));
         let host = py
-            .detach(|| Host::open(cfg, storage, clock, repair))
-            .map_err(|e| core_error(py, e))?;
+            .detach(|| embed::open::open(path.as_deref(), start, cfg, repair))
+            .map_err(|e| open_error(py, path.as_deref(), e))?;
         let shared = Arc::new(Shared {
             host: embed::Shared::new(host, manual),
             checkers: Mutex::new(Checkers::default()),

@@ -1,13 +1,14 @@
 //! Every mapping from core errors to Python exceptions. The hierarchy itself is Python's
 //! (`rocklet/_errors.py`); each class is looked up there by name, the module imported once.
 
-use std::fmt::Display;
 use std::io;
+use std::path::Path;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
+use rocklet_embed::open::OpenFail;
 use rocklet_embed::ErrorKind;
 
 /// `rocklet._errors`, imported once.
@@ -154,13 +155,19 @@ pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     }
 }
 
-/// Opening a data directory failed.
-pub fn open_error(py: Python<'_>, dir: &impl Display, e: &io::Error) -> PyErr {
-    err(
-        py,
-        "StorageError",
-        format!("cannot open data directory {dir}: {e}"),
-    )
+/// Opening the broker failed: its data directory, or recovery.
+pub fn open_error(py: Python<'_>, path: Option<&Path>, e: OpenFail) -> PyErr {
+    match e {
+        OpenFail::Storage(e) => {
+            let dir = path.unwrap_or("<memory>".as_ref()).display();
+            err(
+                py,
+                "StorageError",
+                format!("cannot open data directory {dir}: {e}"),
+            )
+        }
+        OpenFail::Core(e) => core_error(py, e),
+    }
 }
 
 /// Adds the hierarchy to the module (it is Python's: `rocklet._errors`).

@@ -38,6 +38,15 @@ pub fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     fields
 }
 
+/// The one delay among the ways a message may give it (a level, an absolute time, a
+/// relative one): `Some(None)` when none is given, `None` when more than one is (the binding
+/// says so in its own names).
+pub fn one_delay<const N: usize>(given: [Option<Delay>; N]) -> Option<Option<Delay>> {
+    let mut given = given.into_iter().flatten();
+    let first = given.next();
+    given.next().is_none().then_some(first)
+}
+
 /// A message body: a string (sent as its UTF-8 bytes) or a `Uint8Array`.
 #[derive(Debug)]
 pub struct Body(pub Vec<u8>);
@@ -128,16 +137,12 @@ pub struct MessageInput {
 impl MessageInput {
     /// The core message; more than one delay is refused (the text says so).
     pub fn into_message(self) -> Result<NewMessage, &'static str> {
-        let delays = [
+        let delay = one_delay([
             self.delay_level.map(Delay::Level),
             self.deliver_at_ms.map(Delay::At),
             self.delay_ms.map(Delay::After),
-        ];
-        let mut given = delays.into_iter().flatten();
-        let delay = given.next();
-        if given.next().is_some() {
-            return Err("give at most one of delayLevel, deliverAtMs, delayMs");
-        }
+        ])
+        .ok_or("give at most one of delayLevel, deliverAtMs, delayMs")?;
         Ok(NewMessage {
             topic: self.topic,
             body: self.body.0,
@@ -200,6 +205,20 @@ pub struct EndOptions {
     pub from_check: Option<bool>,
     #[serde(default)]
     pub group: Option<String>,
+}
+
+impl EndOptions {
+    /// The group and whether the end answers a check. `takes_from_check`: the call accepts
+    /// `fromCheck` (Node's `endTransaction`; its `commit` and `rollback` refuse it).
+    pub fn into_parts(
+        self,
+        takes_from_check: bool,
+    ) -> Result<(Option<String>, bool), &'static str> {
+        if self.from_check.is_some() && !takes_from_check {
+            return Err("options has an unknown option `fromCheck` (known: group)");
+        }
+        Ok((self.group, self.from_check.unwrap_or(false)))
+    }
 }
 
 impl PullInput {
@@ -300,17 +319,13 @@ impl MessageOptions {
 
     /// The core message to `topic` with `body`; more than one delay is refused.
     pub fn into_message(self, topic: String, body: Vec<u8>) -> Result<NewMessage, &'static str> {
-        let delays = [
+        let delay = one_delay([
             self.delay_level.map(Delay::Level),
             self.deliver_at_ms.map(Delay::At),
             self.deliver_at.map(Delay::At),
             self.delay_ms.map(Delay::After),
-        ];
-        let mut given = delays.into_iter().flatten();
-        let delay = given.next();
-        if given.next().is_some() {
-            return Err("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs");
-        }
+        ])
+        .ok_or("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs")?;
         Ok(NewMessage {
             topic,
             body,
@@ -578,6 +593,38 @@ mod js_error_tests {
         );
         let o = read::<ReceiveOptions>(&[("invisibleMs", 5)]).map(|o| o.invisible_ms);
         assert_eq!(o, Ok(5));
+    }
+
+    #[test]
+    fn from_check_only_where_the_call_takes_it() {
+        let o = || EndOptions {
+            from_check: Some(true),
+            group: Some("P".into()),
+        };
+        assert_eq!(o().into_parts(true), Ok((Some("P".into()), true)));
+        assert_eq!(
+            o().into_parts(false),
+            Err("options has an unknown option `fromCheck` (known: group)")
+        );
+        assert_eq!(EndOptions::default().into_parts(false), Ok((None, false)));
+    }
+
+    #[test]
+    fn at_most_one_delay() {
+        assert_eq!(one_delay([None, None, None]), Some(None));
+        let d = one_delay([None, Some(Delay::At(5)), None]);
+        assert!(matches!(d, Some(Some(Delay::At(5)))), "{d:?}");
+        assert!(one_delay([Some(Delay::Level(1)), None, Some(Delay::After(2))]).is_none());
+        let two = MessageOptions {
+            deliver_at_ms: Some(1),
+            deliver_at: Some(1),
+            ..MessageOptions::default()
+        };
+        let e = two.into_message("T".into(), Vec::new()).unwrap_err();
+        assert_eq!(
+            e,
+            "give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs"
+        );
     }
 
     #[test]

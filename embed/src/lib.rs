@@ -21,6 +21,8 @@
 //! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
 //!   (Python): group commit under sync flush, the host-clock driver loop, a caught panic
 //!   that marks the broker broken.
+//! - [`open`] (feature `std`): a broker on the core's file or memory storage, on a manual
+//!   clock or the system's (what Python and Node open).
 //! - [`arg`]: the range checks of whole-number arguments, one text for every binding.
 //! - [`config`]: the broker's configuration from JSON values by key, in the host's naming,
 //!   errors naming the key.
@@ -42,6 +44,8 @@ mod clock;
 pub mod config;
 mod host;
 pub mod input;
+#[cfg(feature = "std")]
+pub mod open;
 mod ops;
 #[cfg(feature = "std")]
 mod shared;
@@ -54,7 +58,7 @@ mod tests;
 #[cfg(feature = "std")]
 pub use clock::SystemClock;
 pub use clock::{AnyClock, Clock, ManualClock};
-pub use host::{Checkers, Drive, Host};
+pub use host::{Checkers, Drive, Driving, Host};
 pub use ops::{
     ack, change_invisible, commit_offset, end, forward_to_dead_letter, prepare, pull, receive,
     send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
@@ -62,7 +66,7 @@ pub use ops::{
 };
 #[cfg(feature = "std")]
 pub use shared::{panic_text, NoLock, Release, Shared, SharedEp, SharedFail};
-pub use subscription::Subscription;
+pub use subscription::{Subscription, Subscriptions};
 
 use alloc::string::String;
 use rocklet_core::ClientError;

@@ -189,6 +189,35 @@ fn run_until_idle_ends_when_nobody_answers() {
 }
 
 #[test]
+fn driving_a_step_at_a_time_hands_out_each_steps_checks_then_none() {
+    let mut h = host();
+    let mut d = Driving::default();
+    // None started: nothing to do.
+    assert!(d.next(&mut h).unwrap().is_empty());
+    h.set_producer_online("P", true).unwrap();
+    let tx = prepare(&mut h, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+    d.start(&h, Some(1500)).unwrap();
+    let checks = d.next(&mut h).unwrap();
+    assert_eq!(checks.len(), 1);
+    assert_eq!((checks[0].0.txn, h.now()), (tx.txn, 1000));
+    h.answer(&checks[0].0, Resolution::Unknown).unwrap();
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+    // Over: asking again is still nothing, and the clock stays.
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+    let e = d.start(&h, Some(100)).unwrap_err();
+    assert!(
+        matches!(&e, Fail::Argument(w) if w == "target 100 is before the clock (1500)"),
+        "{e:?}"
+    );
+    d.start(&h, None).unwrap();
+    d.stop();
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+}
+
+#[test]
 fn step_refuses_a_target_in_the_past() {
     let mut h = Host::open(cfg(), MemStorage::new(), ManualClock(500), false).unwrap();
     assert!(matches!(h.step(Some(100)), Err(Fail::Argument(w)) if w.contains("before")));
@@ -532,6 +561,52 @@ fn failures_have_a_kind_and_a_code() {
     assert_eq!(e.kind(), ErrorKind::Closed);
     let failed: rocklet_core::Error<()> = rocklet_core::Error::Failed { reason: "x".into() };
     assert_eq!(ErrorKind::of(&failed).code(), "FAILED");
+}
+
+#[test]
+fn subscriptions_by_id_ack_on_next_and_refuse_an_id_not_open() {
+    let mut h = host();
+    let mut subs = Subscriptions::default();
+    let a = subs.open(Subscription::new(
+        "G".into(),
+        "T".into(),
+        1000,
+        1,
+        TagFilter::All,
+    ));
+    let b = subs.open(Subscription::new(
+        "H".into(),
+        "T".into(),
+        1000,
+        1,
+        TagFilter::All,
+    ));
+    assert_ne!(a, b);
+    // Before the topic exists: nothing yet, no error.
+    assert!(subs.next(a, &mut h).unwrap().is_none());
+    send_one(&mut h, msg("T", "one", 0)).unwrap();
+    send_one(&mut h, msg("T", "two", 0)).unwrap();
+    let first = subs.next(a, &mut h).unwrap().unwrap();
+    assert_eq!(first.message.body, b"one");
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    // Asking for the next acks the one before.
+    let second = subs.next(a, &mut h).unwrap().unwrap();
+    assert_eq!(second.message.body, b"two");
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    // Stopped: the current message stays un-acked, and the id is gone.
+    subs.stop(a);
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    let e = subs.next(a, &mut h).unwrap_err();
+    assert!(
+        matches!(&e, Fail::Argument(w) if w == "no open subscription 0"),
+        "{e:?}"
+    );
+    // The other group's subscription sees both messages on its own.
+    assert_eq!(subs.next(b, &mut h).unwrap().unwrap().message.body, b"one");
+    subs.clear();
+    assert!(matches!(subs.next(b, &mut h), Err(Fail::Argument(_))));
+    assert_eq!(arg::limit(None), usize::MAX);
+    assert_eq!(arg::limit(Some(3)), 3);
 }
 
 #[cfg(feature = "std")]
