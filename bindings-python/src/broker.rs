@@ -17,7 +17,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValu
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
-use rocklet_embed::{self as embed, panic_text, AnyClock, Checkers, Clock, Drive, SystemClock};
+use rocklet_embed::{self as embed, panic_text, AnyClock, Clock, Drive, SystemClock};
 
 use crate::convert;
 use crate::convert::Made;
@@ -28,19 +28,9 @@ type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
 type EFail = embed::Fail<Fail>;
 
-/// The shared host (mutex, group commit, driver loop: the embedding layer's) and the
-/// checkers, Python callables by producer group.
-struct Shared {
-    host: embed::Shared<AnyStorage, AnyClock<SystemClock>>,
-    checkers: Mutex<Checkers<Py<PyAny>>>,
-}
-
-impl std::ops::Deref for Shared {
-    type Target = embed::Shared<AnyStorage, AnyClock<SystemClock>>;
-    fn deref(&self) -> &Self::Target {
-        &self.host
-    }
-}
+/// The shared host (mutex, group commit, driver loop, checker registry: the embedding
+/// layer's) with the checkers, Python callables by producer group.
+type Shared = embed::Shared<AnyStorage, AnyClock<SystemClock>, Py<PyAny>>;
 
 /// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
 fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
@@ -104,14 +94,7 @@ fn asker<'a>(
     shared: &'a Shared,
     py: Python<'a>,
 ) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
-    move |c| {
-        let checker = shared
-            .checkers
-            .lock()
-            .get(&c.group)
-            .map(|f| f.clone_ref(py));
-        checker.map(|f| ask_checker(py, &f, c))
-    }
+    shared.asker(move |f| f.clone_ref(py), move |f, c| ask_checker(py, f, c))
 }
 
 /// The system-clock driver thread's step: answers the checks that wait (false: the
@@ -264,25 +247,17 @@ impl PyBroker {
         let host = py
             .detach(|| embed::open::open(path.as_deref(), start, cfg, repair))
             .map_err(|e| open_error(py, path.as_deref(), e))?;
-        let shared = Arc::new(Shared {
-            host: embed::Shared::new(host, manual),
-            checkers: Mutex::new(Checkers::default()),
-        });
+        let shared = Arc::new(Shared::new(host, manual));
         if !manual {
             let stopped = |why: String| {
                 let msg = format!("rocklet driver stopped: {why}");
                 Python::try_attach(|py| log_error(py, &msg, None));
             };
-            embed::Shared::start_driver::<_, Fail>(
-                &shared,
-                "rocklet-driver",
-                drive_answer,
-                stopped,
-            )
-            .map_err(|e| {
-                let why = format!("cannot start the driver thread: {e}");
-                crate::error::err(py, "RockletError", why)
-            })?;
+            Shared::start_driver::<Fail>(&shared, "rocklet-driver", drive_answer, stopped)
+                .map_err(|e| {
+                    let why = format!("cannot start the driver thread: {e}");
+                    crate::error::err(py, "RockletError", why)
+                })?;
         }
         Ok(PyBroker { shared, path })
     }
@@ -379,8 +354,7 @@ impl PyBroker {
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let shared = &self.shared;
         let res = py.detach(|| shared.close());
-        let old = shared.checkers.lock().clear();
-        drop(old);
+        drop(shared.clear_checkers());
         res.map_err(fail(py))
     }
 
@@ -507,10 +481,9 @@ impl PyBroker {
                 )));
             }
         }
-        let online = checker.is_some();
-        let old = self.shared.checkers.lock().set_local(&group, checker);
-        drop(old);
-        self.with(py, |h| Ok(h.set_producer_online(&group, online)?))
+        let old = self.shared.set_checker::<Fail>(&Gil(py), &group, checker);
+        drop(old.map_err(fail(py))?);
+        Ok(())
     }
 
     /// Stores a half (prepared) message of producer group `group`: invisible until committed.

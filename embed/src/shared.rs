@@ -1,8 +1,9 @@
 //! [`Shared`]: a [`Host`] behind a mutex, for hosts whose callers run on many threads (the
 //! Python binding): group commit under sync flush, the host-clock driver loop, waiting for a
-//! change, and a caught panic that marks the broker broken. The binding adds its own lock
-//! discipline around it (Python: the GIL is released before any of these calls) and answers
-//! the checks the driver hands out.
+//! change, and a caught panic that marks the broker broken; the checkers by producer group,
+//! checks answered between the driver's steps or a manual drive's, and a waiting
+//! subscription. The binding names its own lock ([`Release`]: Python releases the GIL
+//! around every call that takes the mutex) and calls its language's checker.
 //!
 //! Durability: under sync flush a write's reply is held by the core until a sync; callers
 //! group-commit: the first waiting writer lets the writers queued behind it append (a fair
@@ -26,7 +27,7 @@ use rocklet_core::{
 };
 
 use crate::clock::Clock;
-use crate::host::{Drive, Host, HostFail};
+use crate::host::{Checkers, Drive, Host, HostFail};
 use crate::ops::Endpoint;
 use crate::subscription::Subscription;
 use crate::Fail;
@@ -55,8 +56,9 @@ struct State<S: Storage, C: Clock> {
 }
 
 /// A host shared by threads: one mutex, a condition variable that wakes the driver and one
-/// that wakes waiters (group-commit followers, subscribers).
-pub struct Shared<S: Storage, C: Clock> {
+/// that wakes waiters (group-commit followers, subscribers); and the checkers (`K`: the
+/// language's callable) by producer group, under a lock of their own.
+pub struct Shared<S: Storage, C: Clock, K = ()> {
     state: Mutex<State<S, C>>,
     driver_cv: Condvar,
     event_cv: Condvar,
@@ -64,6 +66,7 @@ pub struct Shared<S: Storage, C: Clock> {
     shutdown: AtomicBool,
     driver: Mutex<Option<JoinHandle<()>>>,
     driver_thread: Mutex<Option<ThreadId>>,
+    checkers: Mutex<Checkers<K>>,
 }
 
 /// Where a binding lets go of its own lock around a call that takes the [`Shared`] mutex
@@ -83,7 +86,7 @@ impl Release for NoLock {
     }
 }
 
-impl<S: Storage, C: Clock> core::fmt::Debug for Shared<S, C> {
+impl<S: Storage, C: Clock, K> core::fmt::Debug for Shared<S, C, K> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("Shared")
             .field("manual", &self.manual)
@@ -102,7 +105,7 @@ pub fn panic_text(p: &(dyn core::any::Any + Send)) -> String {
     }
 }
 
-impl<S: Storage, C: Clock> Shared<S, C> {
+impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     /// Shares `host`; `manual` says its clock moves only when told (no driver thread).
     pub fn new(host: Host<S, C>, manual: bool) -> Self {
         Shared {
@@ -118,6 +121,7 @@ impl<S: Storage, C: Clock> Shared<S, C> {
             shutdown: AtomicBool::new(false),
             driver: Mutex::new(None),
             driver_thread: Mutex::new(None),
+            checkers: Mutex::new(Checkers::default()),
         }
     }
 
@@ -216,19 +220,17 @@ impl<S: Storage, C: Clock> Shared<S, C> {
         *self.driver_thread.lock() == Some(std::thread::current().id())
     }
 
-    /// Starts [`Shared::drive`] on a thread of its own named `name`. `this` is what the
-    /// binding keeps the host in (with its checkers); `answer` answers the checks that wait
-    /// (`false` stops the driver); `stopped` hears why the driver stopped after a failure.
-    /// [`Shared::close`] joins the thread.
-    pub fn start_driver<T, F>(
-        this: &Arc<T>,
+    /// Starts [`Shared::drive`] on a thread of its own named `name`: `answer` answers the
+    /// checks that wait (`false` stops the driver); `stopped` hears why the driver stopped
+    /// after a failure. [`Shared::close`] joins the thread.
+    pub fn start_driver<F: SharedFail<S>>(
+        this: &Arc<Self>,
         name: &str,
-        mut answer: impl FnMut(&T) -> bool + Send + 'static,
+        mut answer: impl FnMut(&Self) -> bool + Send + 'static,
         stopped: impl FnOnce(String) + Send + 'static,
     ) -> std::io::Result<()>
     where
-        T: core::ops::Deref<Target = Self> + Send + Sync + 'static,
-        F: SharedFail<S>,
+        Self: Send + Sync + 'static,
     {
         let t = Arc::clone(this);
         let handle = std::thread::Builder::new()
@@ -366,8 +368,46 @@ impl<S: Storage, C: Clock> Shared<S, C> {
         }
     }
 
+    /// Sets (`Some`) or removes (`None`) the checker of producer group `group`, and tells the
+    /// core whether the group is online (its pending transactions get checked, or wait
+    /// without using attempts). Answers the checker it replaced, to drop where the binding
+    /// may.
+    pub fn set_checker<F: SharedFail<S> + Send>(
+        &self,
+        lock: &impl Release,
+        group: &str,
+        checker: Option<K>,
+    ) -> Result<Option<K>, F>
+    where
+        Self: Sync,
+    {
+        let online = checker.is_some();
+        let old = self.checkers.lock().set_local(group, checker);
+        lock.release(|| self.with::<_, F>(|h| Ok(h.set_producer_online(group, online)?)))?;
+        Ok(old)
+    }
+
+    /// Every checker, removed (closing).
+    pub fn clear_checkers(&self) -> Vec<K> {
+        self.checkers.lock().clear()
+    }
+
+    /// The `ask` of [`Shared::answer`] from the registered checkers: `copy` takes the
+    /// group's checker out of the registry (Python: a new reference), `call` asks it with
+    /// the registry unlocked (a checker may set checkers). A group without one: `None`.
+    pub fn asker<'a>(
+        &'a self,
+        copy: impl Fn(&K) -> K + 'a,
+        mut call: impl FnMut(&K, &CheckRequest) -> Resolution + 'a,
+    ) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
+        move |c| {
+            let checker = self.checkers.lock().get(&c.group).map(&copy);
+            checker.map(|k| call(&k, c))
+        }
+    }
+
     /// The operations' [`Endpoint`] over this host: see [`SharedEp`].
-    pub fn endpoint<L, A, F>(&self, lock: L, ask: A) -> SharedEp<'_, S, C, L, A, F> {
+    pub fn endpoint<L, A, F>(&self, lock: L, ask: A) -> SharedEp<'_, S, C, K, L, A, F> {
         SharedEp {
             shared: self,
             lock,
@@ -452,14 +492,14 @@ impl<S: Storage, C: Clock> Shared<S, C> {
 /// releases the binding's lock `L` while it takes the mutex, and under the manual clock the
 /// checks a request made due are answered with `ask` before it returns (no driver thread
 /// does it). `F` is the binding's failure.
-pub struct SharedEp<'a, S: Storage, C: Clock, L, A, F> {
-    shared: &'a Shared<S, C>,
+pub struct SharedEp<'a, S: Storage, C: Clock, K, L, A, F> {
+    shared: &'a Shared<S, C, K>,
     lock: L,
     ask: A,
     fail: PhantomData<fn() -> F>,
 }
 
-impl<S: Storage, C: Clock, L, A, F> core::fmt::Debug for SharedEp<'_, S, C, L, A, F> {
+impl<S: Storage, C: Clock, K, L, A, F> core::fmt::Debug for SharedEp<'_, S, C, K, L, A, F> {
     fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
         f.debug_struct("SharedEp")
             .field("shared", self.shared)
@@ -467,11 +507,11 @@ impl<S: Storage, C: Clock, L, A, F> core::fmt::Debug for SharedEp<'_, S, C, L, A
     }
 }
 
-impl<S, C, L, A, F> Endpoint for SharedEp<'_, S, C, L, A, F>
+impl<S, C, K, L, A, F> Endpoint for SharedEp<'_, S, C, K, L, A, F>
 where
     S: Storage,
     C: Clock,
-    Shared<S, C>: Sync,
+    Shared<S, C, K>: Sync,
     L: Release,
     A: FnMut(&CheckRequest) -> Option<Resolution>,
     F: SharedFail<S> + Send,

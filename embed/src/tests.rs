@@ -758,48 +758,37 @@ mod shared {
         assert!(got.unwrap().is_none());
     }
 
-    /// What a binding keeps the host in: the host and its own state (here: checks seen).
-    struct Kept {
-        host: Shared<MemStorage, crate::SystemClock>,
-        asked: core::sync::atomic::AtomicU32,
-    }
-
-    impl core::ops::Deref for Kept {
-        type Target = Shared<MemStorage, crate::SystemClock>;
-        fn deref(&self) -> &Self::Target {
-            &self.host
-        }
-    }
-
     #[test]
     fn the_driver_thread_answers_checks_on_time_and_close_joins_it() {
-        use core::sync::atomic::Ordering::SeqCst;
+        use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+        use std::sync::Arc;
         let c = Config {
             transaction_timeout_ms: 20,
             transaction_check_interval_ms: 20,
             ..cfg()
         };
         let host = Host::open(c, MemStorage::new(), crate::SystemClock, false).unwrap();
-        let kept = alloc::sync::Arc::new(Kept {
-            host: Shared::new(host, false),
-            asked: 0.into(),
-        });
-        let answer = |k: &Kept| {
-            let mut ask = |_: &rocklet_core::CheckRequest| {
-                k.asked.fetch_add(1, SeqCst);
-                Some(Resolution::Commit)
-            };
-            k.answer_all::<F>(&NoLock, &mut ask).is_ok()
+        // The checkers: how many times each was asked, what it answers.
+        type K = Arc<(AtomicU32, Resolution)>;
+        let shared: Arc<Shared<MemStorage, crate::SystemClock, K>> =
+            Arc::new(Shared::new(host, false));
+        let answer = |s: &Shared<MemStorage, crate::SystemClock, K>| {
+            let mut ask = s.asker(Arc::clone, |k, _| {
+                k.0.fetch_add(1, SeqCst);
+                k.1
+            });
+            s.answer_all::<F>(&NoLock, &mut ask).is_ok()
         };
         let stopped = |why: String| panic!("the driver stopped: {why}");
-        Shared::start_driver::<_, F>(&kept, "test-driver", answer, stopped).unwrap();
-        kept.with::<_, F>(|h| Ok(h.set_producer_online("P", true)?))
-            .unwrap();
+        Shared::start_driver::<F>(&shared, "test-driver", answer, stopped).unwrap();
+        let checker: K = Arc::new((AtomicU32::new(0), Resolution::Commit));
+        let old = shared.set_checker::<F>(&NoLock, "P", Some(Arc::clone(&checker)));
+        assert!(old.unwrap().is_none());
         let mut none = |_: &rocklet_core::CheckRequest| None;
-        let mut ep = kept.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        let mut ep = shared.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
         prepare(&mut ep, "P".into(), NewMessage::new("T", "half"), None).unwrap();
         let t0 = std::time::Instant::now();
-        while kept
+        while shared
             .read::<_, F>(|c| c.pending_transaction_count())
             .unwrap()
             > 0
@@ -807,11 +796,22 @@ mod shared {
             assert!(t0.elapsed().as_secs() < 10, "the driver never checked");
             std::thread::sleep(core::time::Duration::from_millis(5));
         }
-        assert_eq!(kept.asked.load(SeqCst), 1);
-        kept.close::<F>().unwrap();
+        assert_eq!(checker.0.load(SeqCst), 1);
+        // A group without a checker is offline: its transaction waits, unasked.
+        let gone = shared.set_checker::<F>(&NoLock, "P", None).unwrap();
+        assert!(gone.is_some_and(|k| Arc::ptr_eq(&k, &checker)));
+        prepare(&mut ep, "P".into(), NewMessage::new("T", "half2"), None).unwrap();
+        std::thread::sleep(core::time::Duration::from_millis(80));
+        assert_eq!(checker.0.load(SeqCst), 1);
+        assert_eq!(
+            shared.read::<_, F>(|c| c.pending_transaction_count()),
+            Ok(1)
+        );
+        shared.close::<F>().unwrap();
         // Joined: the thread is gone, its clone of the Arc dropped with it.
-        assert_eq!(alloc::sync::Arc::strong_count(&kept), 1);
-        assert!(kept.peek(|h| h.is_closed()));
-        assert_eq!(kept.close::<F>(), Ok(()));
+        assert_eq!(Arc::strong_count(&shared), 1);
+        assert!(shared.peek(|h| h.is_closed()));
+        assert_eq!(shared.close::<F>(), Ok(()));
+        assert!(shared.clear_checkers().is_empty());
     }
 }
