@@ -317,6 +317,45 @@ impl MessageOptions {
         .find_map(|(given, name)| given.then_some(name))
     }
 
+    /// `send`'s options, for the message to `topic` with `body` (given as arguments, so
+    /// `topic`, `body` and `checkImmunityMs` are refused here).
+    pub fn into_send(self, topic: String, body: Vec<u8>) -> Result<NewMessage, String> {
+        if let Some(k) = self.message_only_field() {
+            return Err(alloc::format!(
+                "options has an unknown option `{k}` (a send gives the topic and body as arguments)"
+            ));
+        }
+        self.into_message(topic, body)
+            .map_err(|e| alloc::format!("options: {e}"))
+    }
+
+    /// A message object, the argument `what` (`{ topic, body, ...options }`), and its
+    /// `checkImmunityMs`: `topic` is the default topic (a batch's), `immunity` whether the
+    /// call takes `checkImmunityMs` (prepare).
+    pub fn into_object(
+        mut self,
+        what: &str,
+        topic: Option<&str>,
+        immunity: bool,
+    ) -> Result<(NewMessage, Option<u64>), String> {
+        if self.check_immunity_ms.is_some() && !immunity {
+            return Err(alloc::format!(
+                "{what} has an unknown option `checkImmunityMs` (only prepare takes it)"
+            ));
+        }
+        let Some(topic) = self.topic.take().or(topic.map(String::from)) else {
+            return Err(alloc::format!("{what}.topic is required"));
+        };
+        let Some(body) = self.body.take() else {
+            return Err(alloc::format!("{what}.body is required"));
+        };
+        let immunity = self.check_immunity_ms;
+        let m = self
+            .into_message(topic, body.0)
+            .map_err(|e| alloc::format!("{what}: {e}"))?;
+        Ok((m, immunity))
+    }
+
     /// The core message to `topic` with `body`; more than one delay is refused.
     pub fn into_message(self, topic: String, body: Vec<u8>) -> Result<NewMessage, &'static str> {
         let delay = one_delay([
@@ -593,6 +632,65 @@ mod js_error_tests {
         );
         let o = read::<ReceiveOptions>(&[("invisibleMs", 5)]).map(|o| o.invisible_ms);
         assert_eq!(o, Ok(5));
+    }
+
+    #[test]
+    fn message_objects_and_send_options() {
+        let o = |topic: Option<&str>, body: bool, imm: Option<u64>| MessageOptions {
+            topic: topic.map(String::from),
+            body: body.then(|| Body(b"x".to_vec())),
+            check_immunity_ms: imm,
+            ..MessageOptions::default()
+        };
+        let (m, imm) = o(Some("T"), true, Some(5))
+            .into_object("message", None, true)
+            .unwrap();
+        assert_eq!(
+            (m.topic.as_str(), &m.body[..], imm),
+            ("T", &b"x"[..], Some(5))
+        );
+        // A batch's topic is the default; its own wins.
+        let (m, _) = o(None, true, None)
+            .into_object("messages[0]", Some("B"), false)
+            .unwrap();
+        assert_eq!(m.topic, "B");
+        let (m, _) = o(Some("T"), true, None)
+            .into_object("messages[0]", Some("B"), false)
+            .unwrap();
+        assert_eq!(m.topic, "T");
+        let e = |r: Result<(NewMessage, Option<u64>), String>| r.unwrap_err();
+        assert_eq!(
+            e(o(None, true, None).into_object("message", None, true)),
+            "message.topic is required"
+        );
+        assert_eq!(
+            e(o(Some("T"), false, None).into_object("message", None, true)),
+            "message.body is required"
+        );
+        assert_eq!(
+            e(o(Some("T"), true, Some(1)).into_object("messages[2]", None, false)),
+            "messages[2] has an unknown option `checkImmunityMs` (only prepare takes it)"
+        );
+        let two = MessageOptions {
+            delay_ms: Some(1),
+            delay_level: Some(1),
+            ..o(Some("T"), true, None)
+        };
+        assert_eq!(
+            e(two.into_object("message", None, true)),
+            "message: give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs"
+        );
+        // send: topic and body are arguments.
+        let m = MessageOptions::default()
+            .into_send("T".into(), b"y".to_vec())
+            .unwrap();
+        assert_eq!((m.topic.as_str(), &m.body[..]), ("T", &b"y"[..]));
+        assert_eq!(
+            o(None, true, None)
+                .into_send("T".into(), Vec::new())
+                .unwrap_err(),
+            "options has an unknown option `body` (a send gives the topic and body as arguments)"
+        );
     }
 
     #[test]
