@@ -7,7 +7,6 @@
 //! the GIL while holding that mutex, so Python threads and the driver thread cannot deadlock.
 //! Checkers run with the GIL and without the mutex (a checker may call the broker).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -17,7 +16,7 @@ use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValu
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
-use rocklet_embed::{self as embed, panic_text, AnyClock, Clock, Drive, SystemClock};
+use rocklet_embed::{self as embed, AnyClock, Clock, Drive, SystemClock};
 
 use crate::convert;
 use crate::convert::Made;
@@ -43,39 +42,12 @@ fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
     }
 }
 
-/// Asks the group's checker about a transaction. An exception, a panic or a bad answer is
-/// reported and answered Unknown: the transaction stays pending and is checked again.
-fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
-    let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
-        let msg = convert::check_message(py, c.clone())?;
-        let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
-        convert::resolution("the checker's answer", &answer)
-    }));
-    let (group, txn) = (&c.group, c.txn);
-    match res {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            log_error(
-                py,
-                &format!(
-                    "checker of producer group `{group}` failed on transaction {txn}; it stays pending and will be checked again"
-                ),
-                Some(&e),
-            );
-            Resolution::Unknown
-        }
-        Err(p) => {
-            log_error(
-                py,
-                &format!(
-                    "checker of `{group}` on {txn}: internal error {}",
-                    panic_text(&*p)
-                ),
-                None,
-            );
-            Resolution::Unknown
-        }
-    }
+/// Asks the group's checker about a transaction (an `async def` checker is awaited by
+/// `_support.call_checker`); a bad answer is an exception too.
+fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> PyResult<Resolution> {
+    let msg = convert::check_message(py, c.clone())?;
+    let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
+    convert::resolution("the checker's answer", &answer)
 }
 
 /// The GIL, released around every call that takes the broker's mutex.
@@ -89,12 +61,19 @@ impl embed::Release for Gil<'_> {
 }
 
 /// Asks the registered checker of a check's group (`None`: the group has none, the check
-/// stays unanswered and the transaction pending).
+/// stays unanswered and the transaction pending; a checker that fails or panics is answered
+/// Unknown, the embedding layer's rule).
 fn asker<'a>(
     shared: &'a Shared,
     py: Python<'a>,
 ) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
-    shared.asker(move |f| f.clone_ref(py), move |f, c| ask_checker(py, f, c))
+    // A checker that fails is logged (with its exception) and answered Unknown.
+    let failed = move |f: embed::CheckerFailed<PyErr>| log_error(py, &f.to_string(), f.error());
+    shared.asker(
+        move |f| f.clone_ref(py),
+        move |f, c| ask_checker(py, f, c),
+        failed,
+    )
 }
 
 /// The system-clock driver thread's step: answers the checks that wait (false: the

@@ -65,7 +65,9 @@ pub use ops::{
     Transaction,
 };
 #[cfg(feature = "std")]
-pub use shared::{panic_text, NoLock, Release, Shared, SharedEp, SharedFail};
+pub use shared::{
+    panic_text, CheckerError, CheckerFailed, NoLock, Release, Shared, SharedEp, SharedFail,
+};
 pub use subscription::{Subscription, Subscriptions};
 
 use alloc::string::String;

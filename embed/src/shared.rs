@@ -395,14 +395,28 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     /// The `ask` of [`Shared::answer`] from the registered checkers: `copy` takes the
     /// group's checker out of the registry (Python: a new reference), `call` asks it with
     /// the registry unlocked (a checker may set checkers). A group without one: `None`.
-    pub fn asker<'a>(
+    /// A checker that fails (`Err`, or a panic) is reported to `failed` and answered
+    /// Unknown: the transaction stays pending and is checked again.
+    pub fn asker<'a, E>(
         &'a self,
         copy: impl Fn(&K) -> K + 'a,
-        mut call: impl FnMut(&K, &CheckRequest) -> Resolution + 'a,
+        mut call: impl FnMut(&K, &CheckRequest) -> Result<Resolution, E> + 'a,
+        mut failed: impl FnMut(CheckerFailed<E>) + 'a,
     ) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
         move |c| {
-            let checker = self.checkers.lock().get(&c.group).map(&copy);
-            checker.map(|k| call(&k, c))
+            let checker = self.checkers.lock().get(&c.group).map(&copy)?;
+            let res = catch_unwind(AssertUnwindSafe(|| call(&checker, c)));
+            let why = match res {
+                Ok(Ok(r)) => return Some(r),
+                Ok(Err(e)) => CheckerError::Failed(e),
+                Err(p) => CheckerError::Panicked(panic_text(&*p)),
+            };
+            failed(CheckerFailed {
+                group: c.group.clone(),
+                txn: c.txn,
+                why,
+            });
+            Some(Resolution::Unknown)
         }
     }
 
@@ -483,6 +497,51 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
             }
             if !answer() {
                 return None;
+            }
+        }
+    }
+}
+
+/// A checker failed ([`Shared::asker`]): the check was answered Unknown. Its `Display` is the
+/// report (the error itself goes beside it, where the host logs it).
+#[derive(Debug)]
+pub struct CheckerFailed<E> {
+    /// The producer group.
+    pub group: String,
+    /// The transaction checked.
+    pub txn: TxnId,
+    pub why: CheckerError<E>,
+}
+
+/// How a checker failed.
+#[derive(Debug)]
+pub enum CheckerError<E> {
+    /// It answered with an error (Python: raised, or answered something else).
+    Failed(E),
+    /// It panicked (the text).
+    Panicked(String),
+}
+
+impl<E> CheckerFailed<E> {
+    /// The checker's own error (none for a panic).
+    pub fn error(&self) -> Option<&E> {
+        match &self.why {
+            CheckerError::Failed(e) => Some(e),
+            CheckerError::Panicked(_) => None,
+        }
+    }
+}
+
+impl<E> core::fmt::Display for CheckerFailed<E> {
+    fn fmt(&self, f: &mut core::fmt::Formatter<'_>) -> core::fmt::Result {
+        let (group, txn) = (&self.group, self.txn);
+        match &self.why {
+            CheckerError::Failed(_) => write!(
+                f,
+                "checker of producer group `{group}` failed on transaction {txn}; it stays pending and will be checked again"
+            ),
+            CheckerError::Panicked(panic) => {
+                write!(f, "checker of `{group}` on {txn}: internal error {panic}")
             }
         }
     }

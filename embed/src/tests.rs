@@ -721,6 +721,59 @@ mod shared {
     }
 
     #[test]
+    fn a_failing_or_panicking_checker_is_reported_and_answered_unknown() {
+        let s: Shared<MemStorage, ManualClock, u8> = Shared::new(
+            Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap(),
+            true,
+        );
+        // Checker 0 fails, 1 panics, 2 commits; a checker may set checkers meanwhile.
+        for (g, k) in [("A", 0), ("B", 1), ("C", 2)] {
+            s.set_checker::<F>(&NoLock, g, Some(k)).unwrap();
+        }
+        let mut reports = Vec::new();
+        let mut ask = s.asker(
+            |k| *k,
+            |k, c| match k {
+                0 => Err("no database"),
+                1 => panic!("checker bug"),
+                _ => {
+                    s.set_checker::<F>(&NoLock, &c.group, Some(2)).unwrap();
+                    Ok(Resolution::Commit)
+                }
+            },
+            |f| reports.push((f.to_string(), f.error().copied())),
+        );
+        // A real check to ask about, from another host.
+        let mut h = host();
+        h.set_producer_online("P", true).unwrap();
+        prepare(&mut h, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+        let sample = Drive::to(1000).next(&mut h).unwrap().remove(0).0;
+        let txn = sample.txn;
+        let check = |group: &str| rocklet_core::CheckRequest {
+            group: group.into(),
+            ..sample.clone()
+        };
+        assert_eq!(ask(&check("A")), Some(Resolution::Unknown));
+        assert_eq!(ask(&check("B")), Some(Resolution::Unknown));
+        assert_eq!(ask(&check("C")), Some(Resolution::Commit));
+        assert_eq!(ask(&check("D")), None);
+        drop(ask);
+        assert_eq!(
+            reports,
+            [
+                (
+                    std::format!("checker of producer group `A` failed on transaction {txn}; it stays pending and will be checked again"),
+                    Some("no database")
+                ),
+                (
+                    std::format!("checker of `B` on {txn}: internal error checker bug"),
+                    None
+                ),
+            ]
+        );
+    }
+
+    #[test]
     fn a_waiting_subscription_times_out_then_gets_what_arrives() {
         let s = shared(FlushMode::Async);
         let mut none = |_: &rocklet_core::CheckRequest| None;
@@ -773,10 +826,11 @@ mod shared {
         let shared: Arc<Shared<MemStorage, crate::SystemClock, K>> =
             Arc::new(Shared::new(host, false));
         let answer = |s: &Shared<MemStorage, crate::SystemClock, K>| {
-            let mut ask = s.asker(Arc::clone, |k, _| {
+            let call = |k: &K, _: &rocklet_core::CheckRequest| {
                 k.0.fetch_add(1, SeqCst);
-                k.1
-            });
+                Ok::<_, ()>(k.1)
+            };
+            let mut ask = s.asker(Arc::clone, call, |f| panic!("{f}"));
             s.answer_all::<F>(&NoLock, &mut ask).is_ok()
         };
         let stopped = |why: String| panic!("the driver stopped: {why}");
