@@ -19,8 +19,13 @@
 //!   Python binding) implements [`Endpoint`] over its lock.
 //!
 //! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
-//!   (Python): group commit under sync flush, the host-clock driver loop, a caught panic
-//!   that marks the broker broken.
+//!   (Python): group commit under sync flush, the host-clock driver loop on a thread it
+//!   joins at close, a caught panic that marks the broker broken; the checker registry and
+//!   its dispatch (a failing checker answered Unknown), manual drives with each step's checks
+//!   answered in between, a subscription that waits, and an [`Endpoint`] that releases the
+//!   binding's own lock (`Release`: Python's GIL) around every call.
+//! - [`Subscriptions`] and [`Driving`]: open subscriptions by id and a drive run a step at a
+//!   time, for a binding whose loops live in its language (Node).
 //! - [`open`] (feature `std`): a broker on the core's file or memory storage, on a manual
 //!   clock or the system's (what Python and Node open).
 //! - [`arg`]: the range checks of whole-number arguments, one text for every binding.
