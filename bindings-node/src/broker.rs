@@ -12,23 +12,22 @@ use std::panic::{catch_unwind, AssertUnwindSafe};
 use napi::bindgen_prelude::*;
 use napi::{Env, JsValue};
 use napi_derive::napi;
-use rocklet_core::{AnyStorage, Resolution};
-use rocklet_embed::{self as embed, view, AnyClock, Clock, Drive, ManualClock, SystemClock};
+use rocklet_core::Resolution;
+use rocklet_embed::{self as embed, view, Clock};
 
 use crate::convert::{self, out, parsed, read};
 use crate::error::{arg, Fail, Res};
 
-type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
+type Host = embed::open::StdHost;
 
 #[napi(js_name = "Broker")]
 #[derive(Debug)]
 pub struct JsBroker {
     host: Host,
     /// The advance / run-until-idle under way (`driveStart` .. `driveNext` answering `[]`).
-    drive: Option<Drive>,
-    /// Open `subscribe` loops by id (the wrapper's async iterators), with the next id.
-    subs: std::collections::BTreeMap<u32, embed::Subscription>,
-    next_sub: u32,
+    drive: embed::Driving,
+    /// Open `subscribe` loops by id (the wrapper's async iterators).
+    subs: embed::Subscriptions,
 }
 
 impl JsBroker {
@@ -39,11 +38,7 @@ impl JsBroker {
             Ok(Ok(v)) => Ok(v),
             Ok(Err(e)) => Err(e.into_js(env)),
             Err(p) => {
-                let msg = p
-                    .downcast_ref::<&str>()
-                    .map(|s| (*s).to_string())
-                    .or_else(|| p.downcast_ref::<String>().cloned())
-                    .unwrap_or_else(|| "unknown panic".into());
+                let msg = embed::panic_text(&*p);
                 self.host
                     .abandon("the broker was closed after an internal error (a caught panic)");
                 Err(Fail::Internal(format!("panic: {msg}")).into_js(env))
@@ -62,13 +57,8 @@ impl JsBroker {
         self.guard(env, |b| {
             let txn = parsed("txn", txn)?;
             let o: embed::input::EndOptions = read("options", opts)?;
-            if o.from_check.is_some() && !from_check_ok {
-                return Err(arg(
-                    "options has an unknown option `fromCheck` (known: group)",
-                ));
-            }
-            let from_check = o.from_check.unwrap_or(false);
-            let e = embed::end(&mut b.host, txn, resolution, o.group, from_check)?;
+            let (group, from_check) = o.into_parts(from_check_ok).map_err(arg)?;
+            let e = embed::end(&mut b.host, txn, resolution, group, from_check)?;
             out(env, view::ended(e.txn, e.resolution, e.duplicate))
         })
     }
@@ -76,8 +66,7 @@ impl JsBroker {
 
 /// `limit` of an introspection call: absent is no limit.
 fn limit(v: Option<Unknown<'_>>) -> Res<usize> {
-    let n: Option<u64> = read("limit", v)?;
-    Ok(n.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+    Ok(embed::arg::limit(read("limit", v)?))
 }
 
 #[napi]
@@ -90,18 +79,11 @@ impl JsBroker {
         let open = || -> Res<Self> {
             let o = convert::broker_options(options)?;
             let path = o.path.as_deref().map(std::path::Path::new);
-            let storage = AnyStorage::open(path).map_err(Fail::Storage)?;
-            let clock = if o.manual() {
-                AnyClock::Manual(ManualClock(o.now.unwrap_or(0)))
-            } else {
-                AnyClock::Host(SystemClock)
-            };
-            let host = Host::open(o.config, storage, clock, o.repair)?;
+            let start = o.manual().then(|| o.now.unwrap_or(0));
             Ok(JsBroker {
-                host,
-                drive: None,
-                subs: std::collections::BTreeMap::new(),
-                next_sub: 0,
+                host: embed::open::open(path, start, o.config, o.repair)?,
+                drive: embed::Driving::default(),
+                subs: embed::Subscriptions::default(),
             })
         };
         match catch_unwind(AssertUnwindSafe(open)) {
@@ -399,11 +381,7 @@ impl JsBroker {
         self.guard(env, |b| {
             let (group, topic) = (read("group", Some(group))?, read("topic", Some(topic))?);
             let o: embed::input::SubscribeOptions = read("options", Some(options))?;
-            let sub = o.into_subscription(group, topic);
-            let id = b.next_sub;
-            b.next_sub = b.next_sub.wrapping_add(1);
-            b.subs.insert(id, sub);
-            Ok(id)
+            Ok(b.subs.open(o.into_subscription(group, topic)))
         })
     }
 
@@ -412,21 +390,14 @@ impl JsBroker {
     #[napi]
     pub fn subscription_next(&mut self, env: &Env, id: u32) -> Result<Option<convert::JsReceived>> {
         self.guard(env, |b| {
-            let Some(mut sub) = b.subs.remove(&id) else {
-                return Err(arg(format!("no open subscription {id}")));
-            };
-            let r = sub.next(&mut b.host);
-            b.subs.insert(id, sub);
-            Ok(r?.map(convert::received))
+            Ok(b.subs.next(id, &mut b.host)?.map(convert::received))
         })
     }
 
     /// Ends a subscription; its current message stays un-acked.
     #[napi]
     pub fn subscription_stop(&mut self, id: u32) {
-        if let Some(mut s) = self.subs.remove(&id) {
-            s.stop();
-        }
+        self.subs.stop(id);
     }
 
     // ---- durability and lifetime ----------------------------------------------------------
@@ -442,7 +413,7 @@ impl JsBroker {
     #[napi]
     pub fn close(&mut self, env: &Env) -> napi::Result<()> {
         self.guard(env, |b| {
-            b.drive = None;
+            b.drive.stop();
             b.subs.clear();
             Ok(b.host.close()?)
         })
@@ -506,15 +477,7 @@ impl JsBroker {
                     "advancing needs a broker with clock: 'manual'",
                 ));
             }
-            let target: Option<u64> = read("target", target)?;
-            if let Some(t) = target.filter(|t| *t < b.host.now()) {
-                return Err(arg(format!(
-                    "target {t} is before the clock ({})",
-                    b.host.now()
-                )));
-            }
-            b.drive = Some(target.map_or_else(Drive::until_idle, Drive::to));
-            Ok(())
+            Ok(b.drive.start(&b.host, read("target", target)?)?)
         })
     }
 
@@ -522,15 +485,7 @@ impl JsBroker {
     #[napi]
     pub fn drive_next<'e>(&mut self, env: &'e Env) -> Result<Unknown<'e>> {
         self.guard(env, |b| {
-            let checks = match b.drive.take() {
-                None => Vec::new(),
-                Some(mut d) => {
-                    let checks = d.next(&mut b.host)?;
-                    b.drive = (!checks.is_empty()).then_some(d);
-                    checks
-                }
-            };
-            out(env, view::node_checks(&checks))
+            out(env, view::node_checks(&b.drive.next(&mut b.host)?))
         })
     }
 

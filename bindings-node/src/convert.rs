@@ -322,13 +322,7 @@ pub(crate) fn new_message(
     let hidden = ["topic", "body", "checkImmunityMs"];
     let o = MessageOptions::deserialize(Js(opts))
         .map_err(|e| arg(e.text_hiding("options", &hidden)))?;
-    if let Some(k) = o.message_only_field() {
-        return Err(arg(format!(
-            "options has an unknown option `{k}` (a send gives the topic and body as arguments)"
-        )));
-    }
-    o.into_message(topic, body)
-        .map_err(|e| arg(format!("options: {e}")))
+    o.into_send(topic, body).map_err(arg)
 }
 
 /// A message object `{ topic, body, ...options }` (in a batch, `topic` defaults to the
@@ -346,23 +340,8 @@ pub(crate) fn message_object(
     if v.get_type()? != ValueType::Object || v.is_array()? {
         return Err(arg(format!("{what} must be an object with a body")));
     }
-    let mut o: MessageOptions = read(what, Some(v))?;
-    if o.check_immunity_ms.is_some() && !immunity {
-        return Err(arg(format!(
-            "{what} has an unknown option `checkImmunityMs` (only prepare takes it)"
-        )));
-    }
-    let Some(topic) = o.topic.take().or(topic.map(str::to_string)) else {
-        return Err(arg(format!("{what}.topic is required")));
-    };
-    let Some(body) = o.body.take() else {
-        return Err(arg(format!("{what}.body is required")));
-    };
-    let imm = o.check_immunity_ms;
-    let m = o
-        .into_message(topic, body.0)
-        .map_err(|e| arg(format!("{what}: {e}")))?;
-    Ok((m, imm))
+    let o: MessageOptions = read(what, Some(v))?;
+    o.into_object(what, topic, immunity).map_err(arg)
 }
 
 // ---- values out -----------------------------------------------------------------------------

@@ -87,6 +87,15 @@ impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for Fail {
     }
 }
 
+impl From<rocklet_embed::open::OpenFail> for Fail {
+    fn from(e: rocklet_embed::open::OpenFail) -> Self {
+        match e {
+            rocklet_embed::open::OpenFail::Storage(e) => Fail::Storage(e),
+            rocklet_embed::open::OpenFail::Core(e) => e.into(),
+        }
+    }
+}
+
 impl From<napi::Error> for Fail {
     fn from(e: napi::Error) -> Self {
         Fail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))

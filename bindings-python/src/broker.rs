@@ -7,45 +7,29 @@
 //! the GIL while holding that mutex, so Python threads and the driver thread cannot deadlock.
 //! Checkers run with the GIL and without the mutex (a checker may call the broker).
 
-use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::path::PathBuf;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
 use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
-use rocklet_core::{
-    AnyStorage, CheckRequest, Millis, NewMessage, Reply, Request, Resolution, TxnId,
-};
-use rocklet_embed::{
-    self as embed, panic_text, AnyClock, Checkers, Clock, Drive, ManualClock, SystemClock,
-};
+use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
+use rocklet_embed::{self as embed, AnyClock, Clock, Drive, SystemClock};
 
 use crate::convert;
 use crate::convert::Made;
-use crate::error::{client_error, core_error, open_error, Fail};
+use crate::error::{client_error, open_error, Fail};
 use crate::types::{PyMessage, PyReceived, PySendResult};
 
 type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
 /// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
 type EFail = embed::Fail<Fail>;
 
-/// The shared host (mutex, group commit, driver loop: the embedding layer's) and the
-/// checkers, Python callables by producer group.
-struct Shared {
-    host: embed::Shared<AnyStorage, AnyClock<SystemClock>>,
-    checkers: Mutex<Checkers<Py<PyAny>>>,
-}
-
-impl std::ops::Deref for Shared {
-    type Target = embed::Shared<AnyStorage, AnyClock<SystemClock>>;
-    fn deref(&self) -> &Self::Target {
-        &self.host
-    }
-}
+/// The shared host (mutex, group commit, driver loop, checker registry: the embedding
+/// layer's) with the checkers, Python callables by producer group.
+type Shared = embed::Shared<AnyStorage, AnyClock<SystemClock>, Py<PyAny>>;
 
 /// Logs through Python's `logging` (logger "rocklet"), or prints if that fails.
 fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
@@ -58,87 +42,50 @@ fn log_error(py: Python<'_>, msg: &str, exc: Option<&PyErr>) {
     }
 }
 
-/// Asks the group's checker about a transaction. An exception, a panic or a bad answer is
-/// reported and answered Unknown: the transaction stays pending and is checked again.
-fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> Resolution {
-    let res = catch_unwind(AssertUnwindSafe(|| -> PyResult<Resolution> {
-        let msg = convert::check_message(py, c.clone())?;
-        let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
-        convert::resolution("the checker's answer", &answer)
-    }));
-    let (group, txn) = (&c.group, c.txn);
-    match res {
-        Ok(Ok(r)) => r,
-        Ok(Err(e)) => {
-            log_error(
-                py,
-                &format!(
-                    "checker of producer group `{group}` failed on transaction {txn}; it stays pending and will be checked again"
-                ),
-                Some(&e),
-            );
-            Resolution::Unknown
-        }
-        Err(p) => {
-            log_error(
-                py,
-                &format!(
-                    "checker of `{group}` on {txn}: internal error {}",
-                    panic_text(&*p)
-                ),
-                None,
-            );
-            Resolution::Unknown
-        }
+/// Asks the group's checker about a transaction (an `async def` checker is awaited by
+/// `_support.call_checker`); a bad answer is an exception too.
+fn ask_checker(py: Python<'_>, checker: &Py<PyAny>, c: &CheckRequest) -> PyResult<Resolution> {
+    let msg = convert::check_message(py, c.clone())?;
+    let answer = convert::support(py)?.call_method1("call_checker", (checker, msg))?;
+    convert::resolution("the checker's answer", &answer)
+}
+
+/// The GIL, released around every call that takes the broker's mutex.
+#[derive(Clone, Copy)]
+struct Gil<'py>(Python<'py>);
+
+impl embed::Release for Gil<'_> {
+    fn release<T: Send>(&self, f: impl FnOnce() -> T + Send) -> T {
+        self.0.detach(f)
     }
 }
 
-/// Answers checks with the registered checkers; a group without one leaves its check
-/// unanswered (the transaction stays pending).
-fn answer(
-    shared: &Shared,
-    py: Python<'_>,
-    checks: Vec<(CheckRequest, Millis)>,
-) -> Result<(), Fail> {
-    for (c, _) in checks {
-        let checker = shared
-            .checkers
-            .lock()
-            .get(&c.group)
-            .map(|f| f.clone_ref(py));
-        if let Some(f) = checker {
-            let r = ask_checker(py, &f, &c);
-            py.detach(|| shared.with::<_, Fail>(|h| Ok(h.answer(&c, r)?)))?;
-        }
-    }
-    Ok(())
+/// Asks the registered checker of a check's group (`None`: the group has none, the check
+/// stays unanswered and the transaction pending; a checker that fails or panics is answered
+/// Unknown, the embedding layer's rule).
+fn asker<'a>(
+    shared: &'a Shared,
+    py: Python<'a>,
+) -> impl FnMut(&CheckRequest) -> Option<Resolution> + 'a {
+    // A checker that fails is logged (with its exception) and answered Unknown.
+    let failed = move |f: embed::CheckerFailed<PyErr>| log_error(py, &f.to_string(), f.error());
+    shared.asker(
+        move |f| f.clone_ref(py),
+        move |f, c| ask_checker(py, f, c),
+        failed,
+    )
 }
 
-/// Answers every queued check, until none are left.
-fn answer_checks(shared: &Shared, py: Python<'_>) -> Result<(), Fail> {
-    loop {
-        let batch = py.detach(|| shared.peek(|h| h.take_checks()));
-        if batch.is_empty() {
-            return Ok(());
+/// The system-clock driver thread's step: answers the checks that wait (false: the
+/// interpreter is shutting down, the driver stops).
+fn drive_answer(shared: &Shared) -> bool {
+    Python::try_attach(|py| {
+        if let Err(f) = shared.answer_all::<Fail>(&Gil(py), &mut asker(shared, py)) {
+            let e = f.into_py(py);
+            log_error(py, "rocklet driver could not answer checks", Some(&e));
         }
-        answer(shared, py, batch)?;
-    }
-}
-
-/// The system-clock driver thread: the embedding layer's loop, checks answered here.
-fn drive(shared: Arc<Shared>) {
-    let stopped = shared.drive::<Fail>(|| {
-        Python::try_attach(|py| {
-            if let Err(f) = answer_checks(&shared, py) {
-                let e = f.into_py(py);
-                log_error(py, "rocklet driver could not answer checks", Some(&e));
-            }
-        })
-        .is_some() // None: the interpreter is shutting down
-    });
-    if let Some(why) = stopped {
-        Python::try_attach(|py| log_error(py, &format!("rocklet driver stopped: {why}"), None));
-    }
+    })
+    .is_some()
 }
 
 /// An embedded Rocklet broker: RocketMQ-style transactional messages in-process.
@@ -155,7 +102,6 @@ fn drive(shared: Arc<Shared>) {
 #[pyclass(frozen, module = "rocklet", name = "Broker")]
 pub struct PyBroker {
     shared: Arc<Shared>,
-    driver: Mutex<Option<JoinHandle<()>>>,
     path: Option<PathBuf>,
 }
 
@@ -184,40 +130,6 @@ fn efail(py: Python<'_>) -> impl Fn(EFail) -> PyErr + '_ {
     move |e| Fail::from(e).into_py(py)
 }
 
-/// Where the shared operations send requests: the broker, with the GIL at hand for the
-/// checkers a manual-clock request makes due.
-struct Ep<'a, 'py> {
-    broker: &'a PyBroker,
-    py: Python<'py>,
-}
-
-impl embed::Endpoint for Ep<'_, '_> {
-    type Error = Fail;
-    fn request(&mut self, req: Request) -> Result<Reply, EFail> {
-        let shared = &self.broker.shared;
-        let r = self.py.detach(|| shared.request(req));
-        if shared.is_manual() && r.as_ref().map_or(true, |(_, checks)| *checks) {
-            answer_checks(shared, self.py).map_err(embed::Fail::Host)?;
-        }
-        match r.map_err(embed::Fail::Host)?.0 {
-            Reply::Error(e) => Err(embed::Fail::Client(e)),
-            reply => Ok(reply),
-        }
-    }
-    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, EFail> {
-        let shared = &self.broker.shared;
-        self.py
-            .detach(|| shared.read(|c| c.topic_queue_count(topic)))
-            .map_err(embed::Fail::Host)
-    }
-    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, EFail> {
-        let shared = &self.broker.shared;
-        self.py
-            .detach(|| shared.with(|h| Ok(h.transaction_group(txn)?)))
-            .map_err(embed::Fail::Host)
-    }
-}
-
 #[allow(clippy::too_many_arguments)]
 fn new_message(
     topic: String,
@@ -243,8 +155,10 @@ fn new_message(
 }
 
 impl PyBroker {
-    fn ep<'a, 'py>(&'a self, py: Python<'py>) -> Ep<'a, 'py> {
-        Ep { broker: self, py }
+    /// Where the shared operations send requests: the broker, with the GIL at hand for the
+    /// checkers a manual-clock request makes due.
+    fn ep<'a>(&'a self, py: Python<'a>) -> impl embed::Endpoint<Error = Fail> + use<'a> {
+        self.shared.endpoint(Gil(py), asker(&self.shared, py))
     }
 
     /// Runs `f` on the host with the GIL released.
@@ -265,34 +179,11 @@ impl PyBroker {
         py.detach(|| self.shared.read(f)).map_err(fail(py))
     }
 
-    fn generation(&self, py: Python<'_>) -> u64 {
-        py.detach(|| self.shared.peek(|h| h.generation()))
-    }
-
-    /// Waits (GIL released) until the state changes after `gen`, the deadline passes, or the
-    /// broker closes; at most `slice` at a time so signals are seen.
-    fn wait_change(&self, py: Python<'_>, gen: u64, deadline: Option<Instant>) -> PyResult<()> {
-        let slice = Duration::from_millis(100);
-        let wait = deadline.map_or(slice, |d| {
-            d.saturating_duration_since(Instant::now()).min(slice)
-        });
-        py.detach(|| self.shared.wait_change(gen, wait));
-        py.check_signals()
-    }
-
     /// Manual clock: a whole drive, each step's checks answered before the next.
-    fn run_drive(&self, py: Python<'_>, mut d: Drive) -> PyResult<()> {
+    fn run_drive(&self, py: Python<'_>, d: Drive) -> PyResult<()> {
         let shared = &self.shared;
-        answer_checks(shared, py).map_err(fail(py))?;
-        loop {
-            let checks = py
-                .detach(|| shared.with(|h| Ok(d.next(h)?)))
-                .map_err(fail(py))?;
-            if checks.is_empty() {
-                return Ok(());
-            }
-            answer(shared, py, checks).map_err(fail(py))?;
-        }
+        let r = shared.run_drive::<Fail>(&Gil(py), d, &mut asker(shared, py));
+        r.map_err(fail(py))
     }
 
     fn manual(&self, what: &str) -> PyResult<()> {
@@ -331,46 +222,23 @@ impl PyBroker {
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
         let cfg = convert::config(py, config)?;
-        let storage = py
-            .detach(|| AnyStorage::open(path.as_deref()))
-            .map_err(|e| {
-                open_error(
-                    py,
-                    &path.as_deref().unwrap_or("<memory>".as_ref()).display(),
-                    &e,
-                )
-            })?;
-        let clock = if manual {
-            AnyClock::Manual(ManualClock(start_ms.unwrap_or(0)))
-        } else {
-            AnyClock::Host(SystemClock)
-        };
+        let start = manual.then(|| start_ms.unwrap_or(0));
         let host = py
-            .detach(|| Host::open(cfg, storage, clock, repair))
-            .map_err(|e| core_error(py, e))?;
-        let shared = Arc::new(Shared {
-            host: embed::Shared::new(host, manual),
-            checkers: Mutex::new(Checkers::default()),
-        });
-        let driver = if manual {
-            None
-        } else {
-            let s = Arc::clone(&shared);
-            let handle = std::thread::Builder::new()
-                .name("rocklet-driver".into())
-                .spawn(move || drive(s))
+            .detach(|| embed::open::open(path.as_deref(), start, cfg, repair))
+            .map_err(|e| open_error(py, path.as_deref(), e))?;
+        let shared = Arc::new(Shared::new(host, manual));
+        if !manual {
+            let stopped = |why: String| {
+                let msg = format!("rocklet driver stopped: {why}");
+                Python::try_attach(|py| log_error(py, &msg, None));
+            };
+            Shared::start_driver::<Fail>(&shared, "rocklet-driver", drive_answer, stopped)
                 .map_err(|e| {
                     let why = format!("cannot start the driver thread: {e}");
                     crate::error::err(py, "RockletError", why)
                 })?;
-            shared.set_driver_thread(handle.thread().id());
-            Some(handle)
-        };
-        Ok(PyBroker {
-            shared,
-            driver: Mutex::new(driver),
-            path,
-        })
+        }
+        Ok(PyBroker { shared, path })
     }
 
     /// The data directory, or None for a broker in memory.
@@ -464,17 +332,8 @@ impl PyBroker {
     /// Syncs, stops the driver thread and releases the data directory. Idempotent.
     fn close(&self, py: Python<'_>) -> PyResult<()> {
         let shared = &self.shared;
-        let res = py.detach(|| {
-            let r = shared.shut();
-            if !shared.is_driver_thread() {
-                if let Some(h) = self.driver.lock().take() {
-                    let _ = h.join();
-                }
-            }
-            r
-        });
-        let old = shared.checkers.lock().clear();
-        drop(old);
+        let res = py.detach(|| shared.close());
+        drop(shared.clear_checkers());
         res.map_err(fail(py))
     }
 
@@ -601,10 +460,9 @@ impl PyBroker {
                 )));
             }
         }
-        let online = checker.is_some();
-        let old = self.shared.checkers.lock().set_local(&group, checker);
-        drop(old);
-        self.with(py, |h| Ok(h.set_producer_online(&group, online)?))
+        let old = self.shared.set_checker::<Fail>(&Gil(py), &group, checker);
+        drop(old.map_err(fail(py))?);
+        Ok(())
     }
 
     /// Stores a half (prepared) message of producer group `group`: invisible until committed.
@@ -1046,19 +904,17 @@ impl PySubscription {
     ) -> PyResult<Option<Py<PyReceived>>> {
         let broker = self.broker.get();
         let deadline = self.timeout.map(|t| Instant::now() + t);
-        loop {
-            if broker.closed(py) {
-                return Ok(None);
-            }
-            let gen = broker.generation(py);
-            if let Some(r) = sub.next(&mut broker.ep(py)).map_err(efail(py))? {
-                return convert::received(py, r).map(Some);
-            }
-            if deadline.is_some_and(|d| Instant::now() >= d) {
-                return Ok(None);
-            }
-            broker.wait_change(py, gen, deadline)?;
-        }
+        // At most 100 ms at a time, so that signals (Ctrl-C) are seen.
+        let slice = Duration::from_millis(100);
+        let signals = || {
+            py.check_signals()
+                .map_err(|e| embed::Fail::Host(Fail::Py(e)))
+        };
+        let got = broker
+            .shared
+            .next_waiting(&Gil(py), sub, &mut broker.ep(py), deadline, slice, signals)
+            .map_err(efail(py))?;
+        got.map(|r| convert::received(py, r)).transpose()
     }
 }
 

@@ -111,15 +111,14 @@ pub fn delay(
     at_ms: Option<u64>,
     after_ms: Option<u64>,
 ) -> PyResult<Option<Delay>> {
-    match (level, at_ms, after_ms) {
-        (None, None, None) => Ok(None),
-        (Some(l), None, None) => Ok(Some(Delay::Level(l))),
-        (None, Some(t), None) => Ok(Some(Delay::At(t))),
-        (None, None, Some(d)) => Ok(Some(Delay::After(d))),
-        _ => Err(PyValueError::new_err(
-            "give at most one of delay_level, deliver_at_ms, delay_ms",
-        )),
-    }
+    let delays = [
+        level.map(Delay::Level),
+        at_ms.map(Delay::At),
+        after_ms.map(Delay::After),
+    ];
+    rocklet_embed::input::one_delay(delays).ok_or_else(|| {
+        PyValueError::new_err("give at most one of delay_level, deliver_at_ms, delay_ms")
+    })
 }
 
 /// A transaction id from its 16 hex digits.
@@ -181,7 +180,7 @@ pub fn opt_u64(what: &str, v: Option<i128>) -> PyResult<Option<u64>> {
 
 /// `limit=None`: all.
 pub fn limit(v: Option<i128>) -> PyResult<usize> {
-    Ok(opt_u64("limit", v)?.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX)))
+    Ok(rocklet_embed::arg::limit(opt_u64("limit", v)?))
 }
 
 /// `repr()` of a value as Python shows it (for reprs: `None`, `'x'`, `6000`).

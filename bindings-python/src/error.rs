@@ -1,13 +1,14 @@
 //! Every mapping from core errors to Python exceptions. The hierarchy itself is Python's
 //! (`rocklet/_errors.py`); each class is looked up there by name, the module imported once.
 
-use std::fmt::Display;
 use std::io;
+use std::path::Path;
 
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::PyType;
 use rocklet_core::{ClientError as CoreClientError, Error as CoreError};
+use rocklet_embed::open::OpenFail;
 use rocklet_embed::ErrorKind;
 
 /// `rocklet._errors`, imported once.
@@ -45,6 +46,8 @@ pub enum Fail {
     Value(String),
     /// A bug: an unexpected reply.
     Internal(String),
+    /// A Python exception raised meanwhile (a signal's, while waiting).
+    Py(PyErr),
 }
 
 /// A shared operation's failure (host errors: the core's, or this binding's own `Fail`).
@@ -105,6 +108,7 @@ impl Fail {
             ),
             Fail::Value(why) => pyo3::exceptions::PyValueError::new_err(why),
             Fail::Internal(why) => err(py, "InternalError", format!("internal error: {why}")),
+            Fail::Py(e) => e,
         }
     }
 }
@@ -151,13 +155,19 @@ pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     }
 }
 
-/// Opening a data directory failed.
-pub fn open_error(py: Python<'_>, dir: &impl Display, e: &io::Error) -> PyErr {
-    err(
-        py,
-        "StorageError",
-        format!("cannot open data directory {dir}: {e}"),
-    )
+/// Opening the broker failed: its data directory, or recovery.
+pub fn open_error(py: Python<'_>, path: Option<&Path>, e: OpenFail) -> PyErr {
+    match e {
+        OpenFail::Storage(e) => {
+            let dir = path.unwrap_or("<memory>".as_ref()).display();
+            err(
+                py,
+                "StorageError",
+                format!("cannot open data directory {dir}: {e}"),
+            )
+        }
+        OpenFail::Core(e) => core_error(py, e),
+    }
 }
 
 /// Adds the hierarchy to the module (it is Python's: `rocklet._errors`).

@@ -40,3 +40,8 @@ pub fn int_u32(what: &str, v: i128) -> Result<u32, String> {
 pub fn number_u32(what: &str, v: f64) -> Result<u32, String> {
     number(what, v, u32::MAX.into()).map(|n| n as u32)
 }
+
+/// The `limit` of an introspection call: absent is no limit.
+pub fn limit(v: Option<u64>) -> usize {
+    v.map_or(usize::MAX, |n| usize::try_from(n).unwrap_or(usize::MAX))
+}

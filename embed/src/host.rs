@@ -319,14 +319,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
                 "moving the clock needs a broker with the manual clock",
             ));
         }
-        let now = self.clock.now();
-        if let Some(t) = target {
-            if t < now {
-                return Err(Fail::Argument(format!(
-                    "target {t} is before the clock ({now})"
-                )));
-            }
-        }
+        not_before(target, self.clock.now())?;
         let due = self.core()?.poll_timeout();
         let fired = match (due, target) {
             (Some(d), Some(t)) if d <= t => Some(d),
@@ -409,6 +402,16 @@ impl<S: Storage, C: Clock> Host<S, C> {
     }
 }
 
+/// Refuses a clock target before `now`.
+fn not_before<H>(target: Option<Millis>, now: Millis) -> Result<(), Fail<H>> {
+    match target {
+        Some(t) if t < now => Err(Fail::Argument(format!(
+            "target {t} is before the clock ({now})"
+        ))),
+        _ => Ok(()),
+    }
+}
+
 /// Advance / run-until-idle on a manual clock: steps timer by timer and hands out, between
 /// steps, the checks each step produced (answer them with [`Host::answer`], then call
 /// [`Drive::next`] again). An empty batch means done: the clock is at the target (or, for
@@ -475,6 +478,43 @@ impl Drive {
                 }
             }
         }
+    }
+}
+
+/// A [`Drive`] the host's language runs a step at a time, answering each step's checks in
+/// between (Node: `driveStart`, then `driveNext` until it answers no checks).
+#[derive(Debug, Default)]
+pub struct Driving(Option<Drive>);
+
+impl Driving {
+    /// Starts a drive to `target` (`None`: until idle), in place of any under way; a target
+    /// before the clock is refused as [`Host::step`] refuses it.
+    pub fn start<S: Storage, C: Clock>(
+        &mut self,
+        host: &Host<S, C>,
+        target: Option<Millis>,
+    ) -> Result<(), HostFail<S>> {
+        not_before(target, host.now())?;
+        self.0 = Some(target.map_or_else(Drive::until_idle, Drive::to));
+        Ok(())
+    }
+
+    /// The checks of the drive's next step; none: the drive is over (or none was started).
+    pub fn next<S: Storage, C: Clock>(
+        &mut self,
+        host: &mut Host<S, C>,
+    ) -> Result<Vec<(CheckRequest, Millis)>, HostFail<S>> {
+        let Some(mut d) = self.0.take() else {
+            return Ok(Vec::new());
+        };
+        let checks = d.next(host)?;
+        self.0 = (!checks.is_empty()).then_some(d);
+        Ok(checks)
+    }
+
+    /// Drops the drive under way (closing).
+    pub fn stop(&mut self) {
+        self.0 = None;
     }
 }
 

@@ -38,6 +38,15 @@ pub fn field_names<'de, T: Deserialize<'de>>() -> &'static [&'static str] {
     fields
 }
 
+/// The one delay among the ways a message may give it (a level, an absolute time, a
+/// relative one): `Some(None)` when none is given, `None` when more than one is (the binding
+/// says so in its own names).
+pub fn one_delay<const N: usize>(given: [Option<Delay>; N]) -> Option<Option<Delay>> {
+    let mut given = given.into_iter().flatten();
+    let first = given.next();
+    given.next().is_none().then_some(first)
+}
+
 /// A message body: a string (sent as its UTF-8 bytes) or a `Uint8Array`.
 #[derive(Debug)]
 pub struct Body(pub Vec<u8>);
@@ -128,16 +137,12 @@ pub struct MessageInput {
 impl MessageInput {
     /// The core message; more than one delay is refused (the text says so).
     pub fn into_message(self) -> Result<NewMessage, &'static str> {
-        let delays = [
+        let delay = one_delay([
             self.delay_level.map(Delay::Level),
             self.deliver_at_ms.map(Delay::At),
             self.delay_ms.map(Delay::After),
-        ];
-        let mut given = delays.into_iter().flatten();
-        let delay = given.next();
-        if given.next().is_some() {
-            return Err("give at most one of delayLevel, deliverAtMs, delayMs");
-        }
+        ])
+        .ok_or("give at most one of delayLevel, deliverAtMs, delayMs")?;
         Ok(NewMessage {
             topic: self.topic,
             body: self.body.0,
@@ -200,6 +205,20 @@ pub struct EndOptions {
     pub from_check: Option<bool>,
     #[serde(default)]
     pub group: Option<String>,
+}
+
+impl EndOptions {
+    /// The group and whether the end answers a check. `takes_from_check`: the call accepts
+    /// `fromCheck` (Node's `endTransaction`; its `commit` and `rollback` refuse it).
+    pub fn into_parts(
+        self,
+        takes_from_check: bool,
+    ) -> Result<(Option<String>, bool), &'static str> {
+        if self.from_check.is_some() && !takes_from_check {
+            return Err("options has an unknown option `fromCheck` (known: group)");
+        }
+        Ok((self.group, self.from_check.unwrap_or(false)))
+    }
 }
 
 impl PullInput {
@@ -298,19 +317,54 @@ impl MessageOptions {
         .find_map(|(given, name)| given.then_some(name))
     }
 
+    /// `send`'s options, for the message to `topic` with `body` (given as arguments, so
+    /// `topic`, `body` and `checkImmunityMs` are refused here).
+    pub fn into_send(self, topic: String, body: Vec<u8>) -> Result<NewMessage, String> {
+        if let Some(k) = self.message_only_field() {
+            return Err(alloc::format!(
+                "options has an unknown option `{k}` (a send gives the topic and body as arguments)"
+            ));
+        }
+        self.into_message(topic, body)
+            .map_err(|e| alloc::format!("options: {e}"))
+    }
+
+    /// A message object, the argument `what` (`{ topic, body, ...options }`), and its
+    /// `checkImmunityMs`: `topic` is the default topic (a batch's), `immunity` whether the
+    /// call takes `checkImmunityMs` (prepare).
+    pub fn into_object(
+        mut self,
+        what: &str,
+        topic: Option<&str>,
+        immunity: bool,
+    ) -> Result<(NewMessage, Option<u64>), String> {
+        if self.check_immunity_ms.is_some() && !immunity {
+            return Err(alloc::format!(
+                "{what} has an unknown option `checkImmunityMs` (only prepare takes it)"
+            ));
+        }
+        let Some(topic) = self.topic.take().or(topic.map(String::from)) else {
+            return Err(alloc::format!("{what}.topic is required"));
+        };
+        let Some(body) = self.body.take() else {
+            return Err(alloc::format!("{what}.body is required"));
+        };
+        let immunity = self.check_immunity_ms;
+        let m = self
+            .into_message(topic, body.0)
+            .map_err(|e| alloc::format!("{what}: {e}"))?;
+        Ok((m, immunity))
+    }
+
     /// The core message to `topic` with `body`; more than one delay is refused.
     pub fn into_message(self, topic: String, body: Vec<u8>) -> Result<NewMessage, &'static str> {
-        let delays = [
+        let delay = one_delay([
             self.delay_level.map(Delay::Level),
             self.deliver_at_ms.map(Delay::At),
             self.deliver_at.map(Delay::At),
             self.delay_ms.map(Delay::After),
-        ];
-        let mut given = delays.into_iter().flatten();
-        let delay = given.next();
-        if given.next().is_some() {
-            return Err("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs");
-        }
+        ])
+        .ok_or("give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs")?;
         Ok(NewMessage {
             topic,
             body,
@@ -578,6 +632,97 @@ mod js_error_tests {
         );
         let o = read::<ReceiveOptions>(&[("invisibleMs", 5)]).map(|o| o.invisible_ms);
         assert_eq!(o, Ok(5));
+    }
+
+    #[test]
+    fn message_objects_and_send_options() {
+        let o = |topic: Option<&str>, body: bool, imm: Option<u64>| MessageOptions {
+            topic: topic.map(String::from),
+            body: body.then(|| Body(b"x".to_vec())),
+            check_immunity_ms: imm,
+            ..MessageOptions::default()
+        };
+        let (m, imm) = o(Some("T"), true, Some(5))
+            .into_object("message", None, true)
+            .unwrap();
+        assert_eq!(
+            (m.topic.as_str(), &m.body[..], imm),
+            ("T", &b"x"[..], Some(5))
+        );
+        // A batch's topic is the default; its own wins.
+        let (m, _) = o(None, true, None)
+            .into_object("messages[0]", Some("B"), false)
+            .unwrap();
+        assert_eq!(m.topic, "B");
+        let (m, _) = o(Some("T"), true, None)
+            .into_object("messages[0]", Some("B"), false)
+            .unwrap();
+        assert_eq!(m.topic, "T");
+        let e = |r: Result<(NewMessage, Option<u64>), String>| r.unwrap_err();
+        assert_eq!(
+            e(o(None, true, None).into_object("message", None, true)),
+            "message.topic is required"
+        );
+        assert_eq!(
+            e(o(Some("T"), false, None).into_object("message", None, true)),
+            "message.body is required"
+        );
+        assert_eq!(
+            e(o(Some("T"), true, Some(1)).into_object("messages[2]", None, false)),
+            "messages[2] has an unknown option `checkImmunityMs` (only prepare takes it)"
+        );
+        let two = MessageOptions {
+            delay_ms: Some(1),
+            delay_level: Some(1),
+            ..o(Some("T"), true, None)
+        };
+        assert_eq!(
+            e(two.into_object("message", None, true)),
+            "message: give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs"
+        );
+        // send: topic and body are arguments.
+        let m = MessageOptions::default()
+            .into_send("T".into(), b"y".to_vec())
+            .unwrap();
+        assert_eq!((m.topic.as_str(), &m.body[..]), ("T", &b"y"[..]));
+        assert_eq!(
+            o(None, true, None)
+                .into_send("T".into(), Vec::new())
+                .unwrap_err(),
+            "options has an unknown option `body` (a send gives the topic and body as arguments)"
+        );
+    }
+
+    #[test]
+    fn from_check_only_where_the_call_takes_it() {
+        let o = || EndOptions {
+            from_check: Some(true),
+            group: Some("P".into()),
+        };
+        assert_eq!(o().into_parts(true), Ok((Some("P".into()), true)));
+        assert_eq!(
+            o().into_parts(false),
+            Err("options has an unknown option `fromCheck` (known: group)")
+        );
+        assert_eq!(EndOptions::default().into_parts(false), Ok((None, false)));
+    }
+
+    #[test]
+    fn at_most_one_delay() {
+        assert_eq!(one_delay([None, None, None]), Some(None));
+        let d = one_delay([None, Some(Delay::At(5)), None]);
+        assert!(matches!(d, Some(Some(Delay::At(5)))), "{d:?}");
+        assert!(one_delay([Some(Delay::Level(1)), None, Some(Delay::After(2))]).is_none());
+        let two = MessageOptions {
+            deliver_at_ms: Some(1),
+            deliver_at: Some(1),
+            ..MessageOptions::default()
+        };
+        let e = two.into_message("T".into(), Vec::new()).unwrap_err();
+        assert_eq!(
+            e,
+            "give at most one of delayLevel, deliverAtMs (or deliverAt), delayMs"
+        );
     }
 
     #[test]

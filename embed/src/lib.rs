@@ -19,8 +19,15 @@
 //!   Python binding) implements [`Endpoint`] over its lock.
 //!
 //! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
-//!   (Python): group commit under sync flush, the host-clock driver loop, a caught panic
-//!   that marks the broker broken.
+//!   (Python): group commit under sync flush, the host-clock driver loop on a thread it
+//!   joins at close, a caught panic that marks the broker broken; the checker registry and
+//!   its dispatch (a failing checker answered Unknown), manual drives with each step's checks
+//!   answered in between, a subscription that waits, and an [`Endpoint`] that releases the
+//!   binding's own lock (`Release`: Python's GIL) around every call.
+//! - [`Subscriptions`] and [`Driving`]: open subscriptions by id and a drive run a step at a
+//!   time, for a binding whose loops live in its language (Node).
+//! - [`open`] (feature `std`): a broker on the core's file or memory storage, on a manual
+//!   clock or the system's (what Python and Node open).
 //! - [`arg`]: the range checks of whole-number arguments, one text for every binding.
 //! - [`config`]: the broker's configuration from JSON values by key, in the host's naming,
 //!   errors naming the key.
@@ -42,6 +49,8 @@ mod clock;
 pub mod config;
 mod host;
 pub mod input;
+#[cfg(feature = "std")]
+pub mod open;
 mod ops;
 #[cfg(feature = "std")]
 mod shared;
@@ -54,15 +63,17 @@ mod tests;
 #[cfg(feature = "std")]
 pub use clock::SystemClock;
 pub use clock::{AnyClock, Clock, ManualClock};
-pub use host::{Checkers, Drive, Host};
+pub use host::{Checkers, Drive, Driving, Host};
 pub use ops::{
     ack, change_invisible, commit_offset, end, forward_to_dead_letter, prepare, pull, receive,
     send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
     Transaction,
 };
 #[cfg(feature = "std")]
-pub use shared::{panic_text, Shared, SharedFail};
-pub use subscription::Subscription;
+pub use shared::{
+    panic_text, CheckerError, CheckerFailed, NoLock, Release, Shared, SharedEp, SharedFail,
+};
+pub use subscription::{Subscription, Subscriptions};
 
 use alloc::string::String;
 use rocklet_core::ClientError;

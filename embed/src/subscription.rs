@@ -1,7 +1,8 @@
 //! [`Subscription`]: messages of a topic as they arrive, for one consumer group, with the
-//! ack rule every binding follows.
+//! ack rule every binding follows; [`Subscriptions`]: open ones by id, for a host whose loop
+//! lives in its language.
 
-use alloc::collections::VecDeque;
+use alloc::collections::{BTreeMap, VecDeque};
 use alloc::string::String;
 use alloc::vec::Vec;
 
@@ -92,5 +93,48 @@ impl Subscription {
     /// The consumer left the loop: the current message stays un-acked.
     pub fn stop(&mut self) {
         self.last = None;
+    }
+}
+
+/// Open subscriptions by id, for a host whose loop lives in its language and asks for each
+/// message by id (Node's async iterators).
+#[derive(Debug, Default)]
+pub struct Subscriptions {
+    open: BTreeMap<u32, Subscription>,
+    next_id: u32,
+}
+
+impl Subscriptions {
+    /// Keeps `sub` open; answers its id.
+    pub fn open(&mut self, sub: Subscription) -> u32 {
+        let id = self.next_id;
+        self.next_id = self.next_id.wrapping_add(1);
+        self.open.insert(id, sub);
+        id
+    }
+
+    /// The next message of subscription `id` ([`Subscription::next`]); an id not open (never
+    /// opened, or stopped) is [`Fail::Argument`].
+    pub fn next<E: Endpoint>(
+        &mut self,
+        id: u32,
+        ep: &mut E,
+    ) -> Result<Option<Received>, Fail<E::Error>> {
+        match self.open.get_mut(&id) {
+            Some(sub) => sub.next(ep),
+            None => Err(Fail::Argument(alloc::format!("no open subscription {id}"))),
+        }
+    }
+
+    /// Ends subscription `id`; its current message stays un-acked.
+    pub fn stop(&mut self, id: u32) {
+        if let Some(mut s) = self.open.remove(&id) {
+            s.stop();
+        }
+    }
+
+    /// Ends every subscription (closing).
+    pub fn clear(&mut self) {
+        self.open.clear();
     }
 }

@@ -189,6 +189,35 @@ fn run_until_idle_ends_when_nobody_answers() {
 }
 
 #[test]
+fn driving_a_step_at_a_time_hands_out_each_steps_checks_then_none() {
+    let mut h = host();
+    let mut d = Driving::default();
+    // None started: nothing to do.
+    assert!(d.next(&mut h).unwrap().is_empty());
+    h.set_producer_online("P", true).unwrap();
+    let tx = prepare(&mut h, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+    d.start(&h, Some(1500)).unwrap();
+    let checks = d.next(&mut h).unwrap();
+    assert_eq!(checks.len(), 1);
+    assert_eq!((checks[0].0.txn, h.now()), (tx.txn, 1000));
+    h.answer(&checks[0].0, Resolution::Unknown).unwrap();
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+    // Over: asking again is still nothing, and the clock stays.
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+    let e = d.start(&h, Some(100)).unwrap_err();
+    assert!(
+        matches!(&e, Fail::Argument(w) if w == "target 100 is before the clock (1500)"),
+        "{e:?}"
+    );
+    d.start(&h, None).unwrap();
+    d.stop();
+    assert!(d.next(&mut h).unwrap().is_empty());
+    assert_eq!(h.now(), 1500);
+}
+
+#[test]
 fn step_refuses_a_target_in_the_past() {
     let mut h = Host::open(cfg(), MemStorage::new(), ManualClock(500), false).unwrap();
     assert!(matches!(h.step(Some(100)), Err(Fail::Argument(w)) if w.contains("before")));
@@ -534,6 +563,52 @@ fn failures_have_a_kind_and_a_code() {
     assert_eq!(ErrorKind::of(&failed).code(), "FAILED");
 }
 
+#[test]
+fn subscriptions_by_id_ack_on_next_and_refuse_an_id_not_open() {
+    let mut h = host();
+    let mut subs = Subscriptions::default();
+    let a = subs.open(Subscription::new(
+        "G".into(),
+        "T".into(),
+        1000,
+        1,
+        TagFilter::All,
+    ));
+    let b = subs.open(Subscription::new(
+        "H".into(),
+        "T".into(),
+        1000,
+        1,
+        TagFilter::All,
+    ));
+    assert_ne!(a, b);
+    // Before the topic exists: nothing yet, no error.
+    assert!(subs.next(a, &mut h).unwrap().is_none());
+    send_one(&mut h, msg("T", "one", 0)).unwrap();
+    send_one(&mut h, msg("T", "two", 0)).unwrap();
+    let first = subs.next(a, &mut h).unwrap().unwrap();
+    assert_eq!(first.message.body, b"one");
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    // Asking for the next acks the one before.
+    let second = subs.next(a, &mut h).unwrap().unwrap();
+    assert_eq!(second.message.body, b"two");
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    // Stopped: the current message stays un-acked, and the id is gone.
+    subs.stop(a);
+    assert_eq!(h.core().unwrap().inflight_count("G", "T"), 1);
+    let e = subs.next(a, &mut h).unwrap_err();
+    assert!(
+        matches!(&e, Fail::Argument(w) if w == "no open subscription 0"),
+        "{e:?}"
+    );
+    // The other group's subscription sees both messages on its own.
+    assert_eq!(subs.next(b, &mut h).unwrap().unwrap().message.body, b"one");
+    subs.clear();
+    assert!(matches!(subs.next(b, &mut h), Err(Fail::Argument(_))));
+    assert_eq!(arg::limit(None), usize::MAX);
+    assert_eq!(arg::limit(Some(3)), 3);
+}
+
 #[cfg(feature = "std")]
 mod shared {
     use super::*;
@@ -610,5 +685,187 @@ mod shared {
         // Closing a broken broker releases it without syncing.
         assert_eq!(s.shut::<F>(), Ok(()));
         assert!(s.peek(|h| h.is_closed()));
+    }
+
+    type Ask<'a> = &'a mut dyn FnMut(&rocklet_core::CheckRequest) -> Option<Resolution>;
+
+    #[test]
+    fn manual_drive_answers_each_check_at_its_time_without_holding_the_mutex() {
+        let s = shared(FlushMode::Async);
+        s.with::<_, F>(|h| Ok(h.set_producer_online("P", true)?))
+            .unwrap();
+        let mut seen = Vec::new();
+        let mut ask = |c: &rocklet_core::CheckRequest| {
+            // The mutex is free while a checker runs: it may call the broker.
+            seen.push((c.check, s.peek(|h| h.now())));
+            Some(if c.check < 2 {
+                Resolution::Unknown
+            } else {
+                Resolution::Commit
+            })
+        };
+        let tx = {
+            let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut ask);
+            prepare(&mut ep, "P".into(), NewMessage::new("T", "half"), None).unwrap()
+        };
+        s.run_drive::<F>(&NoLock, Drive::to(2500), &mut ask)
+            .unwrap();
+        assert_eq!(seen, [(1, 1000), (2, 2000)]);
+        assert_eq!(s.peek(|h| h.now()), 2500);
+        let pending = s.read::<_, F>(|c| c.pending_transaction_count()).unwrap();
+        assert_eq!(pending, 0);
+        // Ended by the checker: ending it again is a duplicate.
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        assert!(tx.end(&mut ep, Resolution::Commit).unwrap());
+    }
+
+    #[test]
+    fn a_failing_or_panicking_checker_is_reported_and_answered_unknown() {
+        let s: Shared<MemStorage, ManualClock, u8> = Shared::new(
+            Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap(),
+            true,
+        );
+        // Checker 0 fails, 1 panics, 2 commits; a checker may set checkers meanwhile.
+        for (g, k) in [("A", 0), ("B", 1), ("C", 2)] {
+            s.set_checker::<F>(&NoLock, g, Some(k)).unwrap();
+        }
+        let mut reports = Vec::new();
+        let mut ask = s.asker(
+            |k| *k,
+            |k, c| match k {
+                0 => Err("no database"),
+                1 => panic!("checker bug"),
+                _ => {
+                    s.set_checker::<F>(&NoLock, &c.group, Some(2)).unwrap();
+                    Ok(Resolution::Commit)
+                }
+            },
+            |f| reports.push((f.to_string(), f.error().copied())),
+        );
+        // A real check to ask about, from another host.
+        let mut h = host();
+        h.set_producer_online("P", true).unwrap();
+        prepare(&mut h, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+        let sample = Drive::to(1000).next(&mut h).unwrap().remove(0).0;
+        let txn = sample.txn;
+        let check = |group: &str| rocklet_core::CheckRequest {
+            group: group.into(),
+            ..sample.clone()
+        };
+        assert_eq!(ask(&check("A")), Some(Resolution::Unknown));
+        assert_eq!(ask(&check("B")), Some(Resolution::Unknown));
+        assert_eq!(ask(&check("C")), Some(Resolution::Commit));
+        assert_eq!(ask(&check("D")), None);
+        drop(ask);
+        assert_eq!(
+            reports,
+            [
+                (
+                    std::format!("checker of producer group `A` failed on transaction {txn}; it stays pending and will be checked again"),
+                    Some("no database")
+                ),
+                (
+                    std::format!("checker of `B` on {txn}: internal error checker bug"),
+                    None
+                ),
+            ]
+        );
+    }
+
+    #[test]
+    fn a_waiting_subscription_times_out_then_gets_what_arrives() {
+        let s = shared(FlushMode::Async);
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut sub = Subscription::new("G".into(), "T".into(), 1000, 1, TagFilter::All);
+        let slice = core::time::Duration::from_millis(10);
+        let t0 = std::time::Instant::now();
+        let deadline = Some(t0 + core::time::Duration::from_millis(50));
+        let mut ep = s.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        let mut waits = 0;
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, deadline, slice, || {
+            waits += 1;
+            Ok(())
+        });
+        assert!(got.unwrap().is_none());
+        assert!(t0.elapsed() >= core::time::Duration::from_millis(50));
+        assert!(waits >= 1, "{waits}");
+        // `between` failing ends the wait with its failure.
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || {
+            Err(Fail::Host(F::Broken("interrupted".into())))
+        });
+        assert!(matches!(got, Err(Fail::Host(F::Broken(w))) if w == "interrupted"));
+        // No deadline: it waits until a send (on another thread) wakes it.
+        std::thread::scope(|scope| {
+            scope.spawn(|| {
+                std::thread::sleep(core::time::Duration::from_millis(30));
+                send(&s, "late").unwrap();
+            });
+            let r = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || Ok(()));
+            let r = r.unwrap().expect("the message sent meanwhile");
+            assert_eq!(r.message.body, b"late");
+        });
+        // A closed broker ends the wait.
+        s.shut::<F>().unwrap();
+        let got = s.next_waiting(&NoLock, &mut sub, &mut ep, None, slice, || Ok(()));
+        assert!(got.unwrap().is_none());
+    }
+
+    #[test]
+    fn the_driver_thread_answers_checks_on_time_and_close_joins_it() {
+        use core::sync::atomic::{AtomicU32, Ordering::SeqCst};
+        use std::sync::Arc;
+        let c = Config {
+            transaction_timeout_ms: 20,
+            transaction_check_interval_ms: 20,
+            ..cfg()
+        };
+        let host = Host::open(c, MemStorage::new(), crate::SystemClock, false).unwrap();
+        // The checkers: how many times each was asked, what it answers.
+        type K = Arc<(AtomicU32, Resolution)>;
+        let shared: Arc<Shared<MemStorage, crate::SystemClock, K>> =
+            Arc::new(Shared::new(host, false));
+        let answer = |s: &Shared<MemStorage, crate::SystemClock, K>| {
+            let call = |k: &K, _: &rocklet_core::CheckRequest| {
+                k.0.fetch_add(1, SeqCst);
+                Ok::<_, ()>(k.1)
+            };
+            let mut ask = s.asker(Arc::clone, call, |f| panic!("{f}"));
+            s.answer_all::<F>(&NoLock, &mut ask).is_ok()
+        };
+        let stopped = |why: String| panic!("the driver stopped: {why}");
+        Shared::start_driver::<F>(&shared, "test-driver", answer, stopped).unwrap();
+        let checker: K = Arc::new((AtomicU32::new(0), Resolution::Commit));
+        let old = shared.set_checker::<F>(&NoLock, "P", Some(Arc::clone(&checker)));
+        assert!(old.unwrap().is_none());
+        let mut none = |_: &rocklet_core::CheckRequest| None;
+        let mut ep = shared.endpoint::<_, Ask<'_>, F>(NoLock, &mut none);
+        prepare(&mut ep, "P".into(), NewMessage::new("T", "half"), None).unwrap();
+        let t0 = std::time::Instant::now();
+        while shared
+            .read::<_, F>(|c| c.pending_transaction_count())
+            .unwrap()
+            > 0
+        {
+            assert!(t0.elapsed().as_secs() < 10, "the driver never checked");
+            std::thread::sleep(core::time::Duration::from_millis(5));
+        }
+        assert_eq!(checker.0.load(SeqCst), 1);
+        // A group without a checker is offline: its transaction waits, unasked.
+        let gone = shared.set_checker::<F>(&NoLock, "P", None).unwrap();
+        assert!(gone.is_some_and(|k| Arc::ptr_eq(&k, &checker)));
+        prepare(&mut ep, "P".into(), NewMessage::new("T", "half2"), None).unwrap();
+        std::thread::sleep(core::time::Duration::from_millis(80));
+        assert_eq!(checker.0.load(SeqCst), 1);
+        assert_eq!(
+            shared.read::<_, F>(|c| c.pending_transaction_count()),
+            Ok(1)
+        );
+        shared.close::<F>().unwrap();
+        // Joined: the thread is gone, its clone of the Arc dropped with it.
+        assert_eq!(Arc::strong_count(&shared), 1);
+        assert!(shared.peek(|h| h.is_closed()));
+        assert_eq!(shared.close::<F>(), Ok(()));
+        assert!(shared.clear_checkers().is_empty());
     }
 }
