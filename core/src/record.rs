@@ -264,16 +264,20 @@ pub(crate) fn encode_viewed<'a>(
     let head = &head[..pad + head_len];
     out.extend_from_slice(&head[pad..]);
     out.extend_from_slice(body);
-    let tail_at = out.len();
     out.push(topic.len() as u8);
     out.extend_from_slice(topic.as_bytes());
     out.extend_from_slice(&(props_len as u16).to_be_bytes());
     out.extend_from_slice(props);
     // The record CRC covers the body again: not a second pass over it, but the head's CRC
     // (the head holds BODYCRC, so it follows the body's) combined with the body's, carried
-    // over the tail. body.len() <= total <= i32::MAX, checked above.
-    let head_body = crc::combine(crc::hash_padded(head, pad), body_crc, body.len() as u32);
-    let crc = crc::update(head_body, &out[tail_at..]) & 0x7FFF_FFFF;
+    // over the tail. body.len() <= total <= i32::MAX, checked above. Every part is hashed
+    // from where it came from, never read back from `out`: bytes just stored into a line of
+    // the segment that is not yet in the cache cannot be loaded before the line arrives.
+    let mut crc = crc::combine(crc::hash_padded(head, pad), body_crc, body.len() as u32);
+    crc = crc::update(crc, &[topic.len() as u8]);
+    crc = crc::update(crc, topic.as_bytes());
+    crc = crc::update(crc, &(props_len as u16).to_be_bytes());
+    let crc = crc::update(crc, props) & 0x7FFF_FFFF;
     out.extend_from_slice(CRC_KEY.as_bytes());
     out.push(NAME_VALUE_SEPARATOR);
     push_decimal10(out, crc);
