@@ -622,7 +622,6 @@ fn decode_inner(
         && b[crc_at + CRC_KEY.len()] == NAME_VALUE_SEPARATOR
         && b[total_us - 1] == PROPERTY_SEPARATOR;
     let properties_end = if crc_pair { crc_at } else { total_us };
-    let mut body_crc_actual = None;
     if crc_pair {
         let digits = &b[crc_at + CRC_KEY.len() + 1..total_us - 1];
         if !digits.iter().all(u8::is_ascii_digit) {
@@ -638,17 +637,7 @@ fn decode_inner(
             let msd_first = digits
                 .iter()
                 .fold(0u64, |v, d| v * 10 + u64::from(d - b'0'));
-            // As the encoder does: the body hashed once, for BODYCRC (below) and, combined
-            // with the head's CRC and carried over the tail, for the record CRC.
-            let crc = crc32fast::hash(&b[body_at..body_at + body_len]);
-            body_crc_actual = Some(crc & 0x7FFF_FFFF);
-            let pad = body_at.next_multiple_of(16) - body_at;
-            let mut head = [0u8; HEAD_MAX];
-            head[pad..pad + body_at].copy_from_slice(&b[..body_at]);
-            let head_crc = crc::hash_padded(&head[..pad + body_at], pad);
-            // body_len < total_us <= u32::MAX.
-            let head_body = crc::combine(head_crc, crc, body_len as u32);
-            let actual = u64::from(crc::update(head_body, &b[topic_len_at..crc_at]) & 0x7FFF_FFFF);
+            let actual = u64::from(crc32(&b[..crc_at]));
             if lsd_first != actual && msd_first != actual {
                 return Err(Corruption::RecordCrc);
             }
@@ -662,7 +651,7 @@ fn decode_inner(
     }
     let body = &b[body_at..body_at + body_len];
     let body_crc = be32(b, 8);
-    if verify && body_crc != body_crc_actual.unwrap_or_else(|| crc32(body)) {
+    if verify && body_crc != crc32(body) {
         return Err(Corruption::BodyCrc);
     }
     let topic = core::str::from_utf8(&b[topic_at..topic_at + topic_len])
