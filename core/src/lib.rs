@@ -19,6 +19,7 @@ extern crate std;
 
 pub mod broker;
 pub mod config;
+mod crc;
 pub mod error;
 mod log;
 pub mod record;
