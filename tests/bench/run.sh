@@ -144,6 +144,7 @@ if [ -z "${NO_APACHE:-}" ]; then
       cat "$out/apache-start.log"
       # A JVM right after its start runs interpreted: warm its JIT up before measuring.
       m apache_warmup "$R" bench send --endpoint "$APACHE_GRPC" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
+      m apache_warmup_txn "$R" bench txn --endpoint "$APACHE_GRPC" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
       m apache_send "$R" bench send --endpoint "$APACHE_GRPC" --broker-pid "$APACHE_PID" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
       m apache_txn "$R" bench txn --endpoint "$APACHE_GRPC" --broker-pid "$APACHE_PID" --clients 16 --consumers 8 --drain-timeout 120 --duration "$GRPC_SECS" --quiet
       apache_rss=$(rss_kib "$APACHE_PID")
