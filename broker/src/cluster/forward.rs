@@ -187,18 +187,16 @@ pub async fn receive_message(
         .unwrap_or(Duration::ZERO)
         .min(MAX_LONG_POLL);
     let mut c = view.forward.client(at)?;
-    let opened = match tokio::time::timeout(
-        poll + CALL_TIMEOUT,
-        c.receive_message(onward(md, body)),
-    )
-    .await
-    {
+    let limit = poll + CALL_TIMEOUT;
+    let opened = match tokio::time::timeout(limit, c.receive_message(onward(md, body))).await {
         Ok(Ok(r)) => r,
         Ok(Err(e)) => return Err(unavailable(at, &e)),
-        Err(_) => return Err(Status::unavailable(format!(
-            "the broker group's master {at} did not answer a forwarded receive within {:?}; retry",
-            poll + CALL_TIMEOUT
-        ))),
+        Err(_) => {
+            let why = format!(
+                "the broker group's master {at} did not answer a forwarded receive within {limit:?}; retry"
+            );
+            return Err(Status::unavailable(why));
+        }
     };
     let stream = opened
         .into_inner()
