@@ -184,7 +184,8 @@ pub async fn receive_message(
         .long_polling_timeout
         .as_ref()
         .and_then(|d| Duration::try_from(*d).ok())
-        .unwrap_or(Duration::ZERO)
+        // None: the master's default long poll, which is below this bound too.
+        .unwrap_or(MAX_LONG_POLL)
         .min(MAX_LONG_POLL);
     let mut c = view.forward.client(at)?;
     let limit = poll + CALL_TIMEOUT;
