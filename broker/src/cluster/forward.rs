@@ -107,60 +107,37 @@ async fn timed<T>(
     }
 }
 
-/// SendMessage, answered by the master at `at`.
-pub async fn send_message(
-    view: &ClusterView,
-    at: SocketAddr,
-    req: Request<pb::SendMessageRequest>,
-) -> Result<Response<pb::SendMessageResponse>, Status> {
-    let (md, _, body) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    timed(at, c.send_message(onward(md, body))).await
+/// The unary calls a replica passes on: each is answered by the master at `at`, within
+/// [`CALL_TIMEOUT`].
+macro_rules! unary {
+    ($($(#[$doc:meta])* $name:ident($req:ty) -> $resp:ty;)*) => {$(
+        $(#[$doc])*
+        pub async fn $name(
+            view: &ClusterView,
+            at: SocketAddr,
+            req: Request<$req>,
+        ) -> Result<Response<$resp>, Status> {
+            let (md, _, body) = req.into_parts();
+            let mut c = view.forward.client(at)?;
+            timed(at, c.$name(onward(md, body))).await
+        }
+    )*};
 }
 
-/// EndTransaction, answered by the master at `at`.
-pub async fn end_transaction(
-    view: &ClusterView,
-    at: SocketAddr,
-    req: Request<pb::EndTransactionRequest>,
-) -> Result<Response<pb::EndTransactionResponse>, Status> {
-    let (md, _, body) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    timed(at, c.end_transaction(onward(md, body))).await
-}
-
-/// AckMessage, answered by the master at `at` (a receipt the old master handed out is
-/// valid on the new one: receipts are in the replicated log).
-pub async fn ack_message(
-    view: &ClusterView,
-    at: SocketAddr,
-    req: Request<pb::AckMessageRequest>,
-) -> Result<Response<pb::AckMessageResponse>, Status> {
-    let (md, _, body) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    timed(at, c.ack_message(onward(md, body))).await
-}
-
-/// ChangeInvisibleDuration, answered by the master at `at`.
-pub async fn change_invisible_duration(
-    view: &ClusterView,
-    at: SocketAddr,
-    req: Request<pb::ChangeInvisibleDurationRequest>,
-) -> Result<Response<pb::ChangeInvisibleDurationResponse>, Status> {
-    let (md, _, body) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    timed(at, c.change_invisible_duration(onward(md, body))).await
-}
-
-/// ForwardMessageToDeadLetterQueue, answered by the master at `at`.
-pub async fn forward_message_to_dead_letter_queue(
-    view: &ClusterView,
-    at: SocketAddr,
-    req: Request<pb::ForwardMessageToDeadLetterQueueRequest>,
-) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, Status> {
-    let (md, _, body) = req.into_parts();
-    let mut c = view.forward.client(at)?;
-    timed(at, c.forward_message_to_dead_letter_queue(onward(md, body))).await
+unary! {
+    /// SendMessage.
+    send_message(pb::SendMessageRequest) -> pb::SendMessageResponse;
+    /// EndTransaction.
+    end_transaction(pb::EndTransactionRequest) -> pb::EndTransactionResponse;
+    /// AckMessage (a receipt the old master handed out is valid on the new one: receipts
+    /// are in the replicated log).
+    ack_message(pb::AckMessageRequest) -> pb::AckMessageResponse;
+    /// ChangeInvisibleDuration.
+    change_invisible_duration(pb::ChangeInvisibleDurationRequest)
+        -> pb::ChangeInvisibleDurationResponse;
+    /// ForwardMessageToDeadLetterQueue.
+    forward_message_to_dead_letter_queue(pb::ForwardMessageToDeadLetterQueueRequest)
+        -> pb::ForwardMessageToDeadLetterQueueResponse;
 }
 
 /// The longest long poll a forwarded receive waits out (the master bounds its own).
@@ -173,7 +150,7 @@ pub type ReceiveStream =
 /// ReceiveMessage, served by the master at `at`: its stream is passed on as it comes, one
 /// response at a time (HTTP/2 flow control on both legs, so this node holds at most what is
 /// in flight, not the batch). The master answers after its long poll, so the call may take
-/// that long plus [`CALL_TIMEOUT`].
+/// that long plus the 5 s a unary call may take.
 pub async fn receive_message(
     view: &ClusterView,
     at: SocketAddr,
