@@ -40,10 +40,15 @@ apache_install() {
 }
 
 # A port p of 127.0.0.1 with p - 2 (RocketMQ's fast remoting port), p and p + 1 (HA) free.
+# Picked below the kernel's ephemeral range: a port inside it can be the local end of some
+# client's connection, which the probe below does not see and which makes the broker's bind
+# fail ("Address already in use" for the HA port, seen once in CI on 2026-12-03).
 apache_free_port() {
-  local p q
+  local p q lo
+  lo=$(cut -f1 /proc/sys/net/ipv4/ip_local_port_range 2>/dev/null || echo 32768)
+  [ "$lo" -gt 12000 ] 2>/dev/null || lo=32768
   while :; do
-    p=$(( RANDOM % 20000 + 30000 ))
+    p=$(( RANDOM % (lo - 12000) + 10002 ))
     for q in $((p - 2)) "$p" $((p + 1)); do
       (exec 3<>"/dev/tcp/127.0.0.1/$q") 2>/dev/null && continue 2
     done
