@@ -133,10 +133,11 @@ stop_broker
 # txn runs as against Rocklet just above, with the JVM's CPU time per message. Skipped with a
 # note when Maven Central cannot be reached (NO_APACHE=1 skips it too). The JVM keeps about a
 # core busy even idle, so it is stopped before anything else is measured.
+# Sourcing only defines functions: apache_free_port serves the PostgreSQL run below too.
+# shellcheck source=tests/bench/apache.sh
+source tests/bench/apache.sh
 apache_status="not run (NO_APACHE=1)"
 if [ -z "${NO_APACHE:-}" ]; then
-  # shellcheck source=tests/bench/apache.sh
-  source tests/bench/apache.sh
   if apache_install >"$out/apache-install.log" 2>&1; then
     if apache_start "$data/apache" >"$out/apache-start.log" 2>&1 &&
        apache_topic RockletBenchNormal NORMAL && apache_topic RockletBenchTxn TRANSACTION &&
@@ -224,7 +225,7 @@ if [ -z "${NO_PG:-}" ] && [ -n "$pg_bin" ] && [ -x "$pg_bin/pgbench" ]; then
   pgdir=$(mktemp -d "${TMPDIR:-/tmp}/rocklet-pg.XXXXXX")  # readable by the postgres user
   asuser=()
   if [ "$(id -u)" = 0 ]; then chown postgres: "$pgdir" && asuser=(runuser -u postgres --); fi
-  port=$(( 20000 + RANDOM % 20000 ))
+  port=$(apache_free_port)  # below the ephemeral range (tests/bench/apache.sh)
   if "${asuser[@]}" "$pg_bin/initdb" -D "$pgdir/db" -A trust -U postgres >"$out/pg-init.log" 2>&1 &&
      "${asuser[@]}" "$pg_bin/pg_ctl" -D "$pgdir/db" -l "$pgdir/log" -w \
         -o "-c listen_addresses=127.0.0.1 -p $port -k $pgdir -c max_connections=100" start >>"$out/pg-init.log" 2>&1; then
