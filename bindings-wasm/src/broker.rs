@@ -234,9 +234,10 @@ impl WasmBroker {
         let resolution = convert::resolution(resolution)?;
         let opts = convert::end_options(options.unwrap_or(JsValue::UNDEFINED))?;
         // Without a group, the transaction's own: the page owns the broker.
-        let from_check = opts.from_check.unwrap_or(false);
-        let e =
-            embed::end(&mut self.host, txn, resolution, opts.group, from_check).map_err(fail)?;
+        let (group, from_check) = opts
+            .into_parts(true)
+            .map_err(|e| error::js_error("INVALID_ARGUMENT", e))?;
+        let e = embed::end(&mut self.host, txn, resolution, group, from_check).map_err(fail)?;
         convert::to_js(&view::ended(e.txn, e.resolution, e.duplicate))
     }
 
