@@ -411,23 +411,43 @@ impl<'a> RecordView<'a> {
             rest: self.properties,
         }
     }
-    /// The value of one property.
+    /// The value of one property (the first pair with that key).
     pub fn prop(&self, key: &str) -> Option<&'a str> {
-        self.props().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let [v] = self.props_of([key]);
+        v
     }
     /// The values of several properties in one pass: for each key what [`RecordView::prop`]
     /// gives (the first pair with that key).
+    ///
+    /// Keys are compared as bytes and only the values returned are checked for UTF-8: the
+    /// properties of a view are valid already (decoded and validated, or encoded by this
+    /// process from `&str`s), so checking every pair again, as [`Props`] does, buys nothing
+    /// here. A value that is not UTF-8 ends the scan, as it ends [`Props`].
     pub fn props_of<const N: usize>(&self, keys: [&str; N]) -> [Option<&'a str>; N] {
         let mut out = [None; N];
-        for (k, v) in self.props() {
+        let mut rest = self.properties;
+        while let Some((k, v, next)) = split_pair(rest) {
             for (slot, key) in out.iter_mut().zip(keys) {
-                if slot.is_none() && key == k {
-                    *slot = Some(v);
+                if slot.is_none() && key.as_bytes() == k {
+                    match core::str::from_utf8(v) {
+                        Ok(v) => *slot = Some(v),
+                        Err(_) => return out,
+                    }
                 }
             }
+            rest = next;
         }
         out
     }
+}
+
+/// The first `key\x01value\x02` pair of `bytes` as (key, value, the bytes after it), `None`
+/// when there is none or it is malformed (no separator before the pair's end).
+fn split_pair(bytes: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    let end = bytes.iter().position(|&b| b == PROPERTY_SEPARATOR)?;
+    let pair = &bytes[..end];
+    let sep = pair.iter().position(|&b| b == NAME_VALUE_SEPARATOR)?;
+    Some((&pair[..sep], &pair[sep + 1..], &bytes[end + 1..]))
 }
 
 /// Iterator over `key\x01value\x02` pairs. Stops at the first malformed pair;
@@ -765,8 +785,10 @@ mod tests {
         let Decoded::Record(r) = decode(&bytes, 1 << 20).unwrap() else {
             panic!("not a record")
         };
-        let keys = ["KEYS", "NOPE", "TAGS", "TAGS"];
-        assert_eq!(r.props_of(keys), keys.map(|k| r.prop(k)));
+        let keys = ["KEYS", "NOPE", "TAGS", "TAGS", "CRC", ""];
+        let by_pairs = |k: &str| r.props().find(|(pk, _)| *pk == k).map(|(_, v)| v);
+        assert_eq!(r.props_of(keys), keys.map(by_pairs));
+        assert_eq!(keys.map(|k| r.prop(k)), keys.map(by_pairs));
         assert_eq!(r.props_of(["TAGS", "KEYS"]), [Some("TagA"), Some("k1 k2")]);
     }
 
