@@ -444,10 +444,16 @@ impl<'a> RecordView<'a> {
 /// The first `key\x01value\x02` pair of `bytes` as (key, value, the bytes after it), `None`
 /// when there is none or it is malformed (no separator before the pair's end).
 fn split_pair(bytes: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
-    let end = bytes.iter().position(|&b| b == PROPERTY_SEPARATOR)?;
-    let pair = &bytes[..end];
-    let sep = pair.iter().position(|&b| b == NAME_VALUE_SEPARATOR)?;
-    Some((&pair[..sep], &pair[sep + 1..], &bytes[end + 1..]))
+    // One pass over the pair: the first separator of either kind must be the key's.
+    let sep = bytes
+        .iter()
+        .position(|&b| b == NAME_VALUE_SEPARATOR || b == PROPERTY_SEPARATOR)?;
+    if bytes[sep] != NAME_VALUE_SEPARATOR {
+        return None;
+    }
+    let value = &bytes[sep + 1..];
+    let end = value.iter().position(|&b| b == PROPERTY_SEPARATOR)?;
+    Some((&bytes[..sep], &value[..end], &value[end + 1..]))
 }
 
 /// Iterator over `key\x01value\x02` pairs. Stops at the first malformed pair;
@@ -790,6 +796,29 @@ mod tests {
         assert_eq!(r.props_of(keys), keys.map(by_pairs));
         assert_eq!(keys.map(|k| r.prop(k)), keys.map(by_pairs));
         assert_eq!(r.props_of(["TAGS", "KEYS"]), [Some("TagA"), Some("k1 k2")]);
+    }
+
+    #[test]
+    fn split_pair_splits_as_props_does() {
+        for bytes in [
+            &b"a\x01b\x02rest"[..],
+            b"ab\x02c\x01d\x02",
+            b"a\x01b",
+            b"\x01b\x02",
+            b"a\x01\x02",
+            b"a\x00\x01b\x00\x02",
+            b"",
+        ] {
+            let split = split_pair(bytes).map(|(k, v, _)| (k, v));
+            let by_props = Props::new(bytes)
+                .next()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+            assert_eq!(split, by_props, "{bytes:?}");
+        }
+        assert_eq!(
+            split_pair(b"a\x01b\x02rest"),
+            Some((&b"a"[..], &b"b"[..], &b"rest"[..]))
+        );
     }
 
     #[test]
