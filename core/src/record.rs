@@ -420,9 +420,9 @@ impl<'a> RecordView<'a> {
     /// gives (the first pair with that key).
     ///
     /// Keys are compared as bytes and only the values returned are checked for UTF-8: the
-    /// properties of a view are valid already (decoded and validated, or encoded by this
-    /// process from `&str`s), so checking every pair again, as [`Props`] does, buys nothing
-    /// here. A value that is not UTF-8 ends the scan, as it ends [`Props`].
+    /// properties of a view are valid already (validated when the bytes were first decoded,
+    /// or encoded by this process from `&str`s), so checking every pair again, as [`Props`]
+    /// does, buys nothing here. A matching value that is not UTF-8 ends the scan there.
     pub fn props_of<const N: usize>(&self, keys: [&str; N]) -> [Option<&'a str>; N] {
         let mut out = [None; N];
         let mut rest = self.properties;

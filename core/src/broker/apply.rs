@@ -634,7 +634,6 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    /// Advances the queue offset of an internal topic's queue.
     /// The queue of `r`'s own topic and queue id (created if need be): `known` when the
     /// caller has it.
     fn own_queue(&mut self, known: Option<u32>, r: &RecordView<'_>) -> u32 {
