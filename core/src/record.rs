@@ -411,23 +411,49 @@ impl<'a> RecordView<'a> {
             rest: self.properties,
         }
     }
-    /// The value of one property.
+    /// The value of one property (the first pair with that key).
     pub fn prop(&self, key: &str) -> Option<&'a str> {
-        self.props().find(|(k, _)| *k == key).map(|(_, v)| v)
+        let [v] = self.props_of([key]);
+        v
     }
     /// The values of several properties in one pass: for each key what [`RecordView::prop`]
     /// gives (the first pair with that key).
+    ///
+    /// Keys are compared as bytes and only the values returned are checked for UTF-8: the
+    /// properties of a view are valid already (validated when the bytes were first decoded,
+    /// or encoded by this process from `&str`s), so checking every pair again, as [`Props`]
+    /// does, buys nothing here. A matching value that is not UTF-8 ends the scan there.
     pub fn props_of<const N: usize>(&self, keys: [&str; N]) -> [Option<&'a str>; N] {
         let mut out = [None; N];
-        for (k, v) in self.props() {
+        let mut rest = self.properties;
+        while let Some((k, v, next)) = split_pair(rest) {
             for (slot, key) in out.iter_mut().zip(keys) {
-                if slot.is_none() && key == k {
-                    *slot = Some(v);
+                if slot.is_none() && key.as_bytes() == k {
+                    match core::str::from_utf8(v) {
+                        Ok(v) => *slot = Some(v),
+                        Err(_) => return out,
+                    }
                 }
             }
+            rest = next;
         }
         out
     }
+}
+
+/// The first `key\x01value\x02` pair of `bytes` as (key, value, the bytes after it), `None`
+/// when there is none or it is malformed (no separator before the pair's end).
+fn split_pair(bytes: &[u8]) -> Option<(&[u8], &[u8], &[u8])> {
+    // One pass over the pair: the first separator of either kind must be the key's.
+    let sep = bytes
+        .iter()
+        .position(|&b| b == NAME_VALUE_SEPARATOR || b == PROPERTY_SEPARATOR)?;
+    if bytes[sep] != NAME_VALUE_SEPARATOR {
+        return None;
+    }
+    let value = &bytes[sep + 1..];
+    let end = value.iter().position(|&b| b == PROPERTY_SEPARATOR)?;
+    Some((&bytes[..sep], &value[..end], &value[end + 1..]))
 }
 
 /// Iterator over `key\x01value\x02` pairs. Stops at the first malformed pair;
@@ -765,9 +791,34 @@ mod tests {
         let Decoded::Record(r) = decode(&bytes, 1 << 20).unwrap() else {
             panic!("not a record")
         };
-        let keys = ["KEYS", "NOPE", "TAGS", "TAGS"];
-        assert_eq!(r.props_of(keys), keys.map(|k| r.prop(k)));
+        let keys = ["KEYS", "NOPE", "TAGS", "TAGS", "CRC", ""];
+        let by_pairs = |k: &str| r.props().find(|(pk, _)| *pk == k).map(|(_, v)| v);
+        assert_eq!(r.props_of(keys), keys.map(by_pairs));
+        assert_eq!(keys.map(|k| r.prop(k)), keys.map(by_pairs));
         assert_eq!(r.props_of(["TAGS", "KEYS"]), [Some("TagA"), Some("k1 k2")]);
+    }
+
+    #[test]
+    fn split_pair_splits_as_props_does() {
+        for bytes in [
+            &b"a\x01b\x02rest"[..],
+            b"ab\x02c\x01d\x02",
+            b"a\x01b",
+            b"\x01b\x02",
+            b"a\x01\x02",
+            b"a\x00\x01b\x00\x02",
+            b"",
+        ] {
+            let split = split_pair(bytes).map(|(k, v, _)| (k, v));
+            let by_props = Props::new(bytes)
+                .next()
+                .map(|(k, v)| (k.as_bytes(), v.as_bytes()));
+            assert_eq!(split, by_props, "{bytes:?}");
+        }
+        assert_eq!(
+            split_pair(b"a\x01b\x02rest"),
+            Some((&b"a"[..], &b"b"[..], &b"rest"[..]))
+        );
     }
 
     #[test]

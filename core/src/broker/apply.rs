@@ -171,7 +171,7 @@ impl<S: Storage> Broker<S> {
             // drop writes past a simulated crash: then there is nothing to compare).
             debug_assert_eq!(stored, view, "record at {at}");
         }
-        self.apply(at, &view);
+        self.apply_in(at, &view, Some(q));
         Ok((at, queue_offset))
     }
 
@@ -204,6 +204,12 @@ impl<S: Storage> Broker<S> {
 
     /// Applies one record to the in-memory state. Used by recovery and by every write.
     pub(super) fn apply(&mut self, off: u64, r: &RecordView<'_>) {
+        self.apply_in(off, r, None);
+    }
+
+    /// [`Broker::apply`]; `own_queue`: the queue of the record's own topic and queue id when
+    /// the caller has just looked it up (a write), so it is not looked up by name again.
+    fn apply_in(&mut self, off: u64, r: &RecordView<'_>, own_queue: Option<u32>) {
         if r.header.queue_id >= MAX_QUEUES {
             // Never written by this broker: a record with a valid CRC but no place here.
             return;
@@ -214,8 +220,7 @@ impl<S: Storage> Broker<S> {
         }
         match topic::classify(r.topic) {
             TopicKind::User | TopicKind::Retry | TopicKind::DeadLetter | TopicKind::CheckMax => {
-                let t = self.topic(r.topic, r.header.queue_id + 1);
-                let q = self.queue_of(t, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
                 let [real_topic, tags, keys, uniq] =
                     r.props_of([prop::REAL_TOPIC, prop::TAGS, prop::KEYS, prop::UNIQ_KEY]);
                 self.index_keys(off, real_topic.unwrap_or(r.topic), keys, uniq);
@@ -235,7 +240,8 @@ impl<S: Storage> Broker<S> {
                 }
             }
             TopicKind::Half => {
-                self.bump(r.topic, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
+                self.queues[q as usize].next += 1;
                 // Every property this needs, in one pass.
                 let [real_topic, real_qid, pgroup, immunity, tags, check_times, keys, uniq] = r
                     .props_of([
@@ -272,7 +278,8 @@ impl<S: Storage> Broker<S> {
                 self.trace_txn(TraceKind::HalfStored, off, q, String::new());
             }
             TopicKind::Op => {
-                self.bump(r.topic, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
+                self.queues[q as usize].next += 1;
                 let half = r.header.prepared_offset;
                 let tag = r.prop(prop::TAGS).unwrap_or("");
                 match tag {
@@ -353,7 +360,8 @@ impl<S: Storage> Broker<S> {
                 }
             }
             TopicKind::Schedule => {
-                self.bump(r.topic, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
+                self.queues[q as usize].next += 1;
                 let [real_topic, real_qid, due, tags, keys, uniq] = r.props_of([
                     prop::REAL_TOPIC,
                     prop::REAL_QID,
@@ -379,7 +387,8 @@ impl<S: Storage> Broker<S> {
                 self.trace_txn(TraceKind::DelayStored, off, q, format!("due {due}"));
             }
             TopicKind::DelayOp => {
-                self.bump(r.topic, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
+                self.queues[q as usize].next += 1;
                 let Some(row) = self.delays.remove(r.header.prepared_offset) else {
                     return;
                 };
@@ -396,7 +405,8 @@ impl<S: Storage> Broker<S> {
                 self.trace_txn(TraceKind::Delivered, row.offset, row.queue, String::new());
             }
             TopicKind::State => {
-                self.bump(r.topic, r.header.queue_id);
+                let q = self.own_queue(own_queue, r);
+                self.queues[q as usize].next += 1;
                 if let Ok(op) = postcard::from_bytes::<StateOp<'_>>(r.body) {
                     self.apply_state(off, now, op);
                 }
@@ -624,11 +634,16 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    /// Advances the queue offset of an internal topic's queue.
-    pub(super) fn bump(&mut self, topic_name: &str, queue_id: u32) {
-        let t = self.topic(topic_name, queue_id + 1);
-        let q = self.queue_of(t, queue_id);
-        self.queues[q as usize].next += 1;
+    /// The queue of `r`'s own topic and queue id (created if need be): `known` when the
+    /// caller has it.
+    fn own_queue(&mut self, known: Option<u32>, r: &RecordView<'_>) -> u32 {
+        match known {
+            Some(q) => q,
+            None => {
+                let t = self.topic(r.topic, r.header.queue_id + 1);
+                self.queue_of(t, r.header.queue_id)
+            }
+        }
     }
 
     pub(super) fn trace(&mut self, kind: TraceKind, offset: u64, topic_name: &str, detail: String) {

@@ -381,6 +381,10 @@ pub struct PendingDelayInfo {
     pub due: Millis,
 }
 
+/// How many recently used topics [`Broker::find_topic`] finds without hashing: a
+/// transaction moves between three (its own, the half topic, the op topic), and one more.
+const RECENT_TOPICS: usize = 4;
+
 /// RocketMQ's transactional message store as a sans-IO state machine.
 ///
 /// # Driving it
@@ -419,8 +423,11 @@ pub struct Broker<S: Storage> {
     now: Millis,
     topic_ids: HashMap<String, u32>,
     topics: Vec<Topic>,
-    /// The topic [`Broker::topic_with`] last gave (see [`Broker::find_topic`]).
-    recent_topic: u32,
+    /// The last few distinct topics [`Broker::topic_with`] gave, replaced oldest first (see
+    /// [`Broker::find_topic`]); `u32::MAX` in a slot not used yet.
+    recent_topics: [u32; RECENT_TOPICS],
+    /// The slot of `recent_topics` the next new topic replaces.
+    recent_next: u8,
     queues: Vec<Queue>,
     group_ids: HashMap<String, u32>,
     groups: Vec<Group>,
@@ -572,7 +579,8 @@ impl<S: Storage> Broker<S> {
             now,
             topic_ids: HashMap::new(),
             topics: Vec::new(),
-            recent_topic: u32::MAX,
+            recent_topics: [u32::MAX; RECENT_TOPICS],
+            recent_next: 0,
             queues: Vec::new(),
             group_ids: HashMap::new(),
             groups: Vec::new(),

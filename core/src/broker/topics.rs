@@ -237,13 +237,18 @@ impl<S: Storage> Broker<S> {
         }
     }
 
-    /// The topic named `name`, if it exists: the one a write last named first (a string
-    /// compare; a send names its topic four times), else by hash.
+    /// The topic named `name`, if it exists: one of the few writes last named first (string
+    /// compares; a send names its topic four times, a transaction moves between three
+    /// topics), else by hash.
     pub(super) fn find_topic(&self, name: &str) -> Option<u32> {
-        match self.topics.get(self.recent_topic as usize) {
-            Some(t) if !t.deleted && t.name == name => Some(self.recent_topic),
-            _ => self.topic_ids.get(name).copied(),
+        for &r in &self.recent_topics {
+            if let Some(t) = self.topics.get(r as usize) {
+                if !t.deleted && t.name == name {
+                    return Some(r);
+                }
+            }
         }
+        self.topic_ids.get(name).copied()
     }
 
     /// Consumer groups with a committed offset in a queue of `topic`, by name (for admin
@@ -324,7 +329,10 @@ impl<S: Storage> Broker<S> {
             });
             self.topics[t as usize].queues.push(q);
         }
-        self.recent_topic = t;
+        if !self.recent_topics.contains(&t) {
+            self.recent_topics[self.recent_next as usize] = t;
+            self.recent_next = (self.recent_next + 1) % RECENT_TOPICS as u8;
+        }
         t
     }
 
