@@ -68,5 +68,9 @@ if [ "${PROFILE:-0}" = 1 ]; then
   echo "profiled: $(grep -E '^result:' "$out/floor_send_profile.out")"
   "$PERF" report -i "$out/floor-send.perf" --no-children --sort dso,sym --stdio 2>/dev/null \
     | grep -E '^ +[0-9]' > "$out/floor-send.self.txt"
-  echo "self-time by symbol: $out/floor-send.self.txt"
+  echo "self-time by symbol: $out/floor-send.self.txt; grouped (tests/bench/perf-groups.py):"
+  python3 tests/bench/perf-groups.py < "$out/floor-send.self.txt"
+  echo "inclusive, by syscall:"
+  "$PERF" report -i "$out/floor-send.perf" --children --sort sym --stdio -g none 2>/dev/null \
+    | grep -E '\] (entry_SYSCALL_64_after_hwframe|__GI___writev|__libc_recv|epoll_wait|syscall|do_futex|net_rx_action|schedule)$'
 fi

@@ -5,9 +5,11 @@ import re
 import sys
 
 GROUPS = [
-    ("futex/wakeups/scheduler (kernel)", lambda d, s: d == "k" and re.search(r"futex|wake|schedul|switch_to|finish_task|pick_next|enqueue|dequeue|update_curr|select_task|ttwu|idle|cpuidle|poll_idle|psi_", s)),
-    ("epoll (kernel)", lambda d, s: d == "k" and re.search(r"ep_|epoll", s)),
-    ("kernel syscalls/TCP/other", lambda d, s: d == "k"),
+    ("kernel futex", lambda d, s: d == "k" and re.search(r"futex", s)),
+    ("kernel scheduler/context switches", lambda d, s: d == "k" and re.search(r"^(finish_task_switch|__schedule|schedule|try_to_wake_up|ttwu_|enqueue_task|dequeue_task|pick_next|update_curr|select_task_rq|__switch_to|switch_mm|psi_|update_load|set_next_entity|put_prev|enqueue_entity|dequeue_entity)", s)),
+    ("kernel epoll", lambda d, s: d == "k" and re.search(r"^(ep_|do_epoll|__x64_sys_epoll)", s)),
+    ("kernel TCP/IP/loopback", lambda d, s: d == "k" and re.search(r"tcp|ip_|ipv4|skb|sk_|sock|net_|netif|dev_|loopback|inet|napi|nf_|raw_v4", s)),
+    ("kernel other (syscall entry, copies, irq re-enable)", lambda d, s: d == "k"),
     ("futex/park/unpark (user)", lambda d, s: re.search(r"futex|park|Condvar|condvar|pthread_cond|parking_lot|syscall$", s)),
     ("malloc/free", lambda d, s: re.search(r"malloc|free|realloc|calloc|cfree|tcache|arena|sysmalloc|__rust_alloc|__rust_dealloc|alloc::alloc", s)),
     ("memmove/memcpy/memset", lambda d, s: re.search(r"memmove|memcpy|memset|memcmp", s)),
