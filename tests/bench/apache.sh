@@ -125,6 +125,14 @@ EOF
   APACHE_PID=$!
   apache_wait_port "$grpc_port" 180 || return 1
   APACHE_GRPC=127.0.0.1:$grpc_port
+  # The proxy's port opens before its broker has registered with the name server; a topic
+  # made for the cluster before then is made on no broker at all, and mqadmin says success.
+  local i
+  for ((i = 0; i < 60; i++)); do
+    apache_admin clusterList >/dev/null && grep -q rocklet-bench "$APACHE_DIR/admin.log" && break
+    sleep 1
+  done
+  [ "$i" -lt 60 ] || { echo "apache: the broker did not register with the name server in 60 s"; return 1; }
   echo "apache: name server $APACHE_NS, proxy (local mode) gRPC $APACHE_GRPC, pid $APACHE_PID"
 }
 
