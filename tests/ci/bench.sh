@@ -57,6 +57,31 @@ grep -q '^broker CPU [0-9.]* µs per message' "$work/cpu.out" || { echo "no brok
 run consume --endpoint "$addr" --fifo --topic RockletBenchFifo --group RockletBenchFifo "${common[@]}"
 kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
 
+# The stack's floors (tests/bench/floor.sh measures them): the same bench, exactly once,
+# against broker/examples/grpc_floor.rs and remoting_floor.rs.
+cargo build -p rocklet-broker --locked --example grpc_floor --example remoting_floor
+floor() { # $1 example, $2 the address's pattern in its log; sets broker_pid and addr
+  target/debug/examples/"$1" 127.0.0.1:0 >"$work/$1.log" 2>&1 &
+  broker_pid=$!
+  addr=
+  for _ in $(seq 1 200); do
+    addr=$(grep -oE "$2" "$work/$1.log" | head -1 | grep -oE '127\.0\.0\.1:[0-9]+' || true)
+    [ -n "$addr" ] && break
+    sleep 0.05
+  done
+  [ -n "$addr" ] || { echo "$1 did not start:"; cat "$work/$1.log"; exit 1; }
+}
+floor grpc_floor 'addr=127\.0\.0\.1:[0-9]+'
+# Commits only: the floor holds a prepared message until its end and asks no checks.
+for mode in send txn; do
+  run "$mode" --endpoint "$addr" --broker-pid "$broker_pid" --count 300 --clients 4 --consumers 2 \
+    --size 256 --drain-timeout 20 --quiet
+done
+kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
+floor remoting_floor 'remoting=127\.0\.0\.1:[0-9]+'
+run send --remoting "$addr" --broker-pid "$broker_pid" --count 300 --clients 4 --size 256 --drain-timeout 20 --quiet
+kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
+
 P=target/debug
 echo "+ outbox-sqlite (NORMAL, FULL)"
 "$P/outbox-sqlite" --dir "$work" --count 300 --size 256 --threads 4 --sync normal
