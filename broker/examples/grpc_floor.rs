@@ -12,6 +12,8 @@
 //! target/release/examples/grpc_floor [127.0.0.1:0]   # prints `addr=127.0.0.1:PORT`
 //! ```
 
+mod floor;
+
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::pin::Pin;
@@ -408,34 +410,5 @@ async fn serve(listen: SocketAddr) -> Result<(), String> {
 }
 
 fn main() -> std::process::ExitCode {
-    let listen = match std::env::args()
-        .nth(1)
-        .as_deref()
-        .unwrap_or("127.0.0.1:0")
-        .parse()
-    {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: bad address: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    // The broker's runtime: multi-threaded, one worker per CPU.
-    let rt = match tokio::runtime::Builder::new_multi_thread()
-        .enable_all()
-        .build()
-    {
-        Ok(rt) => rt,
-        Err(e) => {
-            eprintln!("error: cannot start the runtime: {e}");
-            return std::process::ExitCode::FAILURE;
-        }
-    };
-    match rt.block_on(serve(listen)) {
-        Ok(()) => std::process::ExitCode::SUCCESS,
-        Err(e) => {
-            eprintln!("error: {e}");
-            std::process::ExitCode::FAILURE
-        }
-    }
+    floor::run(serve)
 }
