@@ -14,12 +14,14 @@
 
 mod floor;
 
+use floor::{lock, now_ms};
+
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::{Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::Mutex;
+use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
 use rocklet_broker::convert::{duration, duration_ms, md5_hex, timestamp};
@@ -51,16 +53,6 @@ struct Floor {
     prepared: Mutex<HashMap<String, (String, pb::Message)>>,
     available: Notify,
     next_id: AtomicU64,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn name(r: Option<&pb::Resource>) -> String {

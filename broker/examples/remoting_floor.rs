@@ -15,9 +15,11 @@
 
 mod floor;
 
+use floor::{lock, now_ms};
+
 use std::net::SocketAddr;
-use std::sync::{Arc, Mutex, MutexGuard};
-use std::time::{Duration, SystemTime, UNIX_EPOCH};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
 use rocklet_broker::remoting::codec::{self, RemotingCommand};
@@ -48,16 +50,6 @@ struct Floor {
     queue_count: u32,
     /// One topic's queues (the bench uses one topic).
     queues: Vec<(Mutex<Queue>, Notify)>,
-}
-
-fn lock<T>(m: &Mutex<T>) -> MutexGuard<'_, T> {
-    m.lock().unwrap_or_else(std::sync::PoisonError::into_inner)
-}
-
-fn now_ms() -> u64 {
-    SystemTime::now()
-        .duration_since(UNIX_EPOCH)
-        .map_or(0, |d| d.as_millis() as u64)
 }
 
 fn num<T: std::str::FromStr>(req: &RemotingCommand, key: &str) -> Option<T> {
