@@ -23,19 +23,18 @@ use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
 use rocklet_broker::remoting::codec::{self, RemotingCommand};
+use rocklet_broker::remoting::handlers::code::{
+    GET_MAX_OFFSET, GET_ROUTEINFO_BY_TOPIC, PULL_MESSAGE, SEND_MESSAGE_V2,
+};
+use rocklet_broker::remoting::handlers::status::{
+    PULL_NOT_FOUND, REQUEST_CODE_NOT_SUPPORTED, SUCCESS, SYSTEM_ERROR,
+};
+use rocklet_broker::remoting::handlers::{host_of, PULL_SUSPEND};
 use rocklet_core::record::{self, Header, Host};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 
-const SEND_MESSAGE_V2: i32 = 310;
-const PULL_MESSAGE: i32 = 11;
-const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
-const GET_MAX_OFFSET: i32 = 30;
-const SUCCESS: i32 = 0;
-const REQUEST_CODE_NOT_SUPPORTED: i32 = 3;
-const PULL_NOT_FOUND: i32 = 19;
-const PULL_SUSPEND: i32 = 0x2;
 /// Long polls wait at most this long (the broker's default cap).
 const MAX_LONG_POLL_MS: u64 = 20_000;
 
@@ -95,7 +94,7 @@ impl Floor {
     /// i properties, j reconsumeTimes.
     fn send(&self, req: RemotingCommand) -> RemotingCommand {
         let Some(q) = self.queue(&req, "e") else {
-            return RemotingCommand::response_to(&req, 1, Some("no such queue".into()));
+            return RemotingCommand::response_to(&req, SYSTEM_ERROR, Some("no such queue".into()));
         };
         let topic = req.ext.get("b").map_or("", String::as_str);
         let props = req.ext.get("i").map_or("", String::as_str);
@@ -115,7 +114,11 @@ impl Floor {
             };
             let mut rec = Vec::new();
             if record::encode(&mut rec, &header, &req.body, topic, props.as_bytes()).is_err() {
-                return RemotingCommand::response_to(&req, 1, Some("not encodable".into()));
+                return RemotingCommand::response_to(
+                    &req,
+                    SYSTEM_ERROR,
+                    Some("not encodable".into()),
+                );
             }
             g.records.push(rec);
             offset
@@ -215,10 +218,7 @@ async fn serve(listen: SocketAddr) -> Result<(), String> {
         .await
         .map_err(|e| format!("cannot listen on {listen}: {e}"))?;
     let addr = listener.local_addr().map_err(|e| e.to_string())?;
-    let store_host = match addr {
-        SocketAddr::V4(a) => Host::V4(a.ip().octets(), a.port()),
-        SocketAddr::V6(a) => Host::V6(a.ip().octets(), a.port()),
-    };
+    let store_host = host_of(addr);
     let queue_count = cfg.core.default_queues;
     let floor = Arc::new(Floor {
         store_host,

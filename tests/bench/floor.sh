@@ -76,35 +76,31 @@ done
 rm -rf "$out/data"
 echo "end $(date -u) load $(cut -d' ' -f1-3 /proc/loadavg)"
 
+# Profiles server $1 (floor|rfloor) under one send run over $2 (endpoint|remoting); prints
+# the grouped self-time shares and the syscalls' inclusive shares (pattern $3).
+profile() {
+  local who=$1 via=$2 calls=$3 a
+  start "$who" profile
+  local extra=()
+  if [ "$via" = endpoint ]; then a=$addr; extra=(--consumers 8); else a=$raddr; fi
+  "$PERF" record -g -F 999 -p "$pid" -o "$out/$who-send.perf" > "$out/perf-record-$who.log" 2>&1 &
+  local ppid=$!
+  sleep 0.5
+  "$R" bench send --"$via" "$a" --broker-pid "$pid" --clients 16 "${extra[@]}" --drain-timeout 120 --duration "$SECS" --quiet > "$out/${who}_send_profile.out" 2>&1
+  kill -INT "$ppid"; wait "$ppid" 2>/dev/null
+  kill "$pid"; wait "$pid" 2>/dev/null
+  echo "profiled ($who): $(grep -E '^result:' "$out/${who}_send_profile.out")"
+  "$PERF" report -i "$out/$who-send.perf" --no-children --sort dso,sym --stdio 2>/dev/null \
+    | grep -E '^ +[0-9]' > "$out/$who-send.self.txt"
+  echo "self-time by symbol: $out/$who-send.self.txt; grouped (tests/bench/perf-groups.py):"
+  python3 tests/bench/perf-groups.py < "$out/$who-send.self.txt"
+  echo "inclusive, by syscall:"
+  "$PERF" report -i "$out/$who-send.perf" --children --sort sym --stdio -g none 2>/dev/null \
+    | grep -E "\] ($calls)\$"
+}
+
 if [ "${PROFILE:-0}" = 1 ]; then
   PERF=${PERF:-$(command -v perf || ls /usr/bin/perf_* 2>/dev/null | tail -1)}
-  start floor profile
-  "$PERF" record -g -F 999 -p "$pid" -o "$out/floor-send.perf" > "$out/perf-record.log" 2>&1 &
-  ppid=$!
-  sleep 0.5
-  "$R" bench send --endpoint "$addr" --broker-pid "$pid" --clients 16 --consumers 8 --drain-timeout 120 --duration "$SECS" --quiet > "$out/floor_send_profile.out" 2>&1
-  kill -INT "$ppid"; wait "$ppid" 2>/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null
-  echo "profiled: $(grep -E '^result:' "$out/floor_send_profile.out")"
-  "$PERF" report -i "$out/floor-send.perf" --no-children --sort dso,sym --stdio 2>/dev/null \
-    | grep -E '^ +[0-9]' > "$out/floor-send.self.txt"
-  echo "self-time by symbol: $out/floor-send.self.txt; grouped (tests/bench/perf-groups.py):"
-  python3 tests/bench/perf-groups.py < "$out/floor-send.self.txt"
-  echo "inclusive, by syscall:"
-  "$PERF" report -i "$out/floor-send.perf" --children --sort sym --stdio -g none 2>/dev/null \
-    | grep -E '\] (entry_SYSCALL_64_after_hwframe|__GI___writev|__libc_recv|epoll_wait|syscall|do_futex|net_rx_action|schedule)$'
-  start rfloor profile
-  "$PERF" record -g -F 999 -p "$pid" -o "$out/rfloor-send.perf" > "$out/perf-record-r.log" 2>&1 &
-  ppid=$!
-  sleep 0.5
-  "$R" bench send --remoting "$raddr" --broker-pid "$pid" --clients 16 --drain-timeout 120 --duration "$SECS" --quiet > "$out/rfloor_send_profile.out" 2>&1
-  kill -INT "$ppid"; wait "$ppid" 2>/dev/null
-  kill "$pid"; wait "$pid" 2>/dev/null
-  echo "profiled (remoting floor): $(grep -E '^result:' "$out/rfloor_send_profile.out")"
-  "$PERF" report -i "$out/rfloor-send.perf" --no-children --sort dso,sym --stdio 2>/dev/null \
-    | grep -E '^ +[0-9]' > "$out/rfloor-send.self.txt"
-  python3 tests/bench/perf-groups.py < "$out/rfloor-send.self.txt"
-  echo "inclusive, by syscall:"
-  "$PERF" report -i "$out/rfloor-send.perf" --children --sort sym --stdio -g none 2>/dev/null \
-    | grep -E '\] (entry_SYSCALL_64_after_hwframe|__GI___writev|__libc_write|__libc_recv|__libc_read|read|write|epoll_wait|syscall|do_futex|net_rx_action|schedule)$'
+  profile floor endpoint 'entry_SYSCALL_64_after_hwframe|__GI___writev|__libc_recv|epoll_wait|syscall|do_futex|net_rx_action|schedule'
+  profile rfloor remoting 'entry_SYSCALL_64_after_hwframe|__GI___writev|__libc_write|__libc_recv|__libc_read|read|write|epoll_wait|syscall|do_futex|net_rx_action|schedule'
 fi

@@ -75,7 +75,8 @@ pub(super) const BROKER_NAME: &str = "rocklet";
 const CLIENT_INNER_PRODUCER: &str = "CLIENT_INNER_PRODUCER";
 /// Pull request flags (`PullSysFlag`).
 const PULL_COMMIT_OFFSET: i32 = 0x1;
-const PULL_SUSPEND: i32 = 0x2;
+/// PULL_MESSAGE's `sysFlag` bit asking the broker to hold the pull (long polling).
+pub const PULL_SUSPEND: i32 = 0x2;
 /// Most messages one pull returns.
 const MAX_PULL: u32 = 1024;
 /// Most messages one pop returns (RocketMQ's brokers take at most 32 too).
@@ -1224,7 +1225,8 @@ struct Incoming {
     immunity_ms: Option<u64>,
 }
 
-fn host_of(a: SocketAddr) -> Host {
+/// A socket address as a record's host field.
+pub fn host_of(a: SocketAddr) -> Host {
     match a {
         SocketAddr::V4(v4) => Host::V4(v4.ip().octets(), v4.port()),
         SocketAddr::V6(v6) => Host::V6(v6.ip().octets(), v6.port()),
