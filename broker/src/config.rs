@@ -644,7 +644,7 @@ impl BrokerConfig {
     }
 
     /// Every address the broker listens on for clients (gRPC, admin, console, remoting, name
-    /// server; metrics excluded), for the refusal to expose an open broker.
+    /// server, metrics), for the refusal to expose an open broker.
     #[must_use]
     pub fn client_listeners(&self) -> Vec<SocketAddr> {
         [
@@ -653,6 +653,7 @@ impl BrokerConfig {
             self.console_listen,
             self.remoting_listen,
             self.namesrv_listen,
+            self.metrics_listen,
         ]
         .into_iter()
         .flatten()
