@@ -101,9 +101,12 @@ pub struct AuthFileConfig {
     /// A signed date-time must be within this many seconds of the broker's clock (0: no
     /// check). Default [`DEFAULT_TIMESTAMP_WINDOW_S`].
     pub timestamp_window_s: Option<u64>,
-    /// The zones the clients' clocks may be in: `["any"]` (default: every zone, since Java,
-    /// Python and C# clients send local time marked `Z`), or offsets like `["+00:00",
-    /// "+08:00"]` for a tight window.
+    /// The zones the clients' clocks may be in, as offsets like `["+00:00", "+08:00"]`: a
+    /// signed date-time is accepted within the window around any of them. Default
+    /// `["+00:00"]`: Node clients sign with UTC, and Java, Go, Python and C# clients with
+    /// their local time marked `Z`, so list the zones of clients that do not run in UTC.
+    /// `["any"]` accepts every zone of the world, which makes the window about 26 hours for
+    /// a replayed request.
     pub client_utc_offsets: Option<Vec<String>>,
     pub users: Vec<UserSpec>,
     pub acls: Vec<EntrySpec>,
@@ -117,7 +120,7 @@ impl AuthFileConfig {
             .unwrap_or(DEFAULT_TIMESTAMP_WINDOW_S)
             .saturating_mul(1000) as i64;
         let zones = match &self.client_utc_offsets {
-            None => ClientZones::Any,
+            None => ClientZones::Offsets(vec![0]),
             Some(list) if list.iter().any(|s| s.eq_ignore_ascii_case("any")) => ClientZones::Any,
             Some(list) if list.is_empty() => return Err(
                 "invalid config `auth.client_utc_offsets`: list at least one offset, or \"any\""
