@@ -261,3 +261,59 @@ async fn metrics_answer_only_their_own_names() {
     assert!(!text.contains("rocklet_"), "no data: {text}");
     b.stop().await;
 }
+
+#[tokio::test]
+async fn with_authentication_on_a_foreign_name_is_refused_even_with_credentials() {
+    use base64::Engine as _;
+    let b = console_with(|c| {
+        c.auth.users = vec![rocklet_broker::auth::UserSpec {
+            access_key: "root".into(),
+            secret_key: "s3cret".into(),
+            super_user: true,
+            session_token: None,
+        }];
+    })
+    .await;
+    let a = console_addr(&b);
+    let own = a.to_string();
+    let basic = format!(
+        "Basic {}",
+        base64::engine::general_purpose::STANDARD.encode("root:s3cret")
+    );
+    let txn = prepare(&b).await;
+    let evil = format!("evil.example:{}", a.port());
+    let (status, text) = http(
+        a,
+        "GET",
+        "/api/pending",
+        &[("Host", &evil), ("Authorization", &basic)],
+        None,
+    )
+    .await;
+    assert_eq!(status, 421, "{text}");
+    let (status, text) = http(
+        a,
+        "POST",
+        "/api/resolve",
+        &[
+            ("Host", &own),
+            ("Origin", &format!("http://{evil}")),
+            ("Authorization", &basic),
+            ("X-Rocklet-Console", "1"),
+        ],
+        Some(&rollback(&txn)),
+    )
+    .await;
+    assert_eq!(status, 403, "{text}");
+    assert_eq!(pending(&b).await, 1, "still pending");
+    let (status, text) = http(
+        a,
+        "GET",
+        "/api/pending",
+        &[("Host", &own), ("Authorization", &basic)],
+        None,
+    )
+    .await;
+    assert_eq!(status, 200, "{text}");
+    b.stop().await;
+}
