@@ -513,6 +513,9 @@ pub async fn serve(
             }
             let head = String::from_utf8_lossy(&buf[..n]);
             let host = head
+                .split("\r\n\r\n")
+                .next()
+                .unwrap_or_default()
                 .split("\r\n")
                 .skip(1)
                 .filter_map(|l| l.split_once(':'))
