@@ -35,6 +35,9 @@
 //! admin_listen = "127.0.0.1:8082"   # the admin services on their own listener
 //! console_listen = "127.0.0.1:8083" # the operator console, a web page (off when absent)
 //! console_sample_ms = 10000          # the console's time series: one sample per step, 1 h kept
+//! console_allowed_hosts = ["ops.example.com"] # names (host[:port]) the console answers to
+//!                                    # besides its own address (and localhost on loopback)
+//! metrics_allowed_hosts = ["broker1.example.com:9100"] # the same for the metrics listener
 //!
 //! [auth]                             # users and ACLs: see crate::auth and the README's Security
 //! timestamp_window_s = 300
@@ -268,6 +271,10 @@ pub struct FileConfig {
     pub console_listen: Option<SocketAddr>,
     /// The console's time-series step in ms (default 10 000).
     pub console_sample_ms: Option<Millis>,
+    /// Names (`host[:port]`) the console answers to besides its own address.
+    pub console_allowed_hosts: Vec<String>,
+    /// Names (`host[:port]`) the metrics listener answers to besides its own address.
+    pub metrics_allowed_hosts: Vec<String>,
 }
 
 impl FileConfig {
@@ -400,6 +407,14 @@ pub struct BrokerConfig {
     pub console_listen: Option<SocketAddr>,
     /// The console's time-series step.
     pub console_sample_ms: Millis,
+    /// Names (`host[:port]`; without a port, any port) the console answers to besides the
+    /// address a connection reached (and `localhost` when that is loopback): a request whose
+    /// `Host` (or, when present, `Origin`) names anything else is refused, as a page of
+    /// another site reaching the console through DNS rebinding would. See
+    /// [`crate::console::hosts`].
+    pub console_allowed_hosts: Vec<String>,
+    /// The same for the metrics listener.
+    pub metrics_allowed_hosts: Vec<String>,
     /// Users, ACL entries and the replay window.
     pub auth: crate::auth::AuthFileConfig,
     /// TLS of the gRPC, admin and remoting listeners.
@@ -482,6 +497,8 @@ impl BrokerConfig {
             console_sample_ms: f
                 .console_sample_ms
                 .unwrap_or(crate::console::DEFAULT_SAMPLE_MS),
+            console_allowed_hosts: f.console_allowed_hosts,
+            metrics_allowed_hosts: f.metrics_allowed_hosts,
             auth: f.auth,
             tls: f.tls,
             // `FileConfig::parse` refused an invalid `[cluster]` already.
@@ -563,6 +580,8 @@ impl BrokerConfig {
         }
         self.tls.validate()?;
         self.auth.time_check()?;
+        self.console_hosts()?;
+        self.metrics_hosts()?;
         if let Some(c) = &self.cluster {
             c.validate()?;
         }
@@ -605,8 +624,27 @@ impl BrokerConfig {
             + (1 << 20)
     }
 
+    /// The names the console answers to besides its own address (`console_allowed_hosts`).
+    pub fn console_hosts(&self) -> Result<crate::console::hosts::AllowedHosts, String> {
+        crate::console::hosts::AllowedHosts::parse(
+            "console",
+            "console_allowed_hosts",
+            &self.console_allowed_hosts,
+        )
+    }
+
+    /// The names the metrics listener answers to besides its own address
+    /// (`metrics_allowed_hosts`).
+    pub fn metrics_hosts(&self) -> Result<crate::console::hosts::AllowedHosts, String> {
+        crate::console::hosts::AllowedHosts::parse(
+            "metrics listener",
+            "metrics_allowed_hosts",
+            &self.metrics_allowed_hosts,
+        )
+    }
+
     /// Every address the broker listens on for clients (gRPC, admin, console, remoting, name
-    /// server; metrics excluded), for the refusal to expose an open broker.
+    /// server, metrics), for the refusal to expose an open broker.
     #[must_use]
     pub fn client_listeners(&self) -> Vec<SocketAddr> {
         [
@@ -615,6 +653,7 @@ impl BrokerConfig {
             self.console_listen,
             self.remoting_listen,
             self.namesrv_listen,
+            self.metrics_listen,
         ]
         .into_iter()
         .flatten()

@@ -1,5 +1,11 @@
 //! Prometheus metrics: the broker's own counters and latency histograms, plus the core's
 //! [`Stats`](rocklet_core::Stats) and backlogs read at scrape time, served as text over HTTP.
+//!
+//! Served without credentials, so the listener obeys the rule of every listener (no
+//! non-loopback address while authentication is off, `BrokerConfig::client_listeners`), and
+//! answers only requests whose `Host` names it (its address, `localhost` on loopback, or an
+//! entry of `metrics_allowed_hosts`: [`crate::console::hosts`]), so a page of another site
+//! cannot read it through DNS rebinding.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -10,6 +16,7 @@ use std::time::Duration;
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
+use crate::console::hosts::AllowedHosts;
 use crate::driver::CoreHandle;
 
 /// Upper bounds of the latency buckets, in seconds.
@@ -470,17 +477,26 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
 }
 
 /// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 until the task is dropped.
-pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics>) {
+pub async fn serve(
+    listener: TcpListener,
+    core: CoreHandle,
+    metrics: Arc<Metrics>,
+    hosts: AllowedHosts,
+) {
+    let hosts = Arc::new(hosts);
     loop {
-        let (mut sock, _) = match listener.accept().await {
+        let (mut sock, peer) = match listener.accept().await {
             Ok(x) => x,
             Err(e) => {
                 crate::net::accept_failed(&e, "metrics").await;
                 continue;
             }
         };
-        let (core, metrics) = (core.clone(), metrics.clone());
+        let (core, metrics, hosts) = (core.clone(), metrics.clone(), hosts.clone());
         tokio::spawn(async move {
+            let Ok(local) = sock.local_addr() else {
+                return;
+            };
             let mut buf = vec![0u8; 4096];
             let mut n = 0;
             // Read the request head (we answer every request the same way).
@@ -496,7 +512,26 @@ pub async fn serve(listener: TcpListener, core: CoreHandle, metrics: Arc<Metrics
                 }
             }
             let head = String::from_utf8_lossy(&buf[..n]);
-            let (status, body) = if head.starts_with("GET ") {
+            let host = head
+                .split("\r\n\r\n")
+                .next()
+                .unwrap_or_default()
+                .split("\r\n")
+                .skip(1)
+                .filter_map(|l| l.split_once(':'))
+                .find(|(k, _)| k.trim().eq_ignore_ascii_case("host"))
+                .map(|(_, v)| v.trim());
+            let (status, body) = if let Err((code, msg)) = hosts.check_host(host, local) {
+                tracing::info!(%peer, ?host, "metrics request refused: its Host names another site");
+                (
+                    if code == 400 {
+                        "400 Bad Request"
+                    } else {
+                        "421 Misdirected Request"
+                    },
+                    format!("{msg}\n"),
+                )
+            } else if head.starts_with("GET ") {
                 ("200 OK", render(&core, &metrics).await)
             } else {
                 (

@@ -4,6 +4,11 @@
 //! The files are there when the binary was built with `ROCKLET_PLAYGROUND_DIR` naming the
 //! built playground (dist/build.sh does); [`FILES`] is empty otherwise and the command says
 //! how to build them in.
+//!
+//! Unlike the console and the metrics listener, it answers any `Host` (no DNS-rebinding
+//! check): it serves only these static files, the same for everyone and public in the
+//! repository, and holds no state or data (the playground's broker runs in the browser
+//! with in-memory storage), so a page of another site that reads them learns nothing.
 
 use std::net::SocketAddr;
 use std::time::Duration;

@@ -345,6 +345,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
                 m.clone(),
                 auth.clone(),
                 cfg.console_sample_ms,
+                cfg.console_hosts()?,
             );
             let running = c.serve(l, tls.clone());
             info!(console = %running.addr, "serving the operator console");
@@ -358,7 +359,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             let a = l.local_addr().ok();
             (
                 a,
-                Some(tokio::spawn(metrics::serve(l, core.clone(), m.clone()))),
+                Some(tokio::spawn(metrics::serve(
+                    l,
+                    core.clone(),
+                    m.clone(),
+                    cfg.metrics_hosts()?,
+                ))),
             )
         }
         None => (None, None),

@@ -442,8 +442,9 @@ impl BrokerProcess {
     /// One metric's value from `/metrics`.
     fn metric(&self, name: &str) -> u64 {
         use std::io::Read as _;
-        let mut s = std::net::TcpStream::connect(self.metrics.expect("metrics served")).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        let addr = self.metrics.expect("metrics served");
+        let mut s = std::net::TcpStream::connect(addr).unwrap();
+        s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
             .unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();

@@ -795,8 +795,10 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
                 let text = tokio::task::spawn_blocking(move || {
                     use std::io::{Read as _, Write as _};
                     let mut s = std::net::TcpStream::connect(metrics).unwrap();
-                    s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
-                        .unwrap();
+                    s.write_all(
+                        format!("GET /metrics HTTP/1.1\r\nHost: {metrics}\r\n\r\n").as_bytes(),
+                    )
+                    .unwrap();
                     let mut text = String::new();
                     s.read_to_string(&mut text).unwrap();
                     text

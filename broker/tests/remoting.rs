@@ -1131,7 +1131,7 @@ async fn remoting_requests_show_in_the_metrics() {
     let addr = b.broker.as_ref().unwrap().metrics_addr.unwrap();
     let mut sock = TcpStream::connect(addr).await.unwrap();
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
-    sock.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+    sock.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {addr}\r\n\r\n").as_bytes())
         .await
         .unwrap();
     let mut text = String::new();

@@ -49,6 +49,17 @@ pub const STORE_FILE: &str = "auth.json";
 /// Default replay window ([`AuthFileConfig::timestamp_window_s`]).
 pub const DEFAULT_TIMESTAMP_WINDOW_S: u64 = 300;
 
+/// What a caller whose signature does not verify is told, whether its access key exists or
+/// not: one answer, so nobody learns which keys exist by trying them. The log line and the
+/// `reason` label of `rocklet_auth_failures_total` (server side) keep which it was.
+pub const BAD_SIGNATURE: &str =
+    "unknown access key or bad signature (check the access key and the secret key)";
+/// The same for the console's HTTP Basic credentials.
+pub const BAD_SECRET: &str =
+    "unknown access key or wrong secret key (check the access key and the secret key)";
+/// Checked against when the access key is unknown, so the work does not tell either.
+const UNKNOWN_KEY_SECRET: &str = "rocklet: no such access key";
+
 /// A user as the config file and the store spell it.
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
@@ -90,9 +101,12 @@ pub struct AuthFileConfig {
     /// A signed date-time must be within this many seconds of the broker's clock (0: no
     /// check). Default [`DEFAULT_TIMESTAMP_WINDOW_S`].
     pub timestamp_window_s: Option<u64>,
-    /// The zones the clients' clocks may be in: `["any"]` (default: every zone, since Java,
-    /// Python and C# clients send local time marked `Z`), or offsets like `["+00:00",
-    /// "+08:00"]` for a tight window.
+    /// The zones the clients' clocks may be in, as offsets like `["+00:00", "+08:00"]`: a
+    /// signed date-time is accepted within the window around any of them. Default
+    /// `["+00:00"]`: Node clients sign with UTC, and Java, Go, Python and C# clients with
+    /// their local time marked `Z`, so list the zones of clients that do not run in UTC.
+    /// `["any"]` accepts every zone of the world, which makes the window about 26 hours for
+    /// a replayed request.
     pub client_utc_offsets: Option<Vec<String>>,
     pub users: Vec<UserSpec>,
     pub acls: Vec<EntrySpec>,
@@ -106,7 +120,7 @@ impl AuthFileConfig {
             .unwrap_or(DEFAULT_TIMESTAMP_WINDOW_S)
             .saturating_mul(1000) as i64;
         let zones = match &self.client_utc_offsets {
-            None => ClientZones::Any,
+            None => ClientZones::Offsets(vec![0]),
             Some(list) if list.iter().any(|s| s.eq_ignore_ascii_case("any")) => ClientZones::Any,
             Some(list) if list.is_empty() => return Err(
                 "invalid config `auth.client_utc_offsets`: list at least one offset, or \"any\""
@@ -400,16 +414,12 @@ impl Auth {
     ) -> Result<Identity, Refusal> {
         let state = self.read();
         let Some(user) = state.users.get(access_key) else {
-            return Err(Refusal::unauthorized(
-                Failure::UnknownKey,
-                format_args!("unknown access key `{access_key}`"),
-            ));
+            // The same work as for a known key, so the time does not tell either.
+            let _ = sign::verify(UNKNOWN_KEY_SECRET, content, signature);
+            return Err(Refusal::unauthorized(Failure::UnknownKey, BAD_SIGNATURE));
         };
         if !sign::verify(&user.spec.secret_key, content, signature) {
-            return Err(Refusal::unauthorized(
-                Failure::BadSignature,
-                format_args!("bad signature for access key `{access_key}` (check the secret key)"),
-            ));
+            return Err(Refusal::unauthorized(Failure::BadSignature, BAD_SIGNATURE));
         }
         if let Some(want) = &user.spec.session_token {
             let ok = token.is_some_and(|t| constant_time_eq(t.as_bytes(), want.as_bytes()));
@@ -439,16 +449,11 @@ impl Auth {
         }
         let state = self.read();
         let Some(user) = state.users.get(access_key) else {
-            return Err(Refusal::unauthorized(
-                Failure::UnknownKey,
-                format_args!("unknown access key `{access_key}`"),
-            ));
+            let _ = constant_time_eq(UNKNOWN_KEY_SECRET.as_bytes(), secret_key.as_bytes());
+            return Err(Refusal::unauthorized(Failure::UnknownKey, BAD_SECRET));
         };
         if !constant_time_eq(user.spec.secret_key.as_bytes(), secret_key.as_bytes()) {
-            return Err(Refusal::unauthorized(
-                Failure::BadSignature,
-                format_args!("wrong secret key for access key `{access_key}`"),
-            ));
+            return Err(Refusal::unauthorized(Failure::BadSignature, BAD_SECRET));
         }
         if user.spec.session_token.is_some() {
             return Err(Refusal::unauthorized(
@@ -874,12 +879,12 @@ mod tests {
             (
                 a.authenticate_headers(headers("bob", "x", dt)),
                 Failure::UnknownKey,
-                "unknown access key `bob`",
+                BAD_SIGNATURE,
             ),
             (
                 a.authenticate_headers(headers("alice", "wrong", dt)),
                 Failure::BadSignature,
-                "bad signature",
+                BAD_SIGNATURE,
             ),
             (
                 a.authenticate_headers(headers("alice", "s3cret-value", "20260301T091500Z")),

@@ -14,9 +14,12 @@
 //! bytes, in hex (Python and Go lower case, Node and C# upper case: hex is read either way).
 //! `Credential` may carry more after a `/` (the Go client sends `AK//Rocketmq`); the access
 //! key is what comes before it. The date-time is the client's wall clock with a literal
-//! `Z`: Node formats UTC, while Java (`SimpleDateFormat`), Python (`datetime.now()`) and C#
-//! (`DateTime.Now`) format their *local* time, so a client in UTC+8 sends a time 8 h ahead.
-//! [`TimeCheck`] deals with that.
+//! `Z`: Node formats UTC, while Java (`new SimpleDateFormat(..).format(new Date())`), Go
+//! (`time.Now().Format(..)`), Python (`datetime.now()`) and C# (`DateTime.Now`) format
+//! their *local* time, so a client in UTC+8 sends a time 8 h ahead. [`TimeCheck`] accepts a
+//! date-time within the window around each zone offset the operator lists
+//! (`auth.client_utc_offsets`, default UTC only), so the window is what it says: accepting
+//! every zone of the world would let a captured request be replayed for 26 hours.
 //!
 //! **Remoting (RocketMQ 4 clients, `AclClientRPCHook`).** The hook adds `AccessKey` (and
 //! `SecurityToken` when set) to the request's extFields, then `Signature` = Base64 of
@@ -201,9 +204,11 @@ fn civil_from_days(z: i64) -> (i64, i64, i64) {
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum ClientZones {
     /// Any whole quarter hour from UTC-12:00 to UTC+14:00 (every zone there is): what a
-    /// Java, Python or C# client sends from anywhere is accepted.
+    /// Java, Python or C# client sends from anywhere is accepted, and a captured request can
+    /// be replayed for about 26 hours (`client_utc_offsets = ["any"]`, never the default).
     Any,
-    /// Only these offsets from UTC, in ms (Node clients always send UTC: `+00:00`).
+    /// Only these offsets from UTC, in ms (Node clients always send UTC: `+00:00`). The
+    /// default is UTC alone.
     Offsets(Vec<i64>),
 }
 
@@ -238,8 +243,23 @@ impl TimeCheck {
             return Ok(());
         }
         let secs = skew / 1000;
+        // A client that signs with its local time sends a whole quarter hour off: name it.
+        let zone = (skew as f64 / QUARTER_HOUR_MS as f64).round() as i64 * QUARTER_HOUR_MS;
+        let hint = match &self.zones {
+            ClientZones::Offsets(list)
+                if zone != 0
+                    && (-12 * HOUR_MS..=14 * HOUR_MS).contains(&zone)
+                    && (skew - zone).abs() <= self.window_ms
+                    && !list.contains(&zone) =>
+            {
+                let z = format_utc_offset(zone);
+                format!("; a client signing with its local time in UTC{z} needs \"{z}\" in auth.client_utc_offsets")
+            }
+            ClientZones::Offsets(_) => "; check the client's clock".into(),
+            ClientZones::Any => String::new(),
+        };
         Err(format!(
-            "expired timestamp: x-mq-date-time is {}{} s {} the broker's clock{}, outside the replay window of {} s (auth.timestamp_window_s)",
+            "expired timestamp: x-mq-date-time is {}{} s {} the broker's clock{}, outside the replay window of {} s (auth.timestamp_window_s){hint}",
             if secs < 0 { "" } else { "+" },
             secs,
             if secs < 0 { "behind" } else { "ahead of" },
@@ -250,6 +270,18 @@ impl TimeCheck {
             self.window_ms / 1000
         ))
     }
+}
+
+/// `+08:00`, `-03:30` of an offset in ms.
+#[must_use]
+pub fn format_utc_offset(ms: i64) -> String {
+    let m = ms.abs() / 60_000;
+    format!(
+        "{}{:02}:{:02}",
+        if ms < 0 { '-' } else { '+' },
+        m / 60,
+        m % 60
+    )
 }
 
 /// Parses `+08:00`, `-03:30`, `+00:00`, `Z` into ms.
@@ -418,6 +450,14 @@ mod tests {
             e.starts_with("expired timestamp: x-mq-date-time is -3600 s behind"),
             "{e}"
         );
+        assert!(
+            e.ends_with("a client signing with its local time in UTC-01:00 needs \"-01:00\" in auth.client_utc_offsets"),
+            "{e}"
+        );
+        let e = strict.check(now + 2 * 60 * min + 7 * min, now).unwrap_err();
+        assert!(e.ends_with("check the client's clock"), "{e}");
+        assert_eq!(format_utc_offset(-(3 * 60 + 30) * min), "-03:30");
+        assert_eq!(format_utc_offset(8 * 60 * min), "+08:00");
         // A Java client in UTC+8 sends its local time with a Z.
         let any = TimeCheck {
             window_ms: 5 * min,

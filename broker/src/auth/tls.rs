@@ -13,6 +13,8 @@
 //! `reload_interval_ms`) or on SIGHUP; a reload that fails keeps the old ones and logs why.
 //! Client certificates are verified against `client_ca` when it is set (`client_auth =
 //! "required"` refuses clients without one, `"optional"` verifies those that present one).
+//! `required` needs `enforcing`: in `permissive` a plaintext client presents no certificate
+//! and would be served all the same, so that combination is refused at start.
 //!
 //! Which official clients use TLS by default: the Java v5 client (`enableSsl` true), Go
 //! (`EnableSsl` true) and C# (`SslEnabled` true); Python (`tls_enable=False`), Node
@@ -113,6 +115,15 @@ impl TlsFileConfig {
         if self.client_ca.is_some() && auth == ClientAuth::None {
             return Err(
                 "invalid config `tls.client_ca`: set `client_auth` to \"optional\" or \"required\""
+                    .into(),
+            );
+        }
+        if self.mode() == Mode::Permissive && auth == ClientAuth::Required {
+            return Err(
+                "invalid config `tls`: `tls.mode = \"permissive\"` with `tls.client_auth = \"required\"` \
+                 would still serve plaintext clients, which present no certificate; set `tls.mode = \
+                 \"enforcing\"` to require a certificate of every client, or `tls.client_auth = \
+                 \"optional\"`"
                     .into(),
             );
         }
@@ -470,6 +481,20 @@ mod tests {
             ..Default::default()
         };
         assert!(c.validate().unwrap_err().contains("client_ca"));
+        let c = TlsFileConfig {
+            client_ca: Some("ca".into()),
+            ..c
+        };
+        let e = c.validate().unwrap_err();
+        assert!(
+            e.contains("tls.mode = \"permissive\"") && e.contains("tls.client_auth = \"required\""),
+            "{e}"
+        );
+        let c = TlsFileConfig {
+            mode: Some(Mode::Enforcing),
+            ..c
+        };
+        c.validate().unwrap();
         assert_eq!("Enforcing".parse::<Mode>().unwrap(), Mode::Enforcing);
     }
 }

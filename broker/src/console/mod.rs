@@ -3,10 +3,17 @@
 //! CDN) and the small JSON API it reads, served over HTTP/1.1 on its own listener (TLS when
 //! `[tls]` is on, as the other listeners).
 //!
+//! - Names: a request is answered only when its `Host` names the console (the address the
+//!   connection reached, `localhost` on loopback, or an entry of `console_allowed_hosts`) and
+//!   its `Origin`, when present, too ([`hosts`]): a page of another site that reaches the
+//!   console through DNS rebinding is refused (421, 403) before anything else, with
+//!   authentication off as on.
 //! - Access: with authentication on, every request needs HTTP Basic credentials of a super
 //!   user (access key and secret key), as the admin service does; actions (`POST`) also need
 //!   the `X-Rocklet-Console` header, which a page of another site cannot send without a CORS
-//!   preflight this server never answers.
+//!   preflight this server never answers. Browsers send `Origin` with every such `POST`, so
+//!   an action from a browser is always checked against it; one without `Origin` comes from
+//!   a program, not a page.
 //! - Bounded: every listing is a page of at most [`MAX_LIMIT`] rows from a cursor the
 //!   previous page handed out (the core's `*_after` reads), so no request costs in
 //!   proportion to the topics or pending transactions the broker holds; heads are at most
@@ -29,6 +36,7 @@
 //! | GET | `/api/dlq/messages?topic&after&limit` | a dead-letter topic's messages |
 //! | POST | `/api/dlq/resend` `{topic, offsets:[queue offset]}` | resend to the original topic |
 
+pub mod hosts;
 pub mod series;
 pub mod story;
 
@@ -52,6 +60,7 @@ use crate::clock::Clock;
 use crate::driver::{CoreBroker, CoreHandle};
 use crate::metrics::Metrics;
 
+use self::hosts::AllowedHosts;
 use self::series::Series;
 use self::story::Stories;
 
@@ -89,6 +98,7 @@ pub struct Console {
     series: Arc<Series>,
     stories: Arc<Stories>,
     started: Millis,
+    hosts: AllowedHosts,
 }
 
 /// A running console.
@@ -110,7 +120,8 @@ impl RunningConsole {
 
 impl Console {
     /// A console over a running core thread. The core must have been opened with
-    /// `Config::trace` on for message stories; `metrics.stories` is set here.
+    /// `Config::trace` on for message stories; `metrics.stories` is set here. `hosts`: the
+    /// names it answers to besides its own address (`console_allowed_hosts`).
     #[must_use]
     pub fn new(
         core: CoreHandle,
@@ -118,6 +129,7 @@ impl Console {
         metrics: Arc<Metrics>,
         auth: Arc<Auth>,
         sample_ms: Millis,
+        hosts: AllowedHosts,
     ) -> Arc<Self> {
         let stories = metrics.stories.get_or_init(Arc::default).clone();
         Arc::new(Console {
@@ -128,6 +140,7 @@ impl Console {
             auth,
             series: Arc::new(Series::new(sample_ms)),
             stories,
+            hosts,
         })
     }
 
@@ -182,10 +195,13 @@ impl Console {
 
     async fn connection(&self, sock: TcpStream, peer: SocketAddr, tls: Option<Arc<Tls>>) {
         let _ = sock.set_nodelay(true);
+        let Ok(local) = sock.local_addr() else {
+            return;
+        };
         match tls {
-            None => self.exchange(sock, peer).await,
+            None => self.exchange(sock, peer, local).await,
             Some(tls) => match tokio::time::timeout(READ_TIMEOUT, tls.accept(sock, false)).await {
-                Ok(Ok(s)) => self.exchange(s, peer).await,
+                Ok(Ok(s)) => self.exchange(s, peer, local).await,
                 Ok(Err(e)) => info!(%peer, error = %e, "console connection refused: TLS"),
                 Err(_) => info!(%peer, "console connection closed: no TLS handshake in time"),
             },
@@ -193,18 +209,32 @@ impl Console {
     }
 
     /// One request and its response (the connection closes after it).
-    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(&self, mut s: S, peer: SocketAddr) {
+    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
+        &self,
+        mut s: S,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) {
         let resp = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut s)).await {
             Err(_) => Response::error(408, "the request did not arrive within 10 s"),
             Ok(Err(r)) => r,
-            Ok(Ok(req)) => self.respond(&req, peer).await,
+            Ok(Ok(req)) => self.respond(&req, peer, local).await,
         };
         let _ = write_response(&mut s, &resp).await;
         let _ = s.shutdown().await;
     }
 
-    /// Answers one parsed request (authentication, then the route).
-    pub async fn respond(&self, req: &HttpRequest, peer: SocketAddr) -> Response {
+    /// Answers one parsed request that reached the console at `local`: the names it
+    /// carries ([`hosts`]), authentication, then the route.
+    pub async fn respond(
+        &self,
+        req: &HttpRequest,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> Response {
+        if let Err(r) = self.check_names(req, peer, local) {
+            return r;
+        }
         let who = match self.check_access(req, peer) {
             Ok(w) => w,
             Err(r) => return r,
@@ -241,6 +271,26 @@ impl Console {
             ("GET" | "POST", _) => Response::error(404, &format!("no page {}", req.path)),
             _ => Response::error(405, &format!("method {} is not served", req.method)),
         }
+    }
+
+    /// `Host`, and `Origin` when present, must name this console.
+    fn check_names(
+        &self,
+        req: &HttpRequest,
+        peer: SocketAddr,
+        local: SocketAddr,
+    ) -> Result<(), Response> {
+        if let Err((status, msg)) = self.hosts.check_host(req.header("host"), local) {
+            info!(%peer, host = ?req.header("host"), method = %req.method, path = %req.path, "console request refused: its Host names another site");
+            return Err(Response::error(status, &msg));
+        }
+        if let Some(origin) = req.header("origin") {
+            if let Err(msg) = self.hosts.check_origin(origin, local) {
+                info!(%peer, origin, method = %req.method, path = %req.path, "console request refused: its Origin is another site");
+                return Err(Response::error(403, &msg));
+            }
+        }
+        Ok(())
     }
 
     fn check_access(&self, req: &HttpRequest, peer: SocketAddr) -> Result<Identity, Response> {
@@ -1147,6 +1197,7 @@ fn reason(status: u16) -> &'static str {
         405 => "Method Not Allowed",
         408 => "Request Timeout",
         413 => "Content Too Large",
+        421 => "Misdirected Request",
         431 => "Request Header Fields Too Large",
         500 => "Internal Server Error",
         _ => "Service Unavailable",

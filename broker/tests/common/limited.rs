@@ -165,7 +165,7 @@ impl Limited {
     pub fn metric(&self, name: &str) -> u64 {
         use std::io::{Read as _, Write as _};
         let mut s = std::net::TcpStream::connect(self.metrics).unwrap();
-        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\n\r\n")
+        s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: {}\r\n\r\n", self.metrics).as_bytes())
             .unwrap();
         let mut text = String::new();
         s.read_to_string(&mut text).unwrap();
