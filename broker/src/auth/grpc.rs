@@ -34,7 +34,7 @@ fn name(r: Option<&pb::Resource>) -> &str {
 fn sub_group_topic(group: Option<&pb::Resource>, topic: Option<&pb::Resource>) -> Vec<Need> {
     let mut n = vec![Need::new(Resource::group(name(group)), SUB)];
     if !name(topic).is_empty() {
-        n.push(Need::new(Resource::topic(name(topic)), SUB));
+        n.push(Need::topic(name(topic), SUB));
     }
     n
 }
@@ -42,14 +42,16 @@ fn sub_group_topic(group: Option<&pb::Resource>, topic: Option<&pb::Resource>) -
 /// The needs of a request message.
 pub trait Needs {
     fn needs(&self) -> Vec<Need>;
+
+    /// Why a normal user's request is refused whatever its entries grant, if it is.
+    fn refused_outright(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Needs for pb::QueryRouteRequest {
     fn needs(&self) -> Vec<Need> {
-        vec![Need::new(
-            Resource::topic(name(self.topic.as_ref())),
-            PUB_OR_SUB,
-        )]
+        vec![Need::topic(name(self.topic.as_ref()), PUB_OR_SUB)]
     }
 }
 
@@ -75,16 +77,24 @@ impl Needs for pb::SendMessageRequest {
             .collect();
         topics.sort_unstable();
         topics.dedup();
-        topics
-            .into_iter()
-            .map(|t| Need::new(Resource::topic(t), PUB))
-            .collect()
+        topics.into_iter().map(|t| Need::topic(t, PUB)).collect()
+    }
+
+    /// A retry or dead-letter topic: only the broker writes there.
+    fn refused_outright(&self) -> Option<String> {
+        self.messages.iter().find_map(|m| {
+            let t = name(m.topic.as_ref());
+            let g = super::acl::owner_group(t)?;
+            Some(format!(
+                "FORBIDDEN: `{t}` belongs to group `{g}`: only the broker writes to it, never a client's SendMessage"
+            ))
+        })
     }
 }
 
 impl Needs for pb::EndTransactionRequest {
     fn needs(&self) -> Vec<Need> {
-        vec![Need::new(Resource::topic(name(self.topic.as_ref())), PUB)]
+        vec![Need::topic(name(self.topic.as_ref()), PUB)]
     }
 }
 
@@ -135,15 +145,13 @@ impl Needs for pb::NotifyClientTerminationRequest {
 impl Needs for pb::Settings {
     fn needs(&self) -> Vec<Need> {
         match &self.pub_sub {
-            Some(pb::settings::PubSub::Publishing(p)) => p
-                .topics
-                .iter()
-                .map(|t| Need::new(Resource::topic(&t.name), PUB))
-                .collect(),
+            Some(pb::settings::PubSub::Publishing(p)) => {
+                p.topics.iter().map(|t| Need::topic(&t.name, PUB)).collect()
+            }
             Some(pb::settings::PubSub::Subscription(s)) => {
                 let mut n = vec![Need::new(Resource::group(name(s.group.as_ref())), SUB)];
                 for e in &s.subscriptions {
-                    n.push(Need::new(Resource::topic(name(e.topic.as_ref())), SUB));
+                    n.push(Need::topic(name(e.topic.as_ref()), SUB));
                 }
                 n
             }
@@ -197,6 +205,21 @@ pub fn check<T: Needs>(auth: &Auth, req: &GrpcRequest<T>) -> Result<Identity, St
         return Ok(Identity::Open);
     }
     let id = authenticate(auth, req, Protocol::Grpc).map_err(|r| status(&r))?;
+    let normal = matches!(
+        id,
+        Identity::User {
+            super_user: false,
+            ..
+        }
+    );
+    if let Some(message) = req.get_ref().refused_outright().filter(|_| normal) {
+        let r = Refusal {
+            failure: super::Failure::Forbidden,
+            message,
+        };
+        auth.refused(Protocol::Grpc, &r, id.name(), peer(req));
+        return Err(status(&r));
+    }
     authorize(auth, &id, peer(req), &req.get_ref().needs())?;
     Ok(id)
 }
