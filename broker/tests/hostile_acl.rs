@@ -5,9 +5,9 @@
 //! `AclClientRPCHook` (v4) and the v5 clients sign them; each refusal is checked by code and
 //! by the name it gives, and the legitimate retry cycle of a v4 push consumer still works.
 //!
-//! Users: `alice` has Sub on groups `gA` and `gA2`, Pub and Sub on topic `TA`; `bob` has Sub
-//! on group `gB`, Pub and Sub on topic `TB`; `carol` has Pub and Sub on every topic
-//! (`Topic:*`) and Sub on group `gC` (and `gShared`, which bob shares over gRPC).
+//! Users: `alice` has Sub on groups `gA`, `gA2` and `gShared`, Pub and Sub on topic `TA`;
+//! `bob` has Sub on groups `gB` and `gShared`, Pub and Sub on topic `TB`; `carol` has Pub and
+//! Sub on every topic (`Topic:*`) and Sub on groups `gC` and `gShared`.
 
 mod common;
 
@@ -79,6 +79,7 @@ async fn start() -> (tempfile::TempDir, RunningBroker) {
         acls: vec![
             allow("alice", "Group:gA", &["Sub"]),
             allow("alice", "Group:gA2", &["Sub"]),
+            allow("alice", "Group:gShared", &["Sub"]),
             allow("alice", "Topic:TA", &["Pub", "Sub"]),
             allow("bob", "Group:gB", &["Sub"]),
             allow("bob", "Group:gShared", &["Sub"]),
@@ -323,6 +324,9 @@ async fn send_back_of_a_message_not_delivered_to_the_group_is_refused() {
             refused(&alice.send_back("gA", off).await, "offset");
         }
     }
+    // gShared consumes TB (bob's client subscribes to it), but alice may not read TB.
+    assert_eq!(bob.heartbeat("gShared", &["TB"]).await.code, 0);
+    refused(&alice.send_back("gShared", bob_offset).await, "Topic:TB");
     // carol may read TB, but her group does not consume it.
     refused(&carol.send_back("gC", bob_offset).await, "`TB`");
     // bob may not send back into a group that is not his.

@@ -1,13 +1,17 @@
 //! What each RocketMQ 5 RPC needs, as Apache RocketMQ's `DefaultAuthorizationContextBuilder`
 //! maps it, and the check the service runs before handling a call.
 //!
+//! A retry or dead-letter topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: an action on
+//! it is needed on `Group:g` instead, whatever the entries grant on topics.
+//!
 //! | RPC | needs |
 //! |---|---|
 //! | QueryRoute | Pub or Sub on the topic |
 //! | Heartbeat | consumers: Sub on the group; producers: authentication only |
-//! | SendMessage | Pub on each topic of the batch |
+//! | SendMessage | Pub on each topic of the batch; a retry or dead-letter topic is refused for every normal user |
 //! | EndTransaction | Pub on the topic (whose `%TXN%` group the core then requires the transaction to be of) |
-//! | ReceiveMessage, AckMessage, ForwardMessageToDeadLetterQueue, QueryAssignment | Sub on the group and on the topic |
+//! | ReceiveMessage, QueryAssignment | Sub on the group and on the topic |
+//! | AckMessage, ForwardMessageToDeadLetterQueue | Sub on the group and on the topic; each receipt handle must be of that topic (`INVALID_RECEIPT_HANDLE` otherwise, with or without authentication), and the core requires its delivery to that group to be in flight |
 //! | ChangeInvisibleDuration | Sub on the group (and the topic, when named) |
 //! | NotifyClientTermination | Sub on the group, when named |
 //! | Telemetry settings | publishing: Pub on each topic; subscription: Sub on the group and each topic |

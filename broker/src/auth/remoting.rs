@@ -4,24 +4,27 @@
 //! the code RocketMQ's broker answers for both failed authentication and the ACL; v4
 //! clients raise it as `MQBrokerException` with the remark.
 //!
+//! A retry or dead-letter topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: wherever a
+//! request needs an action on such a topic, it needs it on `Group:g` instead, whatever the
+//! entries grant on topics (`Topic:*` included) and whichever group the request names.
+//!
 //! | request | needs |
 //! |---|---|
-//! | GET_ROUTEINFO_BY_TOPIC | Pub, Sub or Get on the topic (a retry topic: Sub or Get on its group); none on the name-server listener, which RocketMQ's name server never authenticates |
-//! | SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE | Pub on the topic (a retry topic: Sub on the group) |
+//! | GET_ROUTEINFO_BY_TOPIC | Pub, Sub or Get on the topic (a retry or dead-letter topic: Sub or Get on its group); none on the name-server listener, which RocketMQ's name server never authenticates |
+//! | SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE | Pub on the topic; to a retry or dead-letter topic refused for every normal user (the broker writes there, by send-back) |
 //! | END_TRANSACTION | Pub on the topic named, and on the topic the transaction really is of |
-//! | PULL_MESSAGE, POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME | Sub on the group and the topic |
+//! | PULL_MESSAGE, LITE_PULL_MESSAGE, POP_MESSAGE, ACK_MESSAGE, CHANGE_MESSAGE_INVISIBLETIME | Sub on the group and the topic |
 //! | QUERY_CONSUMER_OFFSET | Sub or Get on the group and the topic |
 //! | UPDATE_CONSUMER_OFFSET | Sub or Update on the group and the topic |
 //! | GET_MAX_OFFSET, GET_MIN_OFFSET | Get on the topic |
 //! | HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ | Sub on each consumer group and its topics |
 //! | UNREGISTER_CLIENT | Sub on the consumer group, when named |
 //! | GET_CONSUMER_LIST_BY_GROUP | Sub or Get on the group |
-//! | CONSUMER_SEND_MSG_BACK | Sub on the group |
-//! | LITE_PULL_MESSAGE | Sub on the group and the topic |
+//! | CONSUMER_SEND_MSG_BACK | Sub on the group; the record at the offset must be a message delivered to the group (in its own retry or dead-letter topic, or in a topic the group consumes: a connected client subscribes to it or the group committed an offset in it), and Sub on the topic its content came from (`RETRY_TOPIC` of a retried message) |
 //! | mqadmin: UPDATE_AND_CREATE_TOPIC | Create or Update on the topic |
 //! | mqadmin: DELETE_TOPIC_IN_BROKER, DELETE_TOPIC_IN_NAMESRV | Delete on the topic |
 //! | mqadmin: GET_TOPIC_CONFIG, GET_TOPIC_STATS_INFO, SEARCH_OFFSET_BY_TIMESTAMP, QUERY_TOPIC_CONSUME_BY_WHO, QUERY_MESSAGE | Get on the topic |
-//! | mqadmin: VIEW_MESSAGE_BY_ID | Get on the topic of the record at the offset |
+//! | mqadmin: VIEW_MESSAGE_BY_ID | Get on the topic of the record at the offset (a retried or dead message: on its group and on the topic it came from) |
 //! | mqadmin: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP | Create or Update on the group |
 //! | mqadmin: GET_CONSUME_STATS | Get on the group (and the topic, when named) |
 //! | mqadmin: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST | Get on the group |
