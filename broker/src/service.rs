@@ -1443,6 +1443,24 @@ fn handle_of_topic(given: &str, topic: &str) -> Result<(), ClientError> {
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_receipt_handle_must_be_of_the_topic_the_request_names() {
+        let h = rocklet_core::ReceiptHandle {
+            topic: "TB".into(),
+            queue_id: 0,
+            queue_offset: 3,
+            generation: 0x40,
+        }
+        .to_string();
+        assert_eq!(handle_of_topic(&h, "TB"), Ok(()));
+        for named in ["TC", ""] {
+            let e = handle_of_topic(&h, named).unwrap_err();
+            assert!(e.to_string().contains("is of topic `TB`"), "{e}");
+        }
+        // Not a handle: the lease lookup refuses it (INVALID_RECEIPT_HANDLE too).
+        assert_eq!(handle_of_topic("garbage", "TB"), Ok(()));
+    }
+
     fn budget(limit: u64, per_message: u64) -> (Arc<ReceiveBudget>, Arc<Metrics>) {
         let m = Arc::new(Metrics::default());
         (

@@ -240,3 +240,54 @@ pub fn authorize(
         status(&r)
     })
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(topic: &str) -> pb::Message {
+        pb::Message {
+            topic: Some(pb::Resource {
+                name: topic.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn res(name: &str) -> Option<pb::Resource> {
+        Some(pb::Resource {
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn retry_and_dead_letter_topics_are_their_groups_and_never_sent_to() {
+        let r = pb::ReceiveMessageRequest {
+            group: res("gC"),
+            message_queue: Some(pb::MessageQueue {
+                topic: res("%RETRY%gB"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.needs(),
+            vec![
+                Need::new(Resource::group("gC"), SUB),
+                Need::new(Resource::group("gB"), SUB)
+            ]
+        );
+        let send = pb::SendMessageRequest {
+            messages: vec![msg("T"), msg("%DLQ%gB")],
+        };
+        let why = send.refused_outright().expect("refused");
+        assert!(why.contains("`%DLQ%gB` belongs to group `gB`"), "{why}");
+        let send = pb::SendMessageRequest {
+            messages: vec![msg("T")],
+        };
+        assert_eq!(send.refused_outright(), None);
+        assert_eq!(send.needs(), vec![Need::new(Resource::topic("T"), PUB)]);
+    }
+}
