@@ -246,8 +246,8 @@ fn send_topic(req: &RemotingCommand) -> &str {
 /// SEND to a retry or dead-letter topic. Writing there is the broker's own business
 /// (CONSUMER_SEND_MSG_BACK copies a message the group was delivered); a client's SEND could
 /// inject a message another group's consumers take for a retry of theirs. (The v4 Java
-/// client falls back to such a SEND when its send-back fails; refused, it consumes the
-/// message again locally.)
+/// client sends there when its send-back fails, and its orderly consumer for a message past
+/// `maxReconsumeTimes`; refused, each consumes the message again locally.)
 #[must_use]
 pub fn refused_outright(req: &RemotingCommand) -> Option<String> {
     if !matches!(
