@@ -603,8 +603,12 @@ impl Messaging {
         }
         // Send every ack first, then collect: one group commit covers them all.
         let mut waits = Vec::with_capacity(req.entries.len());
+        let topic = given_name(req.topic.as_ref());
         for e in &req.entries {
-            let handle = self.leases.resolve(&group, &e.receipt_handle).await;
+            let handle = match handle_of_topic(&e.receipt_handle, topic) {
+                Ok(()) => self.leases.resolve(&group, &e.receipt_handle).await,
+                Err(e) => Err(e),
+            };
             waits.push(match handle {
                 Ok(handle) => self
                     .core
@@ -686,6 +690,11 @@ impl Messaging {
             Ok(g) => g,
             Err(s) => return s,
         };
+        // The ACL checked the request's topic: the handle must be of that topic, or a
+        // handle of another topic's delivery would copy its message into this group's DLQ.
+        if let Err(e) = handle_of_topic(&req.receipt_handle, given_name(req.topic.as_ref())) {
+            return client_error(&e);
+        }
         let handle = match self.leases.resolve(&group, &req.receipt_handle).await {
             Ok(h) => h,
             Err(e) => return client_error(&e),
@@ -1413,9 +1422,44 @@ impl MessagingService for Messaging {
     }
 }
 
+/// A resource's name as given (empty when missing).
+fn given_name(r: Option<&pb::Resource>) -> &str {
+    r.map_or("", |r| r.name.as_str())
+}
+
+/// Refuses a receipt handle of another topic than the one the request names (and the ACL
+/// checked). A handle that does not parse is left to the lease lookup to refuse.
+fn handle_of_topic(given: &str, topic: &str) -> Result<(), ClientError> {
+    match given.parse::<rocklet_core::ReceiptHandle>() {
+        Ok(h) if h.topic != topic => Err(ClientError::InvalidReceiptHandle(format!(
+            "the receipt handle is of topic `{}`, the request names topic `{topic}`",
+            h.topic
+        ))),
+        _ => Ok(()),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_receipt_handle_must_be_of_the_topic_the_request_names() {
+        let h = rocklet_core::ReceiptHandle {
+            topic: "TB".into(),
+            queue_id: 0,
+            queue_offset: 3,
+            generation: 0x40,
+        }
+        .to_string();
+        assert_eq!(handle_of_topic(&h, "TB"), Ok(()));
+        for named in ["TC", ""] {
+            let e = handle_of_topic(&h, named).unwrap_err();
+            assert!(e.to_string().contains("is of topic `TB`"), "{e}");
+        }
+        // Not a handle: the lease lookup refuses it (INVALID_RECEIPT_HANDLE too).
+        assert_eq!(handle_of_topic("garbage", "TB"), Ok(()));
+    }
 
     fn budget(limit: u64, per_message: u64) -> (Arc<ReceiveBudget>, Arc<Metrics>) {
         let m = Arc::new(Metrics::default());

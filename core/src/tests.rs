@@ -911,3 +911,78 @@ fn poll_timeout_shows_only_real_deadlines() {
         "acked deliveries leave no wake-up"
     );
 }
+
+/// The first message of `topic`'s queue 0 (pulled from offset 0).
+fn first_message(sim: &mut Sim<impl Storage>, topic: &str) -> Message {
+    let req = Request::Pull {
+        group: "reader".into(),
+        topic: topic.into(),
+        queue_id: 0,
+        offset: Some(0),
+        max: 1,
+        filter: TagFilter::All,
+        auto_commit: false,
+    };
+    match sim.request(req).unwrap() {
+        Reply::Pulled { mut messages, .. } if !messages.is_empty() => messages.remove(0),
+        other => panic!("nothing in {topic}: {other:?}"),
+    }
+}
+
+/// A producer's `RETRY_TOPIC` property names no topic of the broker's: a copy into a retry or
+/// dead-letter topic names the topic the message was really in, or a consumer of the retry
+/// topic (and a console resend of the dead letter) would take it for a message of `Secret`.
+#[test]
+fn a_copy_names_the_topic_the_message_was_in_not_a_producers_retry_topic_property() {
+    let mut sim = Sim::new(Config {
+        max_delivery_attempts: 1,
+        ..cfg()
+    })
+    .unwrap();
+    let mut m = NewMessage::new("T", "forged");
+    m.properties = vec![(
+        String::from(broker::prop::RETRY_TOPIC),
+        String::from("Secret"),
+    )];
+    let sent = match sim.request(Request::Send { messages: vec![m] }).unwrap() {
+        Reply::Sent(mut r) => r.remove(0),
+        other => panic!("{other:?}"),
+    };
+    // CONSUMER_SEND_MSG_BACK: into %RETRY%C, due after level 1 (1 s).
+    let r = sim
+        .request(Request::SendBack {
+            group: "C".into(),
+            offset: sent.offset,
+            delay_level: Some(1),
+        })
+        .unwrap();
+    assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+    sim.advance(2_000).unwrap();
+    let retried = first_message(&mut sim, "%RETRY%C");
+    assert_eq!(retried.property(broker::prop::RETRY_TOPIC), Some("T"));
+    // A retried message sent back again keeps the topic it came from.
+    let r = sim
+        .request(Request::SendBack {
+            group: "C".into(),
+            offset: retried.offset,
+            delay_level: Some(1),
+        })
+        .unwrap();
+    assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+    // Dead-lettered after its last delivery: %DLQ%D names T too.
+    let req = Request::Receive {
+        group: "D".into(),
+        topic: "T".into(),
+        queue_id: None,
+        max: 1,
+        invisible_ms: 1000,
+        filter: TagFilter::All,
+    };
+    let Reply::Received(r) = sim.request(req).unwrap() else {
+        panic!()
+    };
+    assert_eq!(r.len(), 1);
+    sim.advance(1000).unwrap();
+    let dead = first_message(&mut sim, "%DLQ%D");
+    assert_eq!(dead.property(broker::prop::RETRY_TOPIC), Some("T"));
+}

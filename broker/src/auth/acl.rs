@@ -172,6 +172,16 @@ impl fmt::Display for Resource {
 
 /// The prefix of a retry topic (`%RETRY%<group>`).
 pub const RETRY_PREFIX: &str = "%RETRY%";
+/// The prefix of a dead-letter topic (`%DLQ%<group>`).
+pub const DLQ_PREFIX: &str = "%DLQ%";
+
+/// The group a retry (`%RETRY%g`) or dead-letter (`%DLQ%g`) topic belongs to: `g`.
+#[must_use]
+pub fn owner_group(topic: &str) -> Option<&str> {
+    topic
+        .strip_prefix(RETRY_PREFIX)
+        .or_else(|| topic.strip_prefix(DLQ_PREFIX))
+}
 
 /// What an entry's resource matches.
 #[derive(Clone, Debug, PartialEq, Eq, Hash)]

@@ -1,13 +1,17 @@
 //! What each RocketMQ 5 RPC needs, as Apache RocketMQ's `DefaultAuthorizationContextBuilder`
 //! maps it, and the check the service runs before handling a call.
 //!
+//! A retry or dead-letter topic (`%RETRY%g`, `%DLQ%g`) belongs to its group: an action on
+//! it is needed on `Group:g` instead, whatever the entries grant on topics.
+//!
 //! | RPC | needs |
 //! |---|---|
 //! | QueryRoute | Pub or Sub on the topic |
 //! | Heartbeat | consumers: Sub on the group; producers: authentication only |
-//! | SendMessage | Pub on each topic of the batch |
+//! | SendMessage | Pub on each topic of the batch; a retry or dead-letter topic is refused for every normal user |
 //! | EndTransaction | Pub on the topic (whose `%TXN%` group the core then requires the transaction to be of) |
-//! | ReceiveMessage, AckMessage, ForwardMessageToDeadLetterQueue, QueryAssignment | Sub on the group and on the topic |
+//! | ReceiveMessage, QueryAssignment | Sub on the group and on the topic |
+//! | AckMessage, ForwardMessageToDeadLetterQueue | Sub on the group and on the topic; each receipt handle must be of that topic (`INVALID_RECEIPT_HANDLE` otherwise, with or without authentication), and the core requires its delivery to that group to be in flight |
 //! | ChangeInvisibleDuration | Sub on the group (and the topic, when named) |
 //! | NotifyClientTermination | Sub on the group, when named |
 //! | Telemetry settings | publishing: Pub on each topic; subscription: Sub on the group and each topic |
@@ -34,7 +38,7 @@ fn name(r: Option<&pb::Resource>) -> &str {
 fn sub_group_topic(group: Option<&pb::Resource>, topic: Option<&pb::Resource>) -> Vec<Need> {
     let mut n = vec![Need::new(Resource::group(name(group)), SUB)];
     if !name(topic).is_empty() {
-        n.push(Need::new(Resource::topic(name(topic)), SUB));
+        n.push(Need::topic(name(topic), SUB));
     }
     n
 }
@@ -42,14 +46,16 @@ fn sub_group_topic(group: Option<&pb::Resource>, topic: Option<&pb::Resource>) -
 /// The needs of a request message.
 pub trait Needs {
     fn needs(&self) -> Vec<Need>;
+
+    /// Why a normal user's request is refused whatever its entries grant, if it is.
+    fn refused_outright(&self) -> Option<String> {
+        None
+    }
 }
 
 impl Needs for pb::QueryRouteRequest {
     fn needs(&self) -> Vec<Need> {
-        vec![Need::new(
-            Resource::topic(name(self.topic.as_ref())),
-            PUB_OR_SUB,
-        )]
+        vec![Need::topic(name(self.topic.as_ref()), PUB_OR_SUB)]
     }
 }
 
@@ -75,16 +81,24 @@ impl Needs for pb::SendMessageRequest {
             .collect();
         topics.sort_unstable();
         topics.dedup();
-        topics
-            .into_iter()
-            .map(|t| Need::new(Resource::topic(t), PUB))
-            .collect()
+        topics.into_iter().map(|t| Need::topic(t, PUB)).collect()
+    }
+
+    /// A retry or dead-letter topic: only the broker writes there.
+    fn refused_outright(&self) -> Option<String> {
+        self.messages.iter().find_map(|m| {
+            let t = name(m.topic.as_ref());
+            let g = super::acl::owner_group(t)?;
+            Some(format!(
+                "FORBIDDEN: `{t}` belongs to group `{g}`: only the broker writes to it, never a client's SendMessage"
+            ))
+        })
     }
 }
 
 impl Needs for pb::EndTransactionRequest {
     fn needs(&self) -> Vec<Need> {
-        vec![Need::new(Resource::topic(name(self.topic.as_ref())), PUB)]
+        vec![Need::topic(name(self.topic.as_ref()), PUB)]
     }
 }
 
@@ -135,15 +149,13 @@ impl Needs for pb::NotifyClientTerminationRequest {
 impl Needs for pb::Settings {
     fn needs(&self) -> Vec<Need> {
         match &self.pub_sub {
-            Some(pb::settings::PubSub::Publishing(p)) => p
-                .topics
-                .iter()
-                .map(|t| Need::new(Resource::topic(&t.name), PUB))
-                .collect(),
+            Some(pb::settings::PubSub::Publishing(p)) => {
+                p.topics.iter().map(|t| Need::topic(&t.name, PUB)).collect()
+            }
             Some(pb::settings::PubSub::Subscription(s)) => {
                 let mut n = vec![Need::new(Resource::group(name(s.group.as_ref())), SUB)];
                 for e in &s.subscriptions {
-                    n.push(Need::new(Resource::topic(name(e.topic.as_ref())), SUB));
+                    n.push(Need::topic(name(e.topic.as_ref()), SUB));
                 }
                 n
             }
@@ -197,6 +209,21 @@ pub fn check<T: Needs>(auth: &Auth, req: &GrpcRequest<T>) -> Result<Identity, St
         return Ok(Identity::Open);
     }
     let id = authenticate(auth, req, Protocol::Grpc).map_err(|r| status(&r))?;
+    let normal = matches!(
+        id,
+        Identity::User {
+            super_user: false,
+            ..
+        }
+    );
+    if let Some(message) = req.get_ref().refused_outright().filter(|_| normal) {
+        let r = Refusal {
+            failure: super::Failure::Forbidden,
+            message,
+        };
+        auth.refused(Protocol::Grpc, &r, id.name(), peer(req));
+        return Err(status(&r));
+    }
     authorize(auth, &id, peer(req), &req.get_ref().needs())?;
     Ok(id)
 }
@@ -212,4 +239,55 @@ pub fn authorize(
         auth.refused(Protocol::Grpc, &r, id.name(), ip);
         status(&r)
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn msg(topic: &str) -> pb::Message {
+        pb::Message {
+            topic: Some(pb::Resource {
+                name: topic.into(),
+                ..Default::default()
+            }),
+            ..Default::default()
+        }
+    }
+
+    fn res(name: &str) -> Option<pb::Resource> {
+        Some(pb::Resource {
+            name: name.into(),
+            ..Default::default()
+        })
+    }
+
+    #[test]
+    fn retry_and_dead_letter_topics_are_their_groups_and_never_sent_to() {
+        let r = pb::ReceiveMessageRequest {
+            group: res("gC"),
+            message_queue: Some(pb::MessageQueue {
+                topic: res("%RETRY%gB"),
+                ..Default::default()
+            }),
+            ..Default::default()
+        };
+        assert_eq!(
+            r.needs(),
+            vec![
+                Need::new(Resource::group("gC"), SUB),
+                Need::new(Resource::group("gB"), SUB)
+            ]
+        );
+        let send = pb::SendMessageRequest {
+            messages: vec![msg("T"), msg("%DLQ%gB")],
+        };
+        let why = send.refused_outright().expect("refused");
+        assert!(why.contains("`%DLQ%gB` belongs to group `gB`"), "{why}");
+        let send = pb::SendMessageRequest {
+            messages: vec![msg("T")],
+        };
+        assert_eq!(send.refused_outright(), None);
+        assert_eq!(send.needs(), vec![Need::new(Resource::topic("T"), PUB)]);
+    }
 }

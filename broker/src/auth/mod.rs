@@ -233,6 +233,17 @@ impl Need {
     pub fn new(resource: Resource, actions: &'static [Action]) -> Self {
         Need { resource, actions }
     }
+
+    /// `actions` on a topic. A retry or dead-letter topic (`%RETRY%g`, `%DLQ%g`) belongs to
+    /// its group: the need is on `Group:g`, whatever the entries grant on topics (a
+    /// `Topic:*` grant never reaches another group's retried or dead messages).
+    #[must_use]
+    pub fn topic(name: &str, actions: &'static [Action]) -> Self {
+        match acl::owner_group(name) {
+            Some(g) => Need::new(Resource::group(g), actions),
+            None => Need::new(Resource::topic(name), actions),
+        }
+    }
 }
 
 /// The protocol a request came over (a metrics label).

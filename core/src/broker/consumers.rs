@@ -471,6 +471,9 @@ impl<S: Storage> Broker<S> {
             ))));
         };
         let topic_name: String = r.prop(prop::REAL_TOPIC).unwrap_or(r.topic).into();
+        // Only a copy's own RETRY_TOPIC is the broker's word; on a message of a plain topic
+        // it is a producer's, and the copy names the topic the message was in.
+        let is_copy = copied_topic(&topic_name);
         let reconsume = r.header.reconsume_times + 1;
         let body = r.body.to_vec();
         let mut props = Vec::new();
@@ -481,6 +484,9 @@ impl<S: Storage> Broker<S> {
                 continue;
             }
             if k == prop::RETRY_TOPIC {
+                if !is_copy || has_retry_topic {
+                    continue;
+                }
                 has_retry_topic = true;
             }
             if k == prop::UNIQ_KEY {
@@ -613,6 +619,9 @@ impl<S: Storage> Broker<S> {
         );
         let mut props = Vec::new();
         let mut origin = None;
+        // As in `send_back`: a copy keeps its RETRY_TOPIC, any other message names its topic.
+        let is_copy = copied_topic(&topic_name);
+        let mut has_retry_topic = false;
         for (k, v) in r.props() {
             if prop::INTERNAL.contains(&k) {
                 continue;
@@ -620,11 +629,19 @@ impl<S: Storage> Broker<S> {
             if k == prop::UNIQ_KEY {
                 origin = Some(String::from(v));
             }
+            if k == prop::RETRY_TOPIC {
+                if !is_copy || has_retry_topic {
+                    continue;
+                }
+                has_retry_topic = true;
+            }
             record::push_prop(&mut props, k, v);
         }
         let origin = origin.unwrap_or_else(|| self.offset_msg_id(unit.offset));
         record::push_prop(&mut props, prop::ORIGIN_MESSAGE_ID, &origin);
-        record::push_prop(&mut props, prop::RETRY_TOPIC, &topic_name);
+        if !has_retry_topic {
+            record::push_prop(&mut props, prop::RETRY_TOPIC, &topic_name);
+        }
         record::push_prop(&mut props, BATCH_LEN, "2");
         let dlq = topic::dlq(&group);
         self.topic(&dlq, 1);
@@ -660,4 +677,13 @@ impl<S: Storage> Broker<S> {
             self.pop_timers.pop();
         }
     }
+}
+
+/// Whether messages of `topic` are copies the broker made (a retry or dead-letter topic),
+/// whose `RETRY_TOPIC` the broker wrote.
+fn copied_topic(topic: &str) -> bool {
+    matches!(
+        topic::classify(topic),
+        TopicKind::Retry | TopicKind::DeadLetter
+    )
 }
