@@ -24,8 +24,8 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
-use rocklet_broker::convert::{duration, duration_ms, md5_hex, timestamp};
-use rocklet_broker::error::{ok, status};
+use rocklet_broker::grpc::convert::{duration, duration_ms, md5_hex, timestamp};
+use rocklet_broker::grpc::status::{ok, status};
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::pb::v2::messaging_service_server::{MessagingService, MessagingServiceServer};
 use rocklet_broker::server::grpc_builder;

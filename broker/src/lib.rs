@@ -5,13 +5,12 @@
 //! decision is the core's.
 //!
 //! - [`driver`]: the core thread, group commit, routing of replies, checks and wake-ups.
-//! - [`service`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`).
+//! - [`grpc`]: RocketMQ 5 gRPC (`apache.rocketmq.v2.MessagingService`): the service, its
+//!   conversions and status codes, the gate every call passes before it is decoded, and the
+//!   leases of push consumers' deliveries.
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
 //! - [`auth`]: authentication, ACLs (RocketMQ 5's ACL 2.0 model) and TLS.
-//! - [`convert`] and [`error`]: protocol messages to core types and back; status codes.
 //! - [`budget`]: the broker-wide budget of request bytes held.
-//! - [`gate`]: what a gRPC call passes before it is decoded (the read deadline, the budget).
-//! - [`lease`]: deliveries kept invisible for push consumers while they hold them (auto renew).
 //! - [`metrics`]: Prometheus text over HTTP.
 //! - [`console`]: the operator console (a web page and its JSON API, `--console-listen`).
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
@@ -32,18 +31,14 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod console;
-pub mod convert;
 pub mod driver;
-pub mod error;
-pub mod gate;
+pub mod grpc;
 pub mod import;
-pub mod lease;
 pub mod metrics;
 pub mod net;
 pub mod playground;
 pub mod remoting;
 pub mod server;
-pub mod service;
 
 /// Generated protocol types and services.
 #[allow(

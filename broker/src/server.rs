@@ -20,7 +20,8 @@ use crate::budget::RequestBudget;
 use crate::clock::Clock;
 use crate::config::BrokerConfig;
 use crate::driver::{self, CoreHandle, Fatal};
-use crate::gate::GateLayer;
+use crate::grpc::gate::GateLayer;
+use crate::grpc::service::Messaging;
 use crate::metrics::{self, Metrics};
 use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
@@ -28,7 +29,6 @@ use crate::pb::admin::security_server::SecurityServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
 use crate::remoting::handlers::Ctx as RemotingCtx;
 use crate::remoting::server::{Listeners, RemotingServer};
-use crate::service::Messaging;
 
 /// A broker that is serving.
 #[derive(Debug)]

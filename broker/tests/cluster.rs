@@ -627,7 +627,7 @@ async fn the_new_master_carries_on() {
     let due = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock) + 5_000;
     let mut d = msg(topic, b"d", pb::MessageType::Delay, "D0");
     d.system_properties.as_mut().unwrap().delivery_timestamp =
-        Some(rocklet_broker::convert::timestamp(due));
+        Some(rocklet_broker::grpc::convert::timestamp(due));
     send(&mut c, d).await;
     // The acks above are replicated: offsets, receipts and halves are in every member's log.
     let mi = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();

@@ -342,7 +342,7 @@ async fn delayed_message_is_never_early() {
     let at = now + 1_500;
     let mut m = msg("DelayTopic", b"later", pb::MessageType::Delay, "D1");
     m.system_properties.as_mut().unwrap().delivery_timestamp =
-        Some(rocklet_broker::convert::timestamp(at));
+        Some(rocklet_broker::grpc::convert::timestamp(at));
     send_ok(&mut b.client, m).await;
     let got = receive(&mut b.client, "DelayTopic", "G", 1, 10_000, 5_000).await;
     let received_at = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);

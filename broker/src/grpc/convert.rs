@@ -6,8 +6,8 @@ use md5::{Digest as _, Md5};
 use rocklet_core::record::Host;
 use rocklet_core::{broker::prop, CheckRequest, Delay, Message, Millis, NewMessage, Received};
 
+use super::status::bad_request;
 use crate::config::TopicMessageType;
-use crate::error::bad_request;
 use crate::pb::v2 as pb;
 use crate::pb::v2::Status;
 
@@ -115,7 +115,7 @@ pub fn new_message(m: pb::Message, index: usize) -> Result<(NewMessage, Option<M
     }
     let delay = match &sp.delivery_timestamp {
         Some(t) => Some(Delay::At(timestamp_ms(t).ok_or_else(|| {
-            crate::error::status(
+            super::status::status(
                 pb::Code::IllegalDeliveryTime,
                 format!("INVALID_DELAY: messages[{index}].delivery_timestamp {t:?} is not a time after 1970"),
             )
@@ -266,7 +266,7 @@ pub fn check_out(c: &CheckRequest) -> pb::TelemetryCommand {
         sp.message_type = pb::MessageType::Transaction as i32;
     }
     pb::TelemetryCommand {
-        status: Some(crate::error::ok()),
+        status: Some(super::status::ok()),
         command: Some(
             pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(
                 pb::RecoverOrphanedTransactionCommand {

@@ -1,6 +1,6 @@
 //! RocketMQ 5 gRPC: `apache.rocketmq.v2.MessagingService` over the core thread.
 //!
-//! Every RPC converts its request (convert.rs), asks the core thread, and converts the
+//! Every RPC converts its request (`convert`), asks the core thread, and converts the
 //! reply; a client's mistake comes back as a RocketMQ `Status` naming the problem, never as
 //! a panic. Per-connection state is only what routing needs: which telemetry streams are
 //! producers of which topics (for transaction checks).
@@ -25,13 +25,13 @@ use tokio_stream::{Stream, StreamExt};
 use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus, Streaming};
 use tracing::{debug, info};
 
+use super::convert::{self, duration, duration_ms, resource_name, timestamp};
+use super::lease::Leases;
+use super::status::{bad_request, client_error, core_failure, ok, status, unexpected};
 use crate::auth::{grpc as auth_grpc, Auth};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{BrokerConfig, TopicMessageType};
-use crate::convert::{self, duration, duration_ms, resource_name, timestamp};
 use crate::driver::{txn_group, CoreHandle};
-use crate::error::{bad_request, client_error, core_failure, ok, status, unexpected};
-use crate::lease::Leases;
 use crate::metrics::Metrics;
 use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_server::MessagingService;
@@ -117,10 +117,10 @@ impl Messaging {
         self
     }
 
-    /// Starts renewing the deliveries push consumers hold ([`crate::lease`]); the task ends
+    /// Starts renewing the deliveries push consumers hold ([`super::lease`]); the task ends
     /// when the service is dropped.
     pub fn spawn_renewer(&self) {
-        crate::lease::spawn_renewer(&self.leases, self.core.clone(), self.clock.clone());
+        super::lease::spawn_renewer(&self.leases, self.core.clone(), self.clock.clone());
     }
 
     /// Deliveries held for push consumers now.
