@@ -23,13 +23,14 @@ use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
 use rocklet_broker::remoting::codec::{self, RemotingCommand};
-use rocklet_broker::remoting::handlers::code::{
+use rocklet_broker::remoting::codes::code::{
     GET_MAX_OFFSET, GET_ROUTEINFO_BY_TOPIC, PULL_MESSAGE, SEND_MESSAGE_V2,
 };
-use rocklet_broker::remoting::handlers::status::{
+use rocklet_broker::remoting::codes::status::{
     PULL_NOT_FOUND, REQUEST_CODE_NOT_SUPPORTED, SUCCESS, SYSTEM_ERROR,
 };
-use rocklet_broker::remoting::handlers::{host_of, PULL_SUSPEND};
+use rocklet_broker::remoting::handlers::PULL_SUSPEND;
+use rocklet_broker::remoting::message::host_of;
 use rocklet_core::record::{self, Header, Host};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
 use tokio::net::{TcpListener, TcpStream};

@@ -27,7 +27,7 @@ use crate::net::{self, ConnLimit};
 use crate::pb::admin::admin_server::AdminServer;
 use crate::pb::admin::security_server::SecurityServer;
 use crate::pb::v2::messaging_service_server::MessagingServiceServer;
-use crate::remoting::handlers::Ctx as RemotingCtx;
+use crate::remoting::conn::Ctx as RemotingCtx;
 use crate::remoting::server::{Listeners, RemotingServer};
 
 /// A broker that is serving.

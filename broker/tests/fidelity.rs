@@ -12,7 +12,7 @@ use std::time::Duration;
 
 use common::TestBroker;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
-use rocklet_broker::remoting::handlers::offset_msg_id;
+use rocklet_broker::remoting::message::offset_msg_id;
 use rocklet_core::record::{self, Decoded, Host};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpStream;

@@ -32,7 +32,7 @@ use tonic::transport::Channel;
 
 type Signed = MessagingServiceClient<InterceptedService<Channel, Signer>>;
 
-const NO_PERMISSION: i32 = 16;
+use rocklet_broker::remoting::codes::status::NO_PERMISSION;
 const FORBIDDEN: i32 = pb::Code::Forbidden as i32;
 const INVALID_RECEIPT_HANDLE: i32 = pb::Code::InvalidReceiptHandle as i32;
 

@@ -14,7 +14,7 @@ use common::v4::{fields, props, V4};
 use common::TestBroker;
 use rocklet_broker::metrics::Metrics;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
-use rocklet_broker::remoting::handlers::Ctx;
+use rocklet_broker::remoting::conn::Ctx;
 use rocklet_broker::remoting::server::RemotingServer;
 use rocklet_core::record::{self, Decoded};
 use tokio::io::{AsyncReadExt, AsyncWriteExt};

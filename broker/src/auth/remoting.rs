@@ -40,12 +40,10 @@ use rocklet_core::record;
 
 use super::acl::owner_group;
 use super::{Action, Auth, Failure, Identity, Need, Protocol, Refusal, Resource};
-use crate::remoting::admin::code as admin;
 use crate::remoting::codec::RemotingCommand;
-use crate::remoting::handlers::{code, Conn, Ctx};
-
-/// RocketMQ's `ResponseCode.NO_PERMISSION`.
-pub const NO_PERMISSION: i32 = 16;
+use crate::remoting::codes::code;
+pub use crate::remoting::codes::status::NO_PERMISSION;
+use crate::remoting::conn::{Conn, Ctx};
 
 const PUB: &[Action] = &[Action::Pub];
 const SUB: &[Action] = &[Action::Sub];
@@ -185,44 +183,44 @@ pub fn needs(req: &RemotingCommand) -> Vec<Need> {
                 SUB_GET,
             )]
         }
-        admin::UPDATE_AND_CREATE_TOPIC => topic_need(e, CREATE_UPDATE),
-        admin::DELETE_TOPIC_IN_BROKER | admin::DELETE_TOPIC_IN_NAMESRV => topic_need(e, DELETE),
-        admin::GET_TOPIC_CONFIG
-        | admin::GET_TOPIC_STATS_INFO
-        | admin::SEARCH_OFFSET_BY_TIMESTAMP
-        | admin::QUERY_TOPIC_CONSUME_BY_WHO
-        | admin::QUERY_MESSAGE => topic_need(e, GET),
+        code::UPDATE_AND_CREATE_TOPIC => topic_need(e, CREATE_UPDATE),
+        code::DELETE_TOPIC_IN_BROKER | code::DELETE_TOPIC_IN_NAMESRV => topic_need(e, DELETE),
+        code::GET_TOPIC_CONFIG
+        | code::GET_TOPIC_STATS_INFO
+        | code::SEARCH_OFFSET_BY_TIMESTAMP
+        | code::QUERY_TOPIC_CONSUME_BY_WHO
+        | code::QUERY_MESSAGE => topic_need(e, GET),
         // The record's topic is looked up in `check`.
-        admin::VIEW_MESSAGE_BY_ID => Vec::new(),
-        admin::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
+        code::VIEW_MESSAGE_BY_ID => Vec::new(),
+        code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => {
             let g = serde_json::from_slice::<serde_json::Value>(&req.body)
                 .ok()
                 .and_then(|v| v.get("groupName")?.as_str().map(String::from))
                 .unwrap_or_default();
             vec![Need::new(Resource::group(&g), CREATE_UPDATE)]
         }
-        admin::GET_CONSUME_STATS => {
+        code::GET_CONSUME_STATS => {
             let mut n = vec![Need::new(Resource::group(field(e, "consumerGroup")), GET)];
             if !field(e, "topic").is_empty() {
                 n.extend(topic_need(e, GET));
             }
             n
         }
-        admin::GET_CONSUMER_CONNECTION_LIST => {
+        code::GET_CONSUMER_CONNECTION_LIST => {
             vec![Need::new(Resource::group(field(e, "consumerGroup")), GET)]
         }
-        admin::GET_PRODUCER_CONNECTION_LIST => {
+        code::GET_PRODUCER_CONNECTION_LIST => {
             vec![Need::new(Resource::group(field(e, "producerGroup")), GET)]
         }
-        admin::INVOKE_BROKER_TO_RESET_OFFSET => {
+        code::INVOKE_BROKER_TO_RESET_OFFSET => {
             let mut n = vec![Need::new(Resource::group(field(e, "group")), UPDATE)];
             n.extend(topic_need(e, GET));
             n
         }
-        admin::GET_BROKER_CLUSTER_INFO | admin::GET_BROKER_RUNTIME_INFO => {
+        code::GET_BROKER_CLUSTER_INFO | code::GET_BROKER_RUNTIME_INFO => {
             vec![Need::new(Resource::cluster(), GET)]
         }
-        admin::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => vec![Need::new(Resource::cluster(), LIST)],
+        code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => vec![Need::new(Resource::cluster(), LIST)],
         // Everything else rocklet refuses as unsupported; a super user learns that, others
         // are refused first (no request is let through unmapped).
         _ => vec![Need::new(Resource::cluster(), &[Action::All])],
@@ -422,7 +420,7 @@ pub async fn check(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Result<(), 
         }
     }
     let mut n = needs(req);
-    if req.code == admin::VIEW_MESSAGE_BY_ID {
+    if req.code == code::VIEW_MESSAGE_BY_ID {
         if let Some(offset) = req.ext.get("offset").and_then(|o| o.trim().parse().ok()) {
             if let Some(r) = record_at(ctx, offset).await {
                 n.extend(r.needs(GET));
@@ -627,19 +625,19 @@ mod tests {
     fn admin_requests_need_their_resources_and_nothing_passes_unmapped() {
         let t = |code| needs(&req(code, &[("topic", "T")], ""));
         assert_eq!(
-            t(admin::DELETE_TOPIC_IN_BROKER),
+            t(code::DELETE_TOPIC_IN_BROKER),
             vec![Need::new(Resource::topic("T"), DELETE)]
         );
         assert_eq!(
-            t(admin::UPDATE_AND_CREATE_TOPIC),
+            t(code::UPDATE_AND_CREATE_TOPIC),
             vec![Need::new(Resource::topic("T"), CREATE_UPDATE)]
         );
         assert_eq!(
-            t(admin::QUERY_MESSAGE),
+            t(code::QUERY_MESSAGE),
             vec![Need::new(Resource::topic("T"), GET)]
         );
         let n = needs(&req(
-            admin::INVOKE_BROKER_TO_RESET_OFFSET,
+            code::INVOKE_BROKER_TO_RESET_OFFSET,
             &[("topic", "T"), ("group", "g")],
             "",
         ));
@@ -651,7 +649,7 @@ mod tests {
             ]
         );
         let n = needs(&req(
-            admin::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
+            code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP,
             &[],
             r#"{"groupName":"g"}"#,
         ));

@@ -18,21 +18,13 @@ use super::{
     body, epoch_ms, parse_body, us, BenchArgs, CpuMark, Live, Mode, Outcomes, Recorder, RunCpu,
 };
 use crate::remoting::codec::{self, RemotingCommand, SerializeType};
+use crate::remoting::codes::{code, status};
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Long-poll of a pull (the push consumer's default is 15 s; shorter so a run ends quickly).
 const SUSPEND_MS: u64 = 1000;
 const PULL_BATCH: u32 = 32;
 
-mod code {
-    pub const SEND_MESSAGE_V2: i32 = 310;
-    pub const PULL_MESSAGE: i32 = 11;
-    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
-    pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
-    pub const GET_MAX_OFFSET: i32 = 30;
-    pub const SUCCESS: i32 = 0;
-    pub const TOPIC_NOT_EXIST: i32 = 17;
-}
 /// PULL_MESSAGE sysFlag bits: commit the offset given, suspend (long poll), subscription.
 const PULL_FLAGS: i32 = 0x1 | 0x2 | 0x4;
 
@@ -132,7 +124,7 @@ async fn queues(c: &mut Conn, topic: &str) -> Result<u32, String> {
                 CALL_TIMEOUT,
             )
             .await?;
-        if r.code == code::SUCCESS {
+        if r.code == status::SUCCESS {
             let route: serde_json::Value =
                 serde_json::from_slice(&r.body).map_err(|e| format!("route of {topic}: {e}"))?;
             return route["queueDatas"][0]["readQueueNums"]
@@ -141,7 +133,7 @@ async fn queues(c: &mut Conn, topic: &str) -> Result<u32, String> {
                 .filter(|n| *n > 0)
                 .ok_or_else(|| format!("route of {topic} names no queues: {route}"));
         }
-        if r.code != code::TOPIC_NOT_EXIST || attempt > 0 {
+        if r.code != status::TOPIC_NOT_EXIST || attempt > 0 {
             return Err(format!("route of {topic}: code {}: {:?}", r.code, r.remark));
         }
         let r = c
@@ -152,7 +144,7 @@ async fn queues(c: &mut Conn, topic: &str) -> Result<u32, String> {
                 CALL_TIMEOUT,
             )
             .await?;
-        if r.code != code::SUCCESS {
+        if r.code != status::SUCCESS {
             return Err(format!(
                 "creating topic {topic}: code {}: {:?}",
                 r.code, r.remark
@@ -316,7 +308,7 @@ async fn produce(sh: Arc<Shared>, mut c: Conn, queues: u32, stop_at: Option<Inst
             )
             .await
         {
-            Ok(r) if r.code == code::SUCCESS => {
+            Ok(r) if r.code == status::SUCCESS => {
                 sh.ledger.lock().expect("ledger").set(seq, Fate::Once);
                 let mut r = sh.rec.lock().expect("recorder");
                 let _ = r.op.record(us(t0.elapsed()));
@@ -378,7 +370,7 @@ async fn pull(sh: Arc<Shared>, mut c: Conn, queue: u32, mut offset: u64) {
         if let Some(next) = r.ext.get("nextBeginOffset").and_then(|o| o.parse().ok()) {
             offset = next;
         }
-        if r.code != code::SUCCESS {
+        if r.code != status::SUCCESS {
             // Nothing new before the long poll ended (PULL_NOT_FOUND) or retry at once.
             continue;
         }

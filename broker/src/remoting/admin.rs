@@ -10,7 +10,7 @@
 //! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
 //! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216). Every other admin code is
-//! refused naming it ([`code_name`]).
+//! refused naming it ([`super::codes::unserved_name`]).
 //!
 //! Changes (topics and groups created or deleted) are durable before they are answered,
 //! whatever the flush mode ([`crate::driver::CoreHandle::change`]).
@@ -33,115 +33,18 @@ use serde_json::{json, Value};
 
 use super::clients::Member;
 use super::codec::RemotingCommand;
-use super::handlers::{
-    core_failure, encode_message, fail, field, json_body, lock, number, number_or, ok, required,
-    status, Answer, Ctx, BROKER_NAME,
-};
+use super::codes::{code, status};
+use super::conn::{lock, Ctx};
+use super::handlers::BROKER_NAME;
+use super::message::encode_message;
+use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, required, Answer};
 use crate::driver::CoreFailure;
-
-/// Admin request codes (RocketMQ's `RequestCode`).
-pub mod code {
-    pub const QUERY_MESSAGE: i32 = 12;
-    pub const UPDATE_AND_CREATE_TOPIC: i32 = 17;
-    pub const GET_BROKER_RUNTIME_INFO: i32 = 28;
-    pub const SEARCH_OFFSET_BY_TIMESTAMP: i32 = 29;
-    pub const VIEW_MESSAGE_BY_ID: i32 = 33;
-    pub const GET_BROKER_CLUSTER_INFO: i32 = 106;
-    pub const UPDATE_AND_CREATE_SUBSCRIPTIONGROUP: i32 = 200;
-    pub const GET_TOPIC_STATS_INFO: i32 = 202;
-    pub const GET_CONSUMER_CONNECTION_LIST: i32 = 203;
-    pub const GET_PRODUCER_CONNECTION_LIST: i32 = 204;
-    pub const GET_ALL_TOPIC_LIST_FROM_NAMESERVER: i32 = 206;
-    pub const GET_CONSUME_STATS: i32 = 208;
-    pub const DELETE_TOPIC_IN_BROKER: i32 = 215;
-    pub const DELETE_TOPIC_IN_NAMESRV: i32 = 216;
-    pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
-    pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
-    pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
-    pub const GET_TOPIC_CONFIG: i32 = 351;
-}
-
-/// Response codes of admin answers (RocketMQ's `ResponseCode`).
-const CONSUMER_NOT_ONLINE: i32 = 206;
 
 /// Most messages one QUERY_MESSAGE answers (RocketMQ's `maxMsgsNumBatch`, 64; mqadmin asks
 /// for 64).
 pub const MAX_QUERY: usize = 64;
 /// Messages a queryMsgByUniqueKey asks for (RocketMQ's `defaultQueryMaxNum`).
 const UNIQUE_QUERY_MAX: usize = 32;
-
-/// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
-/// asked (mqadmin's other commands, name-server and controller requests).
-const NAMES: [(i32, &str); 59] = [
-    (13, "QUERY_BROKER_OFFSET"),
-    (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
-    (21, "GET_ALL_TOPIC_CONFIG"),
-    (22, "GET_TOPIC_CONFIG_LIST"),
-    (23, "GET_TOPIC_NAME_LIST"),
-    (25, "UPDATE_BROKER_CONFIG"),
-    (26, "GET_BROKER_CONFIG"),
-    (27, "TRIGGER_DELETE_FILES"),
-    (32, "GET_EARLIEST_MSG_STORETIME"),
-    (43, "GET_ALL_CONSUMER_OFFSET"),
-    (45, "GET_ALL_DELAY_OFFSET"),
-    (46, "CHECK_CLIENT_CONFIG"),
-    (47, "GET_CLIENT_CONFIG"),
-    (60, "GET_TIMER_CHECK_POINT"),
-    (61, "GET_TIMER_METRICS"),
-    (100, "PUT_KV_CONFIG"),
-    (101, "GET_KV_CONFIG"),
-    (102, "DELETE_KV_CONFIG"),
-    (103, "REGISTER_BROKER"),
-    (104, "UNREGISTER_BROKER"),
-    (201, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG"),
-    (205, "WIPE_WRITE_PERM_OF_BROKER"),
-    (207, "DELETE_SUBSCRIPTIONGROUP"),
-    (209, "SUSPEND_CONSUMER"),
-    (210, "RESUME_CONSUMER"),
-    (211, "RESET_CONSUMER_OFFSET_IN_CONSUMER"),
-    (212, "RESET_CONSUMER_OFFSET_IN_BROKER"),
-    (213, "ADJUST_CONSUMER_THREAD_POOL"),
-    (214, "WHO_CONSUME_THE_MESSAGE"),
-    (217, "REGISTER_TOPIC_IN_NAMESRV"),
-    (219, "GET_KVLIST_BY_NAMESPACE"),
-    (220, "RESET_CONSUMER_CLIENT_OFFSET"),
-    (221, "GET_CONSUMER_STATUS_FROM_CLIENT"),
-    (223, "INVOKE_BROKER_TO_GET_CONSUMER_STATUS"),
-    (224, "GET_TOPICS_BY_CLUSTER"),
-    (225, "UPDATE_AND_CREATE_SUBSCRIPTIONGROUP_LIST"),
-    (303, "QUERY_CONSUME_TIME_SPAN"),
-    (304, "GET_SYSTEM_TOPIC_LIST_FROM_NS"),
-    (305, "GET_SYSTEM_TOPIC_LIST_FROM_BROKER"),
-    (306, "CLEAN_EXPIRED_CONSUMEQUEUE"),
-    (307, "GET_CONSUMER_RUNNING_INFO"),
-    (308, "QUERY_CORRECTION_OFFSET"),
-    (309, "CONSUME_MESSAGE_DIRECTLY"),
-    (314, "CLONE_GROUP_OFFSET"),
-    (315, "VIEW_BROKER_STATS_DATA"),
-    (316, "CLEAN_UNUSED_TOPIC"),
-    (317, "GET_BROKER_CONSUME_STATS"),
-    (318, "UPDATE_NAMESRV_CONFIG"),
-    (319, "GET_NAMESRV_CONFIG"),
-    (321, "QUERY_CONSUME_QUEUE"),
-    (322, "QUERY_DATA_VERSION"),
-    (323, "RESUME_CHECK_HALF_MESSAGE"),
-    (327, "ADD_WRITE_PERM_OF_BROKER"),
-    (328, "GET_ALL_PRODUCER_INFO"),
-    (329, "DELETE_EXPIRED_COMMITLOG"),
-    (352, "GET_SUBSCRIPTIONGROUP_CONFIG"),
-    (370, "RECALL_MESSAGE"),
-    (400, "QUERY_ASSIGNMENT"),
-    (513, "UPDATE_AND_CREATE_STATIC_TOPIC"),
-];
-
-/// The RocketMQ name of a request code rocklet does not serve, if it is a known one.
-#[must_use]
-pub fn code_name(request_code: i32) -> Option<&'static str> {
-    NAMES
-        .iter()
-        .find(|(c, _)| *c == request_code)
-        .map(|(_, n)| *n)
-}
 
 /// Handles an admin request; `None` when the code is no admin request rocklet knows.
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
@@ -543,14 +446,14 @@ fn or<'a>(v: &'a str, default: &'a str) -> &'a str {
 }
 
 /// GET_CONSUMER_CONNECTION_LIST (consumerConnection): the group's connected clients and
-/// their subscriptions; CONSUMER_NOT_ONLINE when none is connected, as Apache answers.
+/// their subscriptions; status::CONSUMER_NOT_ONLINE when none is connected, as Apache answers.
 fn consumer_connections(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?;
     let clients = lock(&ctx.clients);
     let Some(g) = clients.consumer_group(group) else {
         return Err(fail(
             req,
-            CONSUMER_NOT_ONLINE,
+            status::CONSUMER_NOT_ONLINE,
             format!("the consumer group[{group}] not online"),
         ));
     };
@@ -769,7 +672,7 @@ async fn search_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): as Apache's broker, the offsets of
 /// the time (`timestamp` -1: the queues' ends) are sent to the group's connected clients
 /// (RESET_CONSUMER_CLIENT_OFFSET), which take and commit them; an offset after the group's
-/// is kept only with `isForce`. No client connected: CONSUMER_NOT_ONLINE, and mqadmin then
+/// is kept only with `isForce`. No client connected: status::CONSUMER_NOT_ONLINE, and mqadmin then
 /// commits the offsets itself (GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP,
 /// UPDATE_CONSUMER_OFFSET).
 async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
@@ -781,7 +684,7 @@ async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     if lock(&ctx.clients).members(&group).is_empty() {
         return Err(fail(
             req,
-            CONSUMER_NOT_ONLINE,
+            status::CONSUMER_NOT_ONLINE,
             format!("Consumer not online, so can not reset offset, Group: {group} Topic: {name} Timestamp: {ts}"),
         ));
     }
@@ -837,13 +740,5 @@ mod tests {
             r#"{{"brokerName":"rocklet","queueId":0,"topic":"T"}:{"maxOffset":1},{"brokerName":"rocklet","queueId":1,"topic":"T"}:5}"#
         );
         assert_eq!(mq_map(&[]), "{}");
-    }
-
-    #[test]
-    fn unserved_codes_are_named() {
-        assert_eq!(code_name(25), Some("UPDATE_BROKER_CONFIG"));
-        assert_eq!(code_name(207), Some("DELETE_SUBSCRIPTIONGROUP"));
-        assert_eq!(code_name(215), None, "served");
-        assert_eq!(code_name(99_999), None);
     }
 }

@@ -16,7 +16,7 @@ use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::Weak;
 
-use super::handlers::Conn;
+use super::conn::Conn;
 
 /// Subscriptions kept per consumer group (the latest heartbeat's).
 pub const MAX_SUBSCRIPTIONS: usize = 256;

@@ -11,7 +11,12 @@
 //! - [`locks`]: queue locks of orderly consumers (LOCK_BATCH_MQ / UNLOCK_BATCH_MQ).
 //! - [`pop`]: pop consumers' extraInfo receipts mapped onto the core's receipt handles.
 //! - [`stats`]: requests counted by code name, and their errors.
-//! - [`handlers`]: requests mapped onto the core's requests through the driver.
+//! - [`codes`]: every request and response code and the names of request codes.
+//! - [`conn`]: what the connections share and each one's state.
+//! - [`handlers`]: requests mapped onto the core's requests through the driver, one module
+//!   per kind of client (clients and routes, producers, pull consumers, pop consumers).
+//! - [`message`]: messages as v4 clients carry them (records, offset ids, send headers, batches).
+//! - [`reply`]: answers, header fields, and refusals before a request is handled.
 //!
 //! Transactions: a half message carries its producer group (PGROUP); the core checks that
 //! group, and the driver routes the check to a remoting connection whose heartbeat (or
@@ -20,9 +25,13 @@
 pub mod admin;
 pub mod clients;
 pub mod codec;
+pub mod codes;
 pub mod compression;
+pub mod conn;
 pub mod handlers;
 pub mod locks;
+pub mod message;
 pub mod pop;
+pub mod reply;
 pub mod server;
 pub mod stats;

@@ -32,7 +32,9 @@ use tokio::task::JoinHandle;
 use tracing::{debug, info};
 
 use super::codec::{self, RemotingCommand};
-use super::handlers::{self, Conn, Ctx};
+use super::conn::{self, Conn, Ctx};
+use super::handlers;
+use super::reply;
 use super::stats::RemotingStats;
 use crate::auth::tls::MaybeTls;
 use crate::budget::HeldBytes;
@@ -227,7 +229,7 @@ async fn run<R, W>(
         }
         w.writer_stopped();
     });
-    let checks = handlers::spawn_check_forwarder(conn.clone());
+    let checks = conn::spawn_check_forwarder(conn.clone());
     let slots = Arc::new(Semaphore::new(MAX_IN_FLIGHT));
     let mut tasks = tokio::task::JoinSet::new();
     debug!(conn = id, %peer, "remoting connection");
@@ -302,7 +304,7 @@ async fn run<R, W>(
     // nobody is left to answer.
     conn.peer_gone();
     while tasks.join_next().await.is_some() {}
-    handlers::closed(&ctx, &conn);
+    conn::closed(&ctx, &conn);
     drop(checks);
     writer.abort();
 }
@@ -374,9 +376,9 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     let refusal = if cmd.is_response() {
         None
     } else {
-        handlers::body_refusal(ctx, &cmd, body_len).or_else(|| {
+        reply::body_refusal(ctx, &cmd, body_len).or_else(|| {
             let over = held.as_mut()?.grow(body_len as u64).err()?;
-            Some(handlers::busy(&cmd, &over))
+            Some(reply::busy(&cmd, &over))
         })
     };
     if cmd.is_response() || refusal.is_some() {
@@ -385,7 +387,7 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
         // is oneway) have nothing waiting for them.
         drop(held);
         if let Some(r) = refusal {
-            handlers::refused(ctx, conn, &cmd, r);
+            reply::refused(ctx, conn, &cmd, r);
         }
         return if skip(rd, body_len).await {
             Next::Skip

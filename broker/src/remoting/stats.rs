@@ -7,39 +7,7 @@
 use std::fmt::Write as _;
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use super::handlers::code;
-
-/// Every counted request code and its RocketMQ name; the last slot counts the rest.
-pub const CODES: [(i32, &str); 22] = [
-    (code::SEND_MESSAGE, "SEND_MESSAGE"),
-    (code::PULL_MESSAGE, "PULL_MESSAGE"),
-    (code::QUERY_CONSUMER_OFFSET, "QUERY_CONSUMER_OFFSET"),
-    (code::UPDATE_CONSUMER_OFFSET, "UPDATE_CONSUMER_OFFSET"),
-    (code::GET_MAX_OFFSET, "GET_MAX_OFFSET"),
-    (code::GET_MIN_OFFSET, "GET_MIN_OFFSET"),
-    (code::HEART_BEAT, "HEART_BEAT"),
-    (code::UNREGISTER_CLIENT, "UNREGISTER_CLIENT"),
-    (code::CONSUMER_SEND_MSG_BACK, "CONSUMER_SEND_MSG_BACK"),
-    (code::END_TRANSACTION, "END_TRANSACTION"),
-    (
-        code::GET_CONSUMER_LIST_BY_GROUP,
-        "GET_CONSUMER_LIST_BY_GROUP",
-    ),
-    (code::CHECK_TRANSACTION_STATE, "CHECK_TRANSACTION_STATE"),
-    (code::LOCK_BATCH_MQ, "LOCK_BATCH_MQ"),
-    (code::UNLOCK_BATCH_MQ, "UNLOCK_BATCH_MQ"),
-    (code::GET_ROUTEINFO_BY_TOPIC, "GET_ROUTEINFO_BY_TOPIC"),
-    (code::SEND_MESSAGE_V2, "SEND_MESSAGE_V2"),
-    (code::SEND_BATCH_MESSAGE, "SEND_BATCH_MESSAGE"),
-    (code::LITE_PULL_MESSAGE, "LITE_PULL_MESSAGE"),
-    (code::POP_MESSAGE, "POP_MESSAGE"),
-    (code::ACK_MESSAGE, "ACK_MESSAGE"),
-    (
-        code::CHANGE_MESSAGE_INVISIBLETIME,
-        "CHANGE_MESSAGE_INVISIBLETIME",
-    ),
-    (i32::MIN, "OTHER"),
-];
+use super::codes::COUNTED as CODES;
 
 /// Request counters of the remoting listeners.
 #[derive(Debug, Default)]
@@ -111,6 +79,7 @@ impl RemotingStats {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::remoting::codes::code;
 
     #[test]
     fn requests_and_errors_are_counted_by_code_name() {

@@ -1,0 +1,231 @@
+//! Pull consumers: PULL_MESSAGE and LITE_PULL_MESSAGE, offsets, and CONSUMER_SEND_MSG_BACK.
+
+use std::time::Duration;
+
+use rocklet_core::record::sys_flag;
+use rocklet_core::{ClientError, Reply, Request, TagFilter};
+
+use super::*;
+use crate::remoting::codec::RemotingCommand;
+use crate::remoting::codes::status;
+use crate::remoting::conn::{Conn, Ctx};
+use crate::remoting::message::*;
+use crate::remoting::reply::*;
+
+/// PULL_MESSAGE, with long polling when the request allows suspending (cut short when the
+/// peer goes: nobody would read the answer).
+pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let offset: u64 = number(req, "queueOffset")?;
+    let max: u32 = number_or(req, "maxMsgNums", 32u32)?.clamp(1, MAX_PULL);
+    let flags: i32 = number_or(req, "sysFlag", 0)?;
+    let commit: i64 = number_or(req, "commitOffset", -1i64)?;
+    let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
+    let filter = TagFilter::parse(filter_field(ctx, req, "subscription")?);
+    if flags & PULL_COMMIT_OFFSET != 0 {
+        if let Ok(c) = u64::try_from(commit) {
+            let r = ctx
+                .core
+                .request(Request::CommitOffset {
+                    group: group.clone(),
+                    topic: topic.clone(),
+                    queue_id,
+                    offset: c,
+                })
+                .await;
+            if let Err(e) = r {
+                return Err(core_failure(req, &e));
+            }
+        }
+    }
+    let wait = if flags & PULL_SUSPEND != 0 {
+        suspend_ms.min(ctx.cfg.max_long_polling_ms)
+    } else {
+        0
+    };
+    let deadline = tokio::time::Instant::now() + Duration::from_millis(wait);
+    let answer = |code: i32, next: u64, max_offset: u64, body: Vec<u8>| {
+        let mut r = RemotingCommand::response_to(req, code, None);
+        r.ext.insert("suggestWhichBrokerId".into(), "0".into());
+        r.ext.insert("nextBeginOffset".into(), next.to_string());
+        r.ext.insert("minOffset".into(), "0".into());
+        r.ext.insert("maxOffset".into(), max_offset.to_string());
+        r.body = body;
+        r
+    };
+    loop {
+        let request = Request::Pull {
+            group: group.clone(),
+            topic: topic.clone(),
+            queue_id,
+            offset: Some(offset),
+            max,
+            filter: filter.clone(),
+            auto_commit: false,
+        };
+        let (reply, woken) = match ctx.core.receive(request).await {
+            Ok(x) => x,
+            Err(e) => return Err(core_failure(req, &e)),
+        };
+        match reply {
+            Reply::Pulled {
+                messages,
+                next_offset,
+                max_offset,
+            } => {
+                if !messages.is_empty() {
+                    let mut body = Vec::new();
+                    for m in &messages {
+                        let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
+                        body.extend(encode_message(m, m.offset, sys, &[]));
+                    }
+                    return Ok(answer(status::SUCCESS, next_offset, max_offset, body));
+                }
+                if offset > max_offset {
+                    return Ok(answer(
+                        status::PULL_NOT_FOUND,
+                        max_offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                if next_offset != offset {
+                    // Everything in between was filtered out.
+                    return Ok(answer(
+                        status::PULL_RETRY_IMMEDIATELY,
+                        next_offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                if tokio::time::Instant::now() >= deadline {
+                    return Ok(answer(
+                        status::PULL_NOT_FOUND,
+                        offset,
+                        max_offset,
+                        Vec::new(),
+                    ));
+                }
+                tokio::select! {
+                    _ = woken => {}
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {
+                        return Ok(answer(status::PULL_NOT_FOUND, offset, max_offset, Vec::new()));
+                    }
+                }
+            }
+            Reply::Error(ClientError::UnknownTopic(_)) => {
+                // Nothing was ever sent to it (a retry topic, typically): nothing to pull.
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
+                return Ok(answer(status::PULL_NOT_FOUND, offset, 0, Vec::new()));
+            }
+            Reply::Error(e) => return Err(client_error(req, &e)),
+            other => return Err(unexpected(req, &other)),
+        }
+    }
+}
+
+pub(crate) async fn query_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let committed = ctx
+        .core
+        .inspect(move |b| b.committed_offset(&group, &topic, queue_id))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    // Nothing committed: the queue's start (every queue starts at 0 here), as RocketMQ
+    // answers while the first messages are still in the log.
+    let mut r = ok(req);
+    r.ext
+        .insert("offset".into(), committed.unwrap_or(0).to_string());
+    Ok(r)
+}
+
+pub(crate) async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let offset: u64 = number(req, "commitOffset")?;
+    match ctx
+        .core
+        .request(Request::CommitOffset {
+            group,
+            topic,
+            queue_id,
+            offset,
+        })
+        .await
+    {
+        Ok(Reply::OffsetCommitted) => Ok(ok(req)),
+        // The core's UnknownTopic says auto-create is off; for a commit the reason is that
+        // offsets are kept only for queues that exist (auto-create or not).
+        Ok(Reply::Error(ClientError::UnknownTopic(t))) => Err(fail(
+            req,
+            status::TOPIC_NOT_EXIST,
+            format!("UNKNOWN_TOPIC: topic `{t}` does not exist: offsets are kept only for queues of existing topics"),
+        )),
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+pub(crate) async fn max_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number(req, "queueId")?;
+    let next = ctx
+        .core
+        .inspect(move |b| {
+            b.topic_info(&topic)
+                .and_then(|t| t.queues.iter().find(|q| q.0 == queue_id).map(|q| q.1))
+        })
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let mut r = ok(req);
+    r.ext.insert("offset".into(), next.unwrap_or(0).to_string());
+    Ok(r)
+}
+
+/// GET_MIN_OFFSET: the queue's first offset (0 unless the queue was started later, as an
+/// imported RocketMQ store's queue is).
+pub(crate) async fn min_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: u32 = number_or(req, "queueId", 0)?;
+    let min = ctx
+        .core
+        .inspect(move |b| b.queue_min_offset(&topic, queue_id))
+        .await
+        .map_err(|e| core_failure(req, &e))?
+        .unwrap_or(0);
+    let mut r = ok(req);
+    r.ext.insert("offset".into(), min.to_string());
+    Ok(r)
+}
+
+/// CONSUMER_SEND_MSG_BACK: the message at `offset` goes to the group's retry topic (or DLQ).
+pub(crate) async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let offset: u64 = number(req, "offset")?;
+    let group = required(req, "group")?.to_string();
+    let level: i32 = number_or(req, "delayLevel", 0)?;
+    let delay_level = u32::try_from(level).ok().filter(|l| *l > 0);
+    match ctx
+        .core
+        .request(Request::SendBack {
+            group,
+            offset,
+            delay_level,
+        })
+        .await
+    {
+        Ok(Reply::Sent(_)) | Ok(Reply::Forwarded) => Ok(ok(req)),
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}

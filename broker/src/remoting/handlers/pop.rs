@@ -1,0 +1,226 @@
+//! Pop consumers: POP_MESSAGE, ACK_MESSAGE and CHANGE_MESSAGE_INVISIBLETIME.
+
+use std::time::Duration;
+
+use rocklet_core::record::sys_flag;
+use rocklet_core::{ClientError, Reply, Request, TagFilter};
+
+use super::*;
+use crate::remoting::codec::RemotingCommand;
+use crate::remoting::codes::status;
+use crate::remoting::conn::{lock, Conn, Ctx};
+use crate::remoting::message::*;
+use crate::remoting::pop::{self};
+use crate::remoting::reply::*;
+
+/// Pop consumers' filter: a tag expression (`expType` TAG, or none).
+pub(crate) fn pop_filter(ctx: &Ctx, req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
+    match field(req, "expType") {
+        None | Some("" | "TAG") => Ok(TagFilter::parse(filter_field(ctx, req, "exp")?)),
+        Some(other) => Err(fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            format!("filter type `{other}` is not supported: use a TAG expression"),
+        )),
+    }
+}
+
+/// The answer of a pop that found `msgs`: the records as pulls carry them (reconsume times
+/// = delivery attempt - 1), and in the header what clients build each extraInfo from.
+pub(crate) fn popped(
+    req: &RemotingCommand,
+    msgs: &[rocklet_core::Received],
+    invisible_ms: u64,
+) -> RemotingCommand {
+    let pop_time = msgs[0].visible_at.saturating_sub(invisible_ms);
+    let handles: Vec<&rocklet_core::ReceiptHandle> = msgs.iter().map(|r| &r.handle).collect();
+    let (start, offsets) = pop::offset_infos(&handles);
+    let mut body = Vec::new();
+    for r in msgs {
+        let mut m = r.message.clone();
+        m.reconsume_times = r.attempt.saturating_sub(1);
+        let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
+        body.extend(encode_message(&m, m.offset, sys, &[]));
+    }
+    let mut resp = ok(req);
+    resp.ext.insert("popTime".into(), pop_time.to_string());
+    resp.ext
+        .insert("invisibleTime".into(), invisible_ms.to_string());
+    resp.ext.insert("reviveQid".into(), "0".into());
+    resp.ext.insert("restNum".into(), "0".into());
+    resp.ext.insert("startOffsetInfo".into(), start);
+    resp.ext.insert("msgOffsetInfo".into(), offsets);
+    resp.body = body;
+    resp
+}
+
+/// POP_MESSAGE: the core's Receive (messages invisible to the group for `invisibleTime`),
+/// long polling up to `pollTime` when nothing is ready (cut short when the peer goes).
+pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let queue_id: i32 = number_or(req, "queueId", -1)?;
+    let queue_id = u32::try_from(queue_id).ok();
+    let max: u32 = number_or(req, "maxMsgNums", 32u32)?.clamp(1, MAX_POP);
+    let invisible_ms: u64 = number(req, "invisibleTime")?;
+    if invisible_ms == 0 {
+        return Err(fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            "invisibleTime must be above 0 ms",
+        ));
+    }
+    if field(req, "order") == Some("true") {
+        return Err(fail(
+            req,
+            status::REQUEST_CODE_NOT_SUPPORTED,
+            "orderly pop (order = true) is not supported: use an orderly push consumer",
+        ));
+    }
+    let filter = pop_filter(ctx, req)?;
+    let poll_ms: u64 = number_or(req, "pollTime", 0u64)?;
+    let deadline = tokio::time::Instant::now()
+        + Duration::from_millis(poll_ms.min(ctx.cfg.max_long_polling_ms));
+    let not_found = |ctx: &Ctx| {
+        let mut r = RemotingCommand::response_to(req, status::PULL_NOT_FOUND, None);
+        r.ext
+            .insert("popTime".into(), ctx.clock.now_ms().to_string());
+        r.ext
+            .insert("invisibleTime".into(), invisible_ms.to_string());
+        r.ext.insert("reviveQid".into(), "0".into());
+        r.ext.insert("restNum".into(), "0".into());
+        r
+    };
+    loop {
+        let request = Request::Receive {
+            group: group.clone(),
+            topic: topic.clone(),
+            queue_id,
+            max,
+            invisible_ms,
+            filter: filter.clone(),
+        };
+        let (reply, woken) = ctx
+            .core
+            .receive(request)
+            .await
+            .map_err(|e| core_failure(req, &e))?;
+        match reply {
+            Reply::Received(msgs) if !msgs.is_empty() => {
+                return Ok(popped(req, &msgs, invisible_ms))
+            }
+            Reply::Received(_) => {}
+            Reply::Error(ClientError::UnknownTopic(_)) => {
+                // Nothing was ever sent to it: nothing to pop (yet).
+                tokio::select! {
+                    () = tokio::time::sleep_until(deadline) => {}
+                    () = conn.gone() => {}
+                }
+                return Ok(not_found(ctx));
+            }
+            Reply::Error(e) => return Err(client_error(req, &e)),
+            other => return Err(unexpected(req, &other)),
+        }
+        if tokio::time::Instant::now() >= deadline {
+            return Ok(not_found(ctx));
+        }
+        tokio::select! {
+            _ = woken => {}
+            () = tokio::time::sleep_until(deadline) => {}
+            () = conn.gone() => return Ok(not_found(ctx)),
+        }
+    }
+}
+
+/// The core handle an ACK_MESSAGE or CHANGE_MESSAGE_INVISIBLETIME names (see [`pop`]), and
+/// the renewal token it came from, if any.
+pub(crate) fn receipt(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    group: &str,
+    topic: &str,
+) -> Result<(rocklet_core::ReceiptHandle, Option<u32>), RemotingCommand> {
+    let extra = pop::parse_extra_info(required(req, "extraInfo")?)
+        .map_err(|e| fail(req, status::MESSAGE_ILLEGAL, e))?;
+    let queue_offset = match extra.queue_offset {
+        Some(o) => o,
+        None => number(req, "offset")?,
+    };
+    if extra.revive_qid == 0 {
+        let handle = rocklet_core::ReceiptHandle {
+            topic: topic.to_string(),
+            queue_id: extra.queue_id,
+            queue_offset,
+            generation: extra.ck,
+        };
+        return Ok((handle, None));
+    }
+    let token = u32::try_from(extra.revive_qid).ok();
+    let renewed =
+        token.and_then(|t| lock(&ctx.renewals).get(t, group, topic, extra.queue_id, queue_offset));
+    match (renewed, token) {
+        (Some(h), Some(t)) => Ok((h, Some(t))),
+        _ => Err(client_error(
+            req,
+            &ClientError::InvalidReceiptHandle(format!(
+                "extraInfo names reviveQid {}, which is no invisible-time change of group {group} on {topic} queue {} offset {queue_offset} this broker remembers (it restarted, or the change is long past)",
+                extra.revive_qid, extra.queue_id
+            )),
+        )),
+    }
+}
+
+/// ACK_MESSAGE: the core's Ack of the delivery extraInfo names.
+pub(crate) async fn ack_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let (handle, token) = receipt(ctx, req, &group, &topic)?;
+    match ctx.core.request(Request::Ack { group, handle }).await {
+        Ok(Reply::Acked) => {
+            if let Some(t) = token {
+                lock(&ctx.renewals).remove(t);
+            }
+            Ok(ok(req))
+        }
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
+
+/// CHANGE_MESSAGE_INVISIBLETIME: the core's ChangeInvisible; the answer's reviveQid is the
+/// token the client's next extraInfo will carry.
+pub(crate) async fn change_invisible(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "consumerGroup")?.to_string();
+    let topic = required(req, "topic")?.to_string();
+    let invisible_ms: u64 = number(req, "invisibleTime")?;
+    let (handle, old) = receipt(ctx, req, &group, &topic)?;
+    let request = Request::ChangeInvisible {
+        group: group.clone(),
+        handle,
+        invisible_ms,
+    };
+    match ctx.core.request(request).await {
+        Ok(Reply::InvisibleChanged { handle, visible_at }) => {
+            let token = {
+                let mut r = lock(&ctx.renewals);
+                if let Some(t) = old {
+                    r.remove(t);
+                }
+                r.insert(ctx.clock.now_ms(), &group, handle, visible_at)
+            };
+            let mut resp = ok(req);
+            resp.ext.insert(
+                "popTime".into(),
+                visible_at.saturating_sub(invisible_ms).to_string(),
+            );
+            resp.ext
+                .insert("invisibleTime".into(), invisible_ms.to_string());
+            resp.ext.insert("reviveQid".into(), token.to_string());
+            Ok(resp)
+        }
+        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
+        Ok(other) => Err(unexpected(req, &other)),
+        Err(e) => Err(core_failure(req, &e)),
+    }
+}
