@@ -34,8 +34,8 @@ pub struct Faults {
     pub failed: AtomicU64,
     /// Writes passed through so far.
     pub writes: AtomicU64,
-    /// Byte ranges of the image whose writes never fail, even while `fail` is set: ext4's
-    /// journal. A journal write that fails aborts the file system (read-only from then on);
+    /// Byte ranges of the image whose writes never fail, even while `fail` is set (a write
+    /// that overlaps one passes), and then fsyncs never fail either: ext4's journal. A journal write that fails aborts the file system (read-only from then on);
     /// a disk whose data blocks fail while the journal holds leaves it writable, so a broker
     /// restarted at once on the same mount can write again (and meet what the failed
     /// writeback left in the page cache).
@@ -80,7 +80,7 @@ impl FaultyFile {
             .lock()
             .unwrap()
             .iter()
-            .any(|&(from, to)| offset >= from && offset + len <= to)
+            .any(|&(from, to)| offset < to && offset + len > from)
     }
 
     fn failing(&self) -> bool {
@@ -183,8 +183,10 @@ impl Filesystem for FaultyFile {
         reply: ReplyEmpty,
     ) {
         // Writes reached the backing file when they were answered; the host's power is not
-        // what this device simulates, so its page cache counts as the platter.
-        if self.failing() {
+        // what this device simulates, so its page cache counts as the platter. With spared
+        // ranges only the writes outside them fail (each answered EIO at once): a flush the
+        // journal's commit asks for goes through.
+        if self.faults.spared.lock().unwrap().is_empty() && self.failing() {
             reply.error(Errno::EIO);
         } else {
             reply.ok();
