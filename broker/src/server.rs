@@ -141,6 +141,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         _ => format!("cannot open data directory {}: {e}", dir.display()),
     })?;
     let started = std::time::Instant::now();
+    // Not clean: the segments' cached pages were dropped, recovery reads the disk.
+    let last_stop_clean = storage.was_clean();
     // Segment files as RocketMQ's commit log has them: exactly segment_size long.
     let storage = AnyStorage::File(storage.preallocate(core_cfg.segment_size));
     let opened = if cfg.repair {
@@ -171,6 +173,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         pending_transactions = broker.pending_transaction_count(),
         pending_delays = broker.pending_delay_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
+        last_stop_clean,
         "log recovered"
     );
     for cut in &r.cuts {

@@ -34,6 +34,8 @@ struct Ledger {
     acked: HashSet<String>,
     /// Error statuses answered (code, message).
     errors: Vec<(i32, String)>,
+    /// Sends answered with an error.
+    refused: HashSet<String>,
     /// Sends that got no answer within 10 s.
     hung: usize,
 }
@@ -74,6 +76,7 @@ async fn producer(addr: std::net::SocketAddr, task: usize, ledger: Arc<Mutex<Led
                     l.acked.insert(id);
                 } else {
                     l.errors.push((s.code, s.message));
+                    l.refused.insert(id);
                 }
             }
         }
@@ -346,6 +349,7 @@ async fn an_immediate_restart_after_a_failed_fsync_serves_what_the_disk_holds() 
             .unwrap();
     }
     let l = std::mem::take(&mut *ledger.lock().unwrap());
+    let failed_log = p.log();
     drop(p);
 
     // The device works again, and the broker restarts at once on the same mount.
@@ -387,17 +391,22 @@ async fn an_immediate_restart_after_a_failed_fsync_serves_what_the_disk_holds() 
         .collect();
     let lost: Vec<_> = acked.difference(&after).collect();
     let phantom: Vec<_> = first.difference(&after).collect();
+    let refused_served: Vec<_> = first
+        .union(&after)
+        .filter(|id| l.refused.contains(*id))
+        .collect();
     eprintln!(
         "{} sent before the fault, {} acknowledged; after the immediate restart {} served \
          ({} new acknowledged); after the cache went {} served; {} acknowledged lost, {} served \
-         then gone",
+         then gone, {} refused sends served",
         l.sent.len(),
         l.acked.len(),
         first.len(),
         acked.len() - l.acked.len(),
         after.len(),
         lost.len(),
-        phantom.len()
+        phantom.len(),
+        refused_served.len()
     );
     assert!(
         lost.is_empty(),
@@ -412,7 +421,20 @@ async fn an_immediate_restart_after_a_failed_fsync_serves_what_the_disk_holds() 
         phantom.len(),
         phantom.iter().take(5).collect::<Vec<_>>()
     );
+    assert!(
+        refused_served.is_empty(),
+        "{} sends answered with the storage failure were served, e.g. {:?}",
+        refused_served.len(),
+        refused_served.iter().take(5).collect::<Vec<_>>()
+    );
     assert!(after.is_subset(&l.sent.union(&acked).cloned().collect()));
+    // How: the failed run recorded where its durable log ended, and the restart cut there.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("recovery cut a torn tail") && l.contains("SYNC_FAILED")),
+        "the restart cut the log where the failed run's durable log ended:\n{log}\nthe failed run:\n{failed_log}"
+    );
+
     let (status, _) = p.term();
     assert!(status.success());
     drop(ext4);
