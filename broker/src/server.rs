@@ -179,7 +179,18 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     for cut in &r.cuts {
         warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, kept_as = ?cut.kept_as, "recovery cut a torn tail");
     }
-    for q in &r.quarantined {
+    for q in r
+        .quarantined
+        .iter()
+        .filter(|q| q.name.ends_with(".missing"))
+    {
+        warn!(offset = q.offset, bytes = q.bytes, reason = %q.reason, note = %dir.join(rocklet_core::QUARANTINE_DIR).join(&q.name).display(), "repair found log offsets missing (no segment file holds them); recorded in quarantine, the log goes on without them");
+    }
+    for q in r
+        .quarantined
+        .iter()
+        .filter(|q| !q.name.ends_with(".missing"))
+    {
         warn!(offset = q.offset, bytes = q.bytes, reason = %q.reason, file = %dir.join(rocklet_core::QUARANTINE_DIR).join(&q.name).display(), "repair moved damaged bytes to quarantine");
     }
     if cfg.repair {
