@@ -291,8 +291,6 @@ mod file {
         preallocate: u64,
         /// What `LOG_END` says (`None`: there is no such file yet).
         log_end: Option<LogEnd>,
-        /// What `LOG_END` said at open: what recovery holds the segments to.
-        opened_with: Option<LogEnd>,
         /// The last run's storage failure, recorded by [`FileStorage::record_failure`].
         failed_at: Option<u64>,
         /// `LOG_END` said the last stop was clean.
@@ -359,7 +357,6 @@ mod file {
                 writes: 0,
                 preallocate: 0,
                 log_end,
-                opened_with: log_end,
                 failed_at,
                 was_clean,
                 _lock: lock,
@@ -530,7 +527,10 @@ mod file {
                 self.touch_dir();
                 // A new newest segment: durable, with everything before it, before anything
                 // is appended to it (see the type's doc), then named in LOG_END.
-                if self.log_end.is_none_or(|e| e.segment.is_none_or(|s| base > s)) {
+                if self
+                    .log_end
+                    .is_none_or(|e| e.segment.is_none_or(|s| base > s))
+                {
                     file.sync_all()?;
                     self.sync()?;
                     let end = self.log_end.map_or(base, |e| e.end.max(base));
@@ -655,7 +655,7 @@ mod file {
         }
 
         fn log_end(&mut self) -> io::Result<Option<LogEnd>> {
-            Ok(self.opened_with)
+            Ok(self.log_end)
         }
 
         fn failed_at(&mut self) -> io::Result<Option<u64>> {
