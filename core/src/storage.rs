@@ -394,7 +394,7 @@ mod file {
         fn drop_cached_segments(&mut self) -> io::Result<()> {
             for base in self.segments()? {
                 let path = self.path(base);
-                let f = match OpenOptions::new().read(true).write(true).open(&path) {
+                let f = match File::open(&path) {
                     Ok(f) => f,
                     Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                     Err(e) => return Err(e),
