@@ -169,7 +169,15 @@ pub fn permitted() -> Result<(), String> {
     if uid != "0" {
         return Err(format!("not root (uid {uid})"));
     }
-    for tool in ["losetup", "mkfs.ext4", "mount", "umount", "python3"] {
+    for tool in [
+        "losetup",
+        "mkfs.ext4",
+        "mount",
+        "umount",
+        "python3",
+        "debugfs",
+        "dumpe2fs",
+    ] {
         if Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()
