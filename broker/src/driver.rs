@@ -708,6 +708,13 @@ impl Driver {
         }
         // Anything still waiting can no longer be answered: dropping the oneshots says so.
         self.pending.clear();
+        // A clean stop is recorded as one (LOG_END): the next start trusts the page cache.
+        if self.broker.failed().is_none() {
+            if let Err(e) = self.broker.close() {
+                let end = self.broker.log_end();
+                self.storage_error("closing the log", &e, end..end);
+            }
+        }
         match self.broker.failed() {
             None => info!(
                 log_end = self.broker.log_end(),
@@ -821,6 +828,7 @@ impl Driver {
             return;
         }
         if let Some(why) = self.broker.failed().map(str::to_string) {
+            self.record_failure();
             error!(data_dir = %self.data_dir(), reason = %why, "the broker failed; it acknowledges nothing more and stops (restart it: recovery reads what is on disk)");
             self.fatal.send_replace(Some(Fatal::Storage(why)));
         }
@@ -838,6 +846,7 @@ impl Driver {
         if self.fatal.borrow().is_some() {
             return;
         }
+        self.record_failure();
         let files = self.segments_of(range.clone());
         error!(
             data_dir = %self.data_dir(),
@@ -848,6 +857,18 @@ impl Driver {
             "{what} failed: nothing it covered is acknowledged (no retry: a failed fsync may have dropped the data); the broker stops, restart it so recovery reads what is on disk"
         );
         self.fatal.send_replace(Some(Fatal::Storage(reason)));
+    }
+
+    /// Tells the next start where what this run made durable ends
+    /// ([`rocklet_core::FileStorage::record_failure`]): recovery cuts everything after it, which nothing
+    /// acknowledged, however much of it reached the disk out of order.
+    fn record_failure(&mut self) {
+        let durable = self.broker.log_synced();
+        if let AnyStorage::File(f) = self.broker.storage_mut() {
+            if let Err(e) = f.record_failure(durable) {
+                warn!(data_dir = %f.dir().display(), durable, error = %e, "cannot record where the durable log ends; the next start judges the tail by its bytes alone");
+            }
+        }
     }
 
     fn data_dir(&self) -> String {

@@ -141,6 +141,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         _ => format!("cannot open data directory {}: {e}", dir.display()),
     })?;
     let started = std::time::Instant::now();
+    // Not clean: the segments' cached pages were dropped, recovery reads the disk.
+    let last_stop_clean = storage.was_clean();
     // Segment files as RocketMQ's commit log has them: exactly segment_size long.
     let storage = AnyStorage::File(storage.preallocate(core_cfg.segment_size));
     let opened = if cfg.repair {
@@ -171,12 +173,24 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         pending_transactions = broker.pending_transaction_count(),
         pending_delays = broker.pending_delay_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
+        last_stop_clean,
         "log recovered"
     );
     for cut in &r.cuts {
         warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, kept_as = ?cut.kept_as, "recovery cut a torn tail");
     }
-    for q in &r.quarantined {
+    for q in r
+        .quarantined
+        .iter()
+        .filter(|q| q.name.ends_with(".missing"))
+    {
+        warn!(offset = q.offset, bytes = q.bytes, reason = %q.reason, note = %dir.join(rocklet_core::QUARANTINE_DIR).join(&q.name).display(), "repair found log offsets missing (no segment file holds them); recorded in quarantine, the log goes on without them");
+    }
+    for q in r
+        .quarantined
+        .iter()
+        .filter(|q| !q.name.ends_with(".missing"))
+    {
         warn!(offset = q.offset, bytes = q.bytes, reason = %q.reason, file = %dir.join(rocklet_core::QUARANTINE_DIR).join(&q.name).display(), "repair moved damaged bytes to quarantine");
     }
     if cfg.repair {

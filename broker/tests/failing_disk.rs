@@ -34,6 +34,8 @@ struct Ledger {
     acked: HashSet<String>,
     /// Error statuses answered (code, message).
     errors: Vec<(i32, String)>,
+    /// Sends answered with an error.
+    refused: HashSet<String>,
     /// Sends that got no answer within 10 s.
     hung: usize,
 }
@@ -74,6 +76,7 @@ async fn producer(addr: std::net::SocketAddr, task: usize, ledger: Arc<Mutex<Led
                     l.acked.insert(id);
                 } else {
                     l.errors.push((s.code, s.message));
+                    l.refused.insert(id);
                 }
             }
         }
@@ -280,4 +283,160 @@ async fn an_append_the_device_refuses_exits_non_zero_and_recovers() {
     assert_eq!(drain_ids(&mut c, "Idle", "G").await, vec!["I1".to_string()]);
     let (status, _) = p.term();
     assert!(status.success());
+}
+
+/// The same failing disk, but restarted at once on the same mount, as a supervisor does: no
+/// remount, so the pages the failed writeback marked clean are still in the page cache.
+/// Recovery must read what the disk holds, not what the cache holds: what the broker serves
+/// right after the restart (old messages and new ones it acknowledges then) is what it serves
+/// after the cache is gone, and every acknowledged message is in it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs root (FUSE, loop device, mount): run by tests/ci/reliability.sh"]
+async fn an_immediate_restart_after_a_failed_fsync_serves_what_the_disk_holds() {
+    if let Err(why) = disk::permitted() {
+        eprintln!("SKIPPED: a failing disk needs a FUSE mount, a loop device and mount: {why}");
+        return;
+    }
+    let tmp = tempfile::tempdir().unwrap();
+    let fuse = match faulty_fuse::FaultyMount::mount(
+        &tmp.path().join("fuse"),
+        &tmp.path().join("backing.img"),
+        64,
+    ) {
+        Ok(f) => f,
+        Err(e) => {
+            eprintln!("SKIPPED: {e}");
+            return;
+        }
+    };
+    let faults = fuse.faults.clone();
+    let img = tmp.path().join("fuse").join(faulty_fuse::IMAGE);
+    let mut ext4 = disk::Ext4::create(&img, 64, &tmp.path().join("ext4"))
+        .unwrap_or_else(|e| panic!("ext4 on a loop device over the FUSE file: {e}"));
+    // The data blocks fail, the journal holds: the file system stays writable.
+    let journal = ext4.journal_range().unwrap();
+    faults.spared.lock().unwrap().push(journal);
+    let data = ext4.mnt.join("data");
+    let cfg = tmp.path().join("rocklet.toml");
+    std::fs::write(
+        &cfg,
+        "[core]\nflush = \"sync\"\nsegment_size = 1048576\nmax_message_size = 65536\nmax_batch_size = 65536\n",
+    )
+    .unwrap();
+    let args = ["--config", cfg.to_str().unwrap()];
+
+    let mut p = BrokerProc::start(&data, &args);
+    let ledger: Arc<Mutex<Ledger>> = Arc::default();
+    let tasks: Vec<_> = (0..4)
+        .map(|t| tokio::spawn(producer(p.addr, t, ledger.clone())))
+        .collect();
+    let t = Instant::now();
+    while ledger.lock().unwrap().acked.len() < 300 && t.elapsed() < Duration::from_secs(20) {
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+    assert!(
+        ledger.lock().unwrap().acked.len() >= 300,
+        "300 sends acknowledged in 20 s"
+    );
+    faults.fail.store(true, Ordering::SeqCst);
+    let status = tokio::task::block_in_place(|| p.wait_exit(Duration::from_secs(30)))
+        .unwrap_or_else(|| panic!("the broker still runs 30 s after its disk failed"));
+    assert_eq!(status.code(), Some(1), "{status}\n{}", p.log());
+    for t in tasks {
+        tokio::time::timeout(Duration::from_secs(20), t)
+            .await
+            .expect("every producer finishes once the broker is gone")
+            .unwrap();
+    }
+    let l = std::mem::take(&mut *ledger.lock().unwrap());
+    let failed_log = p.log();
+    drop(p);
+
+    // The device works again, and the broker restarts at once on the same mount.
+    faults.fail.store(false, Ordering::SeqCst);
+    let p = BrokerProc::start(&data, &args);
+    let mut c = connect(p.addr).await;
+    let mut acked = l.acked.clone();
+    for n in 0..200 {
+        let id = format!("N{n}");
+        send_ok(
+            &mut c,
+            msg("Disk", &[b'n'; 512], pb::MessageType::Normal, &id),
+        )
+        .await;
+        acked.insert(id);
+    }
+    let first: HashSet<String> = drain_ids(&mut c, "Disk", "First")
+        .await
+        .into_iter()
+        .collect();
+    let (status, log) = p.term();
+    assert!(status.success(), "{log}");
+
+    // The cache goes (unmount, detach, attach, mount): now only the disk speaks.
+    ext4.umount().unwrap();
+    ext4.detach().unwrap();
+    ext4.attach().unwrap();
+    ext4.mount().unwrap();
+    let p = BrokerProc::try_start(&data, &args).unwrap_or_else(|e| {
+        panic!(
+            "once the page cache was gone, the log the immediate restart served and appended \
+             to is not what the disk holds: {e}"
+        )
+    });
+    let mut c = connect(p.addr).await;
+    let after: HashSet<String> = drain_ids(&mut c, "Disk", "After")
+        .await
+        .into_iter()
+        .collect();
+    let lost: Vec<_> = acked.difference(&after).collect();
+    let phantom: Vec<_> = first.difference(&after).collect();
+    let refused_served: Vec<_> = first
+        .union(&after)
+        .filter(|id| l.refused.contains(*id))
+        .collect();
+    eprintln!(
+        "{} sent before the fault, {} acknowledged; after the immediate restart {} served \
+         ({} new acknowledged); after the cache went {} served; {} acknowledged lost, {} served \
+         then gone, {} refused sends served",
+        l.sent.len(),
+        l.acked.len(),
+        first.len(),
+        acked.len() - l.acked.len(),
+        after.len(),
+        lost.len(),
+        phantom.len(),
+        refused_served.len()
+    );
+    assert!(
+        lost.is_empty(),
+        "{} acknowledged messages lost once the page cache was gone, e.g. {:?}",
+        lost.len(),
+        lost.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        phantom.is_empty(),
+        "{} messages served right after the restart were not on the disk (refused sends the \
+         cache still held), e.g. {:?}",
+        phantom.len(),
+        phantom.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(
+        refused_served.is_empty(),
+        "{} sends answered with the storage failure were served, e.g. {:?}",
+        refused_served.len(),
+        refused_served.iter().take(5).collect::<Vec<_>>()
+    );
+    assert!(after.is_subset(&l.sent.union(&acked).cloned().collect()));
+    // How: the failed run recorded where its durable log ended, and the restart cut there.
+    assert!(
+        log.lines()
+            .any(|l| l.contains("recovery cut a torn tail") && l.contains("SYNC_FAILED")),
+        "the restart cut the log where the failed run's durable log ended:\n{log}\nthe failed run:\n{failed_log}"
+    );
+
+    let (status, _) = p.term();
+    assert!(status.success());
+    drop(ext4);
+    drop(fuse);
 }

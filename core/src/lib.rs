@@ -43,6 +43,6 @@ pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
 pub use log::{Cut, Quarantined, RecoveryReport};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, DetachedSync, FileStorage, QUARANTINE_DIR};
-pub use storage::{MemStorage, Storage};
+pub use storage::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, QUARANTINE_DIR};
+pub use storage::{LogEnd, MemStorage, Storage};
 pub use types::*;

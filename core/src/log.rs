@@ -6,7 +6,7 @@ use alloc::vec;
 use alloc::vec::Vec;
 
 use crate::record::{self, Decoded, RecordView, BLANK_LEN};
-use crate::storage::Storage;
+use crate::storage::{LogEnd, Storage};
 
 /// Property on the first record of an atomic group (a batch, or a record written together
 /// with the record that moves it): how many records the group holds. Recovery keeps a group
@@ -410,6 +410,8 @@ impl<S: Storage> Log<S> {
     /// moved to quarantine instead of refused.
     pub(crate) fn start_recovery(&mut self, repair: bool) -> Result<Recovery, S::Error> {
         self.segments = self.storage.segments()?;
+        let mark = self.storage.log_end()?;
+        let failed_at = self.storage.failed_at()?;
         let report = RecoveryReport {
             segments: self.segments.len(),
             ..RecoveryReport::default()
@@ -429,7 +431,19 @@ impl<S: Storage> Log<S> {
             report,
             repair,
             closed: false,
+            mark,
+            failed_at,
+            settle: false,
+            end_checked: false,
         })
+    }
+
+    /// A clean stop: everything is synced, and the storage records where the log ends and
+    /// that it was closed cleanly.
+    pub(crate) fn close(&mut self) -> Result<(), S::Error> {
+        self.sync()?;
+        self.storage.sync()?;
+        self.storage.record_log_end(self.end, true)
     }
 
     /// Ends recovery: sets the append point.
@@ -475,6 +489,15 @@ pub(crate) struct Recovery {
     repair: bool,
     /// The segment last read ended with an end-of-segment blank.
     closed: bool,
+    /// How far the log reached, as the storage recorded it.
+    mark: Option<LogEnd>,
+    /// The last run stopped on a storage failure when everything below this was durable
+    /// ([`Storage::failed_at`]): the log is cut here.
+    failed_at: Option<u64>,
+    /// The log was cut at a recorded failure: the storage's record of its end follows it.
+    settle: bool,
+    /// The end of the segments was held to `mark`.
+    end_checked: bool,
 }
 
 /// A recovered record: (log offset, bytes).
@@ -538,11 +561,30 @@ impl Recovery {
                 return Ok(Step::Ready);
             }
             let Some(&base) = self.segs.get(self.si) else {
+                if !self.end_checked {
+                    self.end_checked = true;
+                    self.check_end(log)?;
+                    continue;
+                }
                 return Ok(Step::Done);
             };
             let seg_len = match self.seg_len {
                 Some(l) => l,
                 None => {
+                    // Segments follow each other: the one before ended (its end blank, or
+                    // the end of its data) where this one begins.
+                    if self.si > 0 && self.end < base {
+                        let prev = self.segs[self.si - 1];
+                        let what = alloc::format!(
+                            "log offsets {}..{base} are missing: segment {prev:020} ends at log \
+                             offset {}, the next segment file is {base:020} (segment file \
+                             {:020} missing?)",
+                            self.end,
+                            self.end,
+                            self.end
+                        );
+                        self.gap(log, self.end, base, what, true)?;
+                    }
                     let l = log.storage.len(base)?;
                     self.seg_len = Some(l);
                     self.closed = false;
@@ -550,6 +592,12 @@ impl Recovery {
                     l
                 }
             };
+            if let Some(d) = self.failed_at {
+                if self.group.is_none() && base + self.pos >= d {
+                    self.cut_unsynced(log, base, seg_len)?;
+                    continue;
+                }
+            }
             let last = self.si + 1 == self.segs.len();
             let avail = &self.buf[self.start..self.filled];
             let bad: Option<String> = match record::decode(avail, log.max_record) {
@@ -663,6 +711,156 @@ impl Recovery {
                 self.damaged(log, base, seg_len, last, reason)?;
             }
         }
+    }
+
+    /// The last run failed on storage with everything below the current position durable
+    /// ([`Storage::failed_at`]): nothing from here on was acknowledged. What reached the
+    /// disk of it (after a failed writeback, any blocks of it, in any order) is cut: kept in
+    /// quarantine (`<offset>-<end>.unsynced`), zeros from here in this segment, later
+    /// segments (created by then) moved to quarantine whole and removed.
+    fn cut_unsynced<S: Storage>(
+        &mut self,
+        log: &mut Log<S>,
+        base: u64,
+        seg_len: u64,
+    ) -> Result<(), RecoveryError<S::Error>> {
+        let from = self.pos;
+        self.failed_at = None;
+        let reason = "the last run stopped on a storage failure with everything before this \
+                      durable (SYNC_FAILED): nothing from here on was acknowledged";
+        let mut cut = |log: &mut Log<S>, seg: u64, from: u64, len: u64| {
+            let upto = nonzero_end(log, seg, from, len)?;
+            let kept_as = if upto > from {
+                let name = alloc::format!("{:020}-{:020}.unsynced", seg + from, seg + upto);
+                quarantine(log, seg, from, upto, &name)?;
+                Some(name)
+            } else {
+                None
+            };
+            self.report.bytes_truncated += upto - from;
+            self.report.cuts.push(Cut {
+                offset: seg + from,
+                bytes: upto - from,
+                reason: reason.into(),
+                kept_as,
+            });
+            Ok::<_, S::Error>(())
+        };
+        cut(log, base, from, seg_len)?;
+        log.storage.truncate(base, from)?;
+        for &later in &self.segs[self.si + 1..] {
+            let len = log.storage.len(later)?;
+            cut(log, later, 0, len)?;
+            log.storage.remove(later)?;
+        }
+        log.storage.sync()?;
+        self.segs.truncate(self.si + 1);
+        log.segments.retain(|&b| b <= base);
+        self.report.segments = self.segs.len();
+        self.end = base + from;
+        // The newest segment named in the storage's record may be one just removed: the
+        // log now ends here, and the record follows (check_end).
+        self.settle = true;
+        self.next_segment();
+        Ok(())
+    }
+
+    /// After the last segment: the log must reach what the storage recorded as durable
+    /// ([`Storage::log_end`]), and its newest segment file must be there.
+    fn check_end<S: Storage>(&mut self, log: &mut Log<S>) -> Result<(), RecoveryError<S::Error>> {
+        let end = if self.segs.is_empty() { 0 } else { self.end };
+        if let Some(d) = self.failed_at {
+            if end < d {
+                // The failure's durable point is not reached: acknowledged bytes are gone.
+                let what = alloc::format!(
+                    "log offsets {end}..{d} are missing: the last run had them durable when it \
+                     stopped on a storage failure (SYNC_FAILED), but the log ends at {end}"
+                );
+                return self.gap(log, end, d, what, false);
+            }
+            self.failed_at = None;
+            self.settle = true;
+        }
+        if self.settle {
+            // The recorded failure is settled: the record follows the log (and clears it).
+            log.storage.record_log_end(end, false)?;
+            return Ok(());
+        }
+        let Some(mark) = self.mark else {
+            return Ok(());
+        };
+        let newest = self.segs.last().copied();
+        if let Some(want) = mark.segment {
+            if newest.is_none_or(|n| n < want) {
+                let from = end.min(want);
+                let to = mark.end.max(want);
+                let what = alloc::format!(
+                    "segment file {want:020} is missing: the log reached log offset {} \
+                     durably and had that segment, but its segments end at log offset {end} \
+                     (offsets {from}..{to} and whatever followed in {want:020} are gone)",
+                    mark.end
+                );
+                return self.gap(log, from, to, what, false);
+            }
+        }
+        if end < mark.end {
+            let what = alloc::format!(
+                "log offsets {end}..{} are missing: the log reached log offset {} durably, but \
+                 its last segment{} ends at {end}",
+                mark.end,
+                mark.end,
+                newest.map_or(String::new(), |n| alloc::format!(" {n:020}"))
+            );
+            return self.gap(log, end, mark.end, what, false);
+        }
+        Ok(())
+    }
+
+    /// Log offsets `from..to` no segment holds. A plain open refuses them; a repair records
+    /// them in the report and in the quarantine (a note, `<from>-<to>.missing`: there are no
+    /// bytes to keep) and goes on: a gap between segments is filled with a segment holding a
+    /// repair blank (so the next plain open finds the segments contiguous); a missing end
+    /// lowers the storage's record of the log's end to where the log now ends.
+    fn gap<S: Storage>(
+        &mut self,
+        log: &mut Log<S>,
+        from: u64,
+        to: u64,
+        what: String,
+        between: bool,
+    ) -> Result<(), RecoveryError<S::Error>> {
+        if !self.repair {
+            return Err(RecoveryError::Corrupt {
+                offset: from,
+                reason: what,
+            });
+        }
+        let name = alloc::format!("{from:020}-{to:020}.missing");
+        let note = alloc::format!(
+            "rocklet repair: no segment held these log offsets; nothing of them remains\n{what}\n"
+        );
+        log.storage.quarantine(&name, note.as_bytes())?;
+        self.report.quarantined.push(Quarantined {
+            offset: from,
+            bytes: to - from,
+            reason: what,
+            name,
+        });
+        if between {
+            // One filler segment per 2 GiB (a blank's length is 32 bits).
+            let mut at = from;
+            while at < to {
+                let len = (to - at).clamp(BLANK_LEN as u64, 1 << 31);
+                let mut blank = Vec::with_capacity(BLANK_LEN);
+                record::encode_repair_blank(&mut blank, len as u32);
+                log.storage.write(at, 0, &blank)?;
+                at += len;
+            }
+            log.storage.sync()?;
+        } else {
+            log.storage.record_log_end(from, false)?;
+        }
+        Ok(())
     }
 
     /// Bad bytes at the current position: cuts a torn tail, or refuses / repairs damage.
@@ -820,11 +1018,44 @@ impl Recovery {
                 log.storage.truncate(base, cut_at)?;
                 log.storage.write(base, cut_at, &blank)?;
                 log.storage.sync()?;
+                self.end = base + cut_at + rest;
                 self.next_segment();
             }
         }
         Ok(())
     }
+}
+
+/// Where the bytes of a segment that are not zero end, from segment position `from` on
+/// (`from` when only zeros follow).
+fn nonzero_end<S: Storage>(
+    log: &mut Log<S>,
+    base: u64,
+    from: u64,
+    seg_len: u64,
+) -> Result<u64, S::Error> {
+    let mut window = vec![0u8; SCAN_WINDOW];
+    let mut end = from;
+    let mut at = from;
+    while at < seg_len {
+        match log.storage.data_from(base, at)? {
+            None => break,
+            Some(next) if next > at => {
+                at = next;
+                continue;
+            }
+            Some(_) => {}
+        }
+        let n = log.storage.read(base, at, &mut window)?;
+        if n == 0 {
+            break;
+        }
+        if let Some(i) = window[..n].iter().rposition(|&b| b != 0) {
+            end = at + i as u64 + 1;
+        }
+        at += n as u64;
+    }
+    Ok(end)
 }
 
 /// Looks past bad bytes at segment position `from`: the first position after it where a
@@ -1032,5 +1263,10 @@ pub(crate) fn truncate_storage<S: Storage>(storage: &mut S, offset: u64) -> Resu
             storage.truncate(base, offset - base)?;
         }
     }
-    storage.sync()
+    storage.sync()?;
+    // The log is shorter now: the record of how far it reached follows it down.
+    if let Some(mark) = storage.log_end()? {
+        storage.record_log_end(mark.end.min(offset), false)?;
+    }
+    Ok(())
 }

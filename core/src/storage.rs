@@ -53,6 +53,41 @@ pub trait Storage {
         let _ = (base, pos);
         None
     }
+    /// The durable record of how far the log reached ([`LogEnd`]), which recovery holds the
+    /// segments to: `None` when the storage keeps none (memory, or a data directory written
+    /// before it was kept). The default keeps none.
+    fn log_end(&mut self) -> Result<Option<LogEnd>, Self::Error> {
+        Ok(None)
+    }
+    /// Records, durably before it returns, that every byte of the log below `end` is
+    /// durable, with the newest segment there is; `clean`: the log is closed (a clean stop:
+    /// nothing is appended until the next open). May lower what was recorded (a repair that
+    /// went on past missing data, a replica cutting its log). The default keeps nothing.
+    fn record_log_end(&mut self, end: u64, clean: bool) -> Result<(), Self::Error> {
+        let _ = (end, clean);
+        Ok(())
+    }
+    /// When the last run stopped on a storage failure and recorded it: the log offset below
+    /// which everything it wrote was durable. Nothing at or after it was acknowledged, so
+    /// recovery cuts the log there, whatever of it reached the disk (after a failed
+    /// writeback, blocks land out of order: later records can sit behind a hole). Cleared
+    /// by the next [`Storage::record_log_end`]. The default records none.
+    fn failed_at(&mut self) -> Result<Option<u64>, Self::Error> {
+        Ok(None)
+    }
+}
+
+/// How far the log reached, kept durably beside the segments (for files: `LOG_END`), so
+/// recovery can tell a log that ends where it should from one whose newest segment went
+/// missing.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct LogEnd {
+    /// The newest segment there was (`None`: none yet): its file must still be there.
+    pub segment: Option<u64>,
+    /// Every byte below this log offset was durable: the log must reach it.
+    pub end: u64,
+    /// Written at a clean stop: nothing was appended after it, and no write failed.
+    pub clean: bool,
 }
 
 /// Storage in memory: a map of segments. Never fails.
@@ -212,12 +247,13 @@ impl Storage for MemStorage {
 }
 
 #[cfg(feature = "std")]
-pub use file::{AnyStorage, DetachedSync, FileStorage, QUARANTINE_DIR};
+pub use file::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, QUARANTINE_DIR};
 
 #[cfg(feature = "std")]
 mod file {
-    use super::Storage;
+    use super::{LogEnd, Storage};
     use alloc::format;
+    use alloc::string::String;
     use alloc::vec::Vec;
     use std::fs::{self, File, OpenOptions};
     use std::io::{self, Write};
@@ -230,6 +266,15 @@ mod file {
     /// Every append is written to the operating system at once (so a killed process loses
     /// nothing it appended); [`Storage::sync`] fsyncs the segments written since the last sync.
     /// A lock file (`LOCK`) holds the directory for one process at a time.
+    ///
+    /// A new segment file is created only once everything before it is durable, and then
+    /// named in `LOG_END` ([`LogEnd`]), so a segment never exists ahead of a hole a crash
+    /// left, and recovery can tell a missing newest segment. A clean stop marks `LOG_END`
+    /// clean; every open clears the mark before anything is appended. An open after a stop
+    /// that was not clean first drops the segments' cached pages (after an fsync that must
+    /// succeed), so recovery reads what the disk holds: after a failed writeback Linux marks
+    /// the pages it could not write clean, and a read through the cache would serve bytes
+    /// the disk never got.
     #[derive(Debug)]
     pub struct FileStorage {
         dir: PathBuf,
@@ -244,6 +289,12 @@ mod file {
         /// New segments are created this long (zeros after the data), as RocketMQ's mapped
         /// files are; 0: as long as their data.
         preallocate: u64,
+        /// What `LOG_END` says (`None`: there is no such file yet).
+        log_end: Option<LogEnd>,
+        /// The last run's storage failure, recorded by [`FileStorage::record_failure`].
+        failed_at: Option<u64>,
+        /// `LOG_END` said the last stop was clean.
+        was_clean: bool,
         _lock: File,
     }
 
@@ -295,15 +346,105 @@ mod file {
                 }
                 Err(fs::TryLockError::Error(e)) => return Err(e),
             }
-            Ok(FileStorage {
+            let log_end = read_log_end(&dir)?;
+            let failed_at = read_failures(&dir)?.into_iter().max();
+            let was_clean = log_end.is_some_and(|e| e.clean) && failed_at.is_none();
+            let mut s = FileStorage {
                 dir,
                 open: Vec::new(),
                 dirty: Vec::new(),
                 dir_dirty: 0,
                 writes: 0,
                 preallocate: 0,
+                log_end,
+                failed_at,
+                was_clean,
                 _lock: lock,
-            })
+            };
+            match log_end {
+                // From now on appends may come: the stop after them is clean only if it says so.
+                Some(e) if was_clean => s.write_log_end(LogEnd { clean: false, ..e })?,
+                _ => s.drop_cached_segments()?,
+            }
+            Ok(s)
+        }
+
+        /// After a storage failure, before the process stops: records (an empty file named
+        /// `SYNC_FAILED.<offset>`, and the directory fsynced: no data block, only what the
+        /// file system journals) that everything this run wrote below `durable` was
+        /// durable and nothing after it was acknowledged, so the next start cuts the log
+        /// there ([`Storage::failed_at`]). Fails when the file system refuses even that.
+        pub fn record_failure(&mut self, durable: u64) -> io::Result<()> {
+            File::create(self.dir.join(format!("{SYNC_FAILED}{durable:020}")))?;
+            File::open(&self.dir)?.sync_all()
+        }
+
+        /// Whether the last stop was clean (`LOG_END` said so when this storage opened).
+        #[must_use]
+        pub fn was_clean(&self) -> bool {
+            self.was_clean
+        }
+
+        /// After a stop that was not clean: makes every segment's cached pages what the disk
+        /// holds. An fsync first writes the pages still dirty (the last run's appends the
+        /// kernel had not written yet: they are good data); if it fails, the open fails
+        /// (a write of the last run failed and nobody was told yet). Then every page is
+        /// clean, those a failed writeback left behind included, and `DONTNEED` drops them:
+        /// recovery reads from the disk.
+        fn drop_cached_segments(&mut self) -> io::Result<()> {
+            for base in self.segments()? {
+                let path = self.path(base);
+                let f = match File::open(&path) {
+                    Ok(f) => f,
+                    Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                    Err(e) => return Err(e),
+                };
+                f.sync_data().map_err(|e| {
+                    io::Error::new(
+                        e.kind(),
+                        format!(
+                            "fsync of segment {} failed: {e} (a write of the last run never \
+                             reached the disk)",
+                            path.display()
+                        ),
+                    )
+                })?;
+                rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)
+                    .map_err(io::Error::from)?;
+            }
+            Ok(())
+        }
+
+        /// Writes `LOG_END` crash-safe: a temporary file, fsynced, renamed over it, and the
+        /// directory fsynced.
+        fn write_log_end(&mut self, e: LogEnd) -> io::Result<()> {
+            let tmp = self.dir.join(LOG_END_TMP);
+            let segment = e.segment.map_or(String::from("none"), |s| format!("{s}"));
+            let text = format!(
+                "{LOG_END_HEADER}\nsegment {segment}\nend {}\nclean {}\n",
+                e.end, e.clean
+            );
+            let mut f = OpenOptions::new()
+                .create(true)
+                .write(true)
+                .truncate(true)
+                .open(&tmp)?;
+            f.write_all(text.as_bytes())?;
+            f.sync_all()?;
+            drop(f);
+            fs::rename(&tmp, self.dir.join(LOG_END_FILE))?;
+            File::open(&self.dir)?.sync_all()?;
+            self.log_end = Some(e);
+            // A failure recorded before is settled: recovery cut the log where it said.
+            let failures = read_failures(&self.dir)?;
+            for at in &failures {
+                fs::remove_file(self.dir.join(format!("{SYNC_FAILED}{at:020}")))?;
+            }
+            if !failures.is_empty() {
+                File::open(&self.dir)?.sync_all()?;
+            }
+            self.failed_at = None;
+            Ok(())
         }
 
         /// Creates new segment files `bytes` long, zeros after their data, as RocketMQ
@@ -384,6 +525,21 @@ mod file {
                     file.set_len(self.preallocate)?;
                 }
                 self.touch_dir();
+                // A new newest segment: durable, with everything before it, before anything
+                // is appended to it (see the type's doc), then named in LOG_END.
+                if self
+                    .log_end
+                    .is_none_or(|e| e.segment.is_none_or(|s| base > s))
+                {
+                    file.sync_all()?;
+                    self.sync()?;
+                    let end = self.log_end.map_or(base, |e| e.end.max(base));
+                    self.write_log_end(LogEnd {
+                        segment: Some(base),
+                        end,
+                        clean: false,
+                    })?;
+                }
             }
             // Keep the few newest segments open: appends go to the last one, reads mostly near it.
             if self.open.len() >= 8 {
@@ -498,6 +654,23 @@ mod file {
             }
         }
 
+        fn log_end(&mut self) -> io::Result<Option<LogEnd>> {
+            Ok(self.log_end)
+        }
+
+        fn failed_at(&mut self) -> io::Result<Option<u64>> {
+            Ok(self.failed_at)
+        }
+
+        fn record_log_end(&mut self, end: u64, clean: bool) -> io::Result<()> {
+            let segment = self.segments()?.last().copied();
+            self.write_log_end(LogEnd {
+                segment,
+                end,
+                clean,
+            })
+        }
+
         fn data_from(&mut self, base: u64, pos: u64) -> io::Result<Option<u64>> {
             let Some(f) = self.file(base, false)? else {
                 return Ok(None);
@@ -538,6 +711,85 @@ mod file {
 
     /// Where a [`FileStorage`] keeps what recovery took out of the log, in its directory.
     pub const QUARANTINE_DIR: &str = "quarantine";
+
+    /// The file in a [`FileStorage`]'s directory that holds its [`LogEnd`]: four lines of
+    /// text (`rocklet-log-end 1`, `segment <base>|none`, `end <offset>`, `clean true|false`).
+    pub const LOG_END_FILE: &str = "LOG_END";
+    const LOG_END_TMP: &str = "LOG_END.tmp";
+    const SYNC_FAILED: &str = "SYNC_FAILED.";
+
+    /// The offsets named by `SYNC_FAILED.<offset>` files.
+    fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(dir)? {
+            let name = entry?.file_name();
+            if let Some(at) = name.to_str().and_then(|n| n.strip_prefix(SYNC_FAILED)) {
+                out.push(at.parse().map_err(|_| {
+                    io::Error::new(
+                        io::ErrorKind::InvalidData,
+                        format!(
+                            "{} is not a recorded storage failure (SYNC_FAILED.<20 digits>): \
+                             remove it",
+                            dir.join(&name).display()
+                        ),
+                    )
+                })?);
+            }
+        }
+        Ok(out)
+    }
+    const LOG_END_HEADER: &str = "rocklet-log-end 1";
+
+    /// Reads `LOG_END`; `None` when there is none (a data directory from before it, or
+    /// RocketMQ's). One that does not parse is refused by name: the check it stands for
+    /// cannot be made.
+    fn read_log_end(dir: &Path) -> io::Result<Option<LogEnd>> {
+        let path = dir.join(LOG_END_FILE);
+        let text = match fs::read(&path) {
+            Ok(t) => t,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        let bad = |why: &str| {
+            io::Error::new(
+                io::ErrorKind::InvalidData,
+                format!(
+                    "{} is unreadable ({why}): it records how far the log reached; restore it \
+                     from a backup, or delete it to start without that check",
+                    path.display()
+                ),
+            )
+        };
+        let text = core::str::from_utf8(&text).map_err(|_| bad("not text"))?;
+        let mut lines = text.lines();
+        if lines.next() != Some(LOG_END_HEADER) {
+            return Err(bad("no `rocklet-log-end 1` first line"));
+        }
+        let mut field = |name: &str| {
+            lines
+                .next()
+                .and_then(|l| l.strip_prefix(name))
+                .and_then(|v| v.strip_prefix(' '))
+                .ok_or_else(|| bad(&format!("no `{name}` line")))
+        };
+        let segment = match field("segment")? {
+            "none" => None,
+            v => Some(v.parse().map_err(|_| bad("`segment` is not a number"))?),
+        };
+        let end = field("end")?
+            .parse()
+            .map_err(|_| bad("`end` is not a number"))?;
+        let clean = match field("clean")? {
+            "true" => true,
+            "false" => false,
+            _ => return Err(bad("`clean` is neither true nor false")),
+        };
+        Ok(Some(LogEnd {
+            segment,
+            end,
+            clean,
+        }))
+    }
 
     /// Memory or files, chosen at run time: what hosts that offer both (Python, Node) hold.
     #[derive(Debug)]
@@ -631,6 +883,24 @@ mod file {
             match self {
                 AnyStorage::Mem(m) => m.quarantine(name, data).map_err(never),
                 AnyStorage::File(f) => f.quarantine(name, data),
+            }
+        }
+        fn log_end(&mut self) -> io::Result<Option<LogEnd>> {
+            match self {
+                AnyStorage::Mem(m) => m.log_end().map_err(never),
+                AnyStorage::File(f) => f.log_end(),
+            }
+        }
+        fn record_log_end(&mut self, end: u64, clean: bool) -> io::Result<()> {
+            match self {
+                AnyStorage::Mem(m) => m.record_log_end(end, clean).map_err(never),
+                AnyStorage::File(f) => f.record_log_end(end, clean),
+            }
+        }
+        fn failed_at(&mut self) -> io::Result<Option<u64>> {
+            match self {
+                AnyStorage::Mem(m) => m.failed_at().map_err(never),
+                AnyStorage::File(f) => f.failed_at(),
             }
         }
     }

@@ -986,3 +986,166 @@ fn a_copy_names_the_topic_the_message_was_in_not_a_producers_retry_topic_propert
     let dead = first_message(&mut sim, "%DLQ%D");
     assert_eq!(dead.property(broker::prop::RETRY_TOPIC), Some("T"));
 }
+
+#[cfg(feature = "std")]
+fn temp_dir(tag: &str) -> std::path::PathBuf {
+    let dir = std::env::temp_dir().join(alloc::format!(
+        "rocklet-{tag}-{}-{}",
+        std::process::id(),
+        line!()
+    ));
+    let _ = std::fs::remove_dir_all(&dir);
+    dir
+}
+
+#[cfg(feature = "std")]
+fn send_to(b: &mut Broker<FileStorage>, topic: &str, body: &str) {
+    let r = b
+        .execute(
+            0,
+            Request::Send {
+                messages: vec![NewMessage::new(topic, body)],
+            },
+        )
+        .unwrap();
+    assert!(matches!(r, Reply::Sent(_)), "{r:?}");
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn a_recorded_storage_failure_cuts_the_log_at_its_durable_end_whatever_reached_the_disk() {
+    let dir = temp_dir("failed-at");
+    let mut b = Broker::open(cfg(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    for i in 0..5 {
+        send_to(&mut b, "F", &alloc::format!("durable {i}"));
+    }
+    b.sync().unwrap();
+    let durable = b.log_synced();
+    for i in 0..5 {
+        send_to(&mut b, "F", &alloc::format!("never synced {i}"));
+    }
+    let end = b.log_end();
+    // A failed writeback lands blocks out of order: a hole right after the durable end,
+    // later records whole behind it. A plain open would take that for damage.
+    let seg = dir.join(alloc::format!("{:020}", 0));
+    let mut bytes = std::fs::read(&seg).unwrap();
+    bytes[durable as usize..durable as usize + 100].fill(0);
+    std::fs::write(&seg, &bytes).unwrap();
+    b.storage_mut().record_failure(durable).unwrap();
+    drop(b);
+
+    let mut s = FileStorage::open(&dir).unwrap();
+    assert!(!s.was_clean());
+    assert_eq!(s.failed_at().unwrap(), Some(durable));
+    let mut b = Broker::open(cfg(), s, 0).unwrap();
+    assert_eq!(b.log_end(), durable);
+    let cut = &b.recovery_report().cuts[0];
+    assert_eq!((cut.offset, cut.bytes), (durable, end - durable));
+    assert!(cut.reason.contains("SYNC_FAILED"), "{}", cut.reason);
+    let kept = cut.kept_as.clone().unwrap();
+    assert!(kept.ends_with(".unsynced"), "{kept}");
+    assert!(dir.join(QUARANTINE_DIR).join(&kept).exists());
+    let left: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .filter(|n| n.starts_with("SYNC_FAILED"))
+        .collect();
+    assert!(left.is_empty(), "the failure record is settled: {left:?}");
+    let log_end = b.storage_mut().log_end().unwrap();
+    assert_eq!(log_end.map(|e| (e.end, e.clean)), Some((durable, false)));
+    // Appends go on at the durable end; a clean stop is recorded as one.
+    send_to(&mut b, "F", "after");
+    b.close().unwrap();
+    drop(b);
+    let s = FileStorage::open(&dir).unwrap();
+    assert!(s.was_clean());
+    let mut sim_body = Vec::new();
+    let mut b = Broker::open(cfg(), s, 0).unwrap();
+    for q in 0..8 {
+        if let Ok(Reply::Pulled { messages, .. }) = b.execute(
+            0,
+            Request::Pull {
+                group: "reader".into(),
+                topic: "F".into(),
+                queue_id: q,
+                offset: Some(0),
+                max: 100,
+                filter: TagFilter::All,
+                auto_commit: false,
+            },
+        ) {
+            sim_body.extend(
+                messages
+                    .into_iter()
+                    .map(|m| String::from_utf8(m.body).unwrap()),
+            );
+        }
+    }
+    sim_body.sort();
+    assert_eq!(sim_body.len(), 6, "{sim_body:?}");
+    assert!(sim_body.iter().all(|m| !m.starts_with("never")));
+    drop(b);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[cfg(feature = "std")]
+#[test]
+fn an_unreadable_log_end_is_refused_by_name() {
+    let dir = temp_dir("log-end");
+    drop(FileStorage::open(&dir).unwrap());
+    std::fs::write(dir.join(LOG_END_FILE), "rocklet-log-end 1\nsegment x\n").unwrap();
+    let e = FileStorage::open(&dir).unwrap_err();
+    let msg = alloc::format!("{e}");
+    assert!(
+        msg.contains("LOG_END is unreadable (`segment` is not a number)")
+            && msg.contains("delete it to start without that check"),
+        "{msg}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn a_gap_between_segments_is_refused_and_a_repair_fills_it() {
+    let cfg = Config {
+        segment_size: 64 << 10,
+        max_message_size: 16 << 10,
+        max_batch_size: 16 << 10,
+        ..cfg()
+    };
+    let mut b = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+    while b.segment_count() < 4 {
+        b.execute(
+            0,
+            Request::Send {
+                messages: vec![NewMessage::new("G", "g".repeat(4000))],
+            },
+        )
+        .unwrap();
+    }
+    let mut mem = b.into_storage();
+    let segs = mem.segments().unwrap();
+    mem.remove(segs[1]).unwrap();
+    match Broker::open(cfg.clone(), mem.clone(), 0) {
+        Err(Error::Corrupted { offset, reason }) => {
+            assert_eq!(offset, segs[1]);
+            assert!(
+                reason.contains(&alloc::format!(
+                    "log offsets {}..{} are missing",
+                    segs[1],
+                    segs[2]
+                )) && reason.contains(&alloc::format!("segment file {:020} missing", segs[1])),
+                "{reason}"
+            );
+        }
+        Err(e) => panic!("{e}"),
+        Ok(_) => panic!("a missing middle segment went unnoticed"),
+    }
+    let b = Broker::open_repairing(cfg.clone(), mem, 0).unwrap();
+    let q = &b.recovery_report().quarantined;
+    assert_eq!(q.len(), 1);
+    assert_eq!((q[0].offset, q[0].bytes), (segs[1], segs[2] - segs[1]));
+    assert!(b.storage().quarantined().contains_key(&q[0].name));
+    let mem = b.into_storage();
+    let b = Broker::open(cfg, mem, 0).unwrap();
+    assert!(b.recovery_report().quarantined.is_empty());
+}

@@ -118,6 +118,30 @@ impl Ext4 {
         run("python3", &["-c", &script, self.mnt.to_str().unwrap()]).map(|_| ())
     }
 
+    /// Byte range of the device that holds the journal (`debugfs`: the journal inode's
+    /// blocks, which mkfs lays out contiguously).
+    pub fn journal_range(&self) -> Result<(u64, u64), String> {
+        let bs: u64 = run("dumpe2fs", &["-h", &self.dev])?
+            .lines()
+            .find_map(|l| l.strip_prefix("Block size:"))
+            .and_then(|v| v.trim().parse().ok())
+            .ok_or("dumpe2fs printed no block size")?;
+        let blocks: Vec<u64> = run("debugfs", &["-R", "blocks <8>", &self.dev])?
+            .split_whitespace()
+            .filter_map(|b| b.parse().ok())
+            .collect();
+        let (Some(first), Some(last)) = (blocks.iter().min(), blocks.iter().max()) else {
+            return Err("debugfs listed no journal blocks".into());
+        };
+        if last - first + 1 != blocks.len() as u64 {
+            return Err(format!(
+                "the journal is not contiguous ({} blocks in {first}..={last})",
+                blocks.len()
+            ));
+        }
+        Ok((first * bs, (last + 1) * bs))
+    }
+
     /// Detaches the loop device (after [`Ext4::umount`]).
     pub fn detach(&mut self) -> Result<(), String> {
         run("losetup", &["-d", &self.dev]).map(|_| ())
@@ -145,7 +169,15 @@ pub fn permitted() -> Result<(), String> {
     if uid != "0" {
         return Err(format!("not root (uid {uid})"));
     }
-    for tool in ["losetup", "mkfs.ext4", "mount", "umount", "python3"] {
+    for tool in [
+        "losetup",
+        "mkfs.ext4",
+        "mount",
+        "umount",
+        "python3",
+        "debugfs",
+        "dumpe2fs",
+    ] {
         if Command::new("sh")
             .args(["-c", &format!("command -v {tool}")])
             .output()

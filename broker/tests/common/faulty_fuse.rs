@@ -11,7 +11,7 @@ use std::fs::File;
 use std::os::unix::fs::FileExt;
 use std::path::Path;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, UNIX_EPOCH};
 
 use fuser::{
@@ -34,6 +34,12 @@ pub struct Faults {
     pub failed: AtomicU64,
     /// Writes passed through so far.
     pub writes: AtomicU64,
+    /// Byte ranges of the image whose writes never fail, even while `fail` is set (a write
+    /// that overlaps one passes), and then fsyncs never fail either: ext4's journal. A journal write that fails aborts the file system (read-only from then on);
+    /// a disk whose data blocks fail while the journal holds leaves it writable, so a broker
+    /// restarted at once on the same mount can write again (and meet what the failed
+    /// writeback left in the page cache).
+    pub spared: Mutex<Vec<(u64, u64)>>,
 }
 
 struct FaultyFile {
@@ -68,6 +74,15 @@ fn attr(ino: INodeNo, size: u64) -> FileAttr {
 }
 
 impl FaultyFile {
+    fn spared(&self, offset: u64, len: u64) -> bool {
+        self.faults
+            .spared
+            .lock()
+            .unwrap()
+            .iter()
+            .any(|&(from, to)| offset < to && offset + len > from)
+    }
+
     fn failing(&self) -> bool {
         if self.faults.fail.load(Ordering::SeqCst) {
             self.faults.failed.fetch_add(1, Ordering::SeqCst);
@@ -134,7 +149,9 @@ impl Filesystem for FaultyFile {
         _lock_owner: Option<LockOwner>,
         reply: ReplyWrite,
     ) {
-        if self.failing() || offset + data.len() as u64 > self.size {
+        if (!self.spared(offset, data.len() as u64) && self.failing())
+            || offset + data.len() as u64 > self.size
+        {
             return reply.error(Errno::EIO);
         }
         match self.backing.write_all_at(data, offset) {
@@ -166,8 +183,10 @@ impl Filesystem for FaultyFile {
         reply: ReplyEmpty,
     ) {
         // Writes reached the backing file when they were answered; the host's power is not
-        // what this device simulates, so its page cache counts as the platter.
-        if self.failing() {
+        // what this device simulates, so its page cache counts as the platter. With spared
+        // ranges only the writes outside them fail (each answered EIO at once): a flush the
+        // journal's commit asks for goes through.
+        if self.faults.spared.lock().unwrap().is_empty() && self.failing() {
             reply.error(Errno::EIO);
         } else {
             reply.ok();

@@ -938,6 +938,18 @@ impl<S: Storage> Broker<S> {
         Ok(())
     }
 
+    /// A clean stop: syncs everything and has the storage record where the log ends and that
+    /// it was closed cleanly ([`Storage::record_log_end`]), so the next open knows no write
+    /// of this run failed unseen. Append nothing after it; open the storage again to go on.
+    pub fn close(&mut self) -> Res<(), S> {
+        self.sync()?;
+        if let Err(e) = self.log.close() {
+            self.fail(alloc::format!("closing the log failed: {e}"));
+            return Err(Error::Storage(e));
+        }
+        Ok(())
+    }
+
     /// Where replies and visibility may go: what the flush mode needs synced locally, and,
     /// under [`Config::replicated_acks`], what enough replicas hold.
     fn release_point(&self) -> u64 {
