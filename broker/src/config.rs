@@ -273,8 +273,10 @@ pub struct FileConfig {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
+        let bytes = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| format!("config file {}: not UTF-8 text: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
     }
 
@@ -285,6 +287,66 @@ impl FileConfig {
         crate::cluster::ClusterConfig::from_file(f.cluster.clone())?;
         Ok(f)
     }
+}
+
+/// Largest config file read (users, ACL entries and declared topics included, a config
+/// file is a few KiB; this is a bound, not a budget).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 16 << 20;
+
+/// The whole of the regular file at `path`, at most `limit` bytes. Anything else is refused
+/// (`InvalidInput`, naming what it is) before a byte is read: a FIFO would block the open
+/// until some process writes to it, a device such as `/dev/zero` never ends, a directory has
+/// no bytes. A file above `limit` is refused too, and a file that grows past it while being
+/// read. `NotFound` stays `NotFound`.
+pub fn read_regular_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let not_regular = |m: &std::fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        let what = if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{what}, not a regular file: refused (only regular files are read)"),
+        )
+    };
+    let too_large = |len: u64| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{len} bytes or more, above the {limit} bytes read at most: refused"),
+        )
+    };
+    // Checked before opening: opening a FIFO for reading blocks until a writer comes.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    if meta.len() > limit {
+        return Err(too_large(meta.len()));
+    }
+    let f = std::fs::File::open(path)?;
+    // The same check on what was opened (the path may have been replaced meanwhile).
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.take(limit + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(out)
 }
 
 /// Everything the broker runs with.
