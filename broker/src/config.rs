@@ -349,11 +349,75 @@ pub fn read_regular_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
     Ok(out)
 }
 
+/// Names in a data directory that hold nothing (a new file system's `lost+found`).
+const IGNORED_IN_DATA_DIR: &[&str] = &["lost+found"];
+
+/// Whether the file named `name` is one Rocklet writes in a data directory: the lock file
+/// every broker and import creates first, or a log segment (20 digits).
+fn is_rocklet_file(name: &str) -> bool {
+    name == "LOCK" || (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Refuses a data directory that would take a user's files for its own: one that exists,
+/// is not empty, and holds no Rocklet file (`LOCK` or a log segment), unless
+/// `not_empty_ok` (`--data-dir-not-empty-ok`). A missing directory, an empty one, and one
+/// a broker or an import wrote are accepted; nothing is created or changed here.
+pub fn check_data_dir(dir: &Path, not_empty_ok: bool) -> Result<(), String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(format!(
+                "the data directory {} is a file, not a directory: pick another --data-dir",
+                dir.display()
+            ))
+        }
+        Err(e) => return Err(format!("cannot read data directory {}: {e}", dir.display())),
+    };
+    let mut foreign = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| format!("cannot read data directory {}: {e}", dir.display()))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if is_rocklet_file(&name) {
+            return Ok(());
+        }
+        if !IGNORED_IN_DATA_DIR.contains(&name.as_ref()) {
+            foreign.push(name.into_owned());
+        }
+    }
+    if foreign.is_empty() || not_empty_ok {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown = foreign
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = foreign.len().saturating_sub(3);
+    Err(format!(
+        "the data directory {} is not empty and holds no Rocklet data (it holds {shown}{}): \
+         refusing to write a broker's log among other files. Pick a new or empty --data-dir, \
+         or pass --data-dir-not-empty-ok to use this one anyway",
+        dir.display(),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
+}
+
 /// Everything the broker runs with.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// Use `data_dir` even when it is not empty and holds no Rocklet data (the
+    /// `--data-dir-not-empty-ok` flag; see [`check_data_dir`]).
+    pub data_dir_not_empty_ok: bool,
     pub metrics_listen: Option<SocketAddr>,
     /// Longest a ReceiveMessage long poll waits.
     pub max_long_polling_ms: Millis,
@@ -494,6 +558,7 @@ impl BrokerConfig {
             data_dir: f
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            data_dir_not_empty_ok: false,
             metrics_listen: f.metrics_listen,
             max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
             remoting_listen: match f.remoting_listen {
@@ -628,8 +693,30 @@ impl BrokerConfig {
         if let Some(c) = &self.cluster {
             c.validate()?;
         }
+        // Declared topics and groups are checked as the core will check them when the
+        // broker records them, so a bad one is refused before the data directory is made.
+        let most = |what: &str, n: usize, max: u32| {
+            if n > max as usize {
+                return Err(format!(
+                    "invalid config `{what}`: {n} declared, more than `max_{what}` ({max})"
+                ));
+            }
+            Ok(())
+        };
+        most("topics", self.topics.len(), self.core.max_topics)?;
+        most("groups", self.groups.len(), self.core.max_groups)?;
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
+            rocklet_core::topic::validate_user_topic(&t.name)
+                .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
+            let queues = t.queues.unwrap_or(self.core.default_queues);
+            if queues == 0 || queues > rocklet_core::MAX_QUEUES {
+                return Err(format!(
+                    "invalid config `topics`: `{}`: {queues} queues is not within 1..={}",
+                    t.name,
+                    rocklet_core::MAX_QUEUES
+                ));
+            }
             if !seen.insert(t.name.as_str()) {
                 return Err(format!(
                     "invalid config `topics`: `{}` is declared twice",

@@ -119,6 +119,31 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         ),
         None => None,
     };
+    let console_listener = match cfg.console_listen {
+        Some(a) => Some(crate::console::bind(a).await?),
+        None => None,
+    };
+    // Users and the refusal to serve an open broker beyond loopback, before the data
+    // directory too (auth.json is only read: a directory that does not exist has none).
+    let m = Arc::new(Metrics::default());
+    let auth = Auth::open(&cfg.auth, Some(&cfg.data_dir), clock.clone(), m.clone())?;
+    if !auth.enabled() && !cfg.insecure_no_auth {
+        if let Some(a) = cfg
+            .client_listeners()
+            .into_iter()
+            .find(|a| !a.ip().is_loopback())
+        {
+            return Err(format!(
+                "refusing to listen on {a} with authentication off: anyone who can reach it could                  read, write and administer everything. Declare users in the config file                  ([[auth.users]], at least one with super_user = true), or listen on loopback                  only, or pass --insecure-no-auth to run open on purpose"
+            ));
+        }
+    }
+    if !auth.enabled() && cfg.insecure_no_auth {
+        warn!("authentication is off (--insecure-no-auth): every client may do everything");
+    }
+
+    // Last before creating it: a data directory that holds someone else's files.
+    crate::config::check_data_dir(&cfg.data_dir, cfg.data_dir_not_empty_ok)?;
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -205,23 +230,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .declare_group(&g.name, g.fifo)
             .map_err(|e| format!("cannot record group `{}` in {}: {e}", g.name, dir.display()))?
             .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
-    }
-
-    let m = Arc::new(Metrics::default());
-    let auth = Auth::open(&cfg.auth, Some(&dir), clock.clone(), m.clone())?;
-    if !auth.enabled() && !cfg.insecure_no_auth {
-        if let Some(a) = cfg
-            .client_listeners()
-            .into_iter()
-            .find(|a| !a.ip().is_loopback())
-        {
-            return Err(format!(
-                "refusing to listen on {a} with authentication off: anyone who can reach it could                  read, write and administer everything. Declare users in the config file                  ([[auth.users]], at least one with super_user = true), or listen on loopback                  only, or pass --insecure-no-auth to run open on purpose"
-            ));
-        }
-    }
-    if !auth.enabled() && cfg.insecure_no_auth {
-        warn!("authentication is off (--insecure-no-auth): every client may do everything");
     }
 
     let open = net::open_fds();
@@ -336,9 +344,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         }
         _ => (None, None, None),
     };
-    let console = match cfg.console_listen {
-        Some(a) => {
-            let l = crate::console::bind(a).await?;
+    let console = match console_listener {
+        Some(l) => {
             let c = crate::console::Console::new(
                 core.clone(),
                 clock.clone(),
