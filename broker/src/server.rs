@@ -462,22 +462,24 @@ impl RunningBroker {
     }
 }
 
-/// The store host records name for a remoting listener on `addr`: its IPv4 address and port
-/// (an IPv6 listener keeps `configured`'s address, or 127.0.0.1 for `::1`, with its port;
-/// STOREHOST is IPv4 in the core's records).
+/// The store host records name for a remoting listener on `addr` (RocketMQ's brokerIP1 and
+/// listenPort): its address and port, IPv4 or IPv6 as the listener is (an IPv4-mapped IPv6
+/// address is IPv4); a listener on every IPv6 address (`::`) names `configured`'s address
+/// with its port. Offset message ids are then 32 hex digits for IPv4, 56 for IPv6, as
+/// RocketMQ's.
 #[must_use]
 pub fn store_host(addr: SocketAddr, configured: StoreHost) -> StoreHost {
-    let ip = match addr {
-        SocketAddr::V4(a) => a.ip().octets(),
-        SocketAddr::V6(a) if a.ip().is_loopback() => [127, 0, 0, 1],
-        SocketAddr::V6(a) => a
-            .ip()
-            .to_ipv4_mapped()
-            .map_or(configured.ip, |v4| v4.octets()),
-    };
-    StoreHost {
-        ip,
-        port: addr.port(),
+    let port = addr.port();
+    match addr {
+        SocketAddr::V4(a) => StoreHost::V4(a.ip().octets(), port),
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(v4) => StoreHost::V4(v4.octets(), port),
+            None if a.ip().is_unspecified() => match configured {
+                StoreHost::V4(ip, _) => StoreHost::V4(ip, port),
+                StoreHost::V6(ip, _) => StoreHost::V6(ip, port),
+            },
+            None => StoreHost::V6(a.ip().octets(), port),
+        },
     }
 }
 
