@@ -123,6 +123,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         Some(a) => Some(crate::console::bind(a).await?),
         None => None,
     };
+    // A data directory that is a file, or holds someone else's files (only read here).
+    crate::config::check_data_dir(&cfg.data_dir, cfg.data_dir_not_empty_ok)?;
     // Users and the refusal to serve an open broker beyond loopback, before the data
     // directory too (auth.json is only read: a directory that does not exist has none).
     let m = Arc::new(Metrics::default());
@@ -142,8 +144,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         warn!("authentication is off (--insecure-no-auth): every client may do everything");
     }
 
-    // Last before creating it: a data directory that holds someone else's files.
-    crate::config::check_data_dir(&cfg.data_dir, cfg.data_dir_not_empty_ok)?;
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;

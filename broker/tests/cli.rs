@@ -387,7 +387,10 @@ fn a_refused_start_creates_no_data_dir() {
     let mut args = vec!["--data-dir", d, "--console-listen", &taken];
     args.extend(&loopback);
     let e = refused_start(tmp.path(), &args);
-    assert!(e.contains(&taken), "{e}");
+    assert!(
+        e.contains(&format!("cannot listen for the console on {taken}")),
+        "{e}"
+    );
     assert!(!dir.exists(), "console port in use: {} was created\n{e}", d);
     // The default data directory, ./rocklet-data, likewise.
     let mut args = vec!["--listen", "0.0.0.0:0"];
@@ -436,6 +439,13 @@ fn a_non_empty_directory_without_rocklet_data_is_refused_unless_the_flag_says_so
         "{e}"
     );
     assert!(!tmp.path().join("rocklet-data/LOCK").exists());
+    // A file where the directory should be.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let mut args = vec!["--data-dir", file.to_str().unwrap()];
+    args.extend(&loopback);
+    let e = refused_start(tmp.path(), &args);
+    assert!(e.contains("is a file, not a directory"), "{e}");
 
     // With the flag it starts there, leaving the other files alone; then, holding Rocklet
     // data, it starts without the flag.
