@@ -786,6 +786,27 @@ mod tests {
     use super::*;
 
     #[test]
+    fn store_host_is_ipv4_or_ipv6_in_the_config_file() {
+        use rocklet_core::config::StoreHost;
+        let at = |ip: &str| {
+            FileConfig::parse(&format!(
+                "[core]\nstore_host = {{ ip = {ip}, port = 10911 }}\n"
+            ))
+            .map(|f| f.core.store_host)
+        };
+        assert_eq!(at("[10, 0, 0, 2]"), Ok(StoreHost::V4([10, 0, 0, 2], 10911)));
+        let mut v6 = [0u8; 16];
+        v6[0] = 0x20;
+        v6[15] = 1;
+        assert_eq!(
+            at("[32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]"),
+            Ok(StoreHost::V6(v6, 10911))
+        );
+        let e = at("[1, 2, 3, 4, 5]").unwrap_err();
+        assert!(e.contains("4 bytes (IPv4) or 16 (IPv6)"), "{e}");
+    }
+
+    #[test]
     fn parses_every_section() {
         let f = FileConfig::parse(
             r#"

@@ -99,10 +99,49 @@ pub struct Config {
 /// STOREHOST as configured: an IPv4 or IPv6 address and a port (RocketMQ's brokerIP1 and
 /// listenPort). Records carry it, and offset message ids name it: 32 hex digits for IPv4,
 /// 56 for IPv6 ([`OffsetMsgId`](crate::types::OffsetMsgId)).
+///
+/// In a config file it is `{ ip = [127, 0, 0, 1], port = 10911 }`: 4 address bytes for
+/// IPv4, 16 for IPv6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
+#[serde(try_from = "StoreHostFields", into = "StoreHostFields")]
 pub enum StoreHost {
     V4([u8; 4], u16),
     V6([u8; 16], u16),
+}
+
+/// [`StoreHost`] as config files write it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoreHostFields {
+    ip: Vec<u8>,
+    port: u16,
+}
+
+impl TryFrom<StoreHostFields> for StoreHost {
+    type Error = &'static str;
+    fn try_from(f: StoreHostFields) -> Result<Self, Self::Error> {
+        if let Ok(ip) = <[u8; 4]>::try_from(f.ip.as_slice()) {
+            Ok(StoreHost::V4(ip, f.port))
+        } else if let Ok(ip) = <[u8; 16]>::try_from(f.ip.as_slice()) {
+            Ok(StoreHost::V6(ip, f.port))
+        } else {
+            Err("store_host.ip must have 4 bytes (IPv4) or 16 (IPv6)")
+        }
+    }
+}
+
+impl From<StoreHost> for StoreHostFields {
+    fn from(h: StoreHost) -> Self {
+        match h {
+            StoreHost::V4(ip, port) => StoreHostFields {
+                ip: ip.to_vec(),
+                port,
+            },
+            StoreHost::V6(ip, port) => StoreHostFields {
+                ip: ip.to_vec(),
+                port,
+            },
+        }
+    }
 }
 
 impl StoreHost {
