@@ -280,8 +280,10 @@ pub struct FileConfig {
 impl FileConfig {
     /// Reads and parses a config file.
     pub fn load(path: &Path) -> Result<Self, String> {
-        let text = std::fs::read_to_string(path)
+        let bytes = read_regular_file(path, MAX_CONFIG_FILE_BYTES)
             .map_err(|e| format!("cannot read config file {}: {e}", path.display()))?;
+        let text = String::from_utf8(bytes)
+            .map_err(|e| format!("config file {}: not UTF-8 text: {e}", path.display()))?;
         Self::parse(&text).map_err(|e| format!("config file {}: {e}", path.display()))
     }
 
@@ -294,11 +296,135 @@ impl FileConfig {
     }
 }
 
+/// Largest config file read (users, ACL entries and declared topics included, a config
+/// file is a few KiB; this is a bound, not a budget).
+pub const MAX_CONFIG_FILE_BYTES: u64 = 16 << 20;
+
+/// The whole of the regular file at `path`, at most `limit` bytes. Anything else is refused
+/// (`InvalidInput`, naming what it is) before a byte is read: a FIFO would block the open
+/// until some process writes to it, a device such as `/dev/zero` never ends, a directory has
+/// no bytes. A file above `limit` is refused too, and a file that grows past it while being
+/// read. `NotFound` stays `NotFound`.
+pub fn read_regular_file(path: &Path, limit: u64) -> std::io::Result<Vec<u8>> {
+    use std::io::{Error, ErrorKind, Read};
+    let not_regular = |m: &std::fs::Metadata| {
+        use std::os::unix::fs::FileTypeExt;
+        let t = m.file_type();
+        let what = if t.is_fifo() {
+            "a FIFO (named pipe)"
+        } else if t.is_char_device() {
+            "a character device"
+        } else if t.is_block_device() {
+            "a block device"
+        } else if t.is_socket() {
+            "a socket"
+        } else if t.is_dir() {
+            "a directory"
+        } else {
+            "not a regular file"
+        };
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{what}, not a regular file: refused (only regular files are read)"),
+        )
+    };
+    let too_large = |len: u64| {
+        Error::new(
+            ErrorKind::InvalidInput,
+            format!("{len} bytes or more, above the {limit} bytes read at most: refused"),
+        )
+    };
+    // Checked before opening: opening a FIFO for reading blocks until a writer comes.
+    let meta = std::fs::metadata(path)?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    if meta.len() > limit {
+        return Err(too_large(meta.len()));
+    }
+    let f = std::fs::File::open(path)?;
+    // The same check on what was opened (the path may have been replaced meanwhile).
+    let meta = f.metadata()?;
+    if !meta.is_file() {
+        return Err(not_regular(&meta));
+    }
+    let mut out = Vec::with_capacity(usize::try_from(meta.len()).unwrap_or(0));
+    f.take(limit + 1).read_to_end(&mut out)?;
+    if out.len() as u64 > limit {
+        return Err(too_large(out.len() as u64));
+    }
+    Ok(out)
+}
+
+/// Names in a data directory that hold nothing (a new file system's `lost+found`).
+const IGNORED_IN_DATA_DIR: &[&str] = &["lost+found"];
+
+/// Whether the file named `name` is one Rocklet writes in a data directory: the lock file
+/// every broker and import creates first, or a log segment (20 digits).
+fn is_rocklet_file(name: &str) -> bool {
+    name == "LOCK" || (name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()))
+}
+
+/// Refuses a data directory that would take a user's files for its own: one that exists,
+/// is not empty, and holds no Rocklet file (`LOCK` or a log segment), unless
+/// `not_empty_ok` (`--data-dir-not-empty-ok`). A missing directory, an empty one, and one
+/// a broker or an import wrote are accepted; nothing is created or changed here.
+pub fn check_data_dir(dir: &Path, not_empty_ok: bool) -> Result<(), String> {
+    let entries = match std::fs::read_dir(dir) {
+        Ok(e) => e,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::NotADirectory => {
+            return Err(format!(
+                "the data directory {} is a file, not a directory: pick another --data-dir",
+                dir.display()
+            ))
+        }
+        Err(e) => return Err(format!("cannot read data directory {}: {e}", dir.display())),
+    };
+    let mut foreign = Vec::new();
+    for e in entries {
+        let e = e.map_err(|e| format!("cannot read data directory {}: {e}", dir.display()))?;
+        let name = e.file_name();
+        let name = name.to_string_lossy();
+        if is_rocklet_file(&name) {
+            return Ok(());
+        }
+        if !IGNORED_IN_DATA_DIR.contains(&name.as_ref()) {
+            foreign.push(name.into_owned());
+        }
+    }
+    if foreign.is_empty() || not_empty_ok {
+        return Ok(());
+    }
+    foreign.sort();
+    let shown = foreign
+        .iter()
+        .take(3)
+        .cloned()
+        .collect::<Vec<_>>()
+        .join(", ");
+    let more = foreign.len().saturating_sub(3);
+    Err(format!(
+        "the data directory {} is not empty and holds no Rocklet data (it holds {shown}{}): \
+         refusing to write a broker's log among other files. Pick a new or empty --data-dir, \
+         or pass --data-dir-not-empty-ok to use this one anyway",
+        dir.display(),
+        if more > 0 {
+            format!(" and {more} more")
+        } else {
+            String::new()
+        }
+    ))
+}
+
 /// Everything the broker runs with.
 #[derive(Clone, Debug)]
 pub struct BrokerConfig {
     pub listen: SocketAddr,
     pub data_dir: PathBuf,
+    /// Use `data_dir` even when it is not empty and holds no Rocklet data (the
+    /// `--data-dir-not-empty-ok` flag; see [`check_data_dir`]).
+    pub data_dir_not_empty_ok: bool,
     pub metrics_listen: Option<SocketAddr>,
     /// Longest a ReceiveMessage long poll waits.
     pub max_long_polling_ms: Millis,
@@ -447,6 +573,7 @@ impl BrokerConfig {
             data_dir: f
                 .data_dir
                 .unwrap_or_else(|| PathBuf::from(DEFAULT_DATA_DIR)),
+            data_dir_not_empty_ok: false,
             metrics_listen: f.metrics_listen,
             max_long_polling_ms: f.max_long_polling_ms.unwrap_or(30_000),
             remoting_listen: match f.remoting_listen {
@@ -585,8 +712,30 @@ impl BrokerConfig {
         if let Some(c) = &self.cluster {
             c.validate()?;
         }
+        // Declared topics and groups are checked as the core will check them when the
+        // broker records them, so a bad one is refused before the data directory is made.
+        let most = |what: &str, n: usize, max: u32| {
+            if n > max as usize {
+                return Err(format!(
+                    "invalid config `{what}`: {n} declared, more than `max_{what}` ({max})"
+                ));
+            }
+            Ok(())
+        };
+        most("topics", self.topics.len(), self.core.max_topics)?;
+        most("groups", self.groups.len(), self.core.max_groups)?;
         let mut seen = std::collections::HashSet::new();
         for t in &self.topics {
+            rocklet_core::topic::validate_user_topic(&t.name)
+                .map_err(|e| format!("invalid config `topics`: `{}`: {e}", t.name))?;
+            let queues = t.queues.unwrap_or(self.core.default_queues);
+            if queues == 0 || queues > rocklet_core::MAX_QUEUES {
+                return Err(format!(
+                    "invalid config `topics`: `{}`: {queues} queues is not within 1..={}",
+                    t.name,
+                    rocklet_core::MAX_QUEUES
+                ));
+            }
             if !seen.insert(t.name.as_str()) {
                 return Err(format!(
                     "invalid config `topics`: `{}` is declared twice",
@@ -674,6 +823,27 @@ impl BrokerConfig {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn store_host_is_ipv4_or_ipv6_in_the_config_file() {
+        use rocklet_core::config::StoreHost;
+        let at = |ip: &str| {
+            FileConfig::parse(&format!(
+                "[core]\nstore_host = {{ ip = {ip}, port = 10911 }}\n"
+            ))
+            .map(|f| f.core.store_host)
+        };
+        assert_eq!(at("[10, 0, 0, 2]"), Ok(StoreHost::V4([10, 0, 0, 2], 10911)));
+        let mut v6 = [0u8; 16];
+        v6[0] = 0x20;
+        v6[15] = 1;
+        assert_eq!(
+            at("[32, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1]"),
+            Ok(StoreHost::V6(v6, 10911))
+        );
+        let e = at("[1, 2, 3, 4, 5]").unwrap_err();
+        assert!(e.contains("4 bytes (IPv4) or 16 (IPv6)"), "{e}");
+    }
 
     #[test]
     fn parses_every_section() {

@@ -464,9 +464,14 @@ enum Flush {
 #[derive(Debug, clap::Args)]
 struct BrokerArgs {
     /// Directory of the commit log (created if missing; one broker at a time, held by a LOCK file).
-    /// Default: ./rocklet-data, or `data_dir` in the config file.
+    /// Default: ./rocklet-data, or `data_dir` in the config file. A directory that is not
+    /// empty and holds no Rocklet data is refused (see --data-dir-not-empty-ok).
     #[arg(long, value_name = "DIR")]
     data_dir: Option<PathBuf>,
+    /// Use the data directory even though it is not empty and holds no Rocklet data (other
+    /// files stay as they are; the broker adds its own beside them).
+    #[arg(long)]
+    data_dir_not_empty_ok: bool,
     /// Address for RocketMQ 5 gRPC and the admin service. Default: 127.0.0.1:8081, or `listen` in the config file.
     #[arg(long, value_name = "HOST:PORT", value_parser = socket_addr)]
     listen: Option<SocketAddr>,
@@ -720,6 +725,7 @@ fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
     if let Some(d) = &a.data_dir {
         cfg.data_dir = d.clone();
     }
+    cfg.data_dir_not_empty_ok = a.data_dir_not_empty_ok;
     if let Some(l) = a.listen {
         cfg.listen = l;
     }

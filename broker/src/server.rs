@@ -119,6 +119,31 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         ),
         None => None,
     };
+    let console_listener = match cfg.console_listen {
+        Some(a) => Some(crate::console::bind(a).await?),
+        None => None,
+    };
+    // A data directory that is a file, or holds someone else's files (only read here).
+    crate::config::check_data_dir(&cfg.data_dir, cfg.data_dir_not_empty_ok)?;
+    // Users and the refusal to serve an open broker beyond loopback, before the data
+    // directory too (auth.json is only read: a directory that does not exist has none).
+    let m = Arc::new(Metrics::default());
+    let auth = Auth::open(&cfg.auth, Some(&cfg.data_dir), clock.clone(), m.clone())?;
+    if !auth.enabled() && !cfg.insecure_no_auth {
+        if let Some(a) = cfg
+            .client_listeners()
+            .into_iter()
+            .find(|a| !a.ip().is_loopback())
+        {
+            return Err(format!(
+                "refusing to listen on {a} with authentication off: anyone who can reach it could                  read, write and administer everything. Declare users in the config file                  ([[auth.users]], at least one with super_user = true), or listen on loopback                  only, or pass --insecure-no-auth to run open on purpose"
+            ));
+        }
+    }
+    if !auth.enabled() && cfg.insecure_no_auth {
+        warn!("authentication is off (--insecure-no-auth): every client may do everything");
+    }
+
     let mut core_cfg = cfg.core.clone();
     // Long polling needs to know when queues get messages.
     core_cfg.notify_available = true;
@@ -219,23 +244,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             .declare_group(&g.name, g.fifo)
             .map_err(|e| format!("cannot record group `{}` in {}: {e}", g.name, dir.display()))?
             .map_err(|e| format!("invalid config `groups`: `{}`: {e}", g.name))?;
-    }
-
-    let m = Arc::new(Metrics::default());
-    let auth = Auth::open(&cfg.auth, Some(&dir), clock.clone(), m.clone())?;
-    if !auth.enabled() && !cfg.insecure_no_auth {
-        if let Some(a) = cfg
-            .client_listeners()
-            .into_iter()
-            .find(|a| !a.ip().is_loopback())
-        {
-            return Err(format!(
-                "refusing to listen on {a} with authentication off: anyone who can reach it could                  read, write and administer everything. Declare users in the config file                  ([[auth.users]], at least one with super_user = true), or listen on loopback                  only, or pass --insecure-no-auth to run open on purpose"
-            ));
-        }
-    }
-    if !auth.enabled() && cfg.insecure_no_auth {
-        warn!("authentication is off (--insecure-no-auth): every client may do everything");
     }
 
     let open = net::open_fds();
@@ -350,9 +358,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         }
         _ => (None, None, None),
     };
-    let console = match cfg.console_listen {
-        Some(a) => {
-            let l = crate::console::bind(a).await?;
+    let console = match console_listener {
+        Some(l) => {
             let c = crate::console::Console::new(
                 core.clone(),
                 clock.clone(),
@@ -475,22 +482,24 @@ impl RunningBroker {
     }
 }
 
-/// The store host records name for a remoting listener on `addr`: its IPv4 address and port
-/// (an IPv6 listener keeps `configured`'s address, or 127.0.0.1 for `::1`, with its port;
-/// STOREHOST is IPv4 in the core's records).
+/// The store host records name for a remoting listener on `addr` (RocketMQ's brokerIP1 and
+/// listenPort): its address and port, IPv4 or IPv6 as the listener is (an IPv4-mapped IPv6
+/// address is IPv4); a listener on every IPv6 address (`::`) names `configured`'s address
+/// with its port. Offset message ids are then 32 hex digits for IPv4, 56 for IPv6, as
+/// RocketMQ's.
 #[must_use]
 pub fn store_host(addr: SocketAddr, configured: StoreHost) -> StoreHost {
-    let ip = match addr {
-        SocketAddr::V4(a) => a.ip().octets(),
-        SocketAddr::V6(a) if a.ip().is_loopback() => [127, 0, 0, 1],
-        SocketAddr::V6(a) => a
-            .ip()
-            .to_ipv4_mapped()
-            .map_or(configured.ip, |v4| v4.octets()),
-    };
-    StoreHost {
-        ip,
-        port: addr.port(),
+    let port = addr.port();
+    match addr {
+        SocketAddr::V4(a) => StoreHost::V4(a.ip().octets(), port),
+        SocketAddr::V6(a) => match a.ip().to_ipv4_mapped() {
+            Some(v4) => StoreHost::V4(v4.octets(), port),
+            None if a.ip().is_unspecified() => match configured {
+                StoreHost::V4(ip, _) => StoreHost::V4(ip, port),
+                StoreHost::V6(ip, _) => StoreHost::V6(ip, port),
+            },
+            None => StoreHost::V6(a.ip().octets(), port),
+        },
     }
 }
 

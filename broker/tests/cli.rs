@@ -314,3 +314,158 @@ fn playground_serves_what_was_built_in_or_says_how_to_build_it() {
     child.kill().unwrap();
     child.wait().unwrap();
 }
+
+/// `rocklet broker` with `args` in `cwd`, expected to refuse to start: its stderr. One that
+/// starts instead (it logs its address) is stopped and fails the test.
+fn refused_start(cwd: &Path, args: &[&str]) -> String {
+    let mut child = Command::new(BIN)
+        .arg("broker")
+        .args(args)
+        .current_dir(cwd)
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut e = String::new();
+    for line in BufReader::new(child.stderr.take().unwrap())
+        .lines()
+        .map_while(Result::ok)
+    {
+        if line.contains(" addr=") {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("{args:?}: started\n{e}{line}");
+        }
+        e.push_str(&line);
+        e.push('\n');
+    }
+    let status = child.wait().unwrap();
+    assert!(!status.success(), "{args:?}: exited 0\n{e}");
+    e
+}
+
+#[test]
+fn a_refused_start_creates_no_data_dir() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("data");
+    let d = dir.to_str().unwrap();
+    let loopback = [
+        "--listen",
+        "127.0.0.1:0",
+        "--remoting-listen",
+        "127.0.0.1:0",
+        "--namesrv-listen",
+        "off",
+    ];
+    // A flag combination: beyond loopback with authentication off.
+    let mut args = vec!["--data-dir", d, "--listen", "0.0.0.0:0"];
+    args.extend(&loopback[2..]);
+    let e = refused_start(tmp.path(), &args);
+    assert!(e.contains("refusing to listen on 0.0.0.0"), "{e}");
+    assert!(!dir.exists(), "open broker refused: {} was created", d);
+    // Config values: a topic name the core refuses, a topic of too many queues, a user
+    // without a secret.
+    for (toml, why) in [
+        ("[[topics]]\nname = \"bad topic\"\n", "`bad topic`"),
+        ("[[topics]]\nname = \"T\"\nqueues = 5000\n", "5000 queues"),
+        (
+            "[[auth.users]]\naccess_key = \"a\"\nsecret_key = \"\"\nsuper_user = true\n",
+            "auth.users",
+        ),
+    ] {
+        let cfg = tmp.path().join("bad.toml");
+        std::fs::write(&cfg, toml).unwrap();
+        let mut args = vec!["--data-dir", d, "--config", cfg.to_str().unwrap()];
+        args.extend(&loopback);
+        let e = refused_start(tmp.path(), &args);
+        assert!(e.contains(why), "{toml}: {e}");
+        assert!(!dir.exists(), "{toml}: {} was created\n{e}", d);
+    }
+    // The console's port in use.
+    let busy = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
+    let taken = busy.local_addr().unwrap().to_string();
+    let mut args = vec!["--data-dir", d, "--console-listen", &taken];
+    args.extend(&loopback);
+    let e = refused_start(tmp.path(), &args);
+    assert!(
+        e.contains(&format!("cannot listen for the console on {taken}")),
+        "{e}"
+    );
+    assert!(!dir.exists(), "console port in use: {} was created\n{e}", d);
+    // The default data directory, ./rocklet-data, likewise.
+    let mut args = vec!["--listen", "0.0.0.0:0"];
+    args.extend(&loopback[2..]);
+    refused_start(tmp.path(), &args);
+    assert!(!tmp.path().join("rocklet-data").exists());
+}
+
+#[test]
+fn a_non_empty_directory_without_rocklet_data_is_refused_unless_the_flag_says_so() {
+    let tmp = tempfile::tempdir().unwrap();
+    let dir = tmp.path().join("photos");
+    std::fs::create_dir(&dir).unwrap();
+    std::fs::write(dir.join("holiday.jpg"), b"mine").unwrap();
+    std::fs::create_dir(dir.join("2024")).unwrap();
+    let d = dir.to_str().unwrap();
+    let loopback = [
+        "--listen",
+        "127.0.0.1:0",
+        "--remoting-listen",
+        "127.0.0.1:0",
+        "--namesrv-listen",
+        "off",
+    ];
+    let mut args = vec!["--data-dir", d];
+    args.extend(&loopback);
+    let e = refused_start(tmp.path(), &args);
+    assert!(
+        e.contains(&format!(
+            "the data directory {d} is not empty and holds no Rocklet data (it holds 2024, holiday.jpg)"
+        )) && e.contains("--data-dir-not-empty-ok"),
+        "{e}"
+    );
+    let mut names: Vec<_> = std::fs::read_dir(&dir)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["2024", "holiday.jpg"], "nothing was added");
+    // The default ./rocklet-data too.
+    std::fs::create_dir(tmp.path().join("rocklet-data")).unwrap();
+    std::fs::write(tmp.path().join("rocklet-data/notes.txt"), b"x").unwrap();
+    let e = refused_start(tmp.path(), &loopback);
+    assert!(
+        e.contains("./rocklet-data is not empty and holds no Rocklet data"),
+        "{e}"
+    );
+    assert!(!tmp.path().join("rocklet-data/LOCK").exists());
+    // A file where the directory should be.
+    let file = tmp.path().join("a-file");
+    std::fs::write(&file, b"x").unwrap();
+    let mut args = vec!["--data-dir", file.to_str().unwrap()];
+    args.extend(&loopback);
+    let e = refused_start(tmp.path(), &args);
+    assert!(e.contains("is a file, not a directory"), "{e}");
+
+    // With the flag it starts there, leaving the other files alone; then, holding Rocklet
+    // data, it starts without the flag.
+    for flag in [Some("--data-dir-not-empty-ok"), None] {
+        let mut args = vec!["--data-dir", d];
+        args.extend(&loopback);
+        args.extend(flag);
+        let (mut child, addr) = start(&args);
+        assert!(addr.is_ok(), "{flag:?}: {addr:?}");
+        child.kill().unwrap();
+        child.wait().unwrap();
+    }
+    assert_eq!(std::fs::read(dir.join("holiday.jpg")).unwrap(), b"mine");
+    // A new file system's lost+found alone counts as empty.
+    let mount = tmp.path().join("mount");
+    std::fs::create_dir_all(mount.join("lost+found")).unwrap();
+    let mut args = vec!["--data-dir", mount.to_str().unwrap()];
+    args.extend(&loopback);
+    let (mut child, addr) = start(&args);
+    assert!(addr.is_ok(), "{addr:?}");
+    child.kill().unwrap();
+    child.wait().unwrap();
+}

@@ -832,3 +832,244 @@ fn a_store_whose_oldest_files_rocketmq_deleted_keeps_its_queue_offsets() {
     assert_eq!(m[0].queue_offset, first);
     assert_eq!(b.committed_offset("g", "T", 0), Some(30));
 }
+
+/// Sets the modification time of the directory `dir` to 2001-09-09, so that any entry
+/// created or removed in it shows (a fresh mtime, whatever the clock's granularity).
+fn age(dir: &Path) -> std::time::SystemTime {
+    let old = std::time::UNIX_EPOCH + std::time::Duration::from_secs(1_000_000_000);
+    std::fs::File::open(dir).unwrap().set_modified(old).unwrap();
+    std::fs::metadata(dir).unwrap().modified().unwrap()
+}
+
+#[test]
+fn a_data_dir_inside_the_store_is_refused_before_anything_is_written_there() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("store");
+    let mut s = Rmq::new(&src, 4096);
+    s.put(Rec::new("T", 0, b"x", T0));
+    s.finish(&[]);
+    std::os::unix::fs::symlink(src.join("config"), tmp.path().join("link")).unwrap();
+    for inside in [
+        src.join("inside"),
+        src.join("config/new/deeper"),
+        // The same, spelled through `..` and through a link.
+        tmp.path().join("elsewhere/../store/inside"),
+        tmp.path().join("link/new"),
+    ] {
+        let (root, config) = (age(&src), age(&src.join("config")));
+        let r = import::run(&opts(&src, &inside));
+        assert!(!inside.exists(), "{}", inside.display());
+        // Not even created and removed again: the store's directories never changed.
+        assert_eq!(std::fs::metadata(&src).unwrap().modified().unwrap(), root);
+        assert_eq!(
+            std::fs::metadata(src.join("config"))
+                .unwrap()
+                .modified()
+                .unwrap(),
+            config
+        );
+        let why = refused(r);
+        assert!(
+            why.contains("overlap") && why.contains("is inside the store"),
+            "{}: {why}",
+            inside.display()
+        );
+    }
+    assert!(!tmp.path().join("elsewhere").exists());
+    // The reverse: the store inside the data directory (here the data directory is empty
+    // apart from the store, and still refused for holding it).
+    let why = refused(import::run(&opts(&src, tmp.path())));
+    assert!(
+        why.contains("overlap") && why.contains("holding it"),
+        "{why}"
+    );
+    let why = refused(import::run(&opts(&src, &src)));
+    assert!(why.contains("overlap"), "{why}");
+}
+
+/// Runs `f` on another thread; panics if it has not returned within 10 s (the thread is
+/// left behind: what it waits on never comes).
+fn within_10s<T: Send + 'static>(what: &str, f: impl FnOnce() -> T + Send + 'static) -> T {
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        let _ = tx.send(f());
+    });
+    rx.recv_timeout(std::time::Duration::from_secs(10))
+        .unwrap_or_else(|_| panic!("{what}: still blocked after 10 s"))
+}
+
+fn mkfifo(path: &Path) {
+    let st = std::process::Command::new("mkfifo")
+        .arg(path)
+        .status()
+        .unwrap();
+    assert!(st.success(), "mkfifo {}", path.display());
+}
+
+#[test]
+fn store_files_that_are_fifos_devices_or_too_large_are_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let store = |name: &str| {
+        let src = tmp.path().join(name);
+        let mut s = Rmq::new(&src, 4096);
+        s.put(Rec::new("T", 0, b"x", T0));
+        s.finish(&[]);
+        src
+    };
+    let run = |src: PathBuf, what: &'static str| {
+        let data = src.with_extension("data");
+        let why = within_10s(what, {
+            let data = data.clone();
+            move || refused(import::run(&opts(&src, &data)))
+        });
+        assert!(!data.exists(), "{what}: {} was left behind", data.display());
+        why
+    };
+    // A FIFO as a config file, as the timer checkpoint, as a commit-log file: opening one
+    // for reading blocks until a writer comes.
+    for name in ["topics.json", "consumerOffset.json", "timercheck"] {
+        let src = store(name);
+        mkfifo(&src.join("config").join(name));
+        let why = run(src, name);
+        assert!(
+            why.contains(name) && why.contains("FIFO") && why.contains("not a regular file"),
+            "{name}: {why}"
+        );
+    }
+    let src = store("fifo-segment");
+    mkfifo(&src.join("commitlog/00000000000000004096"));
+    let why = run(src, "a FIFO commit-log file");
+    assert!(
+        why.contains("00000000000000004096 is not a regular file"),
+        "{why}"
+    );
+    // A device that never ends, in place of a config file.
+    let src = store("device");
+    std::os::unix::fs::symlink("/dev/zero", src.join("config/subscriptionGroup.json")).unwrap();
+    let why = run(src, "/dev/zero");
+    assert!(
+        why.contains("subscriptionGroup.json") && why.contains("a character device"),
+        "{why}"
+    );
+    // A config file above the bound (sparse: nothing is written, nothing is read).
+    let src = store("huge");
+    let f = std::fs::File::create(src.join("config/consumerOffset.json")).unwrap();
+    f.set_len(import::store::MAX_CONFIG_JSON_BYTES + 1).unwrap();
+    let why = run(src, "a huge config file");
+    assert!(
+        why.contains("consumerOffset.json") && why.contains("above the"),
+        "{why}"
+    );
+}
+
+/// `rocklet import` with `args`; its exit status and stderr (killed after 10 s).
+fn import_cmd(args: &[&std::ffi::OsStr]) -> (bool, String) {
+    use std::io::Read;
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_rocklet"))
+        .arg("import")
+        .args(args)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(10);
+    let status = loop {
+        if let Some(st) = child.try_wait().unwrap() {
+            break st;
+        }
+        if std::time::Instant::now() > deadline {
+            child.kill().unwrap();
+            child.wait().unwrap();
+            panic!("rocklet import {args:?}: still running after 10 s");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(20));
+    };
+    let mut err = String::new();
+    child
+        .stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    (status.success(), err)
+}
+
+#[test]
+fn a_config_file_that_is_a_device_or_a_fifo_is_refused_by_name() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("store");
+    let mut s = Rmq::new(&src, 4096);
+    s.put(Rec::new("T", 0, b"x", T0));
+    s.finish(&[]);
+    let data = tmp.path().join("data");
+    let fifo = tmp.path().join("config.toml");
+    mkfifo(&fifo);
+    for (config, what) in [
+        (Path::new("/dev/zero"), "a character device"),
+        (fifo.as_path(), "a FIFO"),
+        (tmp.path(), "a directory"),
+    ] {
+        let (ok, err) = import_cmd(&[
+            "--from-rocketmq".as_ref(),
+            src.as_os_str(),
+            "--data-dir".as_ref(),
+            data.as_os_str(),
+            "--config".as_ref(),
+            config.as_os_str(),
+        ]);
+        assert!(!ok, "{}: imported", config.display());
+        assert!(
+            err.contains(&format!("cannot read config file {}", config.display()))
+                && err.contains(what),
+            "{}: {err}",
+            config.display()
+        );
+        assert!(!data.exists());
+    }
+    // A config file above the bound.
+    let big = tmp.path().join("big.toml");
+    std::fs::File::create(&big)
+        .unwrap()
+        .set_len(rocklet_broker::config::MAX_CONFIG_FILE_BYTES + 1)
+        .unwrap();
+    let (ok, err) = import_cmd(&[
+        "--from-rocketmq".as_ref(),
+        src.as_os_str(),
+        "--data-dir".as_ref(),
+        data.as_os_str(),
+        "--config".as_ref(),
+        big.as_os_str(),
+    ]);
+    assert!(!ok && err.contains("above the"), "{err}");
+}
+
+#[test]
+fn damage_followed_by_valid_records_is_not_a_torn_tail() {
+    let tmp = tempfile::tempdir().unwrap();
+    let src = tmp.path().join("store");
+    let mut s = Rmq::new(&src, 4096);
+    s.put(Rec::new("T", 0, b"kept", T0));
+    let (bad, _) = s.put(Rec::new("T", 0, b"damaged", T0 + 1));
+    let (next, _) = s.put(Rec::new("T", 0, b"valid after the damage", T0 + 2));
+    s.put(Rec::new("T", 0, b"and one more", T0 + 3));
+    s.finish(&[]);
+    let f = src.join("commitlog/00000000000000000000");
+    let bytes = std::fs::read(&f).unwrap();
+    // Damage of both kinds: a flipped byte (a CRC or offset mismatch), and a length that
+    // runs past the end of the file (read as a record cut short).
+    for (at, flip) in [(bad as usize + 30, [1u8, 0]), (bad as usize, [0x7F, 0])] {
+        let mut b = bytes.clone();
+        b[at] ^= flip[0];
+        std::fs::write(&f, &b).unwrap();
+        let data = tmp.path().join("data");
+        let why = refused(import::run(&opts(&src, &data)));
+        assert!(
+            why.contains(&format!("damaged at offset {bad}"))
+                && why.contains(&format!("a valid record follows at offset {next}"))
+                && why.contains("00000000000000000000")
+                && why.contains("not a torn tail"),
+            "{why}"
+        );
+        assert!(!data.exists());
+    }
+}

@@ -96,11 +96,63 @@ pub struct Config {
     pub index_keys: bool,
 }
 
-/// STOREHOST as configured: an IPv4 address and port.
+/// STOREHOST as configured: an IPv4 or IPv6 address and a port (RocketMQ's brokerIP1 and
+/// listenPort). Records carry it, and offset message ids name it: 32 hex digits for IPv4,
+/// 56 for IPv6 ([`OffsetMsgId`](crate::types::OffsetMsgId)).
+///
+/// In a config file it is `{ ip = [127, 0, 0, 1], port = 10911 }`: 4 address bytes for
+/// IPv4, 16 for IPv6.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Serialize, serde::Deserialize)]
-pub struct StoreHost {
-    pub ip: [u8; 4],
-    pub port: u16,
+#[serde(try_from = "StoreHostFields", into = "StoreHostFields")]
+pub enum StoreHost {
+    V4([u8; 4], u16),
+    V6([u8; 16], u16),
+}
+
+/// [`StoreHost`] as config files write it.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct StoreHostFields {
+    ip: Vec<u8>,
+    port: u16,
+}
+
+impl TryFrom<StoreHostFields> for StoreHost {
+    type Error = &'static str;
+    fn try_from(f: StoreHostFields) -> Result<Self, Self::Error> {
+        if let Ok(ip) = <[u8; 4]>::try_from(f.ip.as_slice()) {
+            Ok(StoreHost::V4(ip, f.port))
+        } else if let Ok(ip) = <[u8; 16]>::try_from(f.ip.as_slice()) {
+            Ok(StoreHost::V6(ip, f.port))
+        } else {
+            Err("store_host.ip must have 4 bytes (IPv4) or 16 (IPv6)")
+        }
+    }
+}
+
+impl From<StoreHost> for StoreHostFields {
+    fn from(h: StoreHost) -> Self {
+        match h {
+            StoreHost::V4(ip, port) => StoreHostFields {
+                ip: ip.to_vec(),
+                port,
+            },
+            StoreHost::V6(ip, port) => StoreHostFields {
+                ip: ip.to_vec(),
+                port,
+            },
+        }
+    }
+}
+
+impl StoreHost {
+    /// As records write it.
+    #[must_use]
+    pub fn host(self) -> crate::record::Host {
+        match self {
+            StoreHost::V4(ip, port) => crate::record::Host::V4(ip, port),
+            StoreHost::V6(ip, port) => crate::record::Host::V6(ip, port),
+        }
+    }
 }
 
 impl Default for Config {
@@ -124,10 +176,7 @@ impl Default for Config {
             flush_interval_ms: 500,
             notify_available: false,
             trace: false,
-            store_host: StoreHost {
-                ip: [127, 0, 0, 1],
-                port: 10911,
-            },
+            store_host: StoreHost::V4([127, 0, 0, 1], 10911),
             max_groups: 100_000,
             max_topics: 100_000,
             max_scan_units: 800,

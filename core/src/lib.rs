@@ -37,7 +37,7 @@ pub type Millis = u64;
 
 pub use broker::{
     common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, GroupLag, Page, PendingDelayInfo,
-    PendingTxnInfo, ReplicationError, Role, Stats, TopicInfo, MAX_PAGE,
+    PendingTxnInfo, ReplicationError, Role, Stats, TopicInfo, MAX_PAGE, MAX_QUEUES,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;

@@ -158,36 +158,87 @@ impl fmt::Display for MsgId<'_> {
     }
 }
 
-/// RocketMQ's offset message id: store host (IPv4 4 + port 4) and log offset (8), as 32
-/// upper-case hex digits, formatted without allocating.
+/// RocketMQ's offset message id (`MessageDecoder.createMessageId`): the store host and the
+/// log offset, as upper-case hex, formatted without allocating. The one place the broker
+/// builds it (every host and every protocol asks here) and reads it back ([`Self::parse`]).
+///
+/// ```text
+///  IPv4 store host, 16 bytes = 32 hex digits:
+///  +-------------+-------------+-----------------------------+
+///  | IPv4 (4)    | port (4 BE) | log offset (8 BE)           |
+///  +-------------+-------------+-----------------------------+
+///  IPv6 store host, 28 bytes = 56 hex digits:
+///  +---------------------------+-------------+-----------------------------+
+///  | IPv6 (16)                 | port (4 BE) | log offset (8 BE)           |
+///  +---------------------------+-------------+-----------------------------+
+/// ```
+///
+/// An unspecified host is written as IPv4 0.0.0.0, port 0 (32 digits).
 #[derive(Clone, Copy, PartialEq, Eq)]
-pub struct OffsetMsgId([u8; 32]);
+pub struct OffsetMsgId {
+    hex: [u8; 56],
+    len: u8,
+}
 
 impl OffsetMsgId {
-    /// The id of the record at `offset` of a broker whose store host is `store_host` (an
-    /// IPv6 or unspecified host gives zeros for the host part).
+    /// The id of the record at `offset` of a broker whose store host is `store_host`.
     #[must_use]
     pub fn new(store_host: crate::record::Host, offset: u64) -> Self {
-        let mut b = [0u8; 16];
-        if let crate::record::Host::V4(ip, port) = store_host {
-            b[..4].copy_from_slice(&ip);
-            b[4..8].copy_from_slice(&u32::from(port).to_be_bytes());
-        }
-        b[8..].copy_from_slice(&offset.to_be_bytes());
+        use crate::record::Host;
+        let mut b = [0u8; 28];
+        let (ip, port): (&[u8], u16) = match &store_host {
+            Host::V4(ip, port) => (ip, *port),
+            Host::V6(ip, port) => (ip, *port),
+            Host::Unspecified => (&[0; 4], 0),
+        };
+        let n = ip.len() + 12;
+        b[..ip.len()].copy_from_slice(ip);
+        b[ip.len()..ip.len() + 4].copy_from_slice(&u32::from(port).to_be_bytes());
+        b[ip.len() + 4..n].copy_from_slice(&offset.to_be_bytes());
         const HEX: &[u8; 16] = b"0123456789ABCDEF";
-        let mut s = [0u8; 32];
-        for (i, x) in b.into_iter().enumerate() {
-            s[2 * i] = HEX[usize::from(x >> 4)];
-            s[2 * i + 1] = HEX[usize::from(x & 15)];
+        let mut hex = [0u8; 56];
+        for (i, x) in b[..n].iter().enumerate() {
+            hex[2 * i] = HEX[usize::from(x >> 4)];
+            hex[2 * i + 1] = HEX[usize::from(x & 15)];
         }
-        OffsetMsgId(s)
+        OffsetMsgId {
+            hex,
+            len: (2 * n) as u8,
+        }
+    }
+
+    /// The store host and log offset an offset message id names (either length, hex digits
+    /// of either case, as `MessageDecoder.decodeMessageId` reads it); `None` for anything
+    /// else, a client's own id (UNIQ_KEY) included, or a port above 65535.
+    #[must_use]
+    pub fn parse(id: &str) -> Option<(crate::record::Host, u64)> {
+        use crate::record::Host;
+        let ip_len = match id.len() {
+            32 => 4,
+            56 => 16,
+            _ => return None,
+        };
+        let mut b = [0u8; 28];
+        for (i, pair) in id.as_bytes().chunks_exact(2).enumerate() {
+            let digit = |c: u8| char::from(c).to_digit(16);
+            b[i] = u8::try_from(digit(pair[0])? * 16 + digit(pair[1])?).ok()?;
+        }
+        let port = u32::from_be_bytes(b[ip_len..ip_len + 4].try_into().ok()?);
+        let port = u16::try_from(port).ok()?;
+        let offset = u64::from_be_bytes(b[ip_len + 4..ip_len + 12].try_into().ok()?);
+        let host = if ip_len == 4 {
+            Host::V4(b[..4].try_into().ok()?, port)
+        } else {
+            Host::V6(b[..16].try_into().ok()?, port)
+        };
+        Some((host, offset))
     }
 
     /// The id as text.
     #[must_use]
     pub fn as_str(&self) -> &str {
         // Only ASCII hex digits are ever written.
-        core::str::from_utf8(&self.0).unwrap_or_default()
+        core::str::from_utf8(&self.hex[..usize::from(self.len)]).unwrap_or_default()
     }
 }
 
@@ -796,3 +847,55 @@ impl fmt::Display for ClientError {
 }
 
 impl core::error::Error for ClientError {}
+
+#[cfg(test)]
+mod tests {
+    use super::OffsetMsgId;
+    use crate::record::Host;
+
+    const V6: [u8; 16] = [0x20, 0x01, 0x0d, 0xb8, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0, 1];
+
+    #[test]
+    fn offset_message_ids_have_rocketmq_s_layout_for_both_address_families() {
+        let v4 = OffsetMsgId::new(Host::V4([127, 0, 0, 1], 10911), 0x1234);
+        assert_eq!(v4.as_str(), "7F00000100002A9F0000000000001234");
+        let v6 = OffsetMsgId::new(Host::V6(V6, 10911), 0x1234);
+        assert_eq!(
+            v6.as_str(),
+            "20010DB8000000000000000000000001\
+             00002A9F\
+             0000000000001234"
+        );
+        assert_eq!(v6.as_str().len(), 56);
+        let none = OffsetMsgId::new(Host::Unspecified, u64::MAX);
+        assert_eq!(none.as_str(), "0000000000000000FFFFFFFFFFFFFFFF");
+    }
+
+    #[test]
+    fn offset_message_ids_parse_back_to_host_and_offset() {
+        for host in [Host::V4([10, 0, 0, 2], 65535), Host::V6(V6, 8081)] {
+            for offset in [0, 4242, u64::MAX] {
+                let id = OffsetMsgId::new(host, offset);
+                assert_eq!(OffsetMsgId::parse(id.as_str()), Some((host, offset)));
+                let lower = id.as_str().to_ascii_lowercase();
+                assert_eq!(OffsetMsgId::parse(&lower), Some((host, offset)));
+            }
+        }
+        assert_eq!(
+            OffsetMsgId::parse("0000000000000000FFFFFFFFFFFFFFFF"),
+            Some((Host::V4([0; 4], 0), u64::MAX))
+        );
+        for bad in [
+            "",
+            "not-an-id",
+            // A client's id (RocketMQ 4 UNIQ_KEY: 32 hex digits of another layout would
+            // parse; these do not: 34 characters, and a port above 65535).
+            "0100000000000000000000000000000000",
+            "7F000001000100000000000000001234",
+            "7F00000100002A9F000000000000123G",
+            "7F00000100002A9F00000000000012345",
+        ] {
+            assert_eq!(OffsetMsgId::parse(bad), None, "{bad}");
+        }
+    }
+}

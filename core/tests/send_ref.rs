@@ -139,10 +139,7 @@ fn direct_entry_points_write_what_execute_writes() {
                     receipt.msg_id().as_str(),
                     m.message_id.map_or_else(
                         || rocklet_core::offset_msg_id(
-                            rocklet_core::record::Host::V4(
-                                b.config().store_host.ip,
-                                b.config().store_host.port
-                            ),
+                            b.config().store_host.host(),
                             receipt.offset
                         ),
                         String::from

@@ -131,10 +131,7 @@ fn encode_described(d: &Value) -> Vec<u8> {
 /// The golden records as the broker writes them: a normal message, a half, its commit op.
 fn broker_records() -> Vec<(String, Vec<u8>)> {
     let cfg = Config {
-        store_host: rocklet_core::config::StoreHost {
-            ip: [10, 0, 0, 2],
-            port: 10911,
-        },
+        store_host: rocklet_core::config::StoreHost::V4([10, 0, 0, 2], 10911),
         ..Config::default()
     };
     let mut b = Broker::open(cfg, MemStorage::new(), T0).unwrap();

@@ -45,6 +45,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use rocklet_core::broker::prop;
+use rocklet_core::types::OffsetMsgId;
 use rocklet_core::{
     record, topic, Message, Millis, NewMessage, PendingTxnInfo, Reply, Request, Resolution, TxnId,
 };
@@ -640,15 +641,19 @@ impl Console {
                         let mut found = b
                             .messages_by_key(&t, &k, MAX_FOUND)
                             .map_err(|e| e.to_string())?;
-                        // A message with no client id has an offset message id: its log
-                        // offset is in it.
+                        // An offset message id (what a message with no client id goes by,
+                        // and what remoting send results name): its log offset is in it,
+                        // and the record there must be this broker's record of that id.
                         if found.is_empty() {
-                            if let Some(off) = offset_of_msg_id(&k) {
-                                found.extend(
-                                    b.message_at(off)
-                                        .map_err(|e| e.to_string())?
-                                        .filter(|m| m.topic == t && m.msg_id == k),
-                                );
+                            if let Some((_, off)) = OffsetMsgId::parse(&k) {
+                                found.extend(b.message_at(off).map_err(|e| e.to_string())?.filter(
+                                    |m| {
+                                        m.topic == t
+                                            && OffsetMsgId::new(m.store_host, m.offset)
+                                                .as_str()
+                                                .eq_ignore_ascii_case(&k)
+                                    },
+                                ));
                             }
                         }
                         found
@@ -1004,14 +1009,6 @@ fn record_facts(b: &mut CoreBroker, offset: u64) -> Option<RecordFacts> {
         }),
         _ => None,
     }
-}
-
-/// The log offset an offset message id (RocketMQ's: 4 bytes of IPv4, 4 of port, 8 of offset,
-/// in 32 hex digits) names.
-fn offset_of_msg_id(id: &str) -> Option<u64> {
-    (id.len() == 32 && id.bytes().all(|c| c.is_ascii_hexdigit()))
-        .then(|| u64::from_str_radix(&id[16..], 16).ok())
-        .flatten()
 }
 
 fn message_json(m: &Message) -> Value {
@@ -1379,12 +1376,6 @@ mod tests {
             Some(("admin".into(), "s3cr3t".into()))
         );
         assert_eq!(basic_credentials("Bearer x"), None);
-        let id = rocklet_core::offset_msg_id(
-            rocklet_core::record::Host::V4([127, 0, 0, 1], 10911),
-            4242,
-        );
-        assert_eq!(offset_of_msg_id(&id), Some(4242));
-        assert_eq!(offset_of_msg_id("not-an-id"), None);
     }
 
     #[tokio::test]

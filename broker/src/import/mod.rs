@@ -219,9 +219,24 @@ pub fn run(opts: &Options) -> Result<Report, ImportError> {
     result
 }
 
-/// Checks that `dir` is new or empty and not inside the store; creates it. Returns whether
-/// it was created.
+/// Checks that `dir` is new or empty and neither inside the store nor holding it; creates
+/// it. Returns whether it was created. Every check comes before anything is created: a
+/// data directory inside the store is refused without writing there.
 fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, ImportError> {
+    let canon = resolve(dir).map_err(|e| ImportError::io(dir, e))?;
+    if canon.starts_with(from) || from.starts_with(&canon) {
+        return Err(ImportError::refused(format!(
+            "the data directory {} and the store {} overlap ({} is {}): the import never writes into the store, nor puts the store inside its data directory",
+            dir.display(),
+            from.display(),
+            dir.display(),
+            if canon.starts_with(from) {
+                "inside the store"
+            } else {
+                "the store or a directory holding it"
+            }
+        )));
+    }
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
@@ -236,16 +251,40 @@ fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, ImportError> {
     }
     let created = !dir.exists();
     std::fs::create_dir_all(dir).map_err(|e| ImportError::io(dir, e))?;
-    let canon = dir.canonicalize().map_err(|e| ImportError::io(dir, e))?;
-    if canon.starts_with(from) || from.starts_with(&canon) {
-        clean_data_dir(dir, created);
-        return Err(ImportError::refused(format!(
-            "the data directory {} and the store {} overlap: the import never writes into the store",
-            dir.display(),
-            from.display()
-        )));
-    }
     Ok(created)
+}
+
+/// `path` as an absolute path without symbolic links, `.` or `..`, whether or not it
+/// exists yet: its deepest existing ancestor canonicalized, then the rest (which, not
+/// existing, holds no link).
+fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+    let abs = std::path::absolute(path)?;
+    let mut base = abs.as_path();
+    let mut rest = Vec::new();
+    let mut out = loop {
+        match base.canonicalize() {
+            Ok(c) => break c,
+            Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+                rest.push(base.file_name().map(std::ffi::OsStr::to_os_string));
+                base = match base.parent() {
+                    Some(p) => p,
+                    None => return Err(e),
+                };
+            }
+            Err(e) => return Err(e),
+        }
+    };
+    // `absolute` keeps `..`; `file_name` is `None` for it (and for a trailing `.`, which
+    // `absolute` already dropped).
+    for name in rest.into_iter().rev() {
+        match name {
+            Some(n) => out.push(n),
+            None => {
+                out.pop();
+            }
+        }
+    }
+    Ok(out)
 }
 
 fn clean_data_dir(dir: &Path, created: bool) {

@@ -26,6 +26,7 @@ use rocklet_core::record::{self, Corruption, Decoded, RecordView};
 use rocklet_core::Millis;
 
 use super::ImportError;
+use crate::config::read_regular_file;
 
 /// One file of the commit log.
 #[derive(Debug, Clone)]
@@ -49,7 +50,8 @@ pub struct ScanEnd {
     pub records: u64,
     /// Offset after the last record.
     pub end: u64,
-    /// Invalid bytes at the end of the last file, as RocketMQ's recovery would cut them:
+    /// Invalid bytes at the end of the last file with no valid record after them (a torn
+    /// tail), as RocketMQ's recovery would cut them:
     /// (offset, bytes up to the end of the file, reason).
     pub cut: Option<(u64, u64, String)>,
 }
@@ -65,6 +67,10 @@ pub struct TimerCheckpoint {
 
 /// Bytes read from a file at once while scanning.
 const CHUNK: usize = 8 << 20;
+
+/// Largest `config/*.json` read whole (a consumerOffset.json of 100,000 queues is a few
+/// MiB; a bigger file is refused, not read until memory runs out).
+pub const MAX_CONFIG_JSON_BYTES: u64 = 256 << 20;
 
 impl Store {
     /// Opens the store at `root`: lists `commitlog/` and checks that its files follow each
@@ -88,6 +94,13 @@ impl Store {
             if meta.is_dir() {
                 return Err(ImportError::refused(format!(
                     "{} is a directory: a commit log spread over several directories (storePathCommitLog with `;`) or a DLedger commit log is not read; point --from-rocketmq at a store whose commitlog/ holds the files",
+                    path.display()
+                )));
+            }
+            if !meta.is_file() {
+                // A FIFO would block the open, a device never ends: neither is a commit log.
+                return Err(ImportError::refused(format!(
+                    "{} is not a regular file (a FIFO, device or socket): a commit-log file is a regular file, and nothing else is read",
                     path.display()
                 )));
             }
@@ -144,9 +157,10 @@ impl Store {
     }
 
     /// Calls `visit` with every record of the commit log, in log order, with its offset.
-    /// A blank ends a file; zeros end the data. Invalid bytes at the end of the last file
-    /// are reported in [`ScanEnd::cut`] (RocketMQ's recovery cuts them); anywhere else they
-    /// refuse the store, naming the file and offset.
+    /// A blank ends a file; zeros end the data. Invalid bytes at the end of the last file,
+    /// with no valid record after them, are reported in [`ScanEnd::cut`] (RocketMQ's
+    /// recovery cuts them); anywhere else — a valid record after them included — they
+    /// refuse the store, naming the file and offsets.
     pub fn scan(
         &self,
         mut visit: impl FnMut(u64, &RecordView<'_>) -> Result<(), ImportError>,
@@ -222,6 +236,23 @@ impl Store {
                             Err(e) => e.to_string(),
                             _ => String::from("a record cut short by the end of the file"),
                         };
+                        // A torn tail is damage with nothing valid after it. A valid record
+                        // further on means the damage is in the middle of the data: the
+                        // records it hides cannot be read, and cutting there would drop
+                        // every record after it too.
+                        if let Some(next) = next_record(seg, at + 1, max)? {
+                            return Err(damaged(
+                                seg,
+                                at,
+                                &format!(
+                                    "{reason}, and a valid record follows at offset {} ({} + {}): {} bytes in the middle of the log cannot be read, this is not a torn tail",
+                                    seg.base + next,
+                                    seg.path.display(),
+                                    next,
+                                    next - at
+                                ),
+                            ));
+                        }
                         out.cut = Some((offset, seg.len - at, reason));
                         break;
                     }
@@ -276,11 +307,17 @@ impl Store {
     ) -> Result<Option<(serde_json::Value, PathBuf)>, ImportError> {
         let dir = self.root.join("config");
         for path in [dir.join(name), dir.join(format!("{name}.bak"))] {
-            let text = match fs::read_to_string(&path) {
-                Ok(t) => t,
+            let bytes = match read_regular_file(&path, MAX_CONFIG_JSON_BYTES) {
+                Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
+                    return Err(ImportError::refused(format!("{}: {e}", path.display())))
+                }
                 Err(e) => return Err(ImportError::io(&path, e)),
             };
+            let text = String::from_utf8(bytes).map_err(|e| {
+                ImportError::refused(format!("{} is not UTF-8 text: {e}", path.display()))
+            })?;
             if text.trim().is_empty() {
                 continue;
             }
@@ -295,6 +332,18 @@ impl Store {
     /// The timer checkpoint, `None` when the store has none.
     pub fn timer_checkpoint(&self) -> Result<Option<TimerCheckpoint>, ImportError> {
         let path = self.root.join("config").join("timercheck");
+        // Checked before opening: a FIFO would block the open until a writer came.
+        match fs::metadata(&path) {
+            Ok(m) if !m.is_file() => {
+                return Err(ImportError::refused(format!(
+                    "{} is not a regular file (a FIFO, device, socket or directory): refused, only regular files are read",
+                    path.display()
+                )))
+            }
+            Ok(_) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+            Err(e) => return Err(ImportError::io(&path, e)),
+        }
         let mut f = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
@@ -309,6 +358,62 @@ impl Store {
             last_timer_queue_offset: long(16).max(0) as u64,
         }))
     }
+}
+
+/// The position (in the file) of the first valid record of `seg` at or after `from`, if
+/// any: a record whose PHYSICALOFFSET names its own place and that decodes whole. Read in
+/// chunks; each position is first tested on its magic code and stored offset alone.
+fn next_record(seg: &Segment, from: u64, max: u32) -> Result<Option<u64>, ImportError> {
+    // TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8, PHYSICALOFFSET 8.
+    const HEAD: usize = 36;
+    let file = File::open(&seg.path).map_err(|e| ImportError::io(&seg.path, e))?;
+    let read = |at: u64, buf: &mut Vec<u8>, n: usize| -> Result<(), ImportError> {
+        let n = n.min(usize::try_from(seg.len.saturating_sub(at)).unwrap_or(usize::MAX));
+        buf.resize(n, 0);
+        let mut got = 0;
+        while got < n {
+            match file.read_at(&mut buf[got..], at + got as u64) {
+                Ok(0) => break,
+                Ok(k) => got += k,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(ImportError::io(&seg.path, e)),
+            }
+        }
+        buf.truncate(got);
+        Ok(())
+    };
+    let (mut chunk, mut rec) = (Vec::new(), Vec::new());
+    let mut start = from;
+    while start + HEAD as u64 <= seg.len {
+        read(start, &mut chunk, CHUNK + HEAD)?;
+        if chunk.len() < HEAD {
+            break;
+        }
+        for i in 0..=chunk.len() - HEAD {
+            let h = &chunk[i..i + HEAD];
+            let magic = u32::from_be_bytes([h[4], h[5], h[6], h[7]]);
+            if magic != record::MESSAGE_MAGIC && magic != record::MESSAGE_MAGIC_V2 {
+                continue;
+            }
+            let at = start + i as u64;
+            let stored = u64::from_be_bytes(h[28..36].try_into().expect("8 bytes"));
+            if stored != seg.base + at {
+                continue;
+            }
+            let size = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+            if size > max || u64::from(size) > seg.len - at {
+                continue;
+            }
+            read(at, &mut rec, size as usize)?;
+            if let Ok(Decoded::Record(r)) = record::decode_rocketmq(&rec, max) {
+                if r.header.phys_offset == seg.base + at {
+                    return Ok(Some(at));
+                }
+            }
+        }
+        start += (chunk.len() - HEAD + 1) as u64;
+    }
+    Ok(None)
 }
 
 fn damaged(seg: &Segment, at: u64, why: &str) -> ImportError {

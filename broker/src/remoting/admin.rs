@@ -28,6 +28,7 @@ use std::fmt::Write as _;
 
 use rocklet_core::record::sys_flag;
 use rocklet_core::topic;
+use rocklet_core::types::OffsetMsgId;
 use rocklet_core::{ClientError, TopicInfo};
 use serde_json::{json, Value};
 
@@ -592,9 +593,21 @@ async fn query_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let r = ctx
         .core
         .inspect(move |b| {
-            let found = b
+            let mut found = b
                 .messages_by_key_stored(&t, &key, max, stored)
                 .map_err(|e| e.to_string())?;
+            // By unique key, an offset message id finds its record too (what a message
+            // without UNIQ_KEY goes by, and what send results name), in either form.
+            if unique && found.is_empty() {
+                if let Some((_, off)) = OffsetMsgId::parse(&key) {
+                    found.extend(b.message_at(off).map_err(|e| e.to_string())?.filter(|m| {
+                        m.topic == t
+                            && OffsetMsgId::new(m.store_host, m.offset)
+                                .as_str()
+                                .eq_ignore_ascii_case(&key)
+                    }));
+                }
+            }
             Ok::<_, String>((found, b.log_end()))
         })
         .await

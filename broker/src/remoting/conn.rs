@@ -325,8 +325,7 @@ impl Ctx {
     /// before the core opened): send results name it in their offset message ids, so they
     /// are the ids consumers compute from the records.
     pub(crate) fn store_host(&self) -> Host {
-        let h = self.cfg.core.store_host;
-        Host::V4(h.ip, h.port)
+        self.cfg.core.store_host.host()
     }
 }
 

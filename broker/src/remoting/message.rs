@@ -33,24 +33,8 @@ pub fn check_command(c: &CheckRequest) -> RemotingCommand {
     cmd
 }
 
-/// RocketMQ's offset message id: store host (4 + 4 or 16 + 4 bytes) and log offset, hex.
-#[must_use]
-pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
-    let mut b = Vec::with_capacity(28);
-    match store_host {
-        Host::V4(ip, port) => {
-            b.extend_from_slice(&ip);
-            b.extend_from_slice(&u32::from(port).to_be_bytes());
-        }
-        Host::V6(ip, port) => {
-            b.extend_from_slice(&ip);
-            b.extend_from_slice(&u32::from(port).to_be_bytes());
-        }
-        Host::Unspecified => b.extend_from_slice(&[0; 8]),
-    }
-    b.extend_from_slice(&offset.to_be_bytes());
-    b.iter().map(|x| format!("{x:02X}")).collect()
-}
+/// RocketMQ's offset message id: the core's, the one every protocol and the console use.
+pub use rocklet_core::offset_msg_id;
 
 /// A stored message as RocketMQ 4 consumers decode it (the CommitLog record layout), under
 /// its real topic and queue; `extra` properties are added (TAGS, KEYS and UNIQ_KEY always).

@@ -30,7 +30,7 @@ impl<S: Storage> Broker<S> {
         if let [spec] = specs {
             return self.write_one(spec);
         }
-        let store_host = Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port);
+        let store_host = self.cfg.store_host.host();
         let len_of = |s: &Spec<'_>| {
             let h = Header {
                 born_host: s.born_host,

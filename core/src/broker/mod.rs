@@ -918,7 +918,7 @@ impl<S: Storage> Broker<S> {
     }
 
     fn store_host(&self) -> Host {
-        Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port)
+        self.cfg.store_host.host()
     }
 
     /// Makes everything appended durable; releases held replies and makes their messages
@@ -1184,7 +1184,8 @@ impl Plan {
     }
 }
 
-/// RocketMQ's offset message id: store host (ip 4 + port 4) and log offset (8), 32 hex digits.
+/// RocketMQ's offset message id of the record at `offset` stored by `store_host`
+/// ([`OffsetMsgId`]: 32 hex digits for an IPv4 host, 56 for IPv6), as a `String`.
 #[must_use]
 pub fn offset_msg_id(store_host: Host, offset: u64) -> String {
     String::from(OffsetMsgId::new(store_host, offset).as_str())

@@ -182,7 +182,7 @@ impl<S: Storage> Broker<S> {
         let written = self.write(&specs);
         // Where each record went: one after the other in the log; a batch's messages at
         // consecutive queue offsets of one queue.
-        let store_host = Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port);
+        let store_host = self.cfg.store_host.host();
         let mut places = Vec::with_capacity(n);
         if let Ok((mut off, qoff)) = written {
             for (i, spec) in specs.iter().enumerate() {

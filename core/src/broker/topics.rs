@@ -412,9 +412,6 @@ impl<S: Storage> Broker<S> {
     }
 
     pub(super) fn offset_msg_id(&self, offset: u64) -> String {
-        offset_msg_id(
-            Host::V4(self.cfg.store_host.ip, self.cfg.store_host.port),
-            offset,
-        )
+        offset_msg_id(self.cfg.store_host.host(), offset)
     }
 }
