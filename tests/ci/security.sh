@@ -71,6 +71,23 @@ access_key = "rocketmq2"
 secret_key = "12345678"
 super_user = true
 
+# RetryAclTest's user: a v4 push consumer's retry cycle with nothing but its own topics and groups.
+[[auth.users]]
+access_key = "app"
+secret_key = "app-secret"
+
+[[auth.acls]]
+user = "app"
+resource = "Topic:AclRetry*"
+actions = ["Pub", "Sub"]
+decision = "Allow"
+
+[[auth.acls]]
+user = "app"
+resource = "Group:AclRetry*"
+actions = ["Sub"]
+decision = "Allow"
+
 [core]
 flush = "sync"
 transaction_timeout_ms = 1000
@@ -88,6 +105,11 @@ done
 [ -n "$NS" ] || { cat "$RUN/broker.log"; echo "broker did not start"; exit 1; }
 if ! timeout 300 java -Drocketmq.log.root="$RUN/client-logs" -cp "$JAVA_OUT/classes:$(cat "$JAVA_OUT/classpath.txt")" \
   rocklet.AclTest "$NS" rocketmq2 12345678 2>&1 | { grep -v ' INFO ' || true; }; then
+  echo "-- broker log"; tail -30 "$RUN/broker.log"; exit 1
+fi
+echo "== java: v4 push consumer's retry cycle as a normal user (issue 29: retry topics are their groups')"
+if ! timeout 300 java -Drocketmq.log.root="$RUN/client-logs" -cp "$JAVA_OUT/classes:$(cat "$JAVA_OUT/classpath.txt")" \
+  rocklet.RetryAclTest "$NS" app app-secret 2>&1 | { grep -v ' INFO ' || true; }; then
   echo "-- broker log"; tail -30 "$RUN/broker.log"; exit 1
 fi
 kill "$PID"; wait "$PID" || true
