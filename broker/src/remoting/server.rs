@@ -355,7 +355,7 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     }
     // What the header holds, until the request is handled; the body's bytes join it below.
     let mut held = match &ctx.request_budget {
-        Some(b) => Some(b.reserve(header_len as u64).await),
+        Some(b) => Some(b.reserve(Some(conn.peer), header_len as u64).await),
         None => None,
     };
     let mut header = vec![0u8; header_len];
