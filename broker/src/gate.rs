@@ -48,6 +48,8 @@ pub const TELEMETRY_PATH: &str = "/apache.rocketmq.v2.MessagingService/Telemetry
 /// The RPC whose response is a stream that lives as long as its long poll.
 const RECEIVE_PATH: &str = "/apache.rocketmq.v2.MessagingService/ReceiveMessage";
 const MESSAGING_PREFIX: &str = "/apache.rocketmq.v2.MessagingService/";
+/// The admin services (`Admin`, `Security`), when this listener serves them.
+const ADMIN_PREFIX: &str = "/rocklet.admin.v1.";
 /// MessagingService RPCs the broker serves with one response message (the others are
 /// answered `UNIMPLEMENTED` by tonic without reading their body).
 const ANSWERED: [&str; 10] = [
@@ -74,6 +76,8 @@ pub struct GateLayer {
     max_message: u64,
     metrics: Arc<Metrics>,
     auth: Arc<Auth>,
+    /// The admin services are served here (not on a listener of their own).
+    admin: bool,
 }
 
 impl GateLayer {
@@ -94,7 +98,16 @@ impl GateLayer {
             max_message: max_message as u64,
             metrics,
             auth,
+            admin: true,
         }
+    }
+
+    /// The admin services are not served on this listener: their calls go to tonic as
+    /// they are (answered `UNIMPLEMENTED`, unread).
+    #[must_use]
+    pub fn without_admin(mut self) -> Self {
+        self.admin = false;
+        self
     }
 }
 
@@ -139,7 +152,12 @@ where
         let path = req.uri().path();
         let telemetry = path == TELEMETRY_PATH;
         let method = path.strip_prefix(MESSAGING_PREFIX);
-        if !telemetry && method.is_some_and(|m| !ANSWERED.contains(&m)) {
+        let served = match method {
+            Some(m) => telemetry || ANSWERED.contains(&m),
+            None => self.layer.admin && path.starts_with(ADMIN_PREFIX),
+        };
+        // Anything else is answered `UNIMPLEMENTED` by tonic without reading its body.
+        if !served {
             return Box::pin(self.inner.call(req));
         }
         let rocketmq = method.is_some();

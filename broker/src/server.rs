@@ -292,15 +292,19 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         tls_for(&tls),
     ));
     let ms = std::time::Duration::from_millis;
+    let mut gate_layer = GateLayer::new(
+        ms(cfg.request_read_timeout_ms),
+        request_budget.clone(),
+        max_decode,
+        m.clone(),
+        auth.clone(),
+    );
+    if admin_elsewhere.is_some() {
+        gate_layer = gate_layer.without_admin();
+    }
     let server = tokio::spawn(
         grpc_builder(&cfg)
-            .layer(GateLayer::new(
-                ms(cfg.request_read_timeout_ms),
-                request_budget.clone(),
-                max_decode,
-                m.clone(),
-                auth.clone(),
-            ))
+            .layer(gate_layer)
             // Cluster mode: a master names its epoch and node in every reply.
             .layer(crate::cluster::reply::EpochLayer::new(
                 cluster.as_ref().map(|c| c.0.clone()),
