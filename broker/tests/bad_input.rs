@@ -1346,8 +1346,8 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     .await;
 
     // (b) Remoting: 32 connections send a SEND_MESSAGE_V2 header declaring a 2,500,000-byte
-    // body, 1,500,000 of it, and stall. One fits in the address's share; 31 are answered
-    // SYSTEM_BUSY at once.
+    // body, 1,500,000 of it, and stall. One (or two) fit in the address's share; the others
+    // are answered SYSTEM_BUSY at once.
     let mut conns = Vec::new();
     for i in 0..32 {
         let ext = [
@@ -1408,9 +1408,11 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     eprintln!(
         "remoting: {busy} of 32 stalled sends refused, {held_remoting} bytes held; RSS {baseline} -> {remoting_rss} KiB"
     );
-    assert_eq!(busy, 31);
+    // A body holds what has arrived of it (its buffer at most doubles), and what it declares
+    // must fit when its header is read: one, perhaps two, fit in the share.
+    assert!((30..=31).contains(&busy), "{busy} refused");
     assert!(
-        held_remoting > 2_500_000 && held_remoting <= SHARE,
+        held_remoting > 1_500_000 && held_remoting <= SHARE,
         "{held_remoting}"
     );
     assert!(
@@ -1516,7 +1518,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
         0,
         "every request's bytes are released when it ends"
     );
-    assert!(refusals(&broker) >= 64 - pending + 31 + refused);
+    assert!(refusals(&broker) >= 64 - pending + 30 + refused);
     send_ok(
         &mut c,
         msg("Budget", &[b'n'; 1024], pb::MessageType::Normal, "N2"),
