@@ -44,6 +44,37 @@ const STREAMS_PER_CONNECTION: usize = 64;
 const SERIAL_CONNECTIONS: usize = 8;
 const SERIAL_EVERY: Duration = Duration::from_millis(400);
 const BURST_CONNECTIONS: usize = 48;
+/// Remoting connections that each send a SEND_MESSAGE_V2 header declaring a body of about
+/// 4 MiB and none of it: 96 × 4 MiB is more than the default 256 MiB budget.
+const REMOTING_CONNECTIONS: usize = 96;
+
+/// One remoting connection that sends a SEND_MESSAGE_V2 frame's header declaring a body that
+/// makes header and body exactly 4 MiB (a budget of 256 MiB is a multiple of it: reserved
+/// as declared, 64 of them leave no room at all), and nothing of the body.
+async fn remoting_stall(at: SocketAddr) -> tokio::net::TcpStream {
+    use rocklet_broker::remoting::codec::RemotingCommand;
+    use tokio::io::AsyncWriteExt as _;
+    let ext: std::collections::BTreeMap<String, String> = [
+        ("a", "PG"),
+        ("b", "Victim"),
+        ("e", "0"),
+        ("f", "0"),
+        ("i", ""),
+    ]
+    .iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    // The frame: total length (4), header length (4), header, body.
+    let header = RemotingCommand::request(310, ext.clone(), Vec::new())
+        .encode()
+        .len()
+        - 8;
+    let body = (4 << 20) - header;
+    let frame = RemotingCommand::request(310, ext, vec![b'r'; body]).encode();
+    let mut s = tokio::net::TcpStream::connect(at).await.unwrap();
+    s.write_all(&frame[..frame.len() - body]).await.unwrap();
+    s
+}
 
 /// Opens one HTTP/2 connection and 64 SendMessage streams on it that each send the 5-byte
 /// prefix declaring [`DECLARED`] bytes and nothing more. Returns what keeps them open, and
@@ -166,6 +197,7 @@ async fn normal_client(mut c: Victim, stop: Arc<AtomicBool>) -> Seen {
 /// dropped.
 struct Broker {
     addr: SocketAddr,
+    remoting: Option<SocketAddr>,
     stop: Option<tokio::sync::oneshot::Sender<()>>,
     thread: Option<std::thread::JoinHandle<()>>,
     _dir: tempfile::TempDir,
@@ -188,14 +220,15 @@ impl Broker {
                 let b = rocklet_broker::server::start(cfg, Arc::new(SystemClock))
                     .await
                     .unwrap();
-                addr_tx.send(b.addr).unwrap();
+                addr_tx.send((b.addr, b.remoting_addr)).unwrap();
                 let _ = stopped.await;
                 b.stop().await;
             });
         });
-        let addr = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
+        let (addr, remoting) = addr_rx.recv_timeout(Duration::from_secs(30)).unwrap();
         Broker {
             addr,
+            remoting,
             stop: Some(stop),
             thread: Some(thread),
             _dir: dir,
@@ -214,17 +247,20 @@ impl Drop for Broker {
     }
 }
 
-/// Runs the attack against a broker configured by `f`, the normal client signing with
+/// Runs the attack (the HTTP/2 streams when `grpc`, the remoting frames when the broker
+/// serves remoting) against a broker configured by `f`, the normal client signing with
 /// `signer`; returns what the normal client saw, the attacking streams opened and how many
 /// were refused from their headers within `wait`.
 async fn under_attack(
     f: impl FnOnce(&mut BrokerConfig),
+    grpc: bool,
     signer: Signer,
     wait: Duration,
     label: &str,
 ) -> (Seen, usize, Vec<(i32, String)>) {
     let broker = Broker::start(f);
     let addr = broker.addr;
+    let remoting = broker.remoting;
     let ch = Channel::from_shared(format!("http://{addr}"))
         .unwrap()
         .connect()
@@ -250,8 +286,20 @@ async fn under_attack(
     let normal = tokio::spawn(normal_client(c, stop.clone()));
     let mut held = Vec::new();
     let (mut streams, mut answered) = (0usize, Vec::new());
+    // Remoting (when served): frames whose header declares a 4 MiB body, and no body.
+    let mut v4 = Vec::new();
+    if let Some(r) = remoting {
+        for _ in 0..REMOTING_CONNECTIONS {
+            v4.push(remoting_stall(r).await);
+            streams += 1;
+        }
+    }
+    if !v4.is_empty() {
+        // Their headers are read.
+        tokio::time::sleep(Duration::from_millis(500)).await;
+    }
     // New connections one after the other.
-    for _ in 0..SERIAL_CONNECTIONS {
+    for _ in 0..if grpc { SERIAL_CONNECTIONS } else { 0 } {
         if let Some((keep, a)) = attack_connection(addr, wait).await {
             held.push(keep);
             streams += STREAMS_PER_CONNECTION;
@@ -260,7 +308,7 @@ async fn under_attack(
         tokio::time::sleep(SERIAL_EVERY).await;
     }
     // Then many at once.
-    let burst: Vec<_> = (0..BURST_CONNECTIONS)
+    let burst: Vec<_> = (0..if grpc { BURST_CONNECTIONS } else { 0 })
         .map(|_| tokio::spawn(attack_connection(addr, wait)))
         .collect();
     for b in burst {
@@ -274,6 +322,7 @@ async fn under_attack(
     stop.store(true, Ordering::Relaxed);
     let seen = normal.await.unwrap();
     drop(held);
+    drop(v4);
     tokio::task::spawn_blocking(move || drop(broker))
         .await
         .unwrap();
@@ -311,7 +360,7 @@ fn check(label: &str, seen: &Seen, streams: usize) {
 #[ignore = "about 10 s of attack; run by tests/ci/hostile.sh"]
 async fn prefix_only_streams_leave_a_normal_clients_sends_served_without_auth() {
     let (seen, streams, answered) =
-        under_attack(|_| {}, Signer::default(), Duration::ZERO, "auth off").await;
+        under_attack(|_| {}, true, Signer::default(), Duration::ZERO, "auth off").await;
     check("auth off", &seen, streams);
     assert_eq!(
         answered.first(),
@@ -338,6 +387,7 @@ async fn prefix_only_streams_leave_a_normal_clients_sends_served_with_auth() {
     };
     let (seen, streams, answered) = under_attack(
         users,
+        true,
         Signer::new("root", "root-secret"),
         Duration::from_secs(5),
         "auth on",
@@ -357,4 +407,21 @@ async fn prefix_only_streams_leave_a_normal_clients_sends_served_with_auth() {
         "every stream without credentials is answered UNAUTHORIZED from its headers; other answers: {:?}",
         answered.iter().find(|(code, _)| *code != pb::Code::Unauthorized as i32)
     );
+}
+
+/// Remoting, authentication off: frames whose header declares a 4 MiB body and that send
+/// none of it hold nothing of it (a body holds what has arrived), so they do not take the
+/// budget the gRPC clients share.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "about 10 s of attack; run by tests/ci/hostile.sh"]
+async fn remoting_headers_declaring_big_bodies_leave_a_normal_clients_sends_served() {
+    let (seen, streams, _) = under_attack(
+        |cfg| cfg.remoting_listen = Some("127.0.0.1:0".parse().unwrap()),
+        false,
+        Signer::default(),
+        Duration::ZERO,
+        "remoting too",
+    )
+    .await;
+    check("remoting too", &seen, streams);
 }
