@@ -79,3 +79,82 @@ async fn receives_on_unknown_topics_leave_nothing_behind() {
     assert!(took < Duration::from_secs(5), "woken after {took:?}");
     b.stop().await;
 }
+
+/// The same through RocketMQ 4 remoting: long-polling PULLs and POPs on distinct unknown
+/// topics and groups register the same wake-ups, and leave the map bounded the same way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn remoting_pulls_and_pops_on_unknown_topics_leave_nothing_behind() {
+    use common::v4::V4;
+    use rocklet_broker::remoting::codec::SerializeType;
+    const EACH: usize = 2_500;
+    let b =
+        TestBroker::start_with(|c| c.remoting_listen = Some("127.0.0.1:0".parse().unwrap())).await;
+    let running = b.broker.as_ref().unwrap();
+    let metrics = running.metrics.clone();
+    let remoting = running.remoting_addr.unwrap();
+    let t = Instant::now();
+    let pulls = tokio::spawn(async move {
+        let mut c = V4::connect(remoting, SerializeType::Json).await;
+        for i in 0..EACH {
+            let (topic, group) = (format!("UnknownPull-{i}"), format!("PG-{i}"));
+            let r = c
+                .call(
+                    11,
+                    &[
+                        ("consumerGroup", &group),
+                        ("topic", &topic),
+                        ("queueId", "0"),
+                        ("queueOffset", "0"),
+                        ("maxMsgNums", "32"),
+                        // A suspended (long-polling) pull of 1 ms.
+                        ("sysFlag", "2"),
+                        ("commitOffset", "0"),
+                        ("suspendTimeoutMillis", "1"),
+                        ("subscription", "*"),
+                    ],
+                    Vec::new(),
+                )
+                .await;
+            assert_ne!(r.code, 0, "nothing to pull from {topic}: {:?}", r.remark);
+        }
+    });
+    let pops = tokio::spawn(async move {
+        let mut c = V4::connect(remoting, SerializeType::Json).await;
+        for i in 0..EACH {
+            let (topic, group) = (format!("UnknownPop-{i}"), format!("OG-{i}"));
+            let r = c
+                .call(
+                    200_050,
+                    &[
+                        ("consumerGroup", &group),
+                        ("topic", &topic),
+                        ("queueId", "-1"),
+                        ("maxMsgNums", "1"),
+                        ("invisibleTime", "30000"),
+                        ("pollTime", "1"),
+                        ("bornTime", "0"),
+                        ("initMode", "0"),
+                        ("expType", "TAG"),
+                        ("exp", "*"),
+                        ("order", "false"),
+                    ],
+                    Vec::new(),
+                )
+                .await;
+            assert_ne!(r.code, 0, "nothing to pop from {topic}: {:?}", r.remark);
+        }
+    });
+    pulls.await.unwrap();
+    pops.await.unwrap();
+    let left = metrics.long_poll_topics.load(Ordering::Relaxed);
+    eprintln!(
+        "{EACH} pulls and {EACH} pops on unknown topics in {:?}: {left} topics with wake-ups kept",
+        t.elapsed()
+    );
+    assert!(
+        left <= 2048,
+        "{} ended pulls and pops on unknown topics left {left} wake-up entries behind",
+        2 * EACH
+    );
+    b.stop().await;
+}
