@@ -454,12 +454,13 @@ pub struct BrokerConfig {
     /// message, or thousands of ordinary ones being written at once.
     pub max_inflight_receive_bytes: u64,
     /// Broker-wide budget of request bytes held, gRPC and remoting together: a request holds
-    /// the bytes it declares (a gRPC call its message's length prefix, a remoting frame its
-    /// header and body lengths) from when they are known until its handling ends (answered,
-    /// or its long poll over). One that would take the total past this is refused before its
-    /// body is read: gRPC `TOO_MANY_REQUESTS` (RocketMQ clients back off and retry), remoting
-    /// `SYSTEM_BUSY` (2); a remoting frame's header (needed to answer at all) waits for room
-    /// instead. Without it, clients that start large sends and stall hold memory without
+    /// what has arrived of it (a gRPC call its message, a remoting frame its header's length
+    /// and then its body) until its handling ends (answered, or its long poll over); what it
+    /// declares must only fit in the room left. One client address may hold a quarter of it,
+    /// one connection an eighth (each at least the largest request). One that would take the
+    /// total or its share past the limit is refused at once: gRPC `TOO_MANY_REQUESTS`
+    /// (RocketMQ clients back off and retry), remoting `SYSTEM_BUSY` (2); a remoting frame's
+    /// header (needed to answer at all) waits for room instead. Without it, clients that start large sends and stall hold memory without
     /// bound (each connection up to a request's size, for up to `request_read_timeout_ms`).
     ///
     /// Default [`DEFAULT_MAX_INFLIGHT_REQUEST_BYTES`] (256 MiB: 28 of the largest sends at

@@ -427,6 +427,8 @@ struct Driver {
     next_id: u64,
     pending: HashMap<u64, Pending>,
     waiters: HashMap<String, Vec<oneshot::Sender<()>>>,
+    /// Topics in `waiters` after its last sweep (see `Driver::watch`).
+    waiters_swept_at: usize,
     producers: HashMap<u64, Producer>,
     online: HashSet<String>,
     round_robin: usize,
@@ -531,6 +533,7 @@ pub fn spawn(
         next_id: 0,
         pending: HashMap::new(),
         waiters: HashMap::new(),
+        waiters_swept_at: 0,
         producers: HashMap::new(),
         online: HashSet::new(),
         round_robin: 0,
@@ -571,6 +574,8 @@ pub const GROUP_BUDGET: Duration = Duration::from_millis(2);
 pub const READ_BUDGET: Duration = Duration::from_millis(5);
 /// The loop looks at the clock at least this often.
 const MAX_WAIT_MS: Millis = 1_000;
+/// The long-poll wake-up map is first swept of ended polls at this many topics.
+const WAITERS_SWEEP_MIN: usize = 1024;
 
 /// Commands taken from the channel, by lane.
 #[derive(Default)]
@@ -1049,9 +1054,7 @@ impl Driver {
                         _ => false,
                     };
                     if let (true, Some((topic, w))) = (empty, p.watch) {
-                        let list = self.waiters.entry(topic).or_default();
-                        list.retain(|w| !w.is_closed());
-                        list.push(w);
+                        self.watch(topic, w);
                     }
                     let _ = p.reply.send(Ok(reply));
                 }
@@ -1072,6 +1075,33 @@ impl Driver {
         }
     }
 
+    /// Registers a long poll's wake-up for `topic`. A poll that ends (answered at its
+    /// deadline, or its client gone) drops its receiver; what it left behind is swept here
+    /// whenever the map has doubled since the last sweep, so the map is bounded by the polls
+    /// waiting (a receive on a topic that never gets a message, or does not exist, leaves
+    /// nothing behind once it ends) at an amortized constant cost per poll.
+    fn watch(&mut self, topic: String, w: oneshot::Sender<()>) {
+        let list = self.waiters.entry(topic).or_default();
+        list.retain(|w| !w.is_closed());
+        list.push(w);
+        if self.waiters.len()
+            >= self
+                .waiters_swept_at
+                .saturating_mul(2)
+                .max(WAITERS_SWEEP_MIN)
+        {
+            self.waiters.retain(|_, list| {
+                list.retain(|w| !w.is_closed());
+                !list.is_empty()
+            });
+            self.waiters.shrink_to(self.waiters.len() * 2);
+            self.waiters_swept_at = self.waiters.len();
+        }
+        self.metrics
+            .long_poll_topics
+            .store(self.waiters.len() as u64, Ordering::Relaxed);
+    }
+
     /// Wakes the long polls waiting on `topic` (each receives again; one that finds nothing
     /// waits anew).
     fn wake(&mut self, topic: &str) {
@@ -1079,6 +1109,9 @@ impl Driver {
             for w in list {
                 let _ = w.send(());
             }
+            self.metrics
+                .long_poll_topics
+                .store(self.waiters.len() as u64, Ordering::Relaxed);
         }
     }
 

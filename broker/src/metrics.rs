@@ -128,6 +128,10 @@ pub struct Metrics {
     pub fsync_latency: Histogram,
     pub send_latency: Histogram,
     pub long_polls_waiting: AtomicU64,
+    /// Topics the core thread keeps long-poll wake-ups for (gRPC receives, remoting pulls
+    /// and pops that found nothing); bounded by the polls waiting, not by the topics ever
+    /// polled.
+    pub long_poll_topics: AtomicU64,
     pub telemetry_streams: AtomicU64,
     pub producers_online: AtomicU64,
     pub checks_pushed: AtomicU64,
@@ -421,6 +425,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "rocklet_long_polls_waiting",
         "ReceiveMessage calls waiting for a message",
         m.long_polls_waiting.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_long_poll_topics",
+        "Topics with long polls (receives, pulls, pops) waiting to be woken by a message",
+        m.long_poll_topics.load(Ordering::Relaxed),
     );
     gauge(
         &mut out,

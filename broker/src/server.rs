@@ -252,8 +252,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         warn!(max_connections = cfg.max_connections, cap, fd_limit = ?fd_limit, fds_open = open, reserve = net::FD_RESERVE, "the file descriptor limit caps connections below max_connections");
     }
     let conn_limit = Arc::new(ConnLimit::new(cap, m.clone()));
-    // One budget of request bytes held for every listener.
-    let request_budget = RequestBudget::new(cfg.max_inflight_request_bytes, m.clone());
+    // One budget of request bytes held for every listener; one client address and one
+    // connection hold at most a share of it.
+    let largest = cfg.max_request_message_bytes() as u64 + cfg.remoting_max_header_bytes as u64;
+    let request_budget = RequestBudget::shared(cfg.max_inflight_request_bytes, largest, m.clone());
     let (core, core_thread) = driver::spawn(broker, clock.clone(), m.clone())
         .map_err(|e| format!("cannot start the core thread: {e}"))?;
     let cluster = match &cfg.cluster {
@@ -312,14 +314,19 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         tls_for(&tls),
     ));
     let ms = std::time::Duration::from_millis;
+    let mut gate_layer = GateLayer::new(
+        ms(cfg.request_read_timeout_ms),
+        request_budget.clone(),
+        max_decode,
+        m.clone(),
+        auth.clone(),
+    );
+    if admin_elsewhere.is_some() {
+        gate_layer = gate_layer.without_admin();
+    }
     let server = tokio::spawn(
         grpc_builder(&cfg)
-            .layer(GateLayer::new(
-                ms(cfg.request_read_timeout_ms),
-                request_budget.clone(),
-                max_decode,
-                m.clone(),
-            ))
+            .layer(gate_layer)
             // Cluster mode: a master names its epoch and node in every reply.
             .layer(crate::cluster::reply::EpochLayer::new(
                 cluster.as_ref().map(|c| c.0.clone()),

@@ -988,15 +988,28 @@ async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_m
         "{}",
         answers[&34].1
     );
+    // 16 × 5.9 MB on one connection pass its share of the request budget (1/8 of 256 MiB):
+    // the calls that do not fit are refused by it, at once, before the filter is read.
+    let mut filtered = 0;
     for call in calls {
         let (st, took) = call.await.unwrap();
-        assert_status(
-            &st,
-            pb::Code::IllegalFilterExpression,
-            "max_filter_expression_bytes of 65536",
-        );
+        if st.code == pb::Code::TooManyRequests as i32 {
+            assert!(
+                st.message.contains("one connection may hold"),
+                "{}",
+                st.message
+            );
+        } else {
+            assert_status(
+                &st,
+                pb::Code::IllegalFilterExpression,
+                "max_filter_expression_bytes of 65536",
+            );
+            filtered += 1;
+        }
         assert!(took < Duration::from_secs(10), "refused after {took:?}");
     }
+    assert!(filtered >= 4, "{filtered} of 16 reached the filter limit");
     let after = rss_kib(pid);
     eprintln!("broker RSS: {baseline} KiB before, {after} KiB after 16 receives with 5.9 MB filters and 32 pulls with 15 MiB bodies");
     assert!(
@@ -1008,7 +1021,7 @@ async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_m
     assert_status(&st, pb::Code::BadRequest, "max_name_bytes of 255");
     assert!(
         broker.metric("rocklet_requests_over_limit_total{limit=\"max_filter_expression_bytes\"}")
-            >= 17
+            > filtered
     );
     assert!(
         broker.metric("rocklet_requests_over_limit_total{limit=\"remoting_request_body\"}") >= 32
@@ -1199,8 +1212,10 @@ async fn raw_status(resp: h2::client::ResponseFuture) -> Result<pb::Status, Stri
 
 /// Many large requests that stall (gRPC sends whose body stops half-way, remoting sends
 /// likewise) and long polls with large filters hold at most `max_inflight_request_bytes`
-/// between them: each reserves what it declares as soon as it is known, and the ones that
-/// would pass the budget are refused at once, unread (gRPC `TOO_MANY_REQUESTS`, remoting
+/// between them, and one client address at most its share (all of these come from
+/// 127.0.0.1: the largest request, 3,407,872 bytes, above a quarter of the 8 MiB budget): a
+/// gRPC call holds what has arrived of it, a remoting frame what it declares, and the ones
+/// that would pass the share are refused at once (gRPC `TOO_MANY_REQUESTS`, remoting
 /// `SYSTEM_BUSY`). The bytes are released when the request's handling ends (the stall's read
 /// deadline, the long poll's end), and then normal requests of any size go through again.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -1208,6 +1223,9 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     use rocklet_broker::remoting::codec::{self, RemotingCommand};
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     const BUDGET: u64 = 8 << 20;
+    // What one client address may hold: the largest request (2 x 1 MiB + 1 MiB of gRPC
+    // message, + 256 KiB of remoting header).
+    const SHARE: u64 = (3 << 20) + (256 << 10);
     let broker = BrokerProcess::start(
         &format!(
             "max_inflight_request_bytes = {BUDGET}\nrequest_read_timeout_ms = 6000\n\
@@ -1227,7 +1245,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     let baseline = rss_kib(pid);
 
     // (a) gRPC: 64 sends on 8 connections declare 2,097,000 bytes each, send 2,000,000 and
-    // stall. Four fit in 8 MiB (leaving 608 bytes); the other 60 are answered at once.
+    // stall. One fits in the address's share; the others are answered at once.
     const DECLARED: u32 = 2_097_000;
     let (mut stalls, mut clients, mut answers) = (Vec::new(), Vec::new(), Vec::new());
     for _ in 0..8 {
@@ -1271,35 +1289,34 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     eprintln!(
         "gRPC: {busy} of 64 stalled sends refused, {pending} held ({held_grpc} bytes); RSS {baseline} -> {grpc_rss} KiB"
     );
-    assert_eq!((busy, pending), (60, 4));
-    assert_eq!(held_grpc, 4 * u64::from(DECLARED));
+    assert_eq!(busy + pending, 64);
+    assert!(pending >= 1, "{pending} held");
+    assert!(
+        held_grpc >= u64::from(DECLARED) && held_grpc <= SHARE,
+        "{held_grpc} bytes held"
+    );
     assert!(
         grpc_rss < baseline + 48 * 1024,
         "64 stalled 2 MB sends grew the RSS from {baseline} to {grpc_rss} KiB"
     );
-    // A normal client's send does not fit in the 608 bytes left: TOO_MANY_REQUESTS, at once,
-    // also when its body spans many HTTP/2 frames (the client is still sending when it is
-    // answered, and the stream is reset with NO_ERROR); a route lookup fits.
-    for size in [1024, 900 << 10] {
+    // A normal client's sends from the same address fit in what its share has left (the
+    // stalls hold what arrived of them, not the budget), also when a body spans many HTTP/2
+    // frames; so does a route lookup.
+    for (i, size) in [1024, 900 << 10].into_iter().enumerate() {
         let t = Instant::now();
-        let r = send(
+        send_ok(
             &mut c,
-            vec![msg(
+            msg(
                 "Budget",
                 &vec![b'n'; size],
                 pb::MessageType::Normal,
-                "N1",
-            )],
+                &format!("N1{i}"),
+            ),
         )
         .await;
-        assert_status(
-            &status_of(&r),
-            pb::Code::TooManyRequests,
-            "max_inflight_request_bytes",
-        );
         assert!(
             t.elapsed() < Duration::from_secs(1),
-            "refused in {:?}",
+            "served in {:?}",
             t.elapsed()
         );
     }
@@ -1330,7 +1347,8 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     .await;
 
     // (b) Remoting: 32 connections send a SEND_MESSAGE_V2 header declaring a 2,500,000-byte
-    // body, 1,500,000 of it, and stall. Three fit; 29 are answered SYSTEM_BUSY at once.
+    // body, 1,500,000 of it, and stall. One (or two) fit in the address's share; the others
+    // are answered SYSTEM_BUSY at once.
     let mut conns = Vec::new();
     for i in 0..32 {
         let ext = [
@@ -1391,9 +1409,11 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     eprintln!(
         "remoting: {busy} of 32 stalled sends refused, {held_remoting} bytes held; RSS {baseline} -> {remoting_rss} KiB"
     );
-    assert_eq!(busy, 29);
+    // A body holds what has arrived of it (its buffer at most doubles), and what it declares
+    // must fit when its header is read: one, perhaps two, fit in the share.
+    assert!((30..=31).contains(&busy), "{busy} refused");
     assert!(
-        held_remoting > 3 * 2_500_000 && held_remoting <= BUDGET,
+        held_remoting > 1_500_000 && held_remoting <= SHARE,
         "{held_remoting}"
     );
     assert!(
@@ -1437,7 +1457,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     drop(conns);
 
     // (c) Long polls hold their request while they wait: 180 receives with 60 KiB filters
-    // on 3 connections; about 8 MiB of them wait, the rest are refused at once; once the
+    // on 3 connections; about a share's worth of them wait, the rest are refused at once; once the
     // polls end (8 s: well apart from "at once" on a loaded machine) the bytes are released.
     send_ok(
         &mut c,
@@ -1487,11 +1507,11 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
     }
     eprintln!("long polls: {waited} waited holding {held_polls} bytes, {refused} refused");
     assert!(
-        held_polls > BUDGET - (128 << 10) && held_polls <= BUDGET,
+        held_polls > SHARE - (128 << 10) && held_polls <= SHARE,
         "{held_polls}"
     );
     assert!(
-        refused > 0 && waited > 100,
+        refused > 0 && waited > 40,
         "{waited} waited, {refused} refused"
     );
     assert_eq!(
@@ -1499,7 +1519,7 @@ async fn stalled_and_long_polling_requests_stop_at_the_request_budget() {
         0,
         "every request's bytes are released when it ends"
     );
-    assert!(refusals(&broker) >= 60 + 29 + refused);
+    assert!(refusals(&broker) >= 64 - pending + 30 + refused);
     send_ok(
         &mut c,
         msg("Budget", &[b'n'; 1024], pb::MessageType::Normal, "N2"),

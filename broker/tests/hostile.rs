@@ -37,6 +37,9 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 /// near 512 − 30 − 128.
 const NOFILE: u32 = 512;
 const BUDGET: u64 = 32 << 20;
+/// What one client address may hold of [`BUDGET`]: the largest request (2 × 4 MiB + 1 MiB of
+/// gRPC message, 256 KiB of remoting header), above a quarter of it.
+const SHARE: u64 = (9 << 20) + (256 << 10);
 const MAX_GROUPS: u32 = 500;
 const TOPICS: usize = 50_000;
 const BIG_MESSAGES: usize = 200_000;
@@ -852,7 +855,7 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
     }
     let silent_since = Instant::now();
     let expression = long_tag_expression(5_900_000);
-    let mut refused = 0;
+    let (mut refused, mut over_share) = (0, 0);
     for _ in 0..2 {
         let mut calls = Vec::new();
         for i in 0..4 {
@@ -865,15 +868,23 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
         }
         for call in calls {
             let (s, took) = call.await.unwrap();
-            assert_named(&s, pb::Code::IllegalFilterExpression, "FILTER_TOO_LONG");
+            // 4 × 5.9 MB from one address pass its share of the request budget: those that
+            // do not fit are refused by it, at once, before their filter is read.
+            if s.code == pb::Code::TooManyRequests as i32 {
+                assert!(s.message.contains("may hold"), "{}", s.message);
+                over_share += 1;
+            } else {
+                assert_named(&s, pb::Code::IllegalFilterExpression, "FILTER_TOO_LONG");
+                refused += 1;
+            }
             assert!(took < Duration::from_secs(5), "refused after {took:?}");
-            refused += 1;
         }
     }
+    assert!(refused >= 2, "{refused} of 8 reached the filter limit");
     summary.row(
         "11 receives with 5.9 MB tag expressions",
         8,
-        format!("{refused} ILLEGAL_FILTER_EXPRESSION FILTER_TOO_LONG at once"),
+        format!("{refused} ILLEGAL_FILTER_EXPRESSION FILTER_TOO_LONG, {over_share} TOO_MANY_REQUESTS (the address's share of the request budget), at once"),
     );
     let mut s = tokio::net::TcpStream::connect(remoting).await.unwrap();
     let fat = vec![b'z'; 15 << 20];
@@ -994,7 +1005,9 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
         format!("{deadline_exceeded} DEADLINE_EXCEEDED at request_read_timeout_ms (3 s)"),
     );
     // The request budget: 16 gRPC sends declaring 3,000,000 bytes stall after 2,000,000;
-    // 8 remoting sends likewise. 11 fit in 32 MiB; the rest are refused at once.
+    // 8 remoting sends likewise, all from 127.0.0.1: they fit in what one client address may
+    // hold of the 32 MiB (the largest request, 9,699,328 bytes: 3 of them); the rest are
+    // refused at once.
     let rss_before_budget = rss!();
     let mut stalls = Vec::new();
     let mut answers = Vec::new();
@@ -1080,23 +1093,20 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
         }
     }
     assert!(
-        held > BUDGET - 3_000_200 && held <= BUDGET,
-        "{held} bytes held under a budget of {BUDGET}"
+        held > SHARE - 3_000_300 && held <= SHARE,
+        "{held} bytes held under an address's share of {SHARE}"
     );
-    assert_eq!(
-        grpc_busy + v4_busy,
-        24 - 11,
-        "{grpc_busy} + {v4_busy} refused"
-    );
+    let kept = 24 - grpc_busy - v4_busy;
+    assert!((1..=3).contains(&kept), "{grpc_busy} + {v4_busy} refused");
     assert!(
         rss_budget < rss_before_budget + (BUDGET >> 10) + 48 * 1024,
         "stalled sends took the RSS from {rss_before_budget} to {rss_budget} KiB"
     );
     summary.row(
-        "11 stalled sends of 3 MB (16 gRPC, 8 remoting), 32 MiB request budget",
+        "11 stalled sends of 3 MB (16 gRPC, 8 remoting), 32 MiB request budget, one address",
         24,
         format!(
-            "11 held ({held} bytes), {grpc_busy} TOO_MANY_REQUESTS + {v4_busy} SYSTEM_BUSY at once; RSS {rss_before_budget} -> {rss_budget} KiB"
+            "{kept} held ({held} bytes: the address's share), {grpc_busy} TOO_MANY_REQUESTS + {v4_busy} SYSTEM_BUSY at once; RSS {rss_before_budget} -> {rss_budget} KiB"
         ),
     );
     let t = Instant::now();

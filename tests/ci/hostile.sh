@@ -22,5 +22,7 @@ nice -n 10 cargo build -p rocklet-broker
 echo "== hostile clients"
 # #[ignore]d in a plain `cargo test` (broker.sh) to run once, here.
 nice -n 10 cargo test -p rocklet-broker --test hostile -- --include-ignored --nocapture
+# Issue 29 item 5: prefix-only HTTP/2 streams against the request budget (about 20 s).
+nice -n 10 cargo test -p rocklet-broker --test hostile_budget -- --include-ignored --nocapture
 
 echo "hostile: ok in $(( $(date +%s) - t0 ))s"

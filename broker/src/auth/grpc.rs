@@ -190,16 +190,33 @@ pub fn authenticate<T>(
     req: &GrpcRequest<T>,
     proto: Protocol,
 ) -> Result<Identity, Refusal> {
-    let md = req.metadata();
-    auth.authenticate_headers(|h| md.get(h).and_then(|v| v.to_str().ok()).map(String::from))
+    authenticate_with(auth, req.metadata().as_ref(), peer(req), proto)
+}
+
+/// Authenticates a call from its HTTP/2 headers alone, before any of its body is read (the
+/// [gate](crate::gate)): a call refused here holds nothing.
+pub fn authenticate_headers(
+    auth: &Auth,
+    headers: &http::HeaderMap,
+    peer: Option<IpAddr>,
+) -> Result<Identity, Refusal> {
+    authenticate_with(auth, headers, peer, Protocol::Grpc)
+}
+
+fn authenticate_with(
+    auth: &Auth,
+    headers: &http::HeaderMap,
+    peer: Option<IpAddr>,
+    proto: Protocol,
+) -> Result<Identity, Refusal> {
+    let get = |h: &str| headers.get(h).and_then(|v| v.to_str().ok());
+    auth.authenticate_headers(|h| get(h).map(String::from))
         .inspect_err(|r| {
-            let who = md
-                .get(super::sign::AUTHORIZATION)
-                .and_then(|v| v.to_str().ok())
+            let who = get(super::sign::AUTHORIZATION)
                 .and_then(|a| super::sign::parse_authorization(a).ok())
                 .map(|a| a.access_key)
                 .unwrap_or_default();
-            auth.refused(proto, r, &who, peer(req));
+            auth.refused(proto, r, &who, peer);
         })
 }
 

@@ -7,11 +7,13 @@
 //! When the peer closes, every request already read still runs to its end (a oneway
 //! END_TRANSACTION sent just before closing commits); long polls (pulls, pops) end at once.
 //!
-//! Broker-wide, a frame holds its bytes under the [request budget](crate::budget): its
-//! header's length before the header is read (waiting for room: the header names the
-//! request, so nothing can be answered without it), its body's once the header says what
-//! it is; a body that does not fit is skipped as it arrives and answered `SYSTEM_BUSY`. The
-//! bytes are held until the request's handling ends (a long-polling pull holds its header).
+//! Broker-wide, a frame holds its bytes under the [request budget](crate::budget) (and the
+//! shares of its connection and client address): its header's length before the header is
+//! read (waiting for room: the header names the request, so nothing can be answered without
+//! it), its body as the body arrives (what the body declares must only fit in the room left
+//! when the header is read); a body that does not fit is skipped as it arrives and answered
+//! `SYSTEM_BUSY`. The bytes are held until the request's handling ends (a long-polling pull
+//! holds its header).
 //!
 //! TLS (`[tls]`, both listeners, as RocketMQ's remoting server): the first byte of a
 //! connection tells a TLS handshake from plaintext; `enforcing` refuses plaintext, and
@@ -45,6 +47,8 @@ const MAX_IN_FLIGHT: usize = 256;
 /// does not read them), no further request of it is read. A connection thus holds at most
 /// this plus [`MAX_IN_FLIGHT`] responses of memory, however long the peer keeps sending.
 pub const MAX_QUEUED_BYTES: usize = 8 << 20;
+/// A remoting body is read (and held under the budget) this much at a time.
+const BODY_CHUNK: usize = 64 << 10;
 /// Remoting connection ids live above gRPC's (which count up from 1).
 const CONN_BASE: u64 = 1 << 62;
 
@@ -357,7 +361,7 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     }
     // What the header holds, until the request is handled; the body's bytes join it below.
     let mut held = match &ctx.request_budget {
-        Some(b) => Some(b.reserve(header_len as u64).await),
+        Some(b) => Some(b.reserve(Some(conn.peer), header_len as u64).await),
         None => None,
     };
     let mut header = vec![0u8; header_len];
@@ -376,8 +380,10 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     let refusal = if cmd.is_response() {
         None
     } else {
+        // What the body declares holds nothing yet; it must only fit in the room left.
         reply::body_refusal(ctx, &cmd, body_len).or_else(|| {
-            let over = held.as_mut()?.grow(body_len as u64).err()?;
+            let b = ctx.request_budget.as_ref()?;
+            let over = b.fits(Some(conn.peer), body_len as u64).err()?;
             Some(reply::busy(&cmd, &over))
         })
     };
@@ -395,11 +401,35 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
             Next::Close
         };
     }
-    // Grows only as bytes arrive: a declared length costs nothing until it is sent.
-    let mut body = Vec::with_capacity(body_len.min(64 * 1024));
-    match rd.take(body_len as u64).read_to_end(&mut body).await {
-        Ok(got) if got == body_len => {}
-        _ => return Next::Close,
+    // Grows only as bytes arrive, holding what the buffer grows by before it is read into
+    // (at most twice what arrived, never more than the declared length): a declared length
+    // costs nothing until it is sent. A body that stops fitting is answered `SYSTEM_BUSY`
+    // and the rest of it skipped.
+    let mut body = Vec::new();
+    while body.len() < body_len {
+        let n = (body_len - body.len()).min(BODY_CHUNK);
+        let (len, cap) = (body.len(), body.capacity());
+        if len + n > cap {
+            let want = (len + n).max((cap * 2).min(body_len));
+            if let Some(over) = held
+                .as_mut()
+                .and_then(|h| h.grow((want - cap) as u64).err())
+            {
+                drop(held);
+                drop(body);
+                reply::refused(ctx, conn, &cmd, reply::busy(&cmd, &over));
+                return if skip(rd, body_len - len).await {
+                    Next::Skip
+                } else {
+                    Next::Close
+                };
+            }
+            body.reserve_exact(want - len);
+        }
+        match (&mut *rd).take(n as u64).read_to_end(&mut body).await {
+            Ok(got) if got == n => {}
+            _ => return Next::Close,
+        }
     }
     cmd.body = body;
     Next::Request(cmd, held)
