@@ -1006,8 +1006,9 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
     );
     // The request budget: 16 gRPC sends declaring 3,000,000 bytes stall after 2,000,000;
     // 8 remoting sends likewise, all from 127.0.0.1: they fit in what one client address may
-    // hold of the 32 MiB (the largest request, 9,699,328 bytes: 3 of them); the rest are
-    // refused at once.
+    // hold of the 32 MiB (the largest request, 9,699,328 bytes). A stall holds what has
+    // arrived of it (2,000,005 bytes; a gRPC one up to its declared 3,000,000 as its buffer
+    // grows), so 3 or 4 of them, whichever come first; the rest are refused at once.
     let rss_before_budget = rss!();
     let mut stalls = Vec::new();
     let mut answers = Vec::new();
@@ -1097,7 +1098,7 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
         "{held} bytes held under an address's share of {SHARE}"
     );
     let kept = 24 - grpc_busy - v4_busy;
-    assert!((1..=3).contains(&kept), "{grpc_busy} + {v4_busy} refused");
+    assert!((1..=4).contains(&kept), "{grpc_busy} + {v4_busy} refused");
     assert!(
         rss_budget < rss_before_budget + (BUDGET >> 10) + 48 * 1024,
         "stalled sends took the RSS from {rss_before_budget} to {rss_budget} KiB"

@@ -232,6 +232,7 @@ async fn bob_retries_a_message(bob: &mut As) -> (u64, u64) {
 /// Item 1: reading `%RETRY%gB` or `%DLQ%gB` needs Sub on gB, and no client's SEND writes
 /// there.
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn a_retry_topic_is_read_only_by_its_group_and_written_only_by_the_broker() {
     let (_dir, b) = start().await;
     let addr = b.remoting_addr.unwrap();
@@ -308,6 +309,7 @@ async fn a_retry_topic_is_read_only_by_its_group_and_written_only_by_the_broker(
 /// the caller may read. A sweep of log offsets is refused offset by offset, by name, and
 /// copies nothing.
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn send_back_of_a_message_not_delivered_to_the_group_is_refused() {
     let (_dir, b) = start().await;
     let addr = b.remoting_addr.unwrap();
@@ -346,6 +348,7 @@ async fn send_back_of_a_message_not_delivered_to_the_group_is_refused() {
 /// own retry topic), pull, send back the delivered message, route and pull %RETRY%gA, send
 /// that back again.
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn the_v4_retry_cycle_of_a_group_still_works_with_auth_on() {
     let (_dir, b) = start().await;
     let mut alice = As::connect(b.remoting_addr.unwrap(), "alice").await;
@@ -440,6 +443,7 @@ async fn forward(c: &mut Signed, topic: &str, group: &str, handle: &str) -> pb::
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn grpc_dead_lettering_copies_only_a_delivery_of_the_topic_the_caller_names() {
     let (_dir, b) = start().await;
     let mut bob = grpc(b.addr, "bob").await;
@@ -490,6 +494,7 @@ async fn grpc_dead_lettering_copies_only_a_delivery_of_the_topic_the_caller_name
 /// Item 1 on gRPC: retry and dead-letter topics belong to their group, whatever `Topic:*`
 /// grants.
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn grpc_retry_and_dead_letter_topics_are_their_groups() {
     let (_dir, b) = start().await;
     let mut carol = grpc(b.addr, "carol").await;

@@ -100,6 +100,7 @@ fn rollback(txn: &str) -> Value {
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn a_foreign_host_is_refused_and_the_transaction_stays_pending() {
     let b = console_with(|_| {}).await;
     let a = console_addr(&b);
@@ -153,6 +154,7 @@ async fn a_foreign_host_is_refused_and_the_transaction_stays_pending() {
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn an_action_from_a_foreign_origin_is_refused() {
     let b = console_with(|_| {}).await;
     let a = console_addr(&b);
@@ -199,6 +201,7 @@ async fn an_action_from_a_foreign_origin_is_refused() {
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn names_in_console_allowed_hosts_are_served() {
     let b = console_with(|c| {
         c.console_allowed_hosts =
@@ -232,6 +235,7 @@ async fn names_in_console_allowed_hosts_are_served() {
 }
 
 #[test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 fn a_bad_console_allowed_hosts_entry_is_named() {
     for bad in ["http://x.example", "x.example/path", "", "x.example:99999"] {
         let c = rocklet_broker::config::BrokerConfig {
@@ -244,6 +248,7 @@ fn a_bad_console_allowed_hosts_entry_is_named() {
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn metrics_answer_only_their_own_names() {
     let b = TestBroker::start_with(|c| {
         c.metrics_listen = Some("127.0.0.1:0".parse().unwrap());
@@ -263,6 +268,7 @@ async fn metrics_answer_only_their_own_names() {
 }
 
 #[tokio::test]
+#[ignore = "a hostile client; run by tests/ci/hostile.sh"]
 async fn with_authentication_on_a_foreign_name_is_refused_even_with_credentials() {
     use base64::Engine as _;
     let b = console_with(|c| {
