@@ -1,5 +1,5 @@
 //! The floor of the gRPC serving stack (issue #16): the broker's own generated
-//! `MessagingService` types behind the broker's tonic settings (`server::grpc_builder`) and a
+//! `MessagingService` types behind the broker's tonic settings (`grpc::builder`) and a
 //! TCP_NODELAY accept loop, with the least work behind each RPC that `rocklet bench send|txn
 //! --endpoint` calls: an in-memory queue per topic behind a `std::sync::Mutex`, a prepared
 //! message held until its EndTransaction (commit makes it receivable, rollback drops it),
@@ -24,11 +24,11 @@ use std::sync::Mutex;
 use std::time::Duration;
 
 use rocklet_broker::config::BrokerConfig;
+use rocklet_broker::grpc::builder as grpc_builder;
 use rocklet_broker::grpc::convert::{duration, duration_ms, md5_hex, timestamp};
 use rocklet_broker::grpc::status::{ok, status};
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::pb::v2::messaging_service_server::{MessagingService, MessagingServiceServer};
-use rocklet_broker::server::grpc_builder;
 use tokio::net::TcpListener;
 use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::{ReceiverStream, UnboundedReceiverStream};

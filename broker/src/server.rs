@@ -66,20 +66,6 @@ pub struct RunningBroker {
     core_thread: Option<std::thread::JoinHandle<()>>,
 }
 
-/// The messaging listener's tonic server with the broker's HTTP/2 settings (the stream cap,
-/// the header list size, keepalive), before its layers and services.
-#[must_use]
-pub fn grpc_builder(cfg: &BrokerConfig) -> tonic::transport::Server {
-    let ms = std::time::Duration::from_millis;
-    tonic::transport::Server::builder()
-        // Streams one connection may have open (tonic's default is no limit).
-        .max_concurrent_streams(cfg.max_concurrent_streams)
-        .http2_max_header_list_size(cfg.grpc_max_header_list_bytes)
-        // Dead peers go: a PING every interval, closed when one is not answered in time.
-        .http2_keepalive_interval(Some(ms(cfg.http2_keepalive_interval_ms)))
-        .http2_keepalive_timeout(Some(ms(cfg.http2_keepalive_timeout_ms)))
-}
-
 /// Opens the data directory (recovering the log) and starts serving.
 pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<RunningBroker, String> {
     cfg.validate()?;
@@ -325,7 +311,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         gate_layer = gate_layer.without_admin();
     }
     let server = tokio::spawn(
-        grpc_builder(&cfg)
+        crate::grpc::builder(&cfg)
             .layer(gate_layer)
             // Cluster mode: a master names its epoch and node in every reply.
             .layer(crate::cluster::reply::EpochLayer::new(
