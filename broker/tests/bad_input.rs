@@ -882,20 +882,6 @@ async fn a_send_of_more_messages_than_max_batch_messages_is_refused_at_once() {
     b.stop().await;
 }
 
-/// A tag expression of `n` bytes made of many short tags (what the parsed filter costs most).
-fn long_tag_expression(n: usize) -> String {
-    let mut e = String::with_capacity(n + 16);
-    let mut i = 0u64;
-    while e.len() < n {
-        if i > 0 {
-            e.push_str("||");
-        }
-        e.push_str(&format!("t{i}"));
-        i += 1;
-    }
-    e
-}
-
 /// Request fields that a long poll holds (filter expressions, names) and remoting bodies of
 /// requests that carry none are bounded before they cost memory: 16 receives with 5.9 MB
 /// tag expressions took the RSS from 8 MB to 1 GB, 96 long-polling pulls with 15 MiB bodies
@@ -1028,20 +1014,6 @@ async fn long_filters_names_and_unexpected_bodies_are_refused_before_they_cost_m
     );
     // Still serving.
     send_ok(&mut c, msg("Other", b"y", pb::MessageType::Normal, "O2")).await;
-}
-
-/// Whether the broker closes `s` within `within` (reads end, or the connection is reset).
-async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
-    use tokio::io::AsyncReadExt;
-    let mut buf = [0u8; 256];
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0)) | Ok(Err(_)) => return true,
-            Ok(Ok(_)) => {} // the server's HTTP/2 settings, then nothing
-        }
-    }
 }
 
 /// Connections that say nothing are closed after `idle_timeout_ms`, requests that begin and

@@ -396,32 +396,6 @@ async fn pending_ids(addr: SocketAddr) -> HashSet<String> {
         .collect()
 }
 
-/// Whether `s` is closed by the broker within `within`.
-async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
-    let mut buf = [0u8; 256];
-    let deadline = tokio::time::Instant::now() + within;
-    loop {
-        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
-            Err(_) => return false,
-            Ok(Ok(0) | Err(_)) => return true,
-            Ok(Ok(_)) => {}
-        }
-    }
-}
-
-fn long_tag_expression(n: usize) -> String {
-    let mut e = String::with_capacity(n + 16);
-    let mut i = 0u64;
-    while e.len() < n {
-        if i > 0 {
-            e.push_str("||");
-        }
-        e.push_str(&format!("t{i}"));
-        i += 1;
-    }
-    e
-}
-
 // ---- the test --------------------------------------------------------------------------
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]

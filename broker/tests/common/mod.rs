@@ -493,3 +493,31 @@ pub async fn drain_ids(c: &mut Client, topic: &str, group: &str) -> Vec<String> 
         }
     }
 }
+
+/// Whether the broker closes `s` within `within` (reads end, or the connection is reset).
+pub async fn closed_within(s: &mut tokio::net::TcpStream, within: Duration) -> bool {
+    use tokio::io::AsyncReadExt;
+    let mut buf = [0u8; 256];
+    let deadline = tokio::time::Instant::now() + within;
+    loop {
+        match tokio::time::timeout_at(deadline, s.read(&mut buf)).await {
+            Err(_) => return false,
+            Ok(Ok(0)) | Ok(Err(_)) => return true,
+            Ok(Ok(_)) => {} // the server's HTTP/2 settings, then nothing
+        }
+    }
+}
+
+/// A tag expression of `n` bytes made of many short tags (what the parsed filter costs most).
+pub fn long_tag_expression(n: usize) -> String {
+    let mut e = String::with_capacity(n + 16);
+    let mut i = 0u64;
+    while e.len() < n {
+        if i > 0 {
+            e.push_str("||");
+        }
+        e.push_str(&format!("t{i}"));
+        i += 1;
+    }
+    e
+}
