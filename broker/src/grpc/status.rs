@@ -31,7 +31,8 @@ pub fn bad_request(message: impl std::fmt::Display) -> Status {
     status(Code::BadRequest, format!("BAD_REQUEST: {message}"))
 }
 
-/// The RocketMQ code for a core error.
+/// The RocketMQ code for a core error: every variant named, no wildcard (see
+/// [`ClientError`]).
 #[must_use]
 pub fn code_of(e: &ClientError) -> Code {
     match e {
@@ -62,7 +63,8 @@ pub fn code_of(e: &ClientError) -> Code {
         | ClientError::NotConsumable(_) => Code::BadRequest,
         // A limit of the broker's: retrying does not help.
         ClientError::TooManyGroups { .. } | ClientError::TooManyTopics { .. } => Code::Forbidden,
-        _ => Code::BadRequest,
+        // A replica: the clients take a server error as one to retry (elsewhere).
+        ClientError::NotMaster => Code::HaNotAvailable,
     }
 }
 
@@ -108,5 +110,8 @@ mod tests {
         let s = client_error(&ClientError::UnknownTransaction(rocklet_core::TxnId(7)));
         assert_eq!(s.code, Code::InvalidTransactionId as i32);
         assert!(s.message.contains("0000000000000007"), "{}", s.message);
+        let s = client_error(&ClientError::NotMaster);
+        assert_eq!(s.code, Code::HaNotAvailable as i32);
+        assert!(s.message.starts_with("NOT_MASTER: "), "{}", s.message);
     }
 }

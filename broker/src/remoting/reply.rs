@@ -20,6 +20,8 @@ pub(crate) fn fail(req: &RemotingCommand, code: i32, remark: impl Into<String>) 
     RemotingCommand::response_to(req, code, Some(remark.into()))
 }
 
+/// The core's client error as RocketMQ's response code: every variant named, no wildcard (see
+/// [`ClientError`]); the remark starts with the core's stable code.
 pub(crate) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCommand {
     let code = match e {
         ClientError::UnknownTopic(_) => status::TOPIC_NOT_EXIST,
@@ -34,7 +36,24 @@ pub(crate) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCo
         | ClientError::NotConsumable(_)
         | ClientError::TooManyGroups { .. }
         | ClientError::TooManyTopics { .. } => status::SYSTEM_ERROR,
-        _ => status::MESSAGE_ILLEGAL,
+        ClientError::InvalidTopic(_)
+        | ClientError::ReservedTopic(_)
+        | ClientError::InvalidQueue { .. }
+        | ClientError::EmptyBody
+        | ClientError::MessageTooLarge { .. }
+        | ClientError::BatchTooLarge { .. }
+        | ClientError::EmptyBatch
+        | ClientError::MixedBatch(_)
+        | ClientError::DelayInBatch
+        | ClientError::BatchToRetryTopic
+        | ClientError::InvalidDelay(_)
+        | ClientError::DelayOnTransaction
+        | ClientError::InvalidProperty(_)
+        | ClientError::PropertiesTooLarge(_)
+        | ClientError::InvalidArgument(_) => status::MESSAGE_ILLEGAL,
+        // A replica: v4 producers retry SERVICE_NOT_AVAILABLE on another broker at once (as
+        // Apache's slave answers), where MESSAGE_ILLEGAL would end the send.
+        ClientError::NotMaster => status::SERVICE_NOT_AVAILABLE,
     };
     fail(req, code, format!("{}: {e}", e.code()))
 }
@@ -189,4 +208,20 @@ pub(crate) fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, Remo
             format!("the body is not valid JSON: {e}"),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_replicas_refusal_is_one_producers_retry() {
+        use std::collections::BTreeMap;
+        let req = RemotingCommand::request(code::SEND_MESSAGE_V2, BTreeMap::new(), Vec::new());
+        let r = client_error(&req, &ClientError::NotMaster);
+        assert_eq!(r.code, status::SERVICE_NOT_AVAILABLE);
+        assert!(r.remark.unwrap().starts_with("NOT_MASTER: "));
+        let r = client_error(&req, &ClientError::EmptyBody);
+        assert_eq!(r.code, status::MESSAGE_ILLEGAL);
+    }
 }
