@@ -319,9 +319,43 @@ mod tests {
         assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
     }
 
-    #[test]
-    fn memory_logs_report_no_file_system() {
-        let u = DiskUsage::default();
+    /// A core over memory storage: no file system, ratio 0, its log's bytes retained, the
+    /// first record's store time; an empty one has no oldest time.
+    #[tokio::test]
+    async fn a_log_in_memory_has_no_file_system() {
+        use rocklet_core::{Broker, MemStorage, NewMessage, Request};
+        let clock = std::sync::Arc::new(crate::clock::ManualClock::new(1_700_000_000_000));
+        let b = Broker::open(
+            rocklet_core::Config::default(),
+            AnyStorage::Mem(MemStorage::new()),
+            1_700_000_000_000,
+        )
+        .unwrap();
+        let (core, _thread) = crate::driver::spawn(
+            b,
+            clock.clone(),
+            std::sync::Arc::new(crate::metrics::Metrics::default()),
+        )
+        .unwrap();
+        let empty = DiskGauge::default().read(&core).await.unwrap();
+        assert_eq!(empty.fs, None);
+        assert_eq!(empty.oldest_store_ms, None);
+        assert_eq!(empty.commit_log_disk_ratio(), "0.0");
+        clock.advance(5);
+        core.request(Request::Send {
+            messages: vec![NewMessage::new("MemDisk", vec![7u8; 500])],
+        })
+        .await
+        .unwrap();
+        let end = core.inspect(|b| b.log_end()).await.unwrap();
+        let u = DiskGauge::default().read(&core).await.unwrap();
+        assert_eq!(u.fs, None);
         assert_eq!(u.commit_log_disk_ratio(), "0.0");
+        assert_eq!((u.segments, u.oldest_base), (1, Some(0)));
+        assert_eq!(u.retained_bytes, end);
+        assert!(end >= 500, "{end}");
+        let t = u.oldest_store_ms.expect("a record");
+        assert!((1_700_000_000_000..=1_700_000_000_005).contains(&t), "{t}");
+        core.shutdown().await;
     }
 }
