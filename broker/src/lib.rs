@@ -31,12 +31,14 @@ pub mod clock;
 pub mod cluster;
 pub mod config;
 pub mod console;
+pub mod disk;
 pub mod driver;
 pub mod grpc;
 pub mod import;
 pub mod metrics;
 pub mod net;
 pub mod playground;
+pub mod rates;
 pub mod remoting;
 pub mod server;
 

@@ -368,6 +368,12 @@ struct BenchCli {
     /// (from /proc/PID/stat) is reported per message or transaction.
     #[arg(long, value_name = "PID")]
     broker_pid: Option<u32>,
+    /// With --embedded: every N stored messages print the messages stored so far and this
+    /// process's resident memory (VmRSS), and at the end the bytes of it per stored message
+    /// (least squares over the samples after the first), with and without the bench's own
+    /// per-message ledger.
+    #[arg(long, value_name = "N")]
+    rss_every: Option<u64>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     transactional: bool,
@@ -450,6 +456,7 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
         key: c.tls_key,
     });
     a.broker_pid = c.broker_pid;
+    a.rss_every = c.rss_every;
     Ok(a)
 }
 

@@ -156,6 +156,13 @@ pub struct Metrics {
         [[AtomicU64; crate::auth::Failure::ALL.len()]; crate::auth::Protocol::ALL.len()],
     /// Where the core thread hands the core's trace events when the console is on.
     pub stories: std::sync::OnceLock<Arc<crate::console::story::Stories>>,
+    /// Messages handed out by remoting PULL_MESSAGE (receives and pops are the core's
+    /// `received`).
+    pub pulled: AtomicU64,
+    /// The log's disk usage, measured at most every [`crate::disk::MAX_AGE`].
+    pub disk: crate::disk::DiskGauge,
+    /// Put and get counters sampled each second (`putTps`, `getTransferredTps`).
+    pub rates: crate::rates::Rates,
 }
 
 impl Metrics {
@@ -213,6 +220,10 @@ fn counter(out: &mut String, name: &str, help: &str, v: u64) {
 }
 
 fn gauge(out: &mut String, name: &str, help: &str, v: u64) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
+}
+
+fn gauge_f64(out: &mut String, name: &str, help: &str, v: f64) {
     let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} gauge\n{name} {v}");
 }
 
@@ -407,6 +418,48 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
             "Bytes of the log known durable",
             synced,
         );
+    }
+    counter(
+        &mut out,
+        "rocklet_pulled_total",
+        "Messages handed out by remoting PULL_MESSAGE",
+        m.pulled.load(Ordering::Relaxed),
+    );
+    if let Ok(d) = m.disk.read(core).await {
+        gauge_f64(
+            &mut out,
+            "rocklet_disk_used_ratio",
+            "Share of the data directory's file system in use: used / (used + available to the broker), statvfs, as RocketMQ reckons commitLogDiskRatio (unrounded here); 0 when the log is in memory",
+            d.fs.map_or(0.0, |f| f.used_ratio()),
+        );
+        if let Some(f) = d.fs {
+            gauge(
+                &mut out,
+                "rocklet_disk_available_bytes",
+                "Bytes of the data directory's file system the broker may still fill (statvfs f_bavail)",
+                f.avail,
+            );
+        }
+        gauge(
+            &mut out,
+            "rocklet_log_retained_bytes",
+            "Bytes of log data held: from the oldest segment's first byte to the log's end (the preallocated zeros after the end are not counted)",
+            d.retained_bytes,
+        );
+        gauge(
+            &mut out,
+            "rocklet_log_segments",
+            "Segments of the log",
+            d.segments,
+        );
+        if let Some(t) = d.oldest_store_ms {
+            gauge(
+                &mut out,
+                "rocklet_log_oldest_message_timestamp_ms",
+                "Store time (ms since the epoch) of the first record of the oldest segment",
+                t,
+            );
+        }
     }
     counter(
         &mut out,

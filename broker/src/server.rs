@@ -62,6 +62,7 @@ pub struct RunningBroker {
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
+    rates_task: Option<JoinHandle<()>>,
     console: Option<crate::console::RunningConsole>,
     core_thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -368,6 +369,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         None => None,
     };
     let tls_reloader = tls.as_ref().map(Tls::spawn_reloader);
+    // putTps and getTransferredTps (GET_BROKER_RUNTIME_INFO) from counters sampled each second.
+    let rates_task = tokio::spawn(crate::rates::sample(core.clone(), m.clone()));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -418,6 +421,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
+        rates_task: Some(rates_task),
         core_thread: Some(core_thread),
     })
 }
@@ -440,6 +444,9 @@ impl RunningBroker {
     /// log and stops the core thread.
     pub async fn stop(mut self) {
         if let Some(t) = self.metrics_task.take() {
+            t.abort();
+        }
+        if let Some(t) = self.rates_task.take() {
             t.abort();
         }
         if let Some(c) = self.console.take() {

@@ -32,6 +32,13 @@ run txn --embedded --storage file --dir "$work" --flush async "${common[@]}"
 run txn --embedded --backlog 2000 --backlog-check-after-ms 60000 "${common[@]}"
 run txn --embedded --backlog 500 "${common[@]}"
 run recover --dir "$work" --count 2000 --quiet
+# Memory per stored message (issue 31): the resident set every 50k stored messages, and its
+# slope per message at the end (docs/benchmarks.md, "Memory per stored message").
+run send --embedded --storage file --dir "$work" --size 16 --flush async --count 200000 \
+  --rss-every 50000 --quiet | tee "$work/rss.out"
+[ "$(grep -c '^rss: messages_stored=[0-9]* rss_bytes=[0-9]' "$work/rss.out")" -eq 4 ] \
+  || { echo "expected 4 rss sample lines"; exit 1; }
+grep -q '^rss per stored message: [0-9.]* bytes' "$work/rss.out" || { echo "no rss slope line"; exit 1; }
 
 # A broker process over gRPC loopback (a free port; the address is read from its log).
 cat > "$work/broker.toml" <<TOML

@@ -120,6 +120,8 @@ struct Run<'a> {
     consume_is_op: bool,
     recv_t0: Instant,
     syncer: Syncer,
+    /// `--rss-every`: resident memory per stored message.
+    rss: Option<super::rss::RssProbe>,
 }
 
 /// The fsync thread of a sync-flush run. As in the broker's driver, the measured loop
@@ -193,6 +195,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         consume_is_op: args.mode == Mode::Consume,
         recv_t0: Instant::now(),
         syncer: Syncer::new()?,
+        rss: args.rss_every.map(super::rss::RssProbe::new),
     };
     let mut notes = Vec::new();
     if let Some(r) = args.rate {
@@ -222,6 +225,26 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     let elapsed = t0.elapsed();
     let syncs1 = r.b.stats().syncs;
     r.drain()?;
+    r.sample_rss()?;
+    if let Some(p) = &r.rss {
+        match (p.summary(), p.per_message()) {
+            (Some(line), Some((all, broker))) => {
+                notes.push(line);
+                fields.push(("rss_bytes_per_message".into(), format!("{all:.2}")));
+                fields.push((
+                    "rss_bytes_per_message_without_ledger".into(),
+                    format!("{broker:.2}"),
+                ));
+            }
+            _ => notes.push(format!(
+                "rss per stored message: fewer than three samples of --rss-every {} (store more messages)",
+                args.rss_every.unwrap_or(0)
+            )),
+        }
+        if let Some(s) = p.samples.last() {
+            fields.push(("rss_bytes".into(), s.rss_bytes.to_string()));
+        }
+    }
     let log_bytes = r.b.log_end();
     drop(r.b);
     drop(scratch);
@@ -239,6 +262,14 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
 }
 
 impl Run<'_> {
+    /// `--rss-every`: a sample when the stored messages reached the next multiple.
+    fn sample_rss(&mut self) -> Result<(), String> {
+        if let Some(p) = &mut self.rss {
+            p.observe(self.b.stats().messages_stored, self.ledger.entry_bytes())?;
+        }
+        Ok(())
+    }
+
     fn err(&mut self, what: &str, e: impl std::fmt::Display) {
         self.rec.error(format!("{what}: {e}"));
     }
@@ -473,6 +504,7 @@ impl Run<'_> {
             // Wait for the fsync only when no client had anything to send.
             self.sync_overlapped(!busy && !self.receiving)?;
             self.drain_replies(&mut phases)?;
+            self.sample_rss()?;
             if live.due() {
                 let waiting = self.ledger.awaiting_checks();
                 live.print(

@@ -146,6 +146,13 @@ impl Ledger {
         &mut self.entries[i]
     }
 
+    /// Bytes of memory the per-message entries fill (what `--rss-every` takes out of the
+    /// process's growth to show the broker's own).
+    #[must_use]
+    pub fn entry_bytes(&self) -> u64 {
+        (self.entries.len() * std::mem::size_of::<Entry>()) as u64
+    }
+
     /// Sets what should become of `seq`.
     pub fn set(&mut self, seq: u64, fate: Fate) {
         self.at(seq).fate = fate;

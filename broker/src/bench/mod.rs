@@ -16,6 +16,7 @@ mod embedded;
 mod grpc;
 mod ledger;
 mod remoting;
+mod rss;
 
 use std::fmt::Write as _;
 use std::path::PathBuf;
@@ -220,6 +221,9 @@ pub struct BenchArgs {
     /// the drain is reported per operation, a figure that does not depend on how loaded the
     /// shared machine is.
     pub broker_pid: Option<u32>,
+    /// Embedded runs: every this many stored messages, print the messages stored so far and
+    /// the process's resident set, and at the end the bytes of it per stored message.
+    pub rss_every: Option<u64>,
 }
 
 /// TLS of a gRPC bench run.
@@ -266,6 +270,7 @@ impl BenchArgs {
             credentials: None,
             tls: None,
             broker_pid: None,
+            rss_every: None,
         }
     }
 
@@ -314,6 +319,16 @@ impl BenchArgs {
                 "--broker-pid measures a broker process: use it with --endpoint or --remoting"
                     .into(),
             );
+        }
+        if let Some(n) = self.rss_every {
+            if n == 0 {
+                return Err("--rss-every must be at least 1 (stored messages)".into());
+            }
+            if !matches!(self.target, Target::Embedded(_)) {
+                return Err(
+                    "--rss-every measures this process's memory: use it with --embedded".into(),
+                );
+            }
         }
         if matches!(self.target, Target::Remoting(_)) && self.mode != Mode::Send {
             return Err("--remoting measures sends (send + pull): use the send mode".into());

@@ -76,6 +76,10 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
                 max_offset,
             } => {
                 if !messages.is_empty() {
+                    if let Some(m) = &ctx.metrics {
+                        m.pulled
+                            .fetch_add(messages.len() as u64, std::sync::atomic::Ordering::Relaxed);
+                    }
                     let mut body = Vec::new();
                     for m in &messages {
                         let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;

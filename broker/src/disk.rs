@@ -1,0 +1,361 @@
+//! What the log holds and how full the file system under it is: the numbers behind the
+//! `rocklet_disk_*` / `rocklet_log_*` metrics and mqadmin's `commitLogDiskRatio`,
+//! `commitLogMinOffset` and `earliestMessageTimeStamp` (GET_BROKER_RUNTIME_INFO).
+//!
+//! Measured at most once per [`MAX_AGE`] whoever asks (scrapes, `brokerStatus`, the console):
+//! `statvfs` of the data directory and its listing run on a blocking thread, never on the core
+//! thread, which is asked only for the log's end and, when the oldest segment changes, its
+//! first record's store time (one record read).
+//!
+//! A log held in memory (a core over `MemStorage`, as library hosts and tests run it) has no
+//! file system: its ratio is 0 and no capacity is reported; its retained bytes are the bytes
+//! of its segments in memory.
+
+use std::path::{Path, PathBuf};
+use std::time::{Duration, Instant};
+
+use rocklet_core::record::{self, Decoded};
+use rocklet_core::{AnyStorage, Storage};
+
+use crate::driver::{CoreFailure, CoreHandle};
+
+/// How long a measurement is reused.
+pub const MAX_AGE: Duration = Duration::from_secs(2);
+
+/// Space of a file system, in bytes, as `statvfs` gives it (`f_frsize` units).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct FsSpace {
+    /// `f_blocks`: the file system's size.
+    pub total: u64,
+    /// `f_bfree`: free, counting blocks reserved for root.
+    pub free: u64,
+    /// `f_bavail`: free for an unprivileged process.
+    pub avail: u64,
+}
+
+impl FsSpace {
+    /// `statvfs` of the file system holding `path`.
+    pub fn of(path: &Path) -> std::io::Result<Self> {
+        let s = rustix::fs::statvfs(path)?;
+        let unit = s.f_frsize.max(1);
+        Ok(FsSpace {
+            total: s.f_blocks.saturating_mul(unit),
+            free: s.f_bfree.saturating_mul(unit),
+            avail: s.f_bavail.saturating_mul(unit),
+        })
+    }
+
+    /// Bytes in use: total − free.
+    #[must_use]
+    pub fn used(&self) -> u64 {
+        self.total.saturating_sub(self.free)
+    }
+
+    /// The share of the space an unprivileged process can fill that is filled:
+    /// used / (used + available), as RocketMQ's `UtilAll.getDiskPartitionSpaceUsedPercent`
+    /// and `df`'s Use% reckon it (root's reserved blocks count as neither). 0 for an empty
+    /// file system.
+    #[must_use]
+    pub fn used_ratio(&self) -> f64 {
+        let used = self.used();
+        let entire = used.saturating_add(self.avail);
+        if entire == 0 {
+            0.0
+        } else {
+            used as f64 / entire as f64
+        }
+    }
+
+    /// [`FsSpace::used_ratio`] as RocketMQ reports it in `commitLogDiskRatio`: whole percents,
+    /// rounded up, over 100 (0.08 for 7.2 %).
+    #[must_use]
+    pub fn rocketmq_ratio(&self) -> f64 {
+        let used = u128::from(self.used());
+        let entire = used + u128::from(self.avail);
+        if entire == 0 {
+            return 0.0;
+        }
+        let pct = (used * 100).div_ceil(entire);
+        pct as f64 / 100.0
+    }
+}
+
+/// A number of bytes as RocketMQ's `MixAll.humanReadableByteCount(bytes, false)` writes it
+/// (`299.3 GiB`, `512 B`): `commitLogDirCapacity` holds two of them.
+#[must_use]
+pub fn human_bytes(bytes: u64) -> String {
+    if bytes < 1024 {
+        return format!("{bytes} B");
+    }
+    let exp = ((bytes as f64).ln() / 1024f64.ln()) as i32;
+    let exp = exp.clamp(1, 6);
+    let unit = ["K", "M", "G", "T", "P", "E"][exp as usize - 1];
+    format!("{:.1} {unit}iB", bytes as f64 / 1024f64.powi(exp))
+}
+
+/// A double as Java's `String.valueOf(double)` writes the plain ones (`0.0`, `0.08`,
+/// `98.79012098790122`): what mqadmin and its parsers read in a KVTable.
+#[must_use]
+pub fn java_double(v: f64) -> String {
+    let s = format!("{v}");
+    if s.contains(['.', 'e', 'E']) || !v.is_finite() {
+        s
+    } else {
+        format!("{s}.0")
+    }
+}
+
+/// One measurement.
+#[derive(Debug, Clone, Default, PartialEq)]
+pub struct DiskUsage {
+    /// The file system holding the data directory (`None`: the log is in memory).
+    pub fs: Option<FsSpace>,
+    /// Segments of the log.
+    pub segments: u64,
+    /// The log offset the oldest segment starts at (`None`: no segment yet).
+    pub oldest_base: Option<u64>,
+    /// Bytes of log data retained: from the oldest segment's first byte to the log's end.
+    /// The zeros a segment file is preallocated with after the end (each file is
+    /// `segment_size` long, sparse until written) are not counted.
+    pub retained_bytes: u64,
+    /// Store time (ms) of the oldest segment's first record (`None`: no record).
+    pub oldest_store_ms: Option<u64>,
+}
+
+impl DiskUsage {
+    /// `commitLogDiskRatio` (RocketMQ's rounding; `0.0` for a log in memory).
+    #[must_use]
+    pub fn commit_log_disk_ratio(&self) -> String {
+        java_double(self.fs.map_or(0.0, |f| f.rocketmq_ratio()))
+    }
+}
+
+/// Segment files of a data directory (20-digit names): how many, and the lowest base.
+fn list_segments(dir: &Path) -> std::io::Result<(u64, Option<u64>)> {
+    let mut count = 0;
+    let mut oldest: Option<u64> = None;
+    for entry in std::fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(base) = name.parse::<u64>() {
+                count += 1;
+                oldest = Some(oldest.map_or(base, |o| o.min(base)));
+            }
+        }
+    }
+    Ok((count, oldest))
+}
+
+#[derive(Debug, Default)]
+struct Cached {
+    at: Option<Instant>,
+    usage: DiskUsage,
+}
+
+/// The cached measurement ([`MAX_AGE`]), shared by everything that reports it.
+#[derive(Debug, Default)]
+pub struct DiskGauge {
+    cached: tokio::sync::Mutex<Cached>,
+}
+
+impl DiskGauge {
+    /// The measurement, taken again when older than [`MAX_AGE`]. A file system that cannot
+    /// be measured (the directory gone) is reported without `fs`.
+    pub async fn read(&self, core: &CoreHandle) -> Result<DiskUsage, CoreFailure> {
+        let mut c = self.cached.lock().await;
+        if c.at.is_some_and(|t| t.elapsed() < MAX_AGE) {
+            return Ok(c.usage.clone());
+        }
+        let (dir, mem, end) = core
+            .inspect(|b| {
+                let end = b.log_end();
+                match b.storage_mut() {
+                    AnyStorage::File(f) => (Some(f.dir().to_path_buf()), None, end),
+                    AnyStorage::Mem(m) => {
+                        let segs = m.segments().unwrap_or_default();
+                        (None, Some((segs.len() as u64, segs.first().copied())), end)
+                    }
+                }
+            })
+            .await?;
+        let (fs, segments, oldest_base) = match (dir, mem) {
+            (Some(dir), _) => measure(dir).await,
+            (None, Some((n, oldest))) => (None, n, oldest),
+            (None, None) => (None, 0, None),
+        };
+        let oldest_store_ms = match oldest_base {
+            // The first record of a segment never changes while the segment is there.
+            Some(base)
+                if c.usage.oldest_base == Some(base) && c.usage.oldest_store_ms.is_some() =>
+            {
+                c.usage.oldest_store_ms
+            }
+            Some(base) => {
+                core.inspect(move |b| {
+                    let recs = b.raw_records(base, 1).ok()?;
+                    let (_, bytes) = recs.first()?;
+                    match record::decode_trusted(bytes) {
+                        Ok(Decoded::Record(r)) => Some(r.header.store_timestamp),
+                        _ => None,
+                    }
+                })
+                .await?
+            }
+            None => None,
+        };
+        let usage = DiskUsage {
+            fs,
+            segments,
+            oldest_base,
+            retained_bytes: oldest_base.map_or(0, |b| end.saturating_sub(b)),
+            oldest_store_ms,
+        };
+        c.at = Some(Instant::now());
+        c.usage = usage.clone();
+        Ok(usage)
+    }
+}
+
+/// `statvfs` and the segment listing of `dir`, on a blocking thread.
+async fn measure(dir: PathBuf) -> (Option<FsSpace>, u64, Option<u64>) {
+    let r = tokio::task::spawn_blocking(move || {
+        let fs = FsSpace::of(&dir)
+            .map_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot measure the data directory's file system"))
+            .ok();
+        let (n, oldest) = list_segments(&dir).unwrap_or_default();
+        (fs, n, oldest)
+    })
+    .await;
+    r.unwrap_or_default()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn ratio_counts_what_an_unprivileged_process_can_fill() {
+        // 100 GiB, 30 free of which 5 reserved for root: 70 used of 95 fillable.
+        let g = 1u64 << 30;
+        let s = FsSpace {
+            total: 100 * g,
+            free: 30 * g,
+            avail: 25 * g,
+        };
+        assert_eq!(s.used(), 70 * g);
+        assert!((s.used_ratio() - 70.0 / 95.0).abs() < 1e-12);
+        // 73.68 % rounds up to 74 %, as RocketMQ reports it.
+        assert!((s.rocketmq_ratio() - 0.74).abs() < 1e-12);
+        // A whole percent stays as it is.
+        let s = FsSpace {
+            total: 100,
+            free: 92,
+            avail: 92,
+        };
+        assert!((s.rocketmq_ratio() - 0.08).abs() < 1e-12);
+        assert_eq!(java_double(s.rocketmq_ratio()), "0.08");
+        // Full, and empty.
+        let full = FsSpace {
+            total: 10,
+            free: 0,
+            avail: 0,
+        };
+        assert!((full.used_ratio() - 1.0).abs() < 1e-12);
+        assert_eq!(java_double(full.rocketmq_ratio()), "1.0");
+        let none = FsSpace {
+            total: 0,
+            free: 0,
+            avail: 0,
+        };
+        assert!(none.used_ratio().abs() < f64::EPSILON);
+        assert!(none.rocketmq_ratio().abs() < f64::EPSILON);
+        // Sizes near u64::MAX neither overflow nor panic.
+        let huge = FsSpace {
+            total: u64::MAX,
+            free: 1,
+            avail: 1,
+        };
+        assert!((huge.rocketmq_ratio() - 1.0).abs() < 1e-12);
+    }
+
+    #[test]
+    fn the_file_system_of_a_temp_dir_is_measured() {
+        let d = tempfile::tempdir().unwrap();
+        let s = FsSpace::of(d.path()).unwrap();
+        assert!(
+            s.total > 0 && s.avail <= s.free && s.free <= s.total,
+            "{s:?}"
+        );
+        let r = s.used_ratio();
+        assert!((0.0..=1.0).contains(&r), "{r}");
+    }
+
+    #[test]
+    fn only_segment_files_are_listed() {
+        let d = tempfile::tempdir().unwrap();
+        assert_eq!(list_segments(d.path()).unwrap(), (0, None));
+        for name in [
+            "00000000001073741824",
+            "00000000000000000000",
+            "LOCK",
+            "0000000000000000000x",
+            "000000000000000000001",
+        ] {
+            std::fs::write(d.path().join(name), b"").unwrap();
+        }
+        std::fs::create_dir(d.path().join("quarantine")).unwrap();
+        assert_eq!(list_segments(d.path()).unwrap(), (2, Some(0)));
+    }
+
+    #[test]
+    fn java_formats() {
+        assert_eq!(java_double(0.0), "0.0");
+        assert_eq!(java_double(12.0), "12.0");
+        assert_eq!(java_double(98.790_120_987_901_22), "98.79012098790122");
+        assert_eq!(human_bytes(512), "512 B");
+        assert_eq!(human_bytes(1536), "1.5 KiB");
+        assert_eq!(human_bytes(299 * (1 << 30) + (3 << 30) / 10), "299.3 GiB");
+        assert_eq!(human_bytes(u64::MAX), "16.0 EiB");
+    }
+
+    /// A core over memory storage: no file system, ratio 0, its log's bytes retained, the
+    /// first record's store time; an empty one has no oldest time.
+    #[tokio::test]
+    async fn a_log_in_memory_has_no_file_system() {
+        use rocklet_core::{Broker, MemStorage, NewMessage, Request};
+        let clock = std::sync::Arc::new(crate::clock::ManualClock::new(1_700_000_000_000));
+        let b = Broker::open(
+            rocklet_core::Config::default(),
+            AnyStorage::Mem(MemStorage::new()),
+            1_700_000_000_000,
+        )
+        .unwrap();
+        let (core, _thread) = crate::driver::spawn(
+            b,
+            clock.clone(),
+            std::sync::Arc::new(crate::metrics::Metrics::default()),
+        )
+        .unwrap();
+        let empty = DiskGauge::default().read(&core).await.unwrap();
+        assert_eq!(empty.fs, None);
+        assert_eq!(empty.oldest_store_ms, None);
+        assert_eq!(empty.commit_log_disk_ratio(), "0.0");
+        clock.advance(5);
+        core.request(Request::Send {
+            messages: vec![NewMessage::new("MemDisk", vec![7u8; 500])],
+        })
+        .await
+        .unwrap();
+        let end = core.inspect(|b| b.log_end()).await.unwrap();
+        let u = DiskGauge::default().read(&core).await.unwrap();
+        assert_eq!(u.fs, None);
+        assert_eq!(u.commit_log_disk_ratio(), "0.0");
+        assert_eq!((u.segments, u.oldest_base), (1, Some(0)));
+        assert_eq!(u.retained_bytes, end);
+        assert!(end >= 500, "{end}");
+        let t = u.oldest_store_ms.expect("a record");
+        assert!((1_700_000_000_000..=1_700_000_000_005).contains(&t), "{t}");
+        core.shutdown().await;
+    }
+}
