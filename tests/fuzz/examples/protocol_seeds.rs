@@ -6,10 +6,10 @@ use std::collections::BTreeMap;
 use std::path::Path;
 
 use prost::Message as _;
-use rocklet_broker::convert::{duration, timestamp};
+use rocklet_broker::grpc::convert::{duration, timestamp};
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::remoting::codec::{RemotingCommand, SerializeType};
-use rocklet_broker::remoting::handlers::code;
+use rocklet_broker::remoting::codes::code;
 use rocklet_fuzz::grpc::{record, Rpc, PATCH};
 use rocklet_fuzz::host::START_MS;
 use rocklet_fuzz::remoting::answers;

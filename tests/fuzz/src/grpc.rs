@@ -15,10 +15,10 @@
 //! at the queue and offset the answer named, with its body.
 
 use rocklet_broker::config::TopicMessageType;
-use rocklet_broker::convert;
+use rocklet_broker::grpc::convert;
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::pb::v2::messaging_service_server::MessagingService;
-use rocklet_broker::service::Messaging;
+use rocklet_broker::grpc::service::Messaging;
 use tokio_stream::StreamExt;
 
 use crate::host::{check_delivered, runtime, Acked, Host, NOT_IMMEDIATE};

@@ -21,7 +21,10 @@ use std::sync::Arc;
 
 use arbitrary::Arbitrary;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType, FLAG_ONEWAY};
-use rocklet_broker::remoting::handlers::{self, code, status, Conn, Ctx};
+use rocklet_broker::remoting::codes::{code, status};
+use rocklet_broker::remoting::conn::{self, Conn, Ctx};
+use rocklet_broker::remoting::handlers;
+use rocklet_broker::remoting::message;
 use rocklet_core::record::{self, Decoded};
 use rocklet_core::CheckRequest;
 use tokio::sync::mpsc;
@@ -64,7 +67,7 @@ impl Session {
         let local: SocketAddr = "127.0.0.1:10911".parse().expect("address");
         let (tx, pushed) = mpsc::unbounded_channel();
         let conn = Arc::new(Conn::new(1, peer, local, tx));
-        let checks = handlers::spawn_check_forwarder(conn.clone());
+        let checks = conn::spawn_check_forwarder(conn.clone());
         Session {
             host,
             ctx,
@@ -314,7 +317,7 @@ impl Session {
             }
         }
         check_delivered(&self.acked, &delivered);
-        handlers::closed(&self.ctx, &self.conn);
+        conn::closed(&self.ctx, &self.conn);
         drop(self.checks);
         self.host.stop().await;
     }
@@ -348,7 +351,7 @@ fn expected_sends(req: &RemotingCommand) -> Option<Sent> {
         }
     }
     let topic = ext.get("topic")?.clone();
-    let props = handlers::parse_properties(ext.get("properties").map_or("", String::as_str));
+    let props = message::parse_properties(ext.get("properties").map_or("", String::as_str));
     let immediate_props = |p: &[(String, String)]| {
         !p.iter()
             .any(|(k, _)| NOT_IMMEDIATE.contains(&k.as_str()) || k == "PGROUP")
@@ -358,10 +361,10 @@ fn expected_sends(req: &RemotingCommand) -> Option<Sent> {
     let mut immediate = immediate_props(&props) && !topic.starts_with('%');
     let bodies = if batch {
         let max = rocklet_broker::config::DEFAULT_MAX_BATCH_MESSAGES as usize;
-        let entries = handlers::decode_batch(&req.body, max).ok()?;
+        let entries = message::decode_batch(&req.body, max).ok()?;
         let mut bodies = Vec::new();
         for (_, body, p) in entries {
-            immediate &= immediate_props(&handlers::parse_properties(&p));
+            immediate &= immediate_props(&message::parse_properties(&p));
             bodies.push(body);
         }
         bodies
