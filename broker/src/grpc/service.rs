@@ -1431,10 +1431,17 @@ fn given_name(r: Option<&pb::Resource>) -> &str {
 /// checked). A handle that does not parse is left to the lease lookup to refuse.
 fn handle_of_topic(given: &str, topic: &str) -> Result<(), ClientError> {
     match given.parse::<rocklet_core::ReceiptHandle>() {
-        Ok(h) if h.topic != topic => Err(ClientError::InvalidReceiptHandle(format!(
-            "the receipt handle is of topic `{}`, the request names topic `{topic}`",
-            h.topic
-        ))),
+        Ok(h) if h.topic != topic => Err(ClientError::InvalidReceiptHandle(if topic.is_empty() {
+            format!(
+                "the receipt handle is of topic `{}`, and the request names no topic (`topic` is required)",
+                h.topic
+            )
+        } else {
+            format!(
+                "the receipt handle is of topic `{}`, the request names topic `{topic}`",
+                h.topic
+            )
+        })),
         _ => Ok(()),
     }
 }

@@ -368,9 +368,14 @@ impl Session {
                         receipt_handle: h.clone(),
                     })
                     .collect();
+                // The topic the handles are of, as every client names it (a handle of
+                // another topic, or none named, is refused).
                 let ack = pb::AckMessageRequest {
                     group: group.clone(),
-                    topic: None,
+                    topic: Some(pb::Resource {
+                        resource_namespace: String::new(),
+                        name: topic.clone(),
+                    }),
                     entries,
                 };
                 let r = self
