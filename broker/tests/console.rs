@@ -11,7 +11,6 @@ use common::TestBroker;
 use rocklet_broker::auth::UserSpec;
 use rocklet_core::{Delay, NewMessage, Reply, Request, TagFilter};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn console() -> TestBroker {
     console_with(|_| {}).await
@@ -30,7 +29,7 @@ fn console_addr(b: &TestBroker) -> SocketAddr {
     b.broker.as_ref().unwrap().console_addr.expect("console on")
 }
 
-/// One HTTP/1.1 exchange: (status, head, body).
+/// One HTTP/1.1 exchange naming the console's own address as `Host`: (status, head, body).
 async fn http(
     addr: SocketAddr,
     method: &str,
@@ -38,30 +37,10 @@ async fn http(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> (u16, String, Vec<u8>) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nHost: {addr}\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(&body);
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("the console answers")
-        .unwrap();
-    let split = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&out[..split]).to_string();
-    let status = head[9..12].parse().unwrap();
-    (status, head, out[split + 4..].to_vec())
+    let host = addr.to_string();
+    let mut all = vec![("Host", host.as_str())];
+    all.extend_from_slice(headers);
+    common::web::exchange(addr, method, path, &all, body).await
 }
 
 async fn get(addr: SocketAddr, path: &str) -> (u16, Value) {

@@ -9,12 +9,10 @@
 mod common;
 
 use std::net::SocketAddr;
-use std::time::Duration;
 
 use common::TestBroker;
 use rocklet_core::{NewMessage, Reply, Request};
 use serde_json::{json, Value};
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 
 async fn console_with(f: impl FnOnce(&mut rocklet_broker::config::BrokerConfig)) -> TestBroker {
     TestBroker::start_with(|c| {
@@ -37,33 +35,8 @@ async fn http(
     headers: &[(&str, &str)],
     body: Option<&Value>,
 ) -> (u16, String) {
-    let mut s = tokio::net::TcpStream::connect(addr).await.unwrap();
-    let body = body.map(|b| b.to_string()).unwrap_or_default();
-    let mut req = format!(
-        "{method} {path} HTTP/1.1\r\nContent-Length: {}\r\n",
-        body.len()
-    );
-    for (k, v) in headers {
-        req.push_str(&format!("{k}: {v}\r\n"));
-    }
-    req.push_str("\r\n");
-    req.push_str(&body);
-    s.write_all(req.as_bytes()).await.unwrap();
-    let mut out = Vec::new();
-    tokio::time::timeout(Duration::from_secs(10), s.read_to_end(&mut out))
-        .await
-        .expect("the console answers")
-        .unwrap();
-    let split = out
-        .windows(4)
-        .position(|w| w == b"\r\n\r\n")
-        .expect("a head");
-    let head = String::from_utf8_lossy(&out[..split]).to_string();
-    let status = head[9..12].parse().unwrap();
-    (
-        status,
-        String::from_utf8_lossy(&out[split + 4..]).into_owned(),
-    )
+    let (status, _, body) = common::web::exchange(addr, method, path, headers, body).await;
+    (status, String::from_utf8_lossy(&body).into_owned())
 }
 
 async fn prepare(b: &TestBroker) -> String {

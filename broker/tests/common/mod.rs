@@ -4,6 +4,7 @@
 
 pub mod limited;
 pub mod v4;
+pub mod web;
 
 use std::sync::Arc;
 use std::time::Duration;
