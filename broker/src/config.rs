@@ -20,6 +20,7 @@
 //! request_read_timeout_ms = 30000    # longest a request may take to arrive once begun
 //! http2_keepalive_interval_ms = 30000 # gRPC: ping every connection this often
 //! http2_keepalive_timeout_ms = 20000 # gRPC: close it when a ping is not answered in time
+//! disk_space_warning_level_ratio = 0.90 # new messages refused while the disk is fuller
 //!
 //! [core]                             # rocklet-core's Config, every field optional
 //! flush = "sync"                     # or "async"
@@ -100,6 +101,10 @@ pub const DEFAULT_GRPC_MAX_HEADER_LIST_BYTES: u32 = 16 << 10;
 pub const DEFAULT_MAX_CONNECTIONS: usize = 10_000;
 /// Default idle timeout of a connection ([`BrokerConfig::idle_timeout_ms`]).
 pub const DEFAULT_IDLE_TIMEOUT_MS: Millis = 120_000;
+/// Default [`BrokerConfig::disk_space_warning_level_ratio`]: RocketMQ's
+/// `diskSpaceWarningLevelRatio`.
+pub const DEFAULT_DISK_SPACE_WARNING_LEVEL_RATIO: f64 = 0.90;
+
 /// Default request read deadline ([`BrokerConfig::request_read_timeout_ms`]).
 pub const DEFAULT_REQUEST_READ_TIMEOUT_MS: Millis = 30_000;
 /// Default HTTP/2 keepalive ping interval ([`BrokerConfig::http2_keepalive_interval_ms`]).
@@ -254,6 +259,7 @@ pub struct FileConfig {
     pub request_read_timeout_ms: Option<Millis>,
     pub http2_keepalive_interval_ms: Option<Millis>,
     pub http2_keepalive_timeout_ms: Option<Millis>,
+    pub disk_space_warning_level_ratio: Option<f64>,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
     pub groups: Vec<GroupDecl>,
@@ -523,6 +529,11 @@ pub struct BrokerConfig {
     /// gRPC: close a connection whose PING is not acknowledged within this. Default
     /// [`DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS`] (20 s, tonic's default).
     pub http2_keepalive_timeout_ms: Millis,
+    /// The share of the data directory's file system in use ([`crate::disk::FsSpace::used_ratio`])
+    /// from which new messages are refused (`DISK_FULL`) while everything stored is still
+    /// served, as RocketMQ's `diskSpaceWarningLevelRatio`. Default
+    /// [`DEFAULT_DISK_SPACE_WARNING_LEVEL_RATIO`] (0.90). See [`crate::disk_full`].
+    pub disk_space_warning_level_ratio: f64,
     pub core: CoreConfig,
     pub topics: Vec<TopicDecl>,
     /// Consumer groups declared at start (`[[groups]]`).
@@ -616,6 +627,9 @@ impl BrokerConfig {
             http2_keepalive_timeout_ms: f
                 .http2_keepalive_timeout_ms
                 .unwrap_or(DEFAULT_HTTP2_KEEPALIVE_TIMEOUT_MS),
+            disk_space_warning_level_ratio: f
+                .disk_space_warning_level_ratio
+                .unwrap_or(DEFAULT_DISK_SPACE_WARNING_LEVEL_RATIO),
             core: f.core,
             topics: f.topics,
             groups: f.groups,
@@ -700,6 +714,13 @@ impl BrokerConfig {
             ));
         }
 
+        let r = self.disk_space_warning_level_ratio;
+        if !(r > 0.0 && r <= 1.0) {
+            return Err(format!(
+                "invalid config `disk_space_warning_level_ratio`: {r} is not above 0 and at most 1 \
+                 (the share of the disk in use from which new messages are refused)"
+            ));
+        }
         if self.console_sample_ms < 100 || self.console_sample_ms > 600_000 {
             return Err(format!(
                 "invalid config `console_sample_ms`: {} is not within 100 to 600000",
@@ -977,6 +998,29 @@ mod tests {
         c.core.max_message_size = 1 << 20;
         c.core.max_batch_size = 1 << 20;
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn a_bad_disk_space_warning_level_ratio_is_named() {
+        assert_eq!(
+            BrokerConfig::default().disk_space_warning_level_ratio,
+            DEFAULT_DISK_SPACE_WARNING_LEVEL_RATIO
+        );
+        let f = FileConfig::parse("disk_space_warning_level_ratio = 0.8").unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.disk_space_warning_level_ratio, 0.8);
+        c.validate().unwrap();
+        for bad in [0.0, -0.5, 1.5, f64::NAN] {
+            let c = BrokerConfig {
+                disk_space_warning_level_ratio: bad,
+                ..BrokerConfig::default()
+            };
+            let e = c.validate().unwrap_err();
+            assert!(
+                e.starts_with("invalid config `disk_space_warning_level_ratio`: "),
+                "{e}"
+            );
+        }
     }
 
     #[test]

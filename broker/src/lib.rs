@@ -32,6 +32,7 @@ pub mod cluster;
 pub mod config;
 pub mod console;
 pub mod disk;
+pub mod disk_full;
 pub mod driver;
 pub mod grpc;
 pub mod import;

@@ -161,6 +161,9 @@ pub struct Metrics {
     pub pulled: AtomicU64,
     /// The log's disk usage, measured at most every [`crate::disk::MAX_AGE`].
     pub disk: crate::disk::DiskGauge,
+    /// New messages are refused: the disk is past `disk_space_warning_level_ratio`
+    /// ([`crate::disk_full`]).
+    pub disk_full: std::sync::atomic::AtomicBool,
     /// Put and get counters sampled each second (`putTps`, `getTransferredTps`).
     pub rates: crate::rates::Rates,
 }
@@ -440,6 +443,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
                 f.avail,
             );
         }
+        gauge(
+            &mut out,
+            "rocklet_disk_writes_refused",
+            "1 while new messages are refused (DISK_FULL) because the data directory's file system is past disk_space_warning_level_ratio; 0 otherwise",
+            u64::from(m.disk_full.load(Ordering::Relaxed)),
+        );
         gauge(
             &mut out,
             "rocklet_log_retained_bytes",

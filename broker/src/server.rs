@@ -62,7 +62,8 @@ pub struct RunningBroker {
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
-    rates_task: Option<JoinHandle<()>>,
+    /// Tasks that measure and sample once a second (rates, the disk-full guard).
+    samplers: Vec<JoinHandle<()>>,
     console: Option<crate::console::RunningConsole>,
     core_thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -371,6 +372,13 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let tls_reloader = tls.as_ref().map(Tls::spawn_reloader);
     // putTps and getTransferredTps (GET_BROKER_RUNTIME_INFO) from counters sampled each second.
     let rates_task = tokio::spawn(crate::rates::sample(core.clone(), m.clone()));
+    // New messages refused past disk_space_warning_level_ratio.
+    let disk_full_task = tokio::spawn(crate::disk_full::guard(
+        core.clone(),
+        dir.clone(),
+        cfg.disk_space_warning_level_ratio,
+        m.clone(),
+    ));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -421,7 +429,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
-        rates_task: Some(rates_task),
+        samplers: vec![rates_task, disk_full_task],
         core_thread: Some(core_thread),
     })
 }
@@ -446,7 +454,7 @@ impl RunningBroker {
         if let Some(t) = self.metrics_task.take() {
             t.abort();
         }
-        if let Some(t) = self.rates_task.take() {
+        for t in self.samplers.drain(..) {
             t.abort();
         }
         if let Some(c) = self.console.take() {

@@ -347,6 +347,102 @@ fn receive_ack_and_redelivery() {
 }
 
 #[test]
+fn a_full_disk_refuses_new_messages_and_serves_what_is_stored() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    send(&mut sim, "T", "before");
+    let txn = prepare(&mut sim, "P", "T", "half");
+    let delayed = Request::Send {
+        messages: vec![NewMessage::new("T", "later").with_delay(Delay::After(1000))],
+    };
+    assert!(matches!(sim.request(delayed).unwrap(), Reply::Sent(_)));
+    let full = DiskFull {
+        used_permille: 915,
+        limit_permille: 900,
+    };
+    sim.broker.set_disk_full(Some(full));
+
+    // New messages, of every kind, are refused by name; nothing is written for them.
+    let end_before = sim.broker.log_end();
+    let refused = [
+        Request::Send {
+            messages: vec![NewMessage::new("T", "x")],
+        },
+        Request::Send {
+            messages: vec![NewMessage::new("T", "x"), NewMessage::new("T", "y")],
+        },
+        Request::Prepare {
+            group: "P".into(),
+            message: NewMessage::new("T", "x"),
+            check_immunity_ms: None,
+        },
+        Request::SendBack {
+            group: "C".into(),
+            offset: 0,
+            delay_level: None,
+        },
+    ];
+    for r in refused {
+        match sim.request(r).unwrap() {
+            Reply::Error(e @ ClientError::DiskFull(_)) => {
+                assert_eq!(e.code(), "DISK_FULL");
+                let text = alloc::format!("{e}");
+                assert!(text.contains("91.5 %") && text.contains("90.0 %"), "{text}");
+            }
+            other => panic!("not refused: {other:?}"),
+        }
+    }
+    let m = MessageRef::new("T", b"direct");
+    assert!(matches!(
+        sim.broker.send_ref(sim.now, &m).unwrap(),
+        Err(ClientError::DiskFull(d)) if d == full
+    ));
+    assert!(matches!(
+        sim.broker.prepare_ref(sim.now, "P", &m, None).unwrap(),
+        Err(ClientError::DiskFull(_))
+    ));
+    assert_eq!(sim.broker.log_end(), end_before, "a refusal writes nothing");
+
+    // What is stored is still served and finished: the commit, the delay coming due,
+    // receives and acks.
+    assert!(matches!(
+        end(&mut sim, txn, Resolution::Commit),
+        Reply::Ended { .. }
+    ));
+    sim.advance(1000).unwrap();
+    let got = match sim
+        .request(Request::Receive {
+            group: "C".into(),
+            topic: "T".into(),
+            queue_id: None,
+            max: 10,
+            invisible_ms: 10_000,
+            filter: TagFilter::All,
+        })
+        .unwrap()
+    {
+        Reply::Received(r) => r,
+        other => panic!("{other:?}"),
+    };
+    let mut seen: Vec<_> = got
+        .iter()
+        .map(|r| String::from_utf8(r.message.body.clone()).unwrap())
+        .collect();
+    seen.sort();
+    assert_eq!(seen, ["before", "half", "later"]);
+    for r in got {
+        let ack = Request::Ack {
+            group: "C".into(),
+            handle: r.handle,
+        };
+        assert_eq!(sim.request(ack).unwrap(), Reply::Acked);
+    }
+
+    // Space freed: new messages are taken again.
+    sim.broker.set_disk_full(None);
+    send(&mut sim, "T", "after");
+}
+
+#[test]
 fn a_renewed_delivery_keeps_its_first_handle_across_a_restart() {
     let mut sim = Sim::new(cfg()).unwrap();
     send(&mut sim, "T", "a");

@@ -721,6 +721,27 @@ pub enum ClientError {
     NotConsumable(String),
     /// The broker is a replica: requests go to the master.
     NotMaster,
+    /// The disk holding the log is fuller than the host allows new messages to make it
+    /// ([`Broker::set_disk_full`](crate::Broker::set_disk_full)): a new message is refused,
+    /// while everything already stored is still served.
+    DiskFull(DiskFull),
+}
+
+/// How full the disk holding the log is, and the fill at which new messages are refused, in
+/// thousandths (RocketMQ's `diskSpaceWarningLevelRatio`: 900 = 90 %).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct DiskFull {
+    pub used_permille: u16,
+    pub limit_permille: u16,
+}
+
+/// `permille` as a percentage with one decimal, `91.5 %`.
+struct Percent(u16);
+
+impl fmt::Display for Percent {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "{}.{} %", self.0 / 10, self.0 % 10)
+    }
 }
 
 impl ClientError {
@@ -756,6 +777,7 @@ impl ClientError {
             ClientError::TooManyTopics { .. } => "TOO_MANY_TOPICS",
             ClientError::NotConsumable(_) => "NOT_CONSUMABLE",
             ClientError::NotMaster => "NOT_MASTER",
+            ClientError::DiskFull(_) => "DISK_FULL",
         }
     }
 }
@@ -846,6 +868,14 @@ impl fmt::Display for ClientError {
             ),
             ClientError::NotConsumable(why) => write!(f, "not a message this group can consume: {why}"),
             ClientError::NotMaster => f.write_str("this broker is a replica; send to the master"),
+            ClientError::DiskFull(d) => write!(
+                f,
+                "the disk holding the log is {} full; new messages are refused from {} on \
+                 (disk_space_warning_level_ratio) until retention or the operator frees space; \
+                 reads, acks and transaction ends go on",
+                Percent(d.used_permille),
+                Percent(d.limit_permille)
+            ),
         }
     }
 }

@@ -65,6 +65,9 @@ pub fn code_of(e: &ClientError) -> Code {
         ClientError::TooManyGroups { .. } | ClientError::TooManyTopics { .. } => Code::Forbidden,
         // A replica: the clients take a server error as one to retry (elsewhere).
         ClientError::NotMaster => Code::HaNotAvailable,
+        // Apache's proxy answers a store that is not writable (its SERVICE_NOT_AVAILABLE)
+        // with INTERNAL_SERVER_ERROR; clients retry a send elsewhere.
+        ClientError::DiskFull(_) => Code::InternalServerError,
     }
 }
 

@@ -54,6 +54,9 @@ pub(crate) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCo
         // A replica: v4 producers retry SERVICE_NOT_AVAILABLE on another broker at once (as
         // Apache's slave answers), where MESSAGE_ILLEGAL would end the send.
         ClientError::NotMaster => status::SERVICE_NOT_AVAILABLE,
+        // As Apache's broker answers a put while its disk is full: v4 producers retry it on
+        // another broker.
+        ClientError::DiskFull(_) => status::SERVICE_NOT_AVAILABLE,
     };
     fail(req, code, format!("{}: {e}", e.code()))
 }

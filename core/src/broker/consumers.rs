@@ -453,6 +453,9 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
+        if let Err(e) = self.refuse_new() {
+            return Ok(Err(e));
+        }
         let dest_retry = topic::retry(group);
         let dest_dlq = topic::dlq(group);
         let checks = match self.consumable_at(group, offset)? {

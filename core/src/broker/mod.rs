@@ -473,6 +473,8 @@ pub struct Broker<S: Storage> {
     props_pool: Vec<Vec<u8>>,
     /// Messages by key and message id.
     index: index::KeyIndex,
+    /// Set by the host while the disk is too full for new messages ([`Broker::set_disk_full`]).
+    disk_full: Option<DiskFull>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -610,6 +612,7 @@ impl<S: Storage> Broker<S> {
             epochs: Vec::new(),
             props_pool: Vec::new(),
             index: index::KeyIndex::default(),
+            disk_full: None,
         };
         let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
         let recovery_err = |e| match e {
@@ -915,6 +918,30 @@ impl<S: Storage> Broker<S> {
         }
         self.rescan_pending();
         Ok(result)
+    }
+
+    /// Refuses new messages from clients while `Some` (the host measured the disk holding the
+    /// log above its limit), and takes them again once `None`. Refused: sends, half messages
+    /// and consumers' send-backs, with [`ClientError::DiskFull`]. Not refused: what finishes
+    /// or serves what is already stored — transaction ends (a commit copies its half),
+    /// delayed messages coming due, receives, acks, offsets, dead-lettering — so the little
+    /// they write keeps the broker whole while reads go on.
+    pub fn set_disk_full(&mut self, full: Option<DiskFull>) {
+        self.disk_full = full;
+    }
+
+    /// Whether new messages are refused ([`Broker::set_disk_full`]).
+    #[must_use]
+    pub fn disk_full(&self) -> Option<DiskFull> {
+        self.disk_full
+    }
+
+    /// The refusal of a new message while the disk is full.
+    pub(super) fn refuse_new(&self) -> Result<(), ClientError> {
+        match self.disk_full {
+            Some(d) => Err(ClientError::DiskFull(d)),
+            None => Ok(()),
+        }
     }
 
     fn store_host(&self) -> Host {

@@ -114,6 +114,9 @@ impl<S: Storage> Broker<S> {
         if messages.is_empty() {
             return Ok(Err(ClientError::EmptyBatch));
         }
+        if let Err(e) = self.refuse_new() {
+            return Ok(Err(e));
+        }
         if messages.len() == 1 {
             let Some(m) = messages.into_iter().next() else {
                 return Ok(Err(ClientError::EmptyBatch));
@@ -225,6 +228,9 @@ impl<S: Storage> Broker<S> {
         &mut self,
         m: &M,
     ) -> Res<Result<Placed, ClientError>, S> {
+        if let Err(e) = self.refuse_new() {
+            return Ok(Err(e));
+        }
         let props = self.props_buf();
         let mut plan = match self.plan(m, false, props) {
             Ok(p) => p,

@@ -88,6 +88,9 @@ impl<S: Storage> Broker<S> {
         if let Err(e) = topic::validate_group(group) {
             return Ok(Err(e));
         }
+        if let Err(e) = self.refuse_new() {
+            return Ok(Err(e));
+        }
         let props = self.props_buf();
         let mut plan = match self.plan(m, false, props) {
             Ok(p) => p,
