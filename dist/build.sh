@@ -75,13 +75,15 @@ ROCKLET_PLAYGROUND_DIR=$SITE nice -n 10 cargo build --release --locked -p rockle
 
 step "broker tarball"
 B=$STAGE/rocklet-$V-$ARCH
-mkdir -p "$B/bin" "$B/etc" "$B/systemd"
+mkdir -p "$B/bin" "$B/etc" "$B/systemd" "$B/alerts"
 cp "$T/release/rocklet" "$B/bin/rocklet"
 # Line tables stay in target/; the shipped binary carries symbols only.
 command -v strip >/dev/null && strip --strip-debug "$B/bin/rocklet"
 cp broker/packaging/rocklet.toml "$B/etc/rocklet.toml"
 cp broker/packaging/rocklet.service "$B/systemd/rocklet.service"
 grep -qx 'Restart=on-failure' "$B/systemd/rocklet.service" || { echo "the unit must restart on failure" >&2; exit 1; }
+cp broker/packaging/alerts/rocklet-alerts.yml "$B/alerts/rocklet-alerts.yml"
+cp docs/runbooks.md "$B/README-runbooks.md"
 cp broker/README.md "$B/README-broker.md"
 cp CHANGELOG.md "$B/CHANGELOG.md"
 cat > "$B/README.md" <<EOF
@@ -105,6 +107,9 @@ As a service (systemd):
     install -m 644 systemd/rocklet.service /etc/systemd/system/rocklet.service
     useradd --system --home /var/lib/rocklet --shell /usr/sbin/nologin rocklet
     systemctl daemon-reload && systemctl enable --now rocklet
+
+Alerts: alerts/rocklet-alerts.yml holds Prometheus rules (\`rule_files\` in prometheus.yml);
+README-runbooks.md says what each alert means and what to do.
 
 The unit restarts the broker when it fails (Restart=on-failure: a failed fsync or a
 refused write makes it exit 1; recovery on restart keeps what is really on disk).

@@ -42,7 +42,7 @@
 //! [`CoreFailure::Stopped`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::Ordering;
+use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -207,6 +207,8 @@ pub struct CoreHandle {
     log_end: watch::Receiver<u64>,
     /// The core thread stops (flushing) once every handle is gone.
     _alive: Arc<()>,
+    /// Commands sent and not yet run (`rocklet_core_commands_waiting`).
+    waiting: Arc<AtomicU64>,
 }
 
 impl CoreHandle {
@@ -242,7 +244,11 @@ impl CoreHandle {
     }
 
     fn send(&self, cmd: Command) -> Result<(), CoreFailure> {
-        self.tx.send(cmd).map_err(|_| CoreFailure::Stopped)
+        self.waiting.fetch_add(1, Ordering::Relaxed);
+        self.tx.send(cmd).map_err(|_| {
+            ran(&self.waiting);
+            CoreFailure::Stopped
+        })
     }
 
     /// Runs a request to its reply (under sync flush, after the fsync that covers it).
@@ -486,6 +492,11 @@ fn panic_text(p: &(dyn std::any::Any + Send)) -> String {
     }
 }
 
+/// One command sent through a [`CoreHandle`] ran (or can no longer run).
+fn ran(waiting: &AtomicU64) {
+    let _ = waiting.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |n| n.checked_sub(1));
+}
+
 /// Starts the core thread over an opened broker.
 pub fn spawn(
     broker: CoreBroker,
@@ -523,6 +534,7 @@ pub fn spawn(
             }
         })?;
     let alive = Arc::new(());
+    let waiting = metrics.core_commands_waiting.clone();
     let (fatal_tx, fatal_rx) = watch::channel(None);
     let fatal_tx = Arc::new(fatal_tx);
     let (log_end_tx, log_end_rx) = watch::channel(broker.log_end());
@@ -561,6 +573,7 @@ pub fn spawn(
             fatal: fatal_rx,
             log_end: log_end_rx,
             _alive: alive,
+            waiting,
         },
         join,
     ))
@@ -648,6 +661,10 @@ impl Driver {
             let mut taken = 0;
             while let Some(cmd) = q.writes.pop_front() {
                 taken += 1;
+                // Every command but a sync thread's report came through a handle.
+                if !matches!(cmd, Command::Synced { .. }) {
+                    ran(&self.metrics.core_commands_waiting);
+                }
                 if let Some(s) = self.command(cmd) {
                     shutdown = Some(s);
                     stop = true;
@@ -695,6 +712,7 @@ impl Driver {
             while first || q.writes.is_empty() {
                 first = false;
                 let Some(f) = q.reads.pop_front() else { break };
+                ran(&self.metrics.core_commands_waiting);
                 f(&mut self.broker);
                 if started.elapsed() >= READ_BUDGET {
                     break;

@@ -166,6 +166,9 @@ pub struct Metrics {
     pub disk_full: std::sync::atomic::AtomicBool,
     /// Put and get counters sampled each second (`putTps`, `getTransferredTps`).
     pub rates: crate::rates::Rates,
+    /// Commands handed to the core thread and not yet run (requests, inspections, control),
+    /// counted by the senders and the core thread, so it grows while the core thread is stuck.
+    pub core_commands_waiting: Arc<AtomicU64>,
 }
 
 impl Metrics {
@@ -337,6 +340,11 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
             "Transaction checks answered",
             s.checks_answered,
         );
+        let _ = writeln!(
+            out,
+            "# HELP rocklet_transaction_check_failures_total Transaction checks that did not resolve their transaction, by reason: no_answer (no answer came before its next check was due, its checks ran out or it expired; checks no producer could be reached for, rocklet_checks_unroutable_total, end here too), unknown (answered UNKNOWN)\n# TYPE rocklet_transaction_check_failures_total counter\nrocklet_transaction_check_failures_total{{reason=\"no_answer\"}} {}\nrocklet_transaction_check_failures_total{{reason=\"unknown\"}} {}",
+            s.checks_unanswered, s.checks_unknown
+        );
         counter(
             &mut out,
             "rocklet_transaction_check_max_total",
@@ -481,6 +489,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "rocklet_checks_unroutable_total",
         "Transaction checks with no connected producer of the topic",
         m.checks_unroutable.load(Ordering::Relaxed),
+    );
+    gauge(
+        &mut out,
+        "rocklet_core_commands_waiting",
+        "Commands (requests, inspections, control) handed to the core thread and not yet run: grows while the core thread is stuck or overloaded",
+        m.core_commands_waiting.load(Ordering::Relaxed),
     );
     gauge(
         &mut out,

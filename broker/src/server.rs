@@ -249,6 +249,10 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let cluster = match &cfg.cluster {
         Some(c) => {
             let view = crate::cluster::View::default();
+            view.min_in_sync_replicas.store(
+                u64::from(c.min_in_sync_replicas),
+                std::sync::atomic::Ordering::Relaxed,
+            );
             let (repl, _task) = crate::cluster::node::start(
                 c.clone(),
                 core.clone(),

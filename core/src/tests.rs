@@ -171,6 +171,57 @@ fn check_back_commits_and_stops() {
 }
 
 #[test]
+fn checks_the_producer_leaves_unanswered_are_counted_once_each() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    b.set_producer_online(0, "G", true);
+    let prepare = Request::Prepare {
+        group: "G".into(),
+        message: NewMessage::new("T", "x"),
+        check_immunity_ms: None,
+    };
+    let Reply::Sent(r) = b.execute(0, prepare).unwrap() else {
+        panic!()
+    };
+    let txn = r[0].txn.unwrap();
+    let run = |b: &mut Broker<MemStorage>, now: Millis| {
+        b.handle_timeout(now).unwrap();
+        while b.poll_output().is_some() {}
+        let s = b.stats();
+        (s.checks_sent, s.checks_unanswered)
+    };
+    // Checks at 6 s, 36 s and 66 s, none answered: each earlier one is unanswered once the
+    // next comes due.
+    assert_eq!(run(&mut b, 6_000), (1, 0));
+    assert_eq!(run(&mut b, 36_000), (2, 1));
+    assert_eq!(run(&mut b, 66_000), (3, 2));
+    // An UNKNOWN answer is an answer (counted as such, not as unanswered).
+    let unknown = Request::EndTransaction {
+        txn,
+        resolution: Resolution::Unknown,
+        group: Some("G".into()),
+        from_check: true,
+    };
+    b.execute(70_000, unknown).unwrap();
+    assert_eq!(run(&mut b, 96_000), (4, 2));
+    assert_eq!(
+        (b.stats().unknown_answers, b.stats().checks_unknown),
+        (1, 1)
+    );
+    // The last check unanswered when the transaction reaches the check maximum counts too.
+    let mut now = 96_000;
+    while b.pending_transaction_count() > 0 {
+        now += 30_000;
+        run(&mut b, now);
+    }
+    let s = b.stats();
+    assert_eq!(s.checks_sent, 15);
+    assert_eq!(
+        s.checks_unanswered, 14,
+        "every check but the one answered UNKNOWN"
+    );
+}
+
+#[test]
 fn check_max_moves_to_dead_topic() {
     let mut sim = Sim::new(cfg()).unwrap();
     sim.set_checker("G", |_| Resolution::Unknown);

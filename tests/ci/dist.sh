@@ -100,7 +100,7 @@ step "broker: from the tarball, the official Python client"
 tb=$(date +%s%N)
 tar -C "$WORK" -xzf "dist/rocklet-$V-x86_64-linux.tar.gz"
 B=$WORK/rocklet-$V-x86_64-linux
-for f in bin/rocklet etc/rocklet.toml systemd/rocklet.service README.md README-broker.md CHANGELOG.md; do
+for f in bin/rocklet etc/rocklet.toml systemd/rocklet.service alerts/rocklet-alerts.yml README.md README-broker.md README-runbooks.md CHANGELOG.md; do
   [ -e "$B/$f" ] || { echo "tarball lacks $f"; exit 1; }
 done
 grep -qx 'Restart=on-failure' "$B/systemd/rocklet.service"

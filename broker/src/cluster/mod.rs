@@ -278,6 +278,9 @@ pub struct ClusterView {
     pub fencing_events: AtomicU64,
     /// This node's epoch as master (0: not master).
     pub master_epoch: AtomicU64,
+    /// `min_in_sync_replicas` of the group's config, for the metric an alert compares the
+    /// SyncStateSet with.
+    pub min_in_sync_replicas: AtomicU64,
     /// Channels to the master, for writes that reach a replica ([`forward`]).
     pub forward: forward::Forwarder,
     /// Topic placements and the other groups' masters ([`directory`]), set when the node
@@ -362,6 +365,12 @@ pub fn render_metrics(v: &ClusterView, out: &mut String) {
         "gauge",
         "Members of the SyncStateSet, the master included",
         v.in_sync_count() as u64,
+    );
+    one(
+        "rocklet_cluster_min_in_sync_replicas",
+        "gauge",
+        "min_in_sync_replicas: with fewer members in the SyncStateSet the master acknowledges no write (sync replication)",
+        v.min_in_sync_replicas.load(Ordering::Relaxed),
     );
     let lags = v.replicas.read().map(|r| r.clone()).unwrap_or_default();
     let _ = writeln!(

@@ -272,6 +272,8 @@ impl<S: Storage> Broker<S> {
                         // A half brought over from RocketMQ keeps the checks it had there.
                         checks: check_times.and_then(|c| c.parse::<u16>().ok()).unwrap_or(0),
                         group,
+                        // No check of this run is outstanding.
+                        answered: true,
                     });
                 }
                 self.stats.halves_stored += 1;

@@ -254,6 +254,9 @@ struct PendingTxn {
     tag_hash: i32,
     checks: u16,
     group: u32,
+    /// The latest check sent was answered (UNKNOWN), or is counted as unanswered already:
+    /// `false` from a check going out until one of those ([`Stats::checks_unanswered`]).
+    answered: bool,
 }
 
 impl Row for PendingTxn {
@@ -340,6 +343,13 @@ pub struct Stats {
     pub unknown_answers: u64,
     pub checks_sent: u64,
     pub checks_answered: u64,
+    /// Checks the producer group did not answer before the transaction's next check came
+    /// due (or it reached the check maximum or expired): the transaction was still pending
+    /// and no UNKNOWN came back. A check answered UNKNOWN is counted in `unknown_answers`.
+    pub checks_unanswered: u64,
+    /// Checks answered UNKNOWN (also in `unknown_answers`, which counts a producer's own
+    /// END_TRANSACTION of UNKNOWN too).
+    pub checks_unknown: u64,
     pub check_max_reached: u64,
     pub halves_expired: u64,
     pub delayed_stored: u64,

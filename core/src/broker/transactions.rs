@@ -215,6 +215,10 @@ impl<S: Storage> Broker<S> {
         let flag = match resolution {
             Resolution::Unknown => {
                 self.stats.unknown_answers += 1;
+                if from_check {
+                    self.stats.checks_unknown += 1;
+                    self.txns.update(txn.0, |t| t.answered = true);
+                }
                 return Ok(Ok(Reply::Ended {
                     txn,
                     resolution,
@@ -259,6 +263,11 @@ impl<S: Storage> Broker<S> {
 
     pub(super) fn check(&mut self, row: PendingTxn) -> Res<(), S> {
         let now = self.now;
+        if row.checks > 0 && !row.answered {
+            // The check before this one went unanswered (counted once, whatever happens now).
+            self.stats.checks_unanswered += 1;
+            self.txns.update(row.offset, |t| t.answered = true);
+        }
         let Some(r) = self
             .log
             .read(row.offset, row.size as usize)
@@ -300,6 +309,7 @@ impl<S: Storage> Broker<S> {
             return Ok(());
         };
         self.stats.checks_sent += 1;
+        self.txns.update(row.offset, |t| t.answered = false);
         self.outputs.push_back(Output::Check(CheckRequest {
             group: self.groups[row.group as usize].name.clone(),
             txn: TxnId(row.offset),
