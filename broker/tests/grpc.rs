@@ -133,6 +133,63 @@ async fn fifo_message_keeps_its_group() {
     b.stop().await;
 }
 
+/// The broker picks the queue of a gRPC send, as Apache's proxy does (the official Python
+/// client leaves `queue_id` unset, i.e. 0): round robin over the topic's queues, and by the
+/// message group for FIFO messages, so one group stays in one queue.
+#[tokio::test]
+async fn sends_spread_over_the_queues_and_a_message_group_stays_in_one() {
+    let mut b = TestBroker::start_with(|c| {
+        c.topics = vec![TopicDecl {
+            name: "Spread".into(),
+            queues: Some(8),
+            message_types: None,
+        }];
+    })
+    .await;
+    for i in 0..40 {
+        let m = msg("Spread", b"n", pb::MessageType::Normal, &format!("N{i}"));
+        send_ok(&mut b.client, m).await;
+    }
+    for (group, n) in [("order-1", 10), ("order-2", 10)] {
+        for i in 0..n {
+            let mut m = msg(
+                "Spread",
+                group.as_bytes(),
+                pb::MessageType::Fifo,
+                &format!("{group}-{i}"),
+            );
+            m.system_properties.as_mut().unwrap().message_group = Some(group.into());
+            send_ok(&mut b.client, m).await;
+        }
+    }
+    let got = receive_all(&mut b.client, "Spread", "G").await;
+    assert_eq!(got.len(), 60);
+    let mut per_queue = std::collections::BTreeMap::<i32, usize>::new();
+    let mut group_queues =
+        std::collections::BTreeMap::<String, std::collections::BTreeSet<i32>>::new();
+    for m in &got {
+        let sp = m.system_properties.as_ref().unwrap();
+        match &sp.message_group {
+            Some(g) => {
+                group_queues
+                    .entry(g.clone())
+                    .or_default()
+                    .insert(sp.queue_id);
+            }
+            None => *per_queue.entry(sp.queue_id).or_default() += 1,
+        }
+    }
+    assert_eq!(
+        per_queue.values().copied().collect::<Vec<_>>(),
+        vec![5; 8],
+        "40 sends over 8 queues: {per_queue:?}"
+    );
+    for (g, queues) in &group_queues {
+        assert_eq!(queues.len(), 1, "group {g} in queues {queues:?}");
+    }
+    b.stop().await;
+}
+
 #[tokio::test]
 async fn transaction_commit_and_rollback() {
     let mut b = TestBroker::start().await;

@@ -130,20 +130,22 @@ pub fn new_message(m: pb::Message, index: usize) -> Result<(NewMessage, Option<M
         })?),
         None => None,
     };
-    let queue_id = u32::try_from(sp.queue_id).map_err(|_| {
-        bad_request(format!(
+    if sp.queue_id < 0 {
+        return Err(bad_request(format!(
             "messages[{index}].queue_id {} is negative",
             sp.queue_id
-        ))
-    })?;
+        )));
+    }
     let msg = NewMessage {
         topic,
         body: m.body,
         tag: sp.tag.filter(|t| !t.is_empty()),
         keys: sp.keys,
         properties,
-        // Clients pick a queue from the route; the core checks it exists.
-        queue_id: Some(queue_id),
+        // The broker picks the queue, as Apache's proxy does whatever the client set (proto3
+        // cannot tell a queue 0 chosen from one left unset, and the Python client leaves it):
+        // by the message group's hash for FIFO messages, round robin otherwise.
+        queue_id: None,
         message_id: Some(sp.message_id).filter(|id| !id.is_empty()),
         delay,
         message_group: sp.message_group.filter(|g| !g.is_empty()),
