@@ -126,7 +126,9 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self.clock.now()
     }
 
-    /// Bumped by every drain: waiters (subscribers) try again after a change.
+    /// Bumped when something a waiter (a subscriber) may be waiting for happened: a message
+    /// became available, a check or a failure came out, the broker closed. Not by a reply,
+    /// so a subscriber's own empty receive does not wake it again at once.
     pub fn generation(&self) -> u64 {
         self.generation
     }
@@ -185,9 +187,11 @@ impl<S: Storage, C: Clock> Host<S, C> {
         let Some(core) = self.core.as_mut() else {
             return;
         };
+        let mut changed = false;
         while let Some(out) = core.poll_output() {
             if let Some(raw) = self.raw.as_mut() {
                 raw.push(out);
+                changed = true;
                 continue;
             }
             match out {
@@ -196,9 +200,16 @@ impl<S: Storage, C: Clock> Host<S, C> {
                 }
                 Output::Failed { id, reason } => {
                     self.replies.insert(id, Err(reason));
+                    changed = true;
                 }
-                Output::Check(c) => self.checks.push_back((c, core.now())),
-                Output::Available { topic, queue_id } => self.available.push((topic, queue_id)),
+                Output::Check(c) => {
+                    self.checks.push_back((c, core.now()));
+                    changed = true;
+                }
+                Output::Available { topic, queue_id } => {
+                    self.available.push((topic, queue_id));
+                    changed = true;
+                }
                 Output::Trace(t) => {
                     if self.keep_trace {
                         self.trace.push(t);
@@ -206,7 +217,9 @@ impl<S: Storage, C: Clock> Host<S, C> {
                 }
             }
         }
-        self.generation = self.generation.wrapping_add(1);
+        if changed {
+            self.generation = self.generation.wrapping_add(1);
+        }
     }
 
     /// After a call: under eager sync, syncs what it wrote (a failed sync is the call's
