@@ -242,6 +242,7 @@ async fn run<R, W>(
     'conn: loop {
         // A peer that does not read its responses gets no more of them made.
         if !conn.drained_to(MAX_QUEUED_BYTES).await {
+            info!(conn = id, %peer, "closing remoting connection: writing a response to the peer failed");
             break;
         }
         // Idle: nothing read or written for idle_timeout_ms while no request is being handled
