@@ -346,3 +346,51 @@ fn common_prefix_of_epoch_histories() {
     assert_eq!(common_prefix(&[], 300, &[(1, 0)], 900), 0);
     assert_eq!(common_prefix(&[], 300, &[], 900), 300);
 }
+
+/// A check-back tells the producer of its half: under `replicated_acks` not before the
+/// replicas hold it (issue 32: halves were checked, and committed by the checker, while a
+/// stalled replica held back their acknowledgement).
+#[test]
+fn a_half_is_not_checked_back_before_the_replicas_hold_it() {
+    let cfg = Config {
+        replicated_acks: true,
+        flush: FlushMode::Async,
+        ..cfg()
+    };
+    let mut master = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+    master.set_producer_online(0, "PG", true);
+    let prepare = Request::Prepare {
+        group: "PG".into(),
+        message: NewMessage::new("T", &b"half"[..]),
+        check_immunity_ms: None,
+    };
+    master.handle(0, 1, prepare).unwrap();
+    let checks = |b: &mut Broker<MemStorage>| {
+        let mut n = 0;
+        while let Some(o) = b.poll_output() {
+            if matches!(o, Output::Check(_)) {
+                n += 1;
+            }
+        }
+        n
+    };
+    // Long past the transaction timeout (1 s), nothing replicated: no check.
+    for now in (1_000..=10_000).step_by(100) {
+        master.handle_timeout(now).unwrap();
+        assert_eq!(
+            checks(&mut master),
+            0,
+            "checked at {now} ms before any replica held it"
+        );
+    }
+    // The replica holds it: the check goes out within the retry interval.
+    let mut replica = Broker::open_replica(cfg, MemStorage::new(), 0).unwrap();
+    catch_up(&mut master, &mut replica, 1 << 20);
+    master.replicated_to(replica.log_end());
+    let mut sent = 0;
+    for now in (10_000..=10_200).step_by(50) {
+        master.handle_timeout(now).unwrap();
+        sent += checks(&mut master);
+    }
+    assert_eq!(sent, 1);
+}

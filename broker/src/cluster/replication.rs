@@ -143,6 +143,27 @@ pub struct ReplicaState {
     pub connected: bool,
     /// Which connection (a newer one replaces an older).
     pub conn: u64,
+    /// The log's end when the master last looked, and when: once the replica acknowledges
+    /// that far it held the whole log as of then (`caught_up_at`), so a replica that keeps up
+    /// under a steady stream of writes, never quite at the moving end, still counts as caught
+    /// up ([`ReplicaState::mark`]).
+    pub mark: Option<(u64, Instant)>,
+}
+
+impl ReplicaState {
+    /// Moves `caught_up_at` to the time of the mark it has reached and sets a new mark at
+    /// `log_end` (RocketMQ's lastCatchUpTime: caught up with the master's offset as of an
+    /// earlier look). Called by the master at each look at its replicas.
+    pub fn mark(&mut self, log_end: u64, now: Instant) {
+        match self.mark {
+            Some((end, at)) if self.acked >= end => {
+                self.caught_up_at = self.caught_up_at.max(at);
+                self.mark = Some((log_end, now));
+            }
+            Some(_) => {}
+            None => self.mark = Some((log_end, now)),
+        }
+    }
 }
 
 /// What the master knows of its replicas; the acker wakes on `changed`.
@@ -229,6 +250,7 @@ async fn serve_one(
             caught_up_at: Instant::now(),
             connected: true,
             conn,
+            mark: None,
         });
         e.acked = start;
         e.connected = true;
@@ -392,7 +414,7 @@ async fn follow_inner(
         warn!(
             from = end,
             to = at,
-            "this log runs past what the master shares with it (records no master acknowledged): cutting it"
+            "this log runs past what the master shares with it: cutting it (under sync replication none of these records was acknowledged; under async replication the last writes before a failover may have been)"
         );
         core.reopen(move |b| truncate_and_reopen(b, at))
             .await

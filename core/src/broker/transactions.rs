@@ -2,6 +2,10 @@
 
 use super::*;
 
+/// How soon a check that came due before its half was durable (under the acknowledgement
+/// rule) is looked at again.
+const UNRELEASED_CHECK_RETRY_MS: Millis = 100;
+
 impl<S: Storage> Broker<S> {
     /// Pending transactions in log order, at most `limit`.
     #[must_use]
@@ -263,6 +267,14 @@ impl<S: Storage> Broker<S> {
 
     pub(super) fn check(&mut self, row: PendingTxn) -> Res<(), S> {
         let now = self.now;
+        // A check tells the producer of the half: not before the half is durable under the
+        // acknowledgement rule (synced; replicated, where replies wait for replicas). Its
+        // prepare was not acknowledged either; look again shortly.
+        if row.offset + u64::from(row.size) > self.release_point() {
+            let again = now.saturating_add(UNRELEASED_CHECK_RETRY_MS);
+            self.txns.update(row.offset, |t| t.deadline = again);
+            return Ok(());
+        }
         if row.checks > 0 && !row.answered {
             // The check before this one went unanswered (counted once, whatever happens now).
             self.stats.checks_unanswered += 1;
