@@ -1021,4 +1021,38 @@ mod tests {
         assert_eq!(c1.finalize(), c2.finalize());
         assert_eq!(fs::read(&src_path).unwrap(), fs::read(&dst_path).unwrap());
     }
+
+    /// One backup at a time, by name; a relative directory and a log in memory are refused
+    /// before anything is copied.
+    #[tokio::test]
+    async fn one_backup_at_a_time_and_what_cannot_be_backed_up() {
+        use rocklet_core::{Broker, MemStorage};
+        let clock = Arc::new(crate::clock::ManualClock::new(1_700_000_000_000));
+        let b = Broker::open(
+            rocklet_core::Config::default(),
+            AnyStorage::Mem(MemStorage::new()),
+            1_700_000_000_000,
+        )
+        .unwrap();
+        let (core, _thread) =
+            crate::driver::spawn(b, clock, Arc::new(crate::metrics::Metrics::default())).unwrap();
+        let d = tempfile::tempdir().unwrap();
+        let backups = Backups::default();
+        let e = backups.run(&core, d.path(), 0).await.unwrap_err();
+        assert!(e.contains("in memory"), "{e}");
+        let e = backups
+            .run(&core, Path::new("rel/dir"), 0)
+            .await
+            .unwrap_err();
+        assert!(e.contains("not an absolute path"), "{e}");
+        // While one runs, another is refused by name; once it is done, the next one runs.
+        let held = Running(backups.running.clone());
+        backups.running.store(true, Ordering::SeqCst);
+        let e = backups.run(&core, d.path(), 0).await.unwrap_err();
+        assert!(e.contains("a backup is already running"), "{e}");
+        drop(held);
+        let e = backups.run(&core, d.path(), 0).await.unwrap_err();
+        assert!(e.contains("in memory"), "{e}");
+        core.shutdown().await;
+    }
 }

@@ -443,8 +443,7 @@ async fn a_damaged_or_incomplete_backup_is_refused() {
     cfg.core.segment_size = SEGMENT;
     let e = server::start(cfg, Arc::new(SystemClock))
         .await
-        .err()
-        .expect("refused");
+        .expect_err("refused");
     assert!(
         e.contains("is a backup") && e.contains("rocklet admin restore"),
         "{e}"
