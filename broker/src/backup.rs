@@ -6,10 +6,12 @@
 //! consistent state: the one a broker had when its log ended there. A backup asks the core
 //! thread, in one inspection (microseconds: no I/O), for the log's end and its segment bases;
 //! that end is the backup's *point*. It then waits (without the core thread) until the log
-//! is durable up to the point — under `--flush sync` at once, under `--flush async` within a
-//! flush interval — so every record the backup holds was durable on the broker, and every
-//! write acknowledged before the backup started is below the point. On a cluster replica the
-//! point is what that replica holds durably (what replication brought it).
+//! is durable up to the point ([`rocklet_core::Broker::log_durable`]) — under `--flush sync`
+//! at once, under `--flush async` within a flush interval, on a cluster master under sync
+//! replication once the SyncStateSet holds it — so every record the backup holds was durable
+//! as the broker promises, and every write acknowledged before the backup started is below
+//! the point. A cluster replica's point is what it holds synced (what replication brought
+//! it).
 //!
 //! **The copy** runs on a blocking thread, reading the segment files while the broker goes
 //! on appending after the point (bytes below a durable end never change). A segment's data
@@ -350,12 +352,17 @@ impl Backups {
                 "this broker's log is in memory: there is no data directory to back up".into(),
             );
         };
-        check_target(&dir, to)?;
+        {
+            let (dir, to) = (dir.clone(), to.to_path_buf());
+            tokio::task::spawn_blocking(move || check_target(&dir, &to))
+                .await
+                .map_err(|e| format!("the backup's check failed: {e}"))??;
+        }
         // Durable up to the point, waited for off the core thread.
         let deadline = Instant::now() + DURABLE_WAIT;
         loop {
             let synced = core
-                .inspect(|b| b.log_synced())
+                .inspect(|b| b.log_durable())
                 .await
                 .map_err(|e| format!("the broker cannot serve a backup: {e}"))?;
             if synced >= point {
