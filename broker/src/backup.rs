@@ -65,7 +65,7 @@
 
 use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write as _};
-use std::os::unix::fs::FileExt;
+use std::os::unix::fs::{FileExt, OpenOptionsExt};
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -87,6 +87,9 @@ const BUF: usize = 1 << 20;
 const DURABLE_WAIT: Duration = Duration::from_secs(60);
 /// Users and ACLs beside the log (`crate::auth`).
 const AUTH_FILE: &str = "auth.json";
+/// Every file a backup or a restore creates: the owner's only (the log holds messages,
+/// `auth.json` secret keys).
+const FILE_MODE: u32 = 0o600;
 
 /// One file of a backup.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -612,6 +615,7 @@ fn back_up_file(
         .create(true)
         .write(true)
         .truncate(true)
+        .mode(FILE_MODE)
         .open(&tmp)
         .map_err(|e| ctx(e, &format!("cannot create {}", tmp.display())))?;
     let mut crc = crc32fast::Hasher::new();
@@ -746,6 +750,7 @@ fn write_manifest(to: &Path, m: &Manifest) -> io::Result<()> {
         .create(true)
         .write(true)
         .truncate(true)
+        .mode(FILE_MODE)
         .open(&tmp)?;
     f.write_all(m.encode().as_bytes())?;
     f.sync_all()?;
@@ -858,6 +863,7 @@ pub fn restore(from: &Path, to: &Path) -> Result<Restored, String> {
         let dst = OpenOptions::new()
             .create_new(true)
             .write(true)
+            .mode(FILE_MODE)
             .open(&dst_path)
             .map_err(fail(format!("cannot create {}", dst_path.display())))?;
         let mut crc = crc32fast::Hasher::new();

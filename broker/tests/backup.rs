@@ -251,6 +251,11 @@ async fn a_backup_under_load_restores_what_was_acknowledged() {
         "{allocated} bytes allocated for {} bytes of log in {segs} segments",
         first.log_offset
     );
+    // The owner's only, as the data directory's auth.json: a backup holds every message.
+    for e in std::fs::read_dir(&dir).unwrap() {
+        let m = e.unwrap().metadata().unwrap();
+        assert_eq!(m.mode() & 0o077, 0, "mode {:o}", m.mode());
+    }
     let r1 = work.path().join("restored-1");
     let out = restore(&dir, &r1).await.unwrap();
     assert!(
