@@ -322,7 +322,7 @@ impl Backups {
                     .into(),
             );
         }
-        let _running = Running(self.running.clone());
+        let running = Running(self.running.clone());
         let started = Instant::now();
         if !to.is_absolute() {
             return Err(format!(
@@ -381,10 +381,14 @@ impl Backups {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let to = to.to_path_buf();
-        let mut report =
-            tokio::task::spawn_blocking(move || write_backup(&dir, &to, point, &bases, now))
-                .await
-                .map_err(|e| format!("the backup's copy thread failed: {e}"))??;
+        // The copy holds the one-at-a-time flag until it ends, even when the caller goes
+        // away (a dropped request does not stop a copy already running).
+        let mut report = tokio::task::spawn_blocking(move || {
+            let _running = running;
+            write_backup(&dir, &to, point, &bases, now)
+        })
+        .await
+        .map_err(|e| format!("the backup's copy thread failed: {e}"))??;
         report.elapsed = started.elapsed();
         report.core = core_time;
         Ok(report)
