@@ -332,10 +332,11 @@ impl Backups {
             ));
         }
         // The point and the segment list: one inspection, no I/O on the core thread.
-        let (dir, point, bases, core_time) = core
+        let (dir, point, bases, epochs, core_time) = core
             .inspect(|b| {
                 let t = Instant::now();
                 let point = b.log_end();
+                let epochs = b.epochs().to_vec();
                 let bases: Vec<u64> = b
                     .segment_bases()
                     .iter()
@@ -346,7 +347,7 @@ impl Backups {
                     AnyStorage::File(f) => Some(f.dir().to_path_buf()),
                     AnyStorage::Mem(_) => None,
                 };
-                (dir, point, bases, t.elapsed())
+                (dir, point, bases, epochs, t.elapsed())
             })
             .await
             .map_err(|e| format!("the broker cannot serve a backup: {e}"))?;
@@ -381,11 +382,31 @@ impl Backups {
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
         let to = to.to_path_buf();
+        // A replica that met a new master may cut its log and write it again while the copy
+        // runs: then what was copied below the point may mix two histories. Its epochs and
+        // its end tell, asked once the copy is done and before the manifest is written.
+        let still_there = {
+            let (core, rt) = (core.clone(), tokio::runtime::Handle::current());
+            move |to: &Path| {
+                let (end, after) = rt
+                    .block_on(core.inspect(|b| (b.log_end(), b.epochs().to_vec())))
+                    .map_err(|e| format!("the broker cannot serve a backup: {e}"))?;
+                if end < point || after.iter().any(|e| e.1 < point && !epochs.contains(e)) {
+                    return Err(format!(
+                        "the log was cut below the backup's point {point} while it was copied \
+                         (a replica following a new master): no manifest was written in {}; \
+                         run the backup again",
+                        to.display()
+                    ));
+                }
+                Ok(())
+            }
+        };
         // The copy holds the one-at-a-time flag until it ends, even when the caller goes
         // away (a dropped request does not stop a copy already running).
         let mut report = tokio::task::spawn_blocking(move || {
             let _running = running;
-            write_backup(&dir, &to, point, &bases, now)
+            write_backup(&dir, &to, point, &bases, now, still_there)
         })
         .await
         .map_err(|e| format!("the backup's copy thread failed: {e}"))??;
@@ -639,13 +660,15 @@ fn back_up_file(
 }
 
 /// The backup's copy (a blocking thread): the segments below `point`, `auth.json`, the
-/// quarantine, then the manifest.
+/// quarantine, then — once `still_there` says the log below the point is the one copied —
+/// the manifest.
 fn write_backup(
     data_dir: &Path,
     to: &Path,
     point: u64,
     bases: &[u64],
     now: u64,
+    still_there: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<Report, String> {
     let fail = |what: String| move |e: io::Error| format!("{what}: {e}");
     fs::create_dir_all(to).map_err(fail(format!("cannot create {}", to.display())))?;
@@ -740,6 +763,7 @@ fn write_backup(
     manifest
         .check_log()
         .map_err(|e| format!("the log changed under the backup: {e}"))?;
+    still_there(to)?;
     write_manifest(to, &manifest).map_err(fail(format!(
         "cannot write {}",
         to.join(MANIFEST).display()
