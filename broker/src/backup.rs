@@ -85,8 +85,6 @@ pub const HEAD: u64 = 64 * 1024;
 const BUF: usize = 1 << 20;
 /// How long a backup waits for the log to be durable up to its point.
 const DURABLE_WAIT: Duration = Duration::from_secs(60);
-/// Users and ACLs beside the log (`crate::auth`).
-const AUTH_FILE: &str = "auth.json";
 /// Every file a backup or a restore creates: the owner's only (the log holds messages,
 /// `auth.json` secret keys).
 const FILE_MODE: u32 = 0o600;
@@ -722,10 +720,17 @@ fn write_backup(
         .map_err(fail(format!("cannot back up segment {name}")))?;
         add(r, &mut report);
     }
-    let auth = data_dir.join(AUTH_FILE);
+    let auth = data_dir.join(crate::auth::STORE_FILE);
     if auth.exists() {
-        let r = back_up_file(&auth, to, AUTH_FILE, None, prior_entry(AUTH_FILE), &mut buf)
-            .map_err(fail(format!("cannot back up {}", auth.display())))?;
+        let r = back_up_file(
+            &auth,
+            to,
+            crate::auth::STORE_FILE,
+            None,
+            prior_entry(crate::auth::STORE_FILE),
+            &mut buf,
+        )
+        .map_err(fail(format!("cannot back up {}", auth.display())))?;
         add(r, &mut report);
     }
     let q = data_dir.join(rocklet_core::QUARANTINE_DIR);

@@ -395,6 +395,12 @@ async fn a_damaged_or_incomplete_backup_is_refused() {
         )
         .await;
     }
+    // Beside the log: users and ACLs (none here, so the restored broker runs open) and what
+    // a repair set aside.
+    let auth = br#"{"version":1,"users":[],"acls":[]}"#;
+    std::fs::write(a.dir.path().join("auth.json"), auth).unwrap();
+    std::fs::create_dir_all(a.dir.path().join("quarantine")).unwrap();
+    std::fs::write(a.dir.path().join("quarantine/10-20.damaged"), [7u8; 10]).unwrap();
     let work = tempfile::tempdir().unwrap();
     let good = work.path().join("good");
     let p = backup(a.addr(), &good).await.unwrap();
@@ -460,6 +466,16 @@ async fn a_damaged_or_incomplete_backup_is_refused() {
     let e = restore(&good, &busy).await.unwrap_err();
     assert!(e.contains("not empty"), "{e}");
     restore(&good, &target("ok")).await.unwrap();
+    let ok = target("ok");
+    assert_eq!(std::fs::read(ok.join("auth.json")).unwrap(), auth);
+    assert_eq!(
+        std::fs::metadata(ok.join("auth.json")).unwrap().mode() & 0o777,
+        0o600
+    );
+    assert_eq!(
+        std::fs::read(ok.join("quarantine/10-20.damaged")).unwrap(),
+        [7u8; 10]
+    );
     let (b, mut c) = start_on(&target("ok")).await;
     assert_eq!(drain_ids(&mut c, "BkDamage", "g").await.len(), 40);
     b.stop().await;
