@@ -9,6 +9,7 @@
 //!   conversions and status codes, the gate every call passes before it is decoded, and the
 //!   leases of push consumers' deliveries.
 //! - [`admin`]: rocklet's admin gRPC service and the client `rocklet admin` uses.
+//! - [`backup`]: `rocklet admin backup` (online, incremental, sparse) and `restore`.
 //! - [`auth`]: authentication, ACLs (RocketMQ 5's ACL 2.0 model) and TLS.
 //! - [`budget`]: the broker-wide budget of request bytes held.
 //! - [`metrics`]: Prometheus text over HTTP.
@@ -24,6 +25,7 @@
 
 pub mod admin;
 pub mod auth;
+pub mod backup;
 pub mod bench;
 pub mod budget;
 pub mod client;

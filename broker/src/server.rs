@@ -113,6 +113,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     };
     // A data directory that is a file, or holds someone else's files (only read here).
     crate::config::check_data_dir(&cfg.data_dir, cfg.data_dir_not_empty_ok)?;
+    crate::backup::refuse_backup_dir(&cfg.data_dir)?;
     // Users and the refusal to serve an open broker beyond loopback, before the data
     // directory too (auth.json is only read: a directory that does not exist has none).
     let m = Arc::new(Metrics::default());

@@ -150,6 +150,10 @@ impl<S: Storage> Log<S> {
         self.segments.len()
     }
 
+    pub(crate) fn segment_bases(&self) -> &[u64] {
+        &self.segments
+    }
+
     fn base_of(&self, offset: u64) -> Option<u64> {
         let i = self.segments.partition_point(|&b| b <= offset);
         if i == 0 {

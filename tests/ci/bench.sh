@@ -64,6 +64,12 @@ grep -q '^broker CPU [0-9.]* µs per message' "$work/cpu.out" || { echo "no brok
 run consume --endpoint "$addr" --fifo --topic RockletBenchFifo --group RockletBenchFifo "${common[@]}"
 kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
 
+# Backup and restore (issue 31, item 4): a full backup of a broker process's log, an
+# incremental one after more writes (it must copy less), the restore opened by a broker
+# (docs/benchmarks.md, "Backup and restore", is the same script at 1.5 GB).
+echo "+ tests/bench/backup.sh (2000 + 500 messages of 4 KiB, 8 MiB segments)"
+bash tests/bench/backup.sh "$B" "$work/backup-bench" 2000 4096 500 8388608
+
 # The stack's floors (tests/bench/floor.sh measures them): the same bench, exactly once,
 # against broker/examples/grpc_floor.rs and remoting_floor.rs.
 cargo build -p rocklet-broker --locked --example grpc_floor --example remoting_floor

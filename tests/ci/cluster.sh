@@ -15,6 +15,8 @@
 #   host one topic (placement in etcd); each client's sends land on both, a consumer of each
 #   receives from both; g1's master killed, routes name only g2 and g2 keeps serving both
 #   clients' sends and receives.
+# - broker/tests/cluster_backup.rs: `rocklet admin backup` against a replica's listener, the
+#   backup restored into a standalone broker that serves every acknowledged message.
 # Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
 # v4 client's jars (Maven Central), V4Producer and V4Groups compiled with javac.
 # Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
@@ -60,6 +62,6 @@ javac -d "$TOOLS/classes" -cp "$JARS/*" "$CLIENTS/V4Producer.java" "$CLIENTS/V4G
 
 echo "== cluster tests (kills: ${ROCKLET_CLUSTER_KILLS:-10})"
 export ROCKLET_PYTHON=$VENV/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/classes"
-nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients --test cluster_partition --test cluster_groups -- --include-ignored --test-threads 1 --nocapture 2>&1 \
+nice cargo test -p rocklet-broker --locked --test cluster --test cluster_clients --test cluster_partition --test cluster_groups --test cluster_backup -- --include-ignored --test-threads 1 --nocapture 2>&1 \
   | grep -vE "^\s+(at |[0-9]+: )"
 echo "cluster: ok in $(( $(date +%s) - t0 ))s"

@@ -691,6 +691,12 @@ impl<S: Storage> Broker<S> {
     pub fn segment_count(&self) -> usize {
         self.log.segment_count()
     }
+    /// The base offset of every segment, ascending: each segment's data runs from its base
+    /// to the next one's (the newest one's to [`Broker::log_end`]). What a backup copies.
+    #[must_use]
+    pub fn segment_bases(&self) -> &[u64] {
+        self.log.segment_bases()
+    }
     /// The latest time the broker was given.
     #[must_use]
     pub fn now(&self) -> Millis {

@@ -60,6 +60,19 @@ impl<S: Storage> Broker<S> {
         self.role
     }
 
+    /// Everything below this log offset is durable as the broker promises it: synced here
+    /// and, on a master under [`Config::replicated_acks`](crate::Config::replicated_acks),
+    /// held by enough replicas too. A replica's is what it synced. What a backup waits for.
+    #[must_use]
+    pub fn log_durable(&self) -> u64 {
+        let synced = self.log.synced();
+        if self.cfg.replicated_acks && self.role == Role::Master {
+            synced.min(self.replicated)
+        } else {
+            synced
+        }
+    }
+
     /// Epochs this log has seen: (epoch, offset of its first record), oldest first. A
     /// master writes one when it takes over ([`Broker::promote`]).
     #[must_use]
