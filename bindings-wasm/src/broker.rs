@@ -100,7 +100,7 @@ impl WasmBroker {
     pub fn new(config: Option<JsValue>, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
         let cfg = convert::config(config.unwrap_or(JsValue::UNDEFINED))?;
         let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
-        let host = Host::open(cfg, MemStorage::new(), ManualClock(now), false)
+        let host = Host::open(cfg, MemStorage::new(), ManualClock::new(now), false)
             .map_err(|e| error::core(&e))?
             .eager_sync(true)
             .raw_outputs();

@@ -75,7 +75,7 @@ impl Admin for AdminService {
             0 => DEFAULT_LIMIT,
             n => n as usize,
         };
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let (total, list) = self
             .core
             .inspect(move |b| {

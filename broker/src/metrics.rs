@@ -15,9 +15,9 @@ use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use crate::driver::CoreHandle;
 use crate::http::hosts::AllowedHosts;
 use crate::http::{self, HttpRequest, Response};
-use crate::driver::CoreHandle;
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [

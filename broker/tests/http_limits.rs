@@ -25,10 +25,7 @@ async fn servers() -> (TestBroker, Vec<(&'static str, SocketAddr)>) {
     })
     .await;
     let running = b.broker.as_ref().unwrap();
-    let (metrics, console) = (
-        running.metrics_addr.unwrap(),
-        running.console_addr.unwrap(),
-    );
+    let (metrics, console) = (running.metrics_addr.unwrap(), running.console_addr.unwrap());
     // `playground::bind` refuses when the files were not built in; the server itself
     // serves what there is (nothing: 404), under the same limits.
     let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
@@ -79,7 +76,11 @@ async fn oversize_heads_and_bodies_are_refused_by_every_listener() {
         // One byte over, the Host first (the metrics used to read 4 KiB of it and answer).
         let pad = "a".repeat(MAX_HEAD);
         let big = get(addr, &format!("X-Pad: {pad}\r\n"));
-        assert_eq!(send(addr, big.as_bytes()).await, 431, "{name}: oversize head");
+        assert_eq!(
+            send(addr, big.as_bytes()).await,
+            431,
+            "{name}: oversize head"
+        );
         // A head (up to its blank line) of exactly the limit is served; one byte more is
         // refused (the console used to take 16 KiB).
         let padded = |head_len: usize| {
@@ -138,7 +139,10 @@ async fn slow_or_silent_requests_are_cut_by_every_listener() {
             let took = start.elapsed();
             let head = String::from_utf8_lossy(&out);
             assert!(head.starts_with("HTTP/1.1 408"), "{name}: {head}");
-            assert!(took >= READ_TIMEOUT - Duration::from_millis(500), "{name}: {took:?}");
+            assert!(
+                took >= READ_TIMEOUT - Duration::from_millis(500),
+                "{name}: {took:?}"
+            );
         }));
         // A connection that sends nothing is cut after the idle timeout.
         tasks.push(tokio::spawn(async move {

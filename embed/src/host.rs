@@ -45,12 +45,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
     /// Opens (recovers) the broker at the clock's time; `repair` keeps every valid record of
     /// a damaged log and quarantines the rest. A manual clock moves up to the newest time
     /// recovery found, as the core's own time does.
-    pub fn open(
-        cfg: Config,
-        storage: S,
-        mut clock: C,
-        repair: bool,
-    ) -> Result<Self, Error<S::Error>> {
+    pub fn open(cfg: Config, storage: S, clock: C, repair: bool) -> Result<Self, Error<S::Error>> {
         let start = clock.now();
         let keep_trace = cfg.trace;
         let core = if repair {

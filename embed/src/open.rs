@@ -31,7 +31,7 @@ pub fn open(
 ) -> Result<StdHost, OpenFail> {
     let storage = AnyStorage::open(path).map_err(OpenFail::Storage)?;
     let clock = match manual {
-        Some(start) => AnyClock::Manual(ManualClock(start)),
+        Some(start) => AnyClock::Manual(ManualClock::new(start)),
         None => AnyClock::Host(SystemClock),
     };
     Host::open(config, storage, clock, repair).map_err(OpenFail::Core)

@@ -22,7 +22,7 @@ fn cfg() -> Config {
 }
 
 fn host() -> H {
-    Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap()
+    Host::open(cfg(), MemStorage::new(), ManualClock::new(0), false).unwrap()
 }
 
 fn msg(topic: &str, body: &str, queue: u32) -> NewMessage {
@@ -219,7 +219,7 @@ fn driving_a_step_at_a_time_hands_out_each_steps_checks_then_none() {
 
 #[test]
 fn step_refuses_a_target_in_the_past() {
-    let mut h = Host::open(cfg(), MemStorage::new(), ManualClock(500), false).unwrap();
+    let mut h = Host::open(cfg(), MemStorage::new(), ManualClock::new(500), false).unwrap();
     assert!(matches!(h.step(Some(100)), Err(Fail::Argument(w)) if w.contains("before")));
     assert!(!h.step(Some(700)).unwrap());
     assert_eq!(h.now(), 700);
@@ -230,12 +230,6 @@ struct FixedHostClock;
 impl Clock for FixedHostClock {
     fn now(&self) -> Millis {
         42
-    }
-    fn move_to(&mut self, _t: Millis) -> bool {
-        false
-    }
-    fn is_manual(&self) -> bool {
-        false
     }
 }
 
@@ -318,7 +312,7 @@ fn submitted_requests_wait_for_the_sync_under_sync_flush() {
         flush: FlushMode::Sync,
         ..cfg()
     };
-    let mut h: H = Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap();
+    let mut h: H = Host::open(c, MemStorage::new(), ManualClock::new(0), false).unwrap();
     let id = h
         .submit(Request::Send {
             messages: vec![msg("T", "x", 0)],
@@ -352,7 +346,7 @@ fn eager_sync_releases_replies_at_once_and_reopen_recovers() {
         flush: FlushMode::Sync,
         ..cfg()
     };
-    let mut h: H = Host::open(c, MemStorage::new(), ManualClock(0), false)
+    let mut h: H = Host::open(c, MemStorage::new(), ManualClock::new(0), false)
         .unwrap()
         .eager_sync(true);
     let id = h
@@ -643,7 +637,7 @@ mod shared {
     fn shared(flush: FlushMode) -> Shared<MemStorage, ManualClock> {
         let c = Config { flush, ..cfg() };
         Shared::new(
-            Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap(),
+            Host::open(c, MemStorage::new(), ManualClock::new(0), false).unwrap(),
             true,
         )
     }
@@ -723,7 +717,7 @@ mod shared {
     #[test]
     fn a_failing_or_panicking_checker_is_reported_and_answered_unknown() {
         let s: Shared<MemStorage, ManualClock, u8> = Shared::new(
-            Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap(),
+            Host::open(cfg(), MemStorage::new(), ManualClock::new(0), false).unwrap(),
             true,
         );
         // Checker 0 fails, 1 panics, 2 commits; a checker may set checkers meanwhile.

@@ -57,10 +57,10 @@ use crate::clock::Clock;
 use crate::driver::{CoreBroker, CoreHandle};
 use crate::metrics::Metrics;
 
-use crate::http::hosts::AllowedHosts;
-use crate::http::{self, Handler, HttpRequest, Response};
 use self::series::Series;
 use self::story::Stories;
+use crate::http::hosts::AllowedHosts;
+use crate::http::{self, Handler, HttpRequest, Response};
 
 /// Default and largest page.
 pub const DEFAULT_LIMIT: usize = 50;
@@ -123,7 +123,7 @@ impl Console {
     ) -> Arc<Self> {
         let stories = metrics.stories.get_or_init(Arc::default).clone();
         Arc::new(Console {
-            started: clock.now_ms(),
+            started: clock.now(),
             core,
             clock,
             metrics,
@@ -155,12 +155,7 @@ impl Console {
 
     /// Answers one parsed request that reached the console at `local`: the names it
     /// carries ([`hosts`]), authentication, then the route.
-    pub async fn route(
-        &self,
-        req: &HttpRequest,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> Response {
+    pub async fn route(&self, req: &HttpRequest, peer: SocketAddr, local: SocketAddr) -> Response {
         if let Err(r) = self.check_names(req, peer, local) {
             return r;
         }
@@ -297,7 +292,7 @@ impl Console {
                 )
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         Ok(json!({
             "now": now,
             "uptime_ms": now.saturating_sub(self.started),
@@ -423,7 +418,7 @@ impl Console {
                 (total, (rows, page.next))
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let items: Vec<Value> = page
             .0
             .into_iter()
@@ -487,7 +482,7 @@ impl Console {
             if let (Ok(false), Ok(txn)) = (&r, id.parse::<TxnId>()) {
                 self.stories.note(
                     txn.0,
-                    self.clock.now_ms(),
+                    self.clock.now(),
                     "operator_resolved",
                     format!("{} by {who} from the console", resolution.as_str()),
                 );
@@ -721,7 +716,7 @@ impl Console {
                 (b.pending_delay_count(), rows, page.next)
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let mut items: Vec<Value> = rows
             .into_iter()
             .map(|(d, f)| {

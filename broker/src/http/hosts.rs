@@ -152,11 +152,7 @@ impl AllowedHosts {
 
     /// Checks a request's `Host` and, when present, its `Origin`: `Err((status, message))`,
     /// 400 or 421 for the `Host` ([`AllowedHosts::check_host`]), 403 for the `Origin`.
-    pub fn check(
-        &self,
-        req: &super::HttpRequest,
-        local: SocketAddr,
-    ) -> Result<(), (u16, String)> {
+    pub fn check(&self, req: &super::HttpRequest, local: SocketAddr) -> Result<(), (u16, String)> {
         self.check_host(req.header("host"), local)?;
         match req.header("origin") {
             Some(origin) => self.check_origin(origin, local).map_err(|m| (403, m)),

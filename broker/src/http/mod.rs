@@ -112,8 +112,12 @@ async fn connection<H: Handler>(h: &H, sock: TcpStream, peer: SocketAddr, tls: O
         None => exchange(h, sock, peer, local, deadline).await,
         Some(tls) => match tokio::time::timeout_at(deadline, tls.accept(sock, false)).await {
             Ok(Ok(s)) => exchange(h, s, peer, local, deadline).await,
-            Ok(Err(e)) => info!(%peer, error = %e, listener = H::NAME, "HTTP connection refused: TLS"),
-            Err(_) => info!(%peer, listener = H::NAME, "HTTP connection closed: no TLS handshake in time"),
+            Ok(Err(e)) => {
+                info!(%peer, error = %e, listener = H::NAME, "HTTP connection refused: TLS")
+            }
+            Err(_) => {
+                info!(%peer, listener = H::NAME, "HTTP connection closed: no TLS handshake in time")
+            }
         },
     }
 }
@@ -130,7 +134,10 @@ async fn exchange<H: Handler, S: AsyncRead + AsyncWrite + Unpin>(
     let resp = match tokio::time::timeout_at(deadline, read_request(&mut s)).await {
         Err(_) => h.refusal(
             408,
-            &format!("the request did not arrive within {} s", READ_TIMEOUT.as_secs()),
+            &format!(
+                "the request did not arrive within {} s",
+                READ_TIMEOUT.as_secs()
+            ),
         ),
         Ok(Err(Refused(status, msg))) => h.refusal(status, &msg),
         Ok(Ok(req)) => {
@@ -438,6 +445,9 @@ mod tests {
         let bad = "GET / SPDY/3\r\n\r\n";
         assert_eq!(read_request(&mut bad.as_bytes()).await.unwrap_err().0, 400);
         let chunked = "POST / HTTP/1.1\r\nTransfer-Encoding: chunked\r\n\r\n";
-        assert_eq!(read_request(&mut chunked.as_bytes()).await.unwrap_err().0, 400);
+        assert_eq!(
+            read_request(&mut chunked.as_bytes()).await.unwrap_err().0,
+            400
+        );
     }
 }
