@@ -283,7 +283,7 @@ impl Runner {
     /// A broker over empty memory storage at time 0.
     pub fn new(cfg: Config) -> Result<Self, String> {
         // Memory storage: durable once written, so the host syncs after each burst.
-        let host = rocklet_embed::Host::open(cfg, MemStorage::new(), ManualClock(0), false)
+        let host = rocklet_embed::Host::open(cfg, MemStorage::new(), ManualClock::new(0), false)
             .map_err(|e| format!("open: {e}"))?
             .eager_sync(true);
         Ok(Runner {
