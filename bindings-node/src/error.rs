@@ -1,9 +1,12 @@
 //! Every error a JS caller can see, mapped in one place.
 //!
-//! JS gets instances of a small class hierarchy, all with a stable `code` string:
+//! JS gets instances of a small class hierarchy, all with a stable `code` string, taken from
+//! the one table of codes of every binding ([`ErrorKind::code`], checked against
+//! `tests/vectors/error-codes.json`):
 //!
 //! ```text
-//! RockletError                 code: INTERNAL (a bug: a caught panic, a failed napi call)
+//! RockletError                 code: INTERNAL (a bug: a caught panic, a failed napi call),
+//! │                                  ENCODE (a record would not fit the log format)
 //! ├── ClientError              code: ClientError::code() of the core (INVALID_TOPIC, …),
 //! │                                  or INVALID_ARGUMENT for a JS value of the wrong shape
 //! ├── ConfigError              code: INVALID_CONFIG, `option` names the camelCase option
@@ -24,6 +27,7 @@ use napi::{Env, JsValue};
 use rocklet_core::{ClientError, ConfigError};
 
 use rocklet_embed::view::camel_case;
+use rocklet_embed::ErrorKind;
 
 /// What went wrong, before it becomes a JS error (which needs an `Env`).
 #[derive(Debug)]
@@ -48,6 +52,8 @@ pub(crate) enum Fail {
     WrongClock(&'static str),
     /// A sync failed: the broker takes nothing more (the reason).
     Failed(String),
+    /// A record would not fit the log format.
+    Encode(String),
     /// A bug: a caught panic, a failed napi call, an unexpected reply.
     Internal(String),
 }
@@ -68,7 +74,9 @@ impl From<rocklet_core::Error<io::Error>> for Fail {
             },
             rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
             rocklet_core::Error::Failed { reason } => Fail::Failed(reason),
-            // Encode and any variant added later.
+            e @ rocklet_core::Error::Encode(_) => Fail::Encode(e.to_string()),
+            // The core's `Error` is non-exhaustive: a variant added later is a bug here until
+            // it is given its own kind.
             other => Fail::Internal(other.to_string()),
         }
     }
@@ -82,7 +90,7 @@ impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for Fail {
             rocklet_embed::Fail::Closed(why) => Fail::Closed(why),
             rocklet_embed::Fail::WrongClock(why) => Fail::WrongClock(why),
             rocklet_embed::Fail::Argument(why) => Fail::Argument(why),
-            other => Fail::Internal(other.to_string()),
+            rocklet_embed::Fail::Unexpected(why) => Fail::Internal(why),
         }
     }
 }
@@ -133,51 +141,57 @@ pub(crate) fn classes(env: &Env) -> napi::Result<Object<'_>> {
     Ok(obj)
 }
 
+/// The JS class of each kind of failure (exhaustive: a new kind needs its class).
+fn class(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Client | ErrorKind::Argument => "ClientError",
+        ErrorKind::Config => "ConfigError",
+        ErrorKind::Storage => "StorageError",
+        ErrorKind::Corrupted => "CorruptedError",
+        ErrorKind::Closed | ErrorKind::WrongClock | ErrorKind::Failed => "StateError",
+        ErrorKind::Encode | ErrorKind::Internal => "RockletError",
+    }
+}
+
 impl Fail {
-    /// The JS error: class name, code, message and extra properties.
-    fn parts(&self) -> (&'static str, String, String) {
+    /// The kind of this failure (its code, but for a client error, and its class).
+    fn kind(&self) -> ErrorKind {
         match self {
-            Fail::Client(e) => ("ClientError", e.code().into(), e.to_string()),
-            Fail::Argument(m) => (
-                "ClientError",
-                "INVALID_ARGUMENT".into(),
-                format!("invalid argument: {m}"),
-            ),
-            Fail::Config { option, reason } => (
-                "ConfigError",
-                "INVALID_CONFIG".into(),
-                format!("invalid option `{option}`: {reason}"),
-            ),
-            Fail::Storage(e) => (
-                "StorageError",
-                "STORAGE".into(),
-                format!("storage failed: {e}"),
-            ),
-            Fail::Corrupted { offset, reason } => (
-                "CorruptedError",
-                "CORRUPTED".into(),
-                format!(
-                    "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
-                     opens it, keeping every valid record and moving the damaged bytes to \
-                     quarantine/ in the data directory"
-                ),
-            ),
-            Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
-            Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),
-            Fail::Failed(reason) => (
-                "StateError",
-                "FAILED".into(),
-                format!(
-                    "the broker stopped after a failed sync ({reason}); close it and open its \
-                     path again: recovery keeps what is durable"
-                ),
-            ),
-            Fail::Internal(m) => (
-                "RockletError",
-                "INTERNAL".into(),
-                format!("internal error: {m}"),
-            ),
+            Fail::Client(_) => ErrorKind::Client,
+            Fail::Argument(_) => ErrorKind::Argument,
+            Fail::Config { .. } => ErrorKind::Config,
+            Fail::Storage(_) => ErrorKind::Storage,
+            Fail::Corrupted { .. } => ErrorKind::Corrupted,
+            Fail::Closed(_) => ErrorKind::Closed,
+            Fail::WrongClock(_) => ErrorKind::WrongClock,
+            Fail::Failed(_) => ErrorKind::Failed,
+            Fail::Encode(_) => ErrorKind::Encode,
+            Fail::Internal(_) => ErrorKind::Internal,
         }
+    }
+
+    /// The JS error: class name, code and message.
+    fn parts(&self) -> (&'static str, &'static str, String) {
+        let kind = self.kind();
+        let message = match self {
+            Fail::Client(e) => return (class(kind), e.code(), e.to_string()),
+            Fail::Argument(m) => format!("invalid argument: {m}"),
+            Fail::Config { option, reason } => format!("invalid option `{option}`: {reason}"),
+            Fail::Storage(e) => format!("storage failed: {e}"),
+            Fail::Corrupted { offset, reason } => format!(
+                "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
+                 opens it, keeping every valid record and moving the damaged bytes to \
+                 quarantine/ in the data directory"
+            ),
+            Fail::Closed(why) | Fail::WrongClock(why) => (*why).into(),
+            Fail::Failed(reason) => format!(
+                "the broker stopped after a failed sync ({reason}); close it and open its \
+                 path again: recovery keeps what is durable"
+            ),
+            Fail::Encode(m) => m.clone(),
+            Fail::Internal(m) => format!("internal error: {m}"),
+        };
+        (class(kind), kind.code(), message)
     }
 
     fn build<'e>(&self, env: &'e Env) -> napi::Result<Unknown<'e>> {
@@ -186,7 +200,7 @@ impl Fail {
         let ctor: Function<'_, FnArgs<(String, String)>, Unknown<'_>> = classes
             .get(class)?
             .ok_or_else(|| napi::Error::from_reason("error class missing"))?;
-        let err = ctor.new_instance(FnArgs::from((message, code)))?;
+        let err = ctor.new_instance(FnArgs::from((message, code.to_string())))?;
         let mut obj = Object::from_unknown(err)?;
         match self {
             Fail::Config { option, .. } => obj.set("option", option.as_str())?,

@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
@@ -188,7 +188,7 @@ impl PyBroker {
 
     fn manual(&self, what: &str) -> PyResult<()> {
         if !self.shared.is_manual() {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::error::wrong_clock(format!(
                 "{what} needs a broker opened with clock='manual'"
             )));
         }
@@ -212,13 +212,13 @@ impl PyBroker {
             "system" => false,
             "manual" => true,
             other => {
-                return Err(PyValueError::new_err(format!(
+                return Err(crate::error::argument(format!(
                     "clock must be 'system' or 'manual', not {other:?}"
                 )))
             }
         };
         if start_ms.is_some() && !manual {
-            return Err(PyValueError::new_err("start_ms needs clock='manual'"));
+            return Err(crate::error::argument("start_ms needs clock='manual'"));
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
         let cfg = convert::config(py, config)?;
@@ -311,7 +311,7 @@ impl PyBroker {
         let t = convert::u64_arg("t", t)?;
         let now = self.now(py);
         if t < now {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::error::argument(format!(
                 "t ({t}) is before the clock ({now})"
             )));
         }
@@ -695,7 +695,7 @@ impl PyBroker {
     ) -> PyResult<PySubscription> {
         let timeout = match timeout {
             Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(PyValueError::new_err(format!(
+                return Err(crate::error::argument(format!(
                     "timeout must be a non-negative number of seconds, not {t}"
                 )))
             }

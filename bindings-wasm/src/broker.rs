@@ -76,12 +76,7 @@ type Host = embed::Host<MemStorage, ManualClock>;
 fn fail(
     e: embed::Fail<rocklet_core::Error<<MemStorage as rocklet_core::Storage>::Error>>,
 ) -> JsValue {
-    match e {
-        embed::Fail::Client(c) => error::client(&c),
-        embed::Fail::Host(e) => error::core(&e),
-        embed::Fail::Argument(w) => error::js_error("INVALID_ARGUMENT", &w),
-        other => error::js_error("INTERNAL", &alloc::format!("{other:?}")),
-    }
+    error::fail(e)
 }
 
 impl WasmBroker {
@@ -236,7 +231,7 @@ impl WasmBroker {
         // Without a group, the transaction's own: the page owns the broker.
         let (group, from_check) = opts
             .into_parts(true)
-            .map_err(|e| error::js_error("INVALID_ARGUMENT", e))?;
+            .map_err(|e| error::js_error(rocklet_embed::ErrorKind::Argument.code(), e))?;
         let e = embed::end(&mut self.host, txn, resolution, group, from_check).map_err(fail)?;
         convert::to_js(&view::ended(e.txn, e.resolution, e.duplicate))
     }

@@ -79,9 +79,9 @@ use alloc::string::String;
 use rocklet_core::ClientError;
 
 /// Why a call failed. `H` is what the host fails with (for [`Host`]: the core's
-/// [`rocklet_core::Error`]).
+/// [`rocklet_core::Error`]). Exhaustive on purpose: a binding maps every variant, so a new
+/// one fails its build until it is given a class and a code.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Fail<H> {
     /// The caller's mistake, as the core (or this layer, for the same mistake) answers it:
     /// nothing changed.
@@ -131,9 +131,10 @@ impl<H> Fail<H> {
 }
 
 /// What kind of failure a call met: each binding maps the kinds to its error classes in one
-/// table, and [`ErrorKind::code`] is the stable code they all carry.
+/// table, and [`ErrorKind::code`] is the stable code they all carry (Python, Node, wasm: the
+/// one table of codes, also in `tests/vectors/error-codes.json`, which every binding's tests
+/// check against what it raises). Exhaustive on purpose, as [`Fail`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ErrorKind {
     /// The caller's mistake; the code is the [`ClientError`]'s own.
     Client,

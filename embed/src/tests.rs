@@ -863,3 +863,52 @@ mod shared {
         assert!(shared.clear_checkers().is_empty());
     }
 }
+
+/// The codes of `tests/vectors/error-codes.json` are [`ErrorKind::code`]'s, kind by kind
+/// (the bindings' tests check what they raise against the same file).
+#[test]
+fn the_error_code_vector_is_the_kinds_table() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/vectors/error-codes.json"
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let codes = v["codes"].as_object().unwrap();
+    let kinds = [
+        ErrorKind::Client,
+        ErrorKind::Argument,
+        ErrorKind::Config,
+        ErrorKind::Storage,
+        ErrorKind::Corrupted,
+        ErrorKind::Encode,
+        ErrorKind::Failed,
+        ErrorKind::Closed,
+        ErrorKind::WrongClock,
+        ErrorKind::Internal,
+    ];
+    assert_eq!(codes.len(), kinds.len(), "one code per kind");
+    for kind in kinds {
+        // Exhaustive: a new kind must be named in the vector too.
+        let key = match kind {
+            ErrorKind::Client => "client",
+            ErrorKind::Argument => "argument",
+            ErrorKind::Config => "config",
+            ErrorKind::Storage => "storage",
+            ErrorKind::Corrupted => "corrupted",
+            ErrorKind::Encode => "encode",
+            ErrorKind::Failed => "failed",
+            ErrorKind::Closed => "closed",
+            ErrorKind::WrongClock => "wrong_clock",
+            ErrorKind::Internal => "internal",
+        };
+        assert_eq!(codes[key], kind.code(), "{key}");
+    }
+    for case in v["cases"].as_array().unwrap() {
+        let kind = case["kind"].as_str().unwrap();
+        assert!(codes.contains_key(kind), "{case}");
+        if kind != "client" {
+            assert_eq!(case["expect"], codes[kind], "{case}");
+        }
+    }
+}
