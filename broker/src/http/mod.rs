@@ -161,23 +161,25 @@ pub struct HttpRequest {
     pub body: Vec<u8>,
 }
 
+/// The value of the first pair named `name`.
+fn first<'a>(pairs: &'a [(String, String)], name: &str) -> Option<&'a str> {
+    pairs
+        .iter()
+        .find(|(k, _)| k == name)
+        .map(|(_, v)| v.as_str())
+}
+
 impl HttpRequest {
     /// A header by lower-case name.
     #[must_use]
     pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        first(&self.headers, name)
     }
 
     /// A query parameter.
     #[must_use]
     pub fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
+        first(&self.query, name)
     }
 }
 
@@ -262,13 +264,15 @@ pub async fn write_response<H: Handler, W: AsyncWrite + Unpin>(
     w.flush().await
 }
 
-/// Reads once, waiting at most [`IDLE_TIMEOUT`]: the bytes read (0 at the end of the stream).
-async fn read_some<R: AsyncRead + Unpin>(
+/// Reads more of the `what` (`request head`, `request body`) into `buf`, waiting at most
+/// [`IDLE_TIMEOUT`]; the stream's end before the `what` ended is refused.
+async fn read_more<R: AsyncRead + Unpin>(
     r: &mut R,
-    buf: &mut [u8],
+    buf: &mut Vec<u8>,
     what: &str,
-) -> Result<usize, Refused> {
-    match tokio::time::timeout(IDLE_TIMEOUT, r.read(buf)).await {
+) -> Result<(), Refused> {
+    let mut chunk = [0u8; 4096];
+    match tokio::time::timeout(IDLE_TIMEOUT, r.read(&mut chunk)).await {
         Err(_) => Err(Refused(
             408,
             format!(
@@ -277,7 +281,14 @@ async fn read_some<R: AsyncRead + Unpin>(
             ),
         )),
         Ok(Err(e)) => Err(Refused(400, format!("reading the {what}: {e}"))),
-        Ok(Ok(n)) => Ok(n),
+        Ok(Ok(0)) => Err(Refused(
+            400,
+            format!("the connection closed before the {what} ended"),
+        )),
+        Ok(Ok(n)) => {
+            buf.extend_from_slice(&chunk[..n]);
+            Ok(())
+        }
     }
 }
 
@@ -292,7 +303,6 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<HttpRequest
         )
     };
     let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
     let head_end = loop {
         if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
             break i;
@@ -300,14 +310,7 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<HttpRequest
         if buf.len() > MAX_HEAD {
             return Err(too_big());
         }
-        let n = read_some(r, &mut chunk, "request head").await?;
-        if n == 0 {
-            return Err(Refused(
-                400,
-                "the connection closed before the request head ended".into(),
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
+        read_more(r, &mut buf, "request head").await?;
     };
     if head_end > MAX_HEAD {
         return Err(too_big());
@@ -374,14 +377,7 @@ pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<HttpRequest
     }
     let mut body = buf[head_end + 4..].to_vec();
     while body.len() < len {
-        let n = read_some(r, &mut chunk, "request body").await?;
-        if n == 0 {
-            return Err(Refused(
-                400,
-                "the connection closed before the body ended".into(),
-            ));
-        }
-        body.extend_from_slice(&chunk[..n]);
+        read_more(r, &mut body, "request body").await?;
     }
     body.truncate(len);
     req.body = body;
