@@ -31,7 +31,7 @@ use rocklet_embed::ErrorKind;
 
 /// What went wrong, before it becomes a JS error (which needs an `Env`).
 #[derive(Debug)]
-pub(crate) enum Fail {
+pub(crate) enum JsFail {
     /// A client's mistake, as the core reports it.
     Client(ClientError),
     /// A JS value of the wrong type or shape (the binding's own `INVALID_ARGUMENT`).
@@ -58,55 +58,57 @@ pub(crate) enum Fail {
     Internal(String),
 }
 
-pub(crate) type Res<T> = std::result::Result<T, Fail>;
+pub(crate) type Res<T> = std::result::Result<T, JsFail>;
 
-pub(crate) fn arg(msg: impl Into<String>) -> Fail {
-    Fail::Argument(msg.into())
+pub(crate) fn arg(msg: impl Into<String>) -> JsFail {
+    JsFail::Argument(msg.into())
 }
 
-impl From<rocklet_core::Error<io::Error>> for Fail {
+impl From<rocklet_core::Error<io::Error>> for JsFail {
     fn from(e: rocklet_core::Error<io::Error>) -> Self {
         match e {
-            rocklet_core::Error::Storage(e) => Fail::Storage(e),
-            rocklet_core::Error::Config(ConfigError { field, reason }) => Fail::Config {
+            rocklet_core::Error::Storage(e) => JsFail::Storage(e),
+            rocklet_core::Error::Config(ConfigError { field, reason }) => JsFail::Config {
                 option: camel_case(field),
                 reason,
             },
-            rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
-            rocklet_core::Error::Failed { reason } => Fail::Failed(reason),
-            e @ rocklet_core::Error::Encode(_) => Fail::Encode(e.to_string()),
+            rocklet_core::Error::Corrupted { offset, reason } => {
+                JsFail::Corrupted { offset, reason }
+            }
+            rocklet_core::Error::Failed { reason } => JsFail::Failed(reason),
+            e @ rocklet_core::Error::Encode(_) => JsFail::Encode(e.to_string()),
             // The core's `Error` is non-exhaustive: a variant added later is a bug here until
             // it is given its own kind.
-            other => Fail::Internal(other.to_string()),
+            other => JsFail::Internal(other.to_string()),
         }
     }
 }
 
-impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for Fail {
+impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for JsFail {
     fn from(e: rocklet_embed::Fail<rocklet_core::Error<io::Error>>) -> Self {
         match e {
-            rocklet_embed::Fail::Client(e) => Fail::Client(e),
+            rocklet_embed::Fail::Client(e) => JsFail::Client(e),
             rocklet_embed::Fail::Host(e) => e.into(),
-            rocklet_embed::Fail::Closed(why) => Fail::Closed(why),
-            rocklet_embed::Fail::WrongClock(why) => Fail::WrongClock(why),
-            rocklet_embed::Fail::Argument(why) => Fail::Argument(why),
-            rocklet_embed::Fail::Unexpected(why) => Fail::Internal(why),
+            rocklet_embed::Fail::Closed(why) => JsFail::Closed(why),
+            rocklet_embed::Fail::WrongClock(why) => JsFail::WrongClock(why),
+            rocklet_embed::Fail::Argument(why) => JsFail::Argument(why),
+            rocklet_embed::Fail::Unexpected(why) => JsFail::Internal(why),
         }
     }
 }
 
-impl From<rocklet_embed::open::OpenFail> for Fail {
+impl From<rocklet_embed::open::OpenFail> for JsFail {
     fn from(e: rocklet_embed::open::OpenFail) -> Self {
         match e {
-            rocklet_embed::open::OpenFail::Storage(e) => Fail::Storage(e),
+            rocklet_embed::open::OpenFail::Storage(e) => JsFail::Storage(e),
             rocklet_embed::open::OpenFail::Core(e) => e.into(),
         }
     }
 }
 
-impl From<napi::Error> for Fail {
+impl From<napi::Error> for JsFail {
     fn from(e: napi::Error) -> Self {
-        Fail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))
+        JsFail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))
     }
 }
 
@@ -153,20 +155,20 @@ fn class(kind: ErrorKind) -> &'static str {
     }
 }
 
-impl Fail {
+impl JsFail {
     /// The kind of this failure (its code, but for a client error, and its class).
     fn kind(&self) -> ErrorKind {
         match self {
-            Fail::Client(_) => ErrorKind::Client,
-            Fail::Argument(_) => ErrorKind::Argument,
-            Fail::Config { .. } => ErrorKind::Config,
-            Fail::Storage(_) => ErrorKind::Storage,
-            Fail::Corrupted { .. } => ErrorKind::Corrupted,
-            Fail::Closed(_) => ErrorKind::Closed,
-            Fail::WrongClock(_) => ErrorKind::WrongClock,
-            Fail::Failed(_) => ErrorKind::Failed,
-            Fail::Encode(_) => ErrorKind::Encode,
-            Fail::Internal(_) => ErrorKind::Internal,
+            JsFail::Client(_) => ErrorKind::Client,
+            JsFail::Argument(_) => ErrorKind::Argument,
+            JsFail::Config { .. } => ErrorKind::Config,
+            JsFail::Storage(_) => ErrorKind::Storage,
+            JsFail::Corrupted { .. } => ErrorKind::Corrupted,
+            JsFail::Closed(_) => ErrorKind::Closed,
+            JsFail::WrongClock(_) => ErrorKind::WrongClock,
+            JsFail::Failed(_) => ErrorKind::Failed,
+            JsFail::Encode(_) => ErrorKind::Encode,
+            JsFail::Internal(_) => ErrorKind::Internal,
         }
     }
 
@@ -174,22 +176,22 @@ impl Fail {
     fn parts(&self) -> (&'static str, &'static str, String) {
         let kind = self.kind();
         let message = match self {
-            Fail::Client(e) => return (class(kind), e.code(), e.to_string()),
-            Fail::Argument(m) => format!("invalid argument: {m}"),
-            Fail::Config { option, reason } => format!("invalid option `{option}`: {reason}"),
-            Fail::Storage(e) => format!("storage failed: {e}"),
-            Fail::Corrupted { offset, reason } => format!(
+            JsFail::Client(e) => return (class(kind), e.code(), e.to_string()),
+            JsFail::Argument(m) => format!("invalid argument: {m}"),
+            JsFail::Config { option, reason } => format!("invalid option `{option}`: {reason}"),
+            JsFail::Storage(e) => format!("storage failed: {e}"),
+            JsFail::Corrupted { offset, reason } => format!(
                 "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
                  opens it, keeping every valid record and moving the damaged bytes to \
                  quarantine/ in the data directory"
             ),
-            Fail::Closed(why) | Fail::WrongClock(why) => (*why).into(),
-            Fail::Failed(reason) => format!(
+            JsFail::Closed(why) | JsFail::WrongClock(why) => (*why).into(),
+            JsFail::Failed(reason) => format!(
                 "the broker stopped after a failed sync ({reason}); close it and open its \
                  path again: recovery keeps what is durable"
             ),
-            Fail::Encode(m) => m.clone(),
-            Fail::Internal(m) => format!("internal error: {m}"),
+            JsFail::Encode(m) => m.clone(),
+            JsFail::Internal(m) => format!("internal error: {m}"),
         };
         (class(kind), kind.code(), message)
     }
@@ -203,9 +205,9 @@ impl Fail {
         let err = ctor.new_instance(FnArgs::from((message, code.to_string())))?;
         let mut obj = Object::from_unknown(err)?;
         match self {
-            Fail::Config { option, .. } => obj.set("option", option.as_str())?,
-            Fail::Storage(e) => obj.set("kind", format!("{:?}", e.kind()))?,
-            Fail::Corrupted { offset, .. } => obj.set("offset", *offset as f64)?,
+            JsFail::Config { option, .. } => obj.set("option", option.as_str())?,
+            JsFail::Storage(e) => obj.set("kind", format!("{:?}", e.kind()))?,
+            JsFail::Corrupted { offset, .. } => obj.set("offset", *offset as f64)?,
             _ => {}
         }
         Ok(obj.to_unknown())

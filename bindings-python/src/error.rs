@@ -38,7 +38,7 @@ pub fn err(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
 /// A failure on the Rust side, carried out of a GIL-free section and turned into an
 /// exception once the GIL is held again.
 #[derive(Debug)]
-pub enum Fail {
+pub enum PyFail {
     Core(CoreError<io::Error>),
     Client(CoreClientError),
     Closed,
@@ -55,69 +55,69 @@ pub enum Fail {
     Py(PyErr),
 }
 
-/// A shared operation's failure (host errors: the core's, or this binding's own `Fail`).
-impl<H: Into<Fail> + std::fmt::Debug> From<rocklet_embed::Fail<H>> for Fail {
+/// A shared operation's failure (host errors: the core's, or this binding's own `PyFail`).
+impl<H: Into<PyFail> + std::fmt::Debug> From<rocklet_embed::Fail<H>> for PyFail {
     fn from(e: rocklet_embed::Fail<H>) -> Self {
         match e {
-            rocklet_embed::Fail::Client(c) => Fail::Client(c),
+            rocklet_embed::Fail::Client(c) => PyFail::Client(c),
             rocklet_embed::Fail::Host(h) => h.into(),
-            rocklet_embed::Fail::Closed(_) => Fail::Closed,
-            rocklet_embed::Fail::WrongClock(w) => Fail::WrongClock(w.into()),
-            rocklet_embed::Fail::Argument(w) => Fail::Argument(w),
-            rocklet_embed::Fail::Unexpected(w) => Fail::Internal(w),
+            rocklet_embed::Fail::Closed(_) => PyFail::Closed,
+            rocklet_embed::Fail::WrongClock(w) => PyFail::WrongClock(w.into()),
+            rocklet_embed::Fail::Argument(w) => PyFail::Argument(w),
+            rocklet_embed::Fail::Unexpected(w) => PyFail::Internal(w),
         }
     }
 }
 
-impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for Fail {
+impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for PyFail {
     fn broken(why: String) -> Self {
-        Fail::Broken(why)
+        PyFail::Broken(why)
     }
     fn panic(why: String) -> Self {
-        Fail::Panic(why)
+        PyFail::Panic(why)
     }
     fn failed(reason: String) -> Self {
-        Fail::Core(CoreError::Failed { reason })
+        PyFail::Core(CoreError::Failed { reason })
     }
 }
 
-impl From<CoreError<io::Error>> for Fail {
+impl From<CoreError<io::Error>> for PyFail {
     fn from(e: CoreError<io::Error>) -> Self {
-        Fail::Core(e)
+        PyFail::Core(e)
     }
 }
 
-impl From<CoreClientError> for Fail {
+impl From<CoreClientError> for PyFail {
     fn from(e: CoreClientError) -> Self {
-        Fail::Client(e)
+        PyFail::Client(e)
     }
 }
 
-impl Fail {
+impl PyFail {
     /// The Python exception for this failure.
     pub fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
-            Fail::Client(e) => client_error(py, &e),
-            Fail::Core(e) => core_error(py, e),
-            Fail::Closed => err(py, class_of(ErrorKind::Closed), "the broker is closed"),
-            Fail::Broken(why) => err(
+            PyFail::Client(e) => client_error(py, &e),
+            PyFail::Core(e) => core_error(py, e),
+            PyFail::Closed => err(py, class_of(ErrorKind::Closed), "the broker is closed"),
+            PyFail::Broken(why) => err(
                 py,
                 class_of(ErrorKind::Failed),
                 format!("the broker stopped after an earlier failure: {why}"),
             ),
-            Fail::Panic(why) => err(
+            PyFail::Panic(why) => err(
                 py,
                 class_of(ErrorKind::Internal),
                 format!("internal error (a bug in Rocklet): {why}"),
             ),
-            Fail::Argument(why) => err(py, class_of(ErrorKind::Argument), why),
-            Fail::WrongClock(why) => err(py, class_of(ErrorKind::WrongClock), why),
-            Fail::Internal(why) => err(
+            PyFail::Argument(why) => err(py, class_of(ErrorKind::Argument), why),
+            PyFail::WrongClock(why) => err(py, class_of(ErrorKind::WrongClock), why),
+            PyFail::Internal(why) => err(
                 py,
                 class_of(ErrorKind::Internal),
                 format!("internal error: {why}"),
             ),
-            Fail::Py(e) => e,
+            PyFail::Py(e) => e,
         }
     }
 }

@@ -66,12 +66,12 @@ export interface RecoveryReport {
 #[wasm_bindgen(js_name = Broker)]
 #[derive(Debug)]
 pub struct WasmBroker {
-    host: Host,
+    host: Engine,
 }
 
 /// Memory storage is durable as soon as it is written: the host syncs whatever a call
 /// appended (`eager_sync`), so under sync flush replies and messages are released at once.
-type Host = embed::Host<MemStorage, ManualClock>;
+type Engine = embed::Engine<MemStorage, ManualClock>;
 
 fn fail(
     e: embed::Fail<rocklet_core::Error<<MemStorage as rocklet_core::Storage>::Error>>,
@@ -95,7 +95,7 @@ impl WasmBroker {
     pub fn new(config: Option<JsValue>, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
         let cfg = convert::config(config.unwrap_or(JsValue::UNDEFINED))?;
         let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
-        let host = Host::open(cfg, MemStorage::new(), ManualClock::new(now), false)
+        let host = Engine::open(cfg, MemStorage::new(), ManualClock::new(now), false)
             .map_err(|e| error::core(&e))?
             .eager_sync(true)
             .raw_outputs();

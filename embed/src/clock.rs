@@ -1,4 +1,4 @@
-//! Where `now` comes from: the one clock of every host (the bindings through [`crate::Host`],
+//! Where `now` comes from: the one clock of every host (the bindings through [`crate::Engine`],
 //! the broker as `Arc<dyn Clock>` shared by its tasks). The core never reads one; its host
 //! passes it `now` from here, so tests and simulations can run on a clock moved by hand.
 
