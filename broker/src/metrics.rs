@@ -3,9 +3,9 @@
 //!
 //! Served without credentials, so the listener obeys the rule of every listener (no
 //! non-loopback address while authentication is off, `BrokerConfig::client_listeners`), and
-//! answers only requests whose `Host` names it (its address, `localhost` on loopback, or an
-//! entry of `metrics_allowed_hosts`: [`crate::http::hosts`]), so a page of another site
-//! cannot read it through DNS rebinding.
+//! answers only requests whose `Host` (and `Origin`, when present) names it (its address,
+//! `localhost` on loopback, or an entry of `metrics_allowed_hosts`: [`crate::http::hosts`]),
+//! so a page of another site cannot read it through DNS rebinding.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
