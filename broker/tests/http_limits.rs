@@ -187,3 +187,23 @@ async fn more_connections_than_a_listener_serves_are_refused() {
         }
     }
 }
+
+#[tokio::test]
+async fn the_metrics_refuse_a_foreign_origin_as_the_console_does() {
+    let (_b, servers) = servers().await;
+    let (_, metrics) = servers[0];
+    let own = format!("http://{metrics}");
+    let ok = send(
+        metrics,
+        get(metrics, &format!("Origin: {own}\r\n")).as_bytes(),
+    )
+    .await;
+    assert_eq!(ok, 200);
+    let foreign = get(
+        metrics,
+        &format!("Origin: http://evil.example:{}\r\n", metrics.port()),
+    );
+    assert_eq!(send(metrics, foreign.as_bytes()).await, 403);
+    let null = get(metrics, "Origin: null\r\n");
+    assert_eq!(send(metrics, null.as_bytes()).await, 403);
+}
