@@ -363,7 +363,7 @@ export declare class Broker {
 
 export declare class RockletError extends Error {
   constructor(message: string, code: string);
-  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, BROKER_CLOSED, WRONG_CLOCK, FAILED, INTERNAL. */
+  /** Stable upper-case code: the core's ClientError code, or INVALID_ARGUMENT, INVALID_CONFIG, STORAGE, CORRUPTED, ENCODE, BROKER_CLOSED, WRONG_CLOCK, FAILED, INTERNAL (the table of tests/vectors/error-codes.json). */
   code: string;
 }
 export declare class ClientError extends RockletError {}

@@ -1,4 +1,4 @@
-//! `JsBroker`, exported to JS as the native `Broker`: a `rocklet_embed::Host` (one core
+//! `JsBroker`, exported to JS as the native `Broker`: a `rocklet_embed::Engine` (one core
 //! broker, its clock, the outputs kept until the JS side takes them) and the conversions of
 //! its arguments and results.
 //!
@@ -16,14 +16,14 @@ use rocklet_core::Resolution;
 use rocklet_embed::{self as embed, view, Clock};
 
 use crate::convert::{self, out, parsed, read};
-use crate::error::{arg, Fail, Res};
+use crate::error::{arg, JsFail, Res};
 
-type Host = embed::open::StdHost;
+type Engine = embed::open::StdEngine;
 
 #[napi(js_name = "Broker")]
 #[derive(Debug)]
 pub struct JsBroker {
-    host: Host,
+    host: Engine,
     /// The advance / run-until-idle under way (`driveStart` .. `driveNext` answering `[]`).
     drive: embed::Driving,
     /// Open `subscribe` loops by id (the wrapper's async iterators).
@@ -31,7 +31,7 @@ pub struct JsBroker {
 }
 
 impl JsBroker {
-    /// Runs `f`, turning a `Fail` into the JS error and a panic into an `INTERNAL` error
+    /// Runs `f`, turning a `JsFail` into the JS error and a panic into an `INTERNAL` error
     /// (the broker is closed then: its state is unknown).
     fn guard<T>(&mut self, env: &Env, f: impl FnOnce(&mut Self) -> Res<T>) -> napi::Result<T> {
         match catch_unwind(AssertUnwindSafe(|| f(self))) {
@@ -41,7 +41,7 @@ impl JsBroker {
                 let msg = embed::panic_text(&*p);
                 self.host
                     .abandon("the broker was closed after an internal error (a caught panic)");
-                Err(Fail::Internal(format!("panic: {msg}")).into_js(env))
+                Err(JsFail::Internal(format!("panic: {msg}")).into_js(env))
             }
         }
     }
@@ -89,7 +89,7 @@ impl JsBroker {
         match catch_unwind(AssertUnwindSafe(open)) {
             Ok(Ok(b)) => Ok(b),
             Ok(Err(e)) => Err(e.into_js(&env)),
-            Err(_) => Err(Fail::Internal("panic while opening the broker".into()).into_js(&env)),
+            Err(_) => Err(JsFail::Internal("panic while opening the broker".into()).into_js(&env)),
         }
     }
 
@@ -217,7 +217,7 @@ impl JsBroker {
         self.guard(env, |b| {
             let name: String = read("name", Some(name))?;
             let queues = read("queues", Some(queues))?;
-            b.host.create_topic(&name, queues)?.map_err(Fail::Client)
+            b.host.create_topic(&name, queues)?.map_err(JsFail::Client)
         })
     }
 
@@ -234,7 +234,7 @@ impl JsBroker {
         self.guard(env, |b| {
             let name: String = read("name", Some(name))?;
             let fifo = read("fifo", Some(fifo))?;
-            b.host.declare_group(&name, fifo)?.map_err(Fail::Client)
+            b.host.declare_group(&name, fifo)?.map_err(JsFail::Client)
         })
     }
 
@@ -473,7 +473,7 @@ impl JsBroker {
     pub fn drive_start(&mut self, env: &Env, target: Option<Unknown<'_>>) -> napi::Result<()> {
         self.guard(env, |b| {
             if !b.host.clock().is_manual() {
-                return Err(Fail::WrongClock(
+                return Err(JsFail::WrongClock(
                     "advancing needs a broker with clock: 'manual'",
                 ));
             }
@@ -494,7 +494,7 @@ impl JsBroker {
     pub fn fire_due(&mut self, env: &Env) -> napi::Result<()> {
         self.guard(env, |b| {
             if b.host.clock().is_manual() {
-                return Err(Fail::WrongClock(
+                return Err(JsFail::WrongClock(
                     "fireDue is for a broker with clock: 'system'",
                 ));
             }

@@ -20,7 +20,7 @@ use rocklet_embed::view::{camel_case, Plain};
 use serde::de::{self, DeserializeOwned, DeserializeSeed, IntoDeserializer, Visitor};
 use serde::{Deserialize, Serialize};
 
-use crate::error::{arg, Fail, Res};
+use crate::error::{arg, JsFail, Res};
 
 // ---- JS values as a serde deserializer ------------------------------------------------------
 
@@ -215,7 +215,9 @@ pub(crate) fn parsed<T: std::str::FromStr<Err = rocklet_core::ClientError>>(
     what: &str,
     v: Unknown<'_>,
 ) -> Res<T> {
-    read::<String>(what, Some(v))?.parse().map_err(Fail::Client)
+    read::<String>(what, Some(v))?
+        .parse()
+        .map_err(JsFail::Client)
 }
 
 /// A view as a JS value: plain numbers, absent values left out.
@@ -281,7 +283,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
     o.config = config::config(&base, entries, Naming::Camel, &extra, &["notify_available"])
         .map_err(|e| match e {
             ConfigFail::Unknown { .. } => arg(e.to_string()),
-            ConfigFail::Invalid { key, reason } => Fail::Config {
+            ConfigFail::Invalid { key, reason } => JsFail::Config {
                 option: key,
                 reason,
             },
@@ -291,7 +293,7 @@ pub(crate) fn broker_options(v: Option<Unknown<'_>>) -> Res<BrokerOptions> {
 
 /// The effective configuration, camelCase, for `broker.config()`.
 pub(crate) fn config_out(cfg: &Config) -> Res<serde_json::Value> {
-    let v = serde_json::to_value(cfg).map_err(|e| Fail::Internal(e.to_string()))?;
+    let v = serde_json::to_value(cfg).map_err(|e| JsFail::Internal(e.to_string()))?;
     let serde_json::Value::Object(m) = v else {
         return Ok(v);
     };

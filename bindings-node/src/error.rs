@@ -1,9 +1,12 @@
 //! Every error a JS caller can see, mapped in one place.
 //!
-//! JS gets instances of a small class hierarchy, all with a stable `code` string:
+//! JS gets instances of a small class hierarchy, all with a stable `code` string, taken from
+//! the one table of codes of every binding ([`ErrorKind::code`], checked against
+//! `tests/vectors/error-codes.json`):
 //!
 //! ```text
-//! RockletError                 code: INTERNAL (a bug: a caught panic, a failed napi call)
+//! RockletError                 code: INTERNAL (a bug: a caught panic, a failed napi call),
+//! │                                  ENCODE (a record would not fit the log format)
 //! ├── ClientError              code: ClientError::code() of the core (INVALID_TOPIC, …),
 //! │                                  or INVALID_ARGUMENT for a JS value of the wrong shape
 //! ├── ConfigError              code: INVALID_CONFIG, `option` names the camelCase option
@@ -24,10 +27,11 @@ use napi::{Env, JsValue};
 use rocklet_core::{ClientError, ConfigError};
 
 use rocklet_embed::view::camel_case;
+use rocklet_embed::ErrorKind;
 
 /// What went wrong, before it becomes a JS error (which needs an `Env`).
 #[derive(Debug)]
-pub(crate) enum Fail {
+pub(crate) enum JsFail {
     /// A client's mistake, as the core reports it.
     Client(ClientError),
     /// A JS value of the wrong type or shape (the binding's own `INVALID_ARGUMENT`).
@@ -48,57 +52,63 @@ pub(crate) enum Fail {
     WrongClock(&'static str),
     /// A sync failed: the broker takes nothing more (the reason).
     Failed(String),
+    /// A record would not fit the log format.
+    Encode(String),
     /// A bug: a caught panic, a failed napi call, an unexpected reply.
     Internal(String),
 }
 
-pub(crate) type Res<T> = std::result::Result<T, Fail>;
+pub(crate) type Res<T> = std::result::Result<T, JsFail>;
 
-pub(crate) fn arg(msg: impl Into<String>) -> Fail {
-    Fail::Argument(msg.into())
+pub(crate) fn arg(msg: impl Into<String>) -> JsFail {
+    JsFail::Argument(msg.into())
 }
 
-impl From<rocklet_core::Error<io::Error>> for Fail {
+impl From<rocklet_core::Error<io::Error>> for JsFail {
     fn from(e: rocklet_core::Error<io::Error>) -> Self {
         match e {
-            rocklet_core::Error::Storage(e) => Fail::Storage(e),
-            rocklet_core::Error::Config(ConfigError { field, reason }) => Fail::Config {
+            rocklet_core::Error::Storage(e) => JsFail::Storage(e),
+            rocklet_core::Error::Config(ConfigError { field, reason }) => JsFail::Config {
                 option: camel_case(field),
                 reason,
             },
-            rocklet_core::Error::Corrupted { offset, reason } => Fail::Corrupted { offset, reason },
-            rocklet_core::Error::Failed { reason } => Fail::Failed(reason),
-            // Encode and any variant added later.
-            other => Fail::Internal(other.to_string()),
+            rocklet_core::Error::Corrupted { offset, reason } => {
+                JsFail::Corrupted { offset, reason }
+            }
+            rocklet_core::Error::Failed { reason } => JsFail::Failed(reason),
+            e @ rocklet_core::Error::Encode(_) => JsFail::Encode(e.to_string()),
+            // The core's `Error` is non-exhaustive: a variant added later is a bug here until
+            // it is given its own kind.
+            other => JsFail::Internal(other.to_string()),
         }
     }
 }
 
-impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for Fail {
+impl From<rocklet_embed::Fail<rocklet_core::Error<io::Error>>> for JsFail {
     fn from(e: rocklet_embed::Fail<rocklet_core::Error<io::Error>>) -> Self {
         match e {
-            rocklet_embed::Fail::Client(e) => Fail::Client(e),
+            rocklet_embed::Fail::Client(e) => JsFail::Client(e),
             rocklet_embed::Fail::Host(e) => e.into(),
-            rocklet_embed::Fail::Closed(why) => Fail::Closed(why),
-            rocklet_embed::Fail::WrongClock(why) => Fail::WrongClock(why),
-            rocklet_embed::Fail::Argument(why) => Fail::Argument(why),
-            other => Fail::Internal(other.to_string()),
+            rocklet_embed::Fail::Closed(why) => JsFail::Closed(why),
+            rocklet_embed::Fail::WrongClock(why) => JsFail::WrongClock(why),
+            rocklet_embed::Fail::Argument(why) => JsFail::Argument(why),
+            rocklet_embed::Fail::Unexpected(why) => JsFail::Internal(why),
         }
     }
 }
 
-impl From<rocklet_embed::open::OpenFail> for Fail {
+impl From<rocklet_embed::open::OpenFail> for JsFail {
     fn from(e: rocklet_embed::open::OpenFail) -> Self {
         match e {
-            rocklet_embed::open::OpenFail::Storage(e) => Fail::Storage(e),
+            rocklet_embed::open::OpenFail::Storage(e) => JsFail::Storage(e),
             rocklet_embed::open::OpenFail::Core(e) => e.into(),
         }
     }
 }
 
-impl From<napi::Error> for Fail {
+impl From<napi::Error> for JsFail {
     fn from(e: napi::Error) -> Self {
-        Fail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))
+        JsFail::Internal(format!("napi: {} ({})", e.reason, e.status.as_ref()))
     }
 }
 
@@ -133,51 +143,57 @@ pub(crate) fn classes(env: &Env) -> napi::Result<Object<'_>> {
     Ok(obj)
 }
 
-impl Fail {
-    /// The JS error: class name, code, message and extra properties.
-    fn parts(&self) -> (&'static str, String, String) {
+/// The JS class of each kind of failure (exhaustive: a new kind needs its class).
+fn class(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Client | ErrorKind::Argument => "ClientError",
+        ErrorKind::Config => "ConfigError",
+        ErrorKind::Storage => "StorageError",
+        ErrorKind::Corrupted => "CorruptedError",
+        ErrorKind::Closed | ErrorKind::WrongClock | ErrorKind::Failed => "StateError",
+        ErrorKind::Encode | ErrorKind::Internal => "RockletError",
+    }
+}
+
+impl JsFail {
+    /// The kind of this failure (its code, but for a client error, and its class).
+    fn kind(&self) -> ErrorKind {
         match self {
-            Fail::Client(e) => ("ClientError", e.code().into(), e.to_string()),
-            Fail::Argument(m) => (
-                "ClientError",
-                "INVALID_ARGUMENT".into(),
-                format!("invalid argument: {m}"),
-            ),
-            Fail::Config { option, reason } => (
-                "ConfigError",
-                "INVALID_CONFIG".into(),
-                format!("invalid option `{option}`: {reason}"),
-            ),
-            Fail::Storage(e) => (
-                "StorageError",
-                "STORAGE".into(),
-                format!("storage failed: {e}"),
-            ),
-            Fail::Corrupted { offset, reason } => (
-                "CorruptedError",
-                "CORRUPTED".into(),
-                format!(
-                    "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
-                     opens it, keeping every valid record and moving the damaged bytes to \
-                     quarantine/ in the data directory"
-                ),
-            ),
-            Fail::Closed(why) => ("StateError", "BROKER_CLOSED".into(), (*why).into()),
-            Fail::WrongClock(why) => ("StateError", "WRONG_CLOCK".into(), (*why).into()),
-            Fail::Failed(reason) => (
-                "StateError",
-                "FAILED".into(),
-                format!(
-                    "the broker stopped after a failed sync ({reason}); close it and open its \
-                     path again: recovery keeps what is durable"
-                ),
-            ),
-            Fail::Internal(m) => (
-                "RockletError",
-                "INTERNAL".into(),
-                format!("internal error: {m}"),
-            ),
+            JsFail::Client(_) => ErrorKind::Client,
+            JsFail::Argument(_) => ErrorKind::Argument,
+            JsFail::Config { .. } => ErrorKind::Config,
+            JsFail::Storage(_) => ErrorKind::Storage,
+            JsFail::Corrupted { .. } => ErrorKind::Corrupted,
+            JsFail::Closed(_) => ErrorKind::Closed,
+            JsFail::WrongClock(_) => ErrorKind::WrongClock,
+            JsFail::Failed(_) => ErrorKind::Failed,
+            JsFail::Encode(_) => ErrorKind::Encode,
+            JsFail::Internal(_) => ErrorKind::Internal,
         }
+    }
+
+    /// The JS error: class name, code and message.
+    fn parts(&self) -> (&'static str, &'static str, String) {
+        let kind = self.kind();
+        let message = match self {
+            JsFail::Client(e) => return (class(kind), e.code(), e.to_string()),
+            JsFail::Argument(m) => format!("invalid argument: {m}"),
+            JsFail::Config { option, reason } => format!("invalid option `{option}`: {reason}"),
+            JsFail::Storage(e) => format!("storage failed: {e}"),
+            JsFail::Corrupted { offset, reason } => format!(
+                "corrupt log at offset {offset}: {reason}; new Broker({{ path, repair: true }}) \
+                 opens it, keeping every valid record and moving the damaged bytes to \
+                 quarantine/ in the data directory"
+            ),
+            JsFail::Closed(why) | JsFail::WrongClock(why) => (*why).into(),
+            JsFail::Failed(reason) => format!(
+                "the broker stopped after a failed sync ({reason}); close it and open its \
+                 path again: recovery keeps what is durable"
+            ),
+            JsFail::Encode(m) => m.clone(),
+            JsFail::Internal(m) => format!("internal error: {m}"),
+        };
+        (class(kind), kind.code(), message)
     }
 
     fn build<'e>(&self, env: &'e Env) -> napi::Result<Unknown<'e>> {
@@ -186,12 +202,12 @@ impl Fail {
         let ctor: Function<'_, FnArgs<(String, String)>, Unknown<'_>> = classes
             .get(class)?
             .ok_or_else(|| napi::Error::from_reason("error class missing"))?;
-        let err = ctor.new_instance(FnArgs::from((message, code)))?;
+        let err = ctor.new_instance(FnArgs::from((message, code.to_string())))?;
         let mut obj = Object::from_unknown(err)?;
         match self {
-            Fail::Config { option, .. } => obj.set("option", option.as_str())?,
-            Fail::Storage(e) => obj.set("kind", format!("{:?}", e.kind()))?,
-            Fail::Corrupted { offset, .. } => obj.set("offset", *offset as f64)?,
+            JsFail::Config { option, .. } => obj.set("option", option.as_str())?,
+            JsFail::Storage(e) => obj.set("kind", format!("{:?}", e.kind()))?,
+            JsFail::Corrupted { offset, .. } => obj.set("offset", *offset as f64)?,
             _ => {}
         }
         Ok(obj.to_unknown())

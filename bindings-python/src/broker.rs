@@ -12,7 +12,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use parking_lot::Mutex;
-use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError, PyValueError};
+use pyo3::exceptions::{PyRuntimeError, PyStopAsyncIteration, PyTypeError};
 use pyo3::prelude::*;
 use pyo3::types::{PyDict, PyTuple};
 use rocklet_core::{AnyStorage, CheckRequest, NewMessage, Resolution};
@@ -20,12 +20,12 @@ use rocklet_embed::{self as embed, AnyClock, Clock, Drive, SystemClock};
 
 use crate::convert;
 use crate::convert::Made;
-use crate::error::{client_error, open_error, Fail};
+use crate::error::{client_error, open_error, PyFail};
 use crate::types::{PyMessage, PyReceived, PySendResult};
 
-type Host = embed::Host<AnyStorage, AnyClock<SystemClock>>;
-/// A failure of a shared operation: the caller's mistake, or this binding's `Fail`.
-type EFail = embed::Fail<Fail>;
+type Engine = embed::Engine<AnyStorage, AnyClock<SystemClock>>;
+/// A failure of a shared operation: the caller's mistake, or this binding's `PyFail`.
+type EFail = embed::Fail<PyFail>;
 
 /// The shared host (mutex, group commit, driver loop, checker registry: the embedding
 /// layer's) with the checkers, Python callables by producer group.
@@ -80,7 +80,7 @@ fn asker<'a>(
 /// interpreter is shutting down, the driver stops).
 fn drive_answer(shared: &Shared) -> bool {
     Python::try_attach(|py| {
-        if let Err(f) = shared.answer_all::<Fail>(&Gil(py), &mut asker(shared, py)) {
+        if let Err(f) = shared.answer_all::<PyFail>(&Gil(py), &mut asker(shared, py)) {
             let e = f.into_py(py);
             log_error(py, "rocklet driver could not answer checks", Some(&e));
         }
@@ -117,17 +117,17 @@ impl std::fmt::Debug for PyBroker {
 impl Drop for PyBroker {
     fn drop(&mut self) {
         // Best effort: a broker dropped without close() still releases its directory.
-        let _ = self.shared.shut::<Fail>();
+        let _ = self.shared.shut::<PyFail>();
     }
 }
 
-fn fail(py: Python<'_>) -> impl Fn(Fail) -> PyErr + '_ {
+fn fail(py: Python<'_>) -> impl Fn(PyFail) -> PyErr + '_ {
     move |f| f.into_py(py)
 }
 
 /// The exception for a shared operation's failure.
 fn efail(py: Python<'_>) -> impl Fn(EFail) -> PyErr + '_ {
-    move |e| Fail::from(e).into_py(py)
+    move |e| PyFail::from(e).into_py(py)
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -157,7 +157,7 @@ fn new_message(
 impl PyBroker {
     /// Where the shared operations send requests: the broker, with the GIL at hand for the
     /// checkers a manual-clock request makes due.
-    fn ep<'a>(&'a self, py: Python<'a>) -> impl embed::Endpoint<Error = Fail> + use<'a> {
+    fn ep<'a>(&'a self, py: Python<'a>) -> impl embed::Endpoint<Error = PyFail> + use<'a> {
         self.shared.endpoint(Gil(py), asker(&self.shared, py))
     }
 
@@ -165,7 +165,7 @@ impl PyBroker {
     fn with<T: Send>(
         &self,
         py: Python<'_>,
-        f: impl FnOnce(&mut Host) -> Result<T, Fail> + Send,
+        f: impl FnOnce(&mut Engine) -> Result<T, PyFail> + Send,
     ) -> PyResult<T> {
         py.detach(|| self.shared.with(f)).map_err(fail(py))
     }
@@ -182,13 +182,13 @@ impl PyBroker {
     /// Manual clock: a whole drive, each step's checks answered before the next.
     fn run_drive(&self, py: Python<'_>, d: Drive) -> PyResult<()> {
         let shared = &self.shared;
-        let r = shared.run_drive::<Fail>(&Gil(py), d, &mut asker(shared, py));
+        let r = shared.run_drive::<PyFail>(&Gil(py), d, &mut asker(shared, py));
         r.map_err(fail(py))
     }
 
     fn manual(&self, what: &str) -> PyResult<()> {
         if !self.shared.is_manual() {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::error::wrong_clock(format!(
                 "{what} needs a broker opened with clock='manual'"
             )));
         }
@@ -212,13 +212,13 @@ impl PyBroker {
             "system" => false,
             "manual" => true,
             other => {
-                return Err(PyValueError::new_err(format!(
+                return Err(crate::error::argument(format!(
                     "clock must be 'system' or 'manual', not {other:?}"
                 )))
             }
         };
         if start_ms.is_some() && !manual {
-            return Err(PyValueError::new_err("start_ms needs clock='manual'"));
+            return Err(crate::error::argument("start_ms needs clock='manual'"));
         }
         let start_ms = convert::opt_u64("start_ms", start_ms)?;
         let cfg = convert::config(py, config)?;
@@ -232,7 +232,7 @@ impl PyBroker {
                 let msg = format!("rocklet driver stopped: {why}");
                 Python::try_attach(|py| log_error(py, &msg, None));
             };
-            Shared::start_driver::<Fail>(&shared, "rocklet-driver", drive_answer, stopped)
+            Shared::start_driver::<PyFail>(&shared, "rocklet-driver", drive_answer, stopped)
                 .map_err(|e| {
                     let why = format!("cannot start the driver thread: {e}");
                     crate::error::err(py, "RockletError", why)
@@ -311,7 +311,7 @@ impl PyBroker {
         let t = convert::u64_arg("t", t)?;
         let now = self.now(py);
         if t < now {
-            return Err(PyValueError::new_err(format!(
+            return Err(crate::error::argument(format!(
                 "t ({t}) is before the clock ({now})"
             )));
         }
@@ -460,7 +460,7 @@ impl PyBroker {
                 )));
             }
         }
-        let old = self.shared.set_checker::<Fail>(&Gil(py), &group, checker);
+        let old = self.shared.set_checker::<PyFail>(&Gil(py), &group, checker);
         drop(old.map_err(fail(py))?);
         Ok(())
     }
@@ -695,7 +695,7 @@ impl PyBroker {
     ) -> PyResult<PySubscription> {
         let timeout = match timeout {
             Some(t) if !(t >= 0.0 && t.is_finite()) => {
-                return Err(PyValueError::new_err(format!(
+                return Err(crate::error::argument(format!(
                     "timeout must be a non-negative number of seconds, not {t}"
                 )))
             }
@@ -908,7 +908,7 @@ impl PySubscription {
         let slice = Duration::from_millis(100);
         let signals = || {
             py.check_signals()
-                .map_err(|e| embed::Fail::Host(Fail::Py(e)))
+                .map_err(|e| embed::Fail::Host(PyFail::Py(e)))
         };
         let got = broker
             .shared

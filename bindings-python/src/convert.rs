@@ -1,6 +1,6 @@
 //! Every conversion between Python values and core types, in one place.
 
-use pyo3::exceptions::{PyTypeError, PyValueError};
+use pyo3::exceptions::PyTypeError;
 use pyo3::prelude::*;
 use pyo3::sync::PyOnceLock;
 use pyo3::types::{PyBool, PyByteArray, PyBytes, PyDict, PyInt, PyMapping, PyString};
@@ -117,7 +117,7 @@ pub fn delay(
         after_ms.map(Delay::After),
     ];
     rocklet_embed::input::one_delay(delays).ok_or_else(|| {
-        PyValueError::new_err("give at most one of delay_level, deliver_at_ms, delay_ms")
+        crate::error::argument("give at most one of delay_level, deliver_at_ms, delay_ms")
     })
 }
 
@@ -136,7 +136,7 @@ pub fn resolution(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Resolution> {
         ))
     })?;
     s.to_cow()?.parse().map_err(|_| {
-        PyValueError::new_err(format!(
+        crate::error::argument(format!(
             "{what} must be 'commit', 'rollback' or 'unknown', not {}",
             v.repr().map_or_else(|_| "?".into(), |r| r.to_string())
         ))
@@ -162,12 +162,12 @@ pub fn string(what: &str, v: &Bound<'_, PyAny>) -> PyResult<String> {
 
 /// A whole-number argument that fits a u32; out of range is a ValueError naming it.
 pub fn u32_arg(what: &str, v: i128) -> PyResult<u32> {
-    rocklet_embed::arg::int_u32(what, v).map_err(PyValueError::new_err)
+    rocklet_embed::arg::int_u32(what, v).map_err(crate::error::argument)
 }
 
 /// A whole-number argument that fits a u64 (ms, offsets).
 pub fn u64_arg(what: &str, v: i128) -> PyResult<u64> {
-    rocklet_embed::arg::int(what, v, u64::MAX).map_err(PyValueError::new_err)
+    rocklet_embed::arg::int(what, v, u64::MAX).map_err(crate::error::argument)
 }
 
 pub fn opt_u32(what: &str, v: Option<i128>) -> PyResult<Option<u32>> {
@@ -362,7 +362,7 @@ pub fn int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<i128> {
         )));
     }
     v.extract::<i128>()
-        .map_err(|_| PyValueError::new_err(format!("{what} is out of range: {}", v)))
+        .map_err(|_| crate::error::argument(format!("{what} is out of range: {}", v)))
 }
 
 pub fn opt_int(what: &str, v: &Bound<'_, PyAny>) -> PyResult<Option<i128>> {

@@ -1,5 +1,8 @@
 //! Every mapping from core errors to Python exceptions. The hierarchy itself is Python's
 //! (`rocklet/_errors.py`); each class is looked up there by name, the module imported once.
+//! [`class_of`] gives each kind of failure ([`ErrorKind`], whose codes are the one table of
+//! the three bindings) its class; the classes' `code`s are that table's
+//! (`tests/vectors/error-codes.json`, checked by `tests/test_error_codes.py`).
 
 use std::io;
 use std::path::Path;
@@ -35,80 +38,86 @@ pub fn err(py: Python<'_>, name: &str, msg: impl Into<String>) -> PyErr {
 /// A failure on the Rust side, carried out of a GIL-free section and turned into an
 /// exception once the GIL is held again.
 #[derive(Debug)]
-pub enum Fail {
+pub enum PyFail {
     Core(CoreError<io::Error>),
     Client(CoreClientError),
     Closed,
     /// The broker stopped after an earlier storage failure or a caught panic.
     Broken(String),
     Panic(String),
-    /// An argument out of range (ValueError; the text names it).
-    Value(String),
+    /// An argument out of range (`InvalidArgument`, a ValueError; the text names it).
+    Argument(String),
+    /// A manual-clock call on a broker on the system clock (`WrongClock`, a ValueError).
+    WrongClock(String),
     /// A bug: an unexpected reply.
     Internal(String),
     /// A Python exception raised meanwhile (a signal's, while waiting).
     Py(PyErr),
 }
 
-/// A shared operation's failure (host errors: the core's, or this binding's own `Fail`).
-impl<H: Into<Fail> + std::fmt::Debug> From<rocklet_embed::Fail<H>> for Fail {
+/// A shared operation's failure (host errors: the core's, or this binding's own `PyFail`).
+impl<H: Into<PyFail> + std::fmt::Debug> From<rocklet_embed::Fail<H>> for PyFail {
     fn from(e: rocklet_embed::Fail<H>) -> Self {
         match e {
-            rocklet_embed::Fail::Client(c) => Fail::Client(c),
+            rocklet_embed::Fail::Client(c) => PyFail::Client(c),
             rocklet_embed::Fail::Host(h) => h.into(),
-            rocklet_embed::Fail::Closed(_) => Fail::Closed,
-            rocklet_embed::Fail::WrongClock(w) => Fail::Value(w.into()),
-            rocklet_embed::Fail::Argument(w) => Fail::Value(w),
-            rocklet_embed::Fail::Unexpected(w) => Fail::Internal(w),
-            other => Fail::Internal(format!("{other:?}")),
+            rocklet_embed::Fail::Closed(_) => PyFail::Closed,
+            rocklet_embed::Fail::WrongClock(w) => PyFail::WrongClock(w.into()),
+            rocklet_embed::Fail::Argument(w) => PyFail::Argument(w),
+            rocklet_embed::Fail::Unexpected(w) => PyFail::Internal(w),
         }
     }
 }
 
-impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for Fail {
+impl rocklet_embed::SharedFail<rocklet_core::AnyStorage> for PyFail {
     fn broken(why: String) -> Self {
-        Fail::Broken(why)
+        PyFail::Broken(why)
     }
     fn panic(why: String) -> Self {
-        Fail::Panic(why)
+        PyFail::Panic(why)
     }
     fn failed(reason: String) -> Self {
-        Fail::Core(CoreError::Failed { reason })
+        PyFail::Core(CoreError::Failed { reason })
     }
 }
 
-impl From<CoreError<io::Error>> for Fail {
+impl From<CoreError<io::Error>> for PyFail {
     fn from(e: CoreError<io::Error>) -> Self {
-        Fail::Core(e)
+        PyFail::Core(e)
     }
 }
 
-impl From<CoreClientError> for Fail {
+impl From<CoreClientError> for PyFail {
     fn from(e: CoreClientError) -> Self {
-        Fail::Client(e)
+        PyFail::Client(e)
     }
 }
 
-impl Fail {
+impl PyFail {
     /// The Python exception for this failure.
     pub fn into_py(self, py: Python<'_>) -> PyErr {
         match self {
-            Fail::Client(e) => client_error(py, &e),
-            Fail::Core(e) => core_error(py, e),
-            Fail::Closed => err(py, "BrokerClosed", "the broker is closed"),
-            Fail::Broken(why) => err(
+            PyFail::Client(e) => client_error(py, &e),
+            PyFail::Core(e) => core_error(py, e),
+            PyFail::Closed => err(py, class_of(ErrorKind::Closed), "the broker is closed"),
+            PyFail::Broken(why) => err(
                 py,
-                "StorageError",
+                class_of(ErrorKind::Failed),
                 format!("the broker stopped after an earlier failure: {why}"),
             ),
-            Fail::Panic(why) => err(
+            PyFail::Panic(why) => err(
                 py,
-                "InternalError",
+                class_of(ErrorKind::Internal),
                 format!("internal error (a bug in Rocklet): {why}"),
             ),
-            Fail::Value(why) => pyo3::exceptions::PyValueError::new_err(why),
-            Fail::Internal(why) => err(py, "InternalError", format!("internal error: {why}")),
-            Fail::Py(e) => e,
+            PyFail::Argument(why) => err(py, class_of(ErrorKind::Argument), why),
+            PyFail::WrongClock(why) => err(py, class_of(ErrorKind::WrongClock), why),
+            PyFail::Internal(why) => err(
+                py,
+                class_of(ErrorKind::Internal),
+                format!("internal error: {why}"),
+            ),
+            PyFail::Py(e) => e,
         }
     }
 }
@@ -130,16 +139,42 @@ pub fn client_error(py: Python<'_>, e: &CoreClientError) -> PyErr {
     err
 }
 
+/// The class of each kind of failure (exhaustive: a new kind needs its class).
+#[must_use]
+pub fn class_of(kind: ErrorKind) -> &'static str {
+    match kind {
+        ErrorKind::Client => "ClientError",
+        ErrorKind::Argument => "InvalidArgument",
+        ErrorKind::Config => "ConfigError",
+        ErrorKind::Storage => "StorageError",
+        ErrorKind::Corrupted => "CorruptLog",
+        ErrorKind::Encode => "EncodeError",
+        ErrorKind::Failed => "BrokerFailed",
+        ErrorKind::Closed => "BrokerClosed",
+        ErrorKind::WrongClock => "WrongClock",
+        ErrorKind::Internal => "InternalError",
+    }
+}
+
+/// An argument out of range: `InvalidArgument` (a ValueError) naming it.
+pub fn argument(msg: impl Into<String>) -> PyErr {
+    Python::attach(|py| err(py, class_of(ErrorKind::Argument), msg))
+}
+
+/// A manual-clock call on a broker on the system clock: `WrongClock` (a ValueError).
+pub fn wrong_clock(msg: impl Into<String>) -> PyErr {
+    Python::attach(|py| err(py, class_of(ErrorKind::WrongClock), msg))
+}
+
 /// The exception for a core `Err` (not the caller's mistake).
 pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
     let msg = e.to_string();
-    match (ErrorKind::of(&e), e) {
-        (ErrorKind::Storage, _) => err(py, "StorageError", msg),
-        (ErrorKind::Config, _) => err(py, "ConfigError", msg),
-        (_, CoreError::Corrupted { offset, .. }) => {
+    let kind = ErrorKind::of(&e);
+    match e {
+        CoreError::Corrupted { offset, .. } => {
             let err = err(
                 py,
-                "CorruptLog",
+                class_of(kind),
                 format!(
                 "{msg}; Broker(path, repair=True) opens the log, keeping every valid record and \
                  moving the damaged bytes to quarantine/ in the data directory"
@@ -149,9 +184,7 @@ pub fn core_error(py: Python<'_>, e: CoreError<io::Error>) -> PyErr {
             let _ = err.value(py).setattr("offset", offset);
             err
         }
-        (ErrorKind::Encode, _) => err(py, "EncodeError", msg),
-        (ErrorKind::Failed, _) => err(py, "BrokerFailed", msg),
-        _ => err(py, "RockletError", msg),
+        _ => err(py, class_of(kind), msg),
     }
 }
 
@@ -162,7 +195,7 @@ pub fn open_error(py: Python<'_>, path: Option<&Path>, e: OpenFail) -> PyErr {
             let dir = path.unwrap_or("<memory>".as_ref()).display();
             err(
                 py,
-                "StorageError",
+                class_of(ErrorKind::Storage),
                 format!("cannot open data directory {dir}: {e}"),
             )
         }

@@ -43,7 +43,7 @@ def test_damage_before_valid_records_is_refused_and_changes_nothing(durable: Pat
     damaged, _ = flip_middle_record(durable)
     with pytest.raises(rocklet.CorruptLog) as e:
         rocklet.Broker(durable, clock="manual")
-    assert e.value.code == "CORRUPT_LOG"
+    assert e.value.code == "CORRUPTED"
     assert e.value.offset == offsets[1]
     assert f"segment {0:020}" in str(e.value)
     assert f"log offset {offsets[1]}" in str(e.value)
@@ -122,4 +122,4 @@ def test_a_memory_broker_reports_an_empty_recovery(broker: rocklet.Broker) -> No
 
 def test_failed_is_a_storage_error_with_its_own_code() -> None:
     assert issubclass(rocklet.BrokerFailed, rocklet.StorageError)
-    assert rocklet.BrokerFailed.code == "BROKER_FAILED"
+    assert rocklet.BrokerFailed.code == "FAILED"

@@ -66,22 +66,17 @@ export interface RecoveryReport {
 #[wasm_bindgen(js_name = Broker)]
 #[derive(Debug)]
 pub struct WasmBroker {
-    host: Host,
+    host: Engine,
 }
 
 /// Memory storage is durable as soon as it is written: the host syncs whatever a call
 /// appended (`eager_sync`), so under sync flush replies and messages are released at once.
-type Host = embed::Host<MemStorage, ManualClock>;
+type Engine = embed::Engine<MemStorage, ManualClock>;
 
 fn fail(
     e: embed::Fail<rocklet_core::Error<<MemStorage as rocklet_core::Storage>::Error>>,
 ) -> JsValue {
-    match e {
-        embed::Fail::Client(c) => error::client(&c),
-        embed::Fail::Host(e) => error::core(&e),
-        embed::Fail::Argument(w) => error::js_error("INVALID_ARGUMENT", &w),
-        other => error::js_error("INTERNAL", &alloc::format!("{other:?}")),
-    }
+    error::fail(e)
 }
 
 impl WasmBroker {
@@ -100,7 +95,7 @@ impl WasmBroker {
     pub fn new(config: Option<JsValue>, start_ms: Option<f64>) -> Result<WasmBroker, JsValue> {
         let cfg = convert::config(config.unwrap_or(JsValue::UNDEFINED))?;
         let now = convert::millis("startMs", start_ms.unwrap_or(0.0))?;
-        let host = Host::open(cfg, MemStorage::new(), ManualClock(now), false)
+        let host = Engine::open(cfg, MemStorage::new(), ManualClock::new(now), false)
             .map_err(|e| error::core(&e))?
             .eager_sync(true)
             .raw_outputs();
@@ -236,7 +231,7 @@ impl WasmBroker {
         // Without a group, the transaction's own: the page owns the broker.
         let (group, from_check) = opts
             .into_parts(true)
-            .map_err(|e| error::js_error("INVALID_ARGUMENT", e))?;
+            .map_err(|e| error::js_error(rocklet_embed::ErrorKind::Argument.code(), e))?;
         let e = embed::end(&mut self.host, txn, resolution, group, from_check).map_err(fail)?;
         convert::to_js(&view::ended(e.txn, e.resolution, e.duplicate))
     }

@@ -23,9 +23,12 @@ pub fn to_js<T: Serialize + ?Sized>(value: &T) -> Result<JsValue, JsValue> {
     let ser = serde_wasm_bindgen::Serializer::new()
         .serialize_maps_as_objects(true)
         .serialize_missing_as_null(true);
-    value
-        .serialize(&ser)
-        .map_err(|e| error::js_error("INTERNAL", &alloc::format!("cannot convert to JS: {e}")))
+    value.serialize(&ser).map_err(|e| {
+        error::js_error(
+            rocklet_embed::ErrorKind::Internal.code(),
+            &alloc::format!("cannot convert to JS: {e}"),
+        )
+    })
 }
 
 fn from_js<T: de::DeserializeOwned>(what: &str, value: JsValue) -> Result<T, JsValue> {
@@ -57,8 +60,12 @@ fn known_keys<'de, T: Deserialize<'de>>(value: &JsValue) -> Result<(), String> {
 
 /// Milliseconds (or an offset) from a JS number: finite, whole, not negative.
 pub fn millis(what: &str, v: f64) -> Result<u64, JsValue> {
-    rocklet_embed::arg::number(what, v, u64::MAX)
-        .map_err(|e| error::js_error("INVALID_ARGUMENT", &alloc::format!("invalid argument: {e}")))
+    rocklet_embed::arg::number(what, v, u64::MAX).map_err(|e| {
+        error::js_error(
+            rocklet_embed::ErrorKind::Argument.code(),
+            &alloc::format!("invalid argument: {e}"),
+        )
+    })
 }
 
 /// A u64 for JS (milliseconds and offsets stay far below 2^53).
@@ -135,6 +142,7 @@ pub fn end_options(value: JsValue) -> Result<EndOptions, JsValue> {
 
 /// A commit-log record decoded field by field (`CORRUPTED` when the bytes are not one).
 pub fn decoded_record(offset: u64, bytes: &[u8]) -> Result<JsValue, JsValue> {
-    let r = view::decoded_record(offset, bytes).map_err(|e| error::js_error("CORRUPTED", &e))?;
+    let r = view::decoded_record(offset, bytes)
+        .map_err(|e| error::js_error(rocklet_embed::ErrorKind::Corrupted.code(), &e))?;
     to_js(&r)
 }

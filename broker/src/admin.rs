@@ -77,7 +77,7 @@ impl Admin for AdminService {
             0 => DEFAULT_LIMIT,
             n => n as usize,
         };
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let (total, list) = self
             .core
             .inspect(move |b| {
@@ -204,7 +204,7 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::BackupResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let to = std::path::PathBuf::from(request.into_inner().to);
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         match self.backups.run(&self.core, &to, now).await {
             Ok(r) => {
                 info!(dir = %to.display(), log_offset = r.log_offset, files_copied = r.files_copied, bytes_copied = r.bytes_copied, files_held = r.files_held, elapsed_ms = r.elapsed.as_millis() as u64, core_us = r.core.as_micros() as u64, "backup written");

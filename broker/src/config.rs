@@ -549,7 +549,7 @@ pub struct BrokerConfig {
     /// address a connection reached (and `localhost` when that is loopback): a request whose
     /// `Host` (or, when present, `Origin`) names anything else is refused, as a page of
     /// another site reaching the console through DNS rebinding would. See
-    /// [`crate::console::hosts`].
+    /// [`crate::http::hosts`].
     pub console_allowed_hosts: Vec<String>,
     /// The same for the metrics listener.
     pub metrics_allowed_hosts: Vec<String>,
@@ -796,8 +796,8 @@ impl BrokerConfig {
     }
 
     /// The names the console answers to besides its own address (`console_allowed_hosts`).
-    pub fn console_hosts(&self) -> Result<crate::console::hosts::AllowedHosts, String> {
-        crate::console::hosts::AllowedHosts::parse(
+    pub fn console_hosts(&self) -> Result<crate::http::hosts::AllowedHosts, String> {
+        crate::http::hosts::AllowedHosts::parse(
             "console",
             "console_allowed_hosts",
             &self.console_allowed_hosts,
@@ -806,8 +806,8 @@ impl BrokerConfig {
 
     /// The names the metrics listener answers to besides its own address
     /// (`metrics_allowed_hosts`).
-    pub fn metrics_hosts(&self) -> Result<crate::console::hosts::AllowedHosts, String> {
-        crate::console::hosts::AllowedHosts::parse(
+    pub fn metrics_hosts(&self) -> Result<crate::http::hosts::AllowedHosts, String> {
+        crate::http::hosts::AllowedHosts::parse(
             "metrics listener",
             "metrics_allowed_hosts",
             &self.metrics_allowed_hosts,

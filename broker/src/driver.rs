@@ -635,7 +635,7 @@ impl Driver {
         let mut q = Queues::default();
         loop {
             if q.is_empty() && !q.disconnected {
-                let now = self.clock.now_ms();
+                let now = self.clock.now();
                 let mut wake = now + MAX_WAIT_MS;
                 // Timers and, under async flush, the next scheduled fsync (none once the
                 // broker failed: they would be due for ever).
@@ -678,7 +678,7 @@ impl Driver {
             if q.disconnected || self.handles.strong_count() == 0 {
                 stop = true;
             }
-            let now = self.clock.now_ms();
+            let now = self.clock.now();
             // Due timers; under async flush this is also where the core's interval fsync
             // happens (its deadline is part of poll_timeout()).
             let syncs = self.broker.stats().syncs;
@@ -919,7 +919,7 @@ impl Driver {
 
     /// Handles one command; `Some` when it is the shutdown.
     fn command(&mut self, cmd: Command) -> Option<oneshot::Sender<()>> {
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         match cmd {
             Command::Request {
                 request,
@@ -1165,7 +1165,7 @@ impl Driver {
             }
         }
         if n > 0 {
-            let now = self.clock.now_ms();
+            let now = self.clock.now();
             self.update_online(now);
         }
         self.metrics

@@ -13,6 +13,8 @@
 //! - [`auth`]: authentication, ACLs (RocketMQ 5's ACL 2.0 model) and TLS.
 //! - [`budget`]: the broker-wide budget of request bytes held.
 //! - [`metrics`]: Prometheus text over HTTP.
+//! - [`http`]: the one HTTP/1.1 server of the metrics, the console and the playground: its
+//!   limits, the request reader and the `Host`/`Origin` check.
 //! - [`console`]: the operator console (a web page and its JSON API, `--console-listen`).
 //! - [`net`]: the connection cap, descriptor limits and accept loops.
 //! - [`remoting`]: RocketMQ 4 remoting (v4 clients) and the name-server role.
@@ -37,6 +39,7 @@ pub mod disk;
 pub mod disk_full;
 pub mod driver;
 pub mod grpc;
+pub mod http;
 pub mod import;
 pub mod metrics;
 pub mod net;

@@ -3,9 +3,9 @@
 //!
 //! Served without credentials, so the listener obeys the rule of every listener (no
 //! non-loopback address while authentication is off, `BrokerConfig::client_listeners`), and
-//! answers only requests whose `Host` names it (its address, `localhost` on loopback, or an
-//! entry of `metrics_allowed_hosts`: [`crate::console::hosts`]), so a page of another site
-//! cannot read it through DNS rebinding.
+//! answers only requests whose `Host` (and `Origin`, when present) names it (its address,
+//! `localhost` on loopback, or an entry of `metrics_allowed_hosts`: [`crate::http::hosts`]),
+//! so a page of another site cannot read it through DNS rebinding.
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
@@ -13,11 +13,11 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
 
-use crate::console::hosts::AllowedHosts;
 use crate::driver::CoreHandle;
+use crate::http::hosts::AllowedHosts;
+use crate::http::{self, HttpRequest, Response};
 
 /// Upper bounds of the latency buckets, in seconds.
 const BUCKETS: [f64; 14] = [
@@ -562,77 +562,51 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     out
 }
 
-/// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 until the task is dropped.
+/// The metrics listener's routes: `GET` of any path answers the metrics.
+#[derive(Debug)]
+struct Scrape {
+    core: CoreHandle,
+    metrics: Arc<Metrics>,
+    hosts: AllowedHosts,
+}
+
+/// Prometheus's text format.
+const CONTENT_TYPE: &str = "text/plain; version=0.0.4";
+
+impl http::Handler for Scrape {
+    const NAME: &'static str = "metrics";
+
+    async fn respond(&self, req: HttpRequest, peer: SocketAddr, local: SocketAddr) -> Response {
+        if let Err((status, msg)) = self.hosts.check(&req, local) {
+            tracing::info!(%peer, host = ?req.header("host"), origin = ?req.header("origin"), "metrics request refused: its Host or Origin names another site");
+            return self.refusal(status, &msg);
+        }
+        if req.method == "GET" {
+            Response::new(200, CONTENT_TYPE, render(&self.core, &self.metrics).await)
+        } else {
+            self.refusal(405, "only GET /metrics is served")
+        }
+    }
+
+    fn refusal(&self, status: u16, msg: &str) -> Response {
+        Response::new(status, CONTENT_TYPE, format!("{msg}\n"))
+    }
+}
+
+/// Serves `GET /metrics` (any path answers the same) over plain HTTP/1.1 ([`crate::http`])
+/// until the task is dropped.
 pub async fn serve(
     listener: TcpListener,
     core: CoreHandle,
     metrics: Arc<Metrics>,
     hosts: AllowedHosts,
 ) {
-    let hosts = Arc::new(hosts);
-    loop {
-        let (mut sock, peer) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                crate::net::accept_failed(&e, "metrics").await;
-                continue;
-            }
-        };
-        let (core, metrics, hosts) = (core.clone(), metrics.clone(), hosts.clone());
-        tokio::spawn(async move {
-            let Ok(local) = sock.local_addr() else {
-                return;
-            };
-            let mut buf = vec![0u8; 4096];
-            let mut n = 0;
-            // Read the request head (we answer every request the same way).
-            while n < buf.len() {
-                match tokio::time::timeout(Duration::from_secs(5), sock.read(&mut buf[n..])).await {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => break,
-                    Ok(Ok(k)) => {
-                        n += k;
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            break;
-                        }
-                    }
-                }
-            }
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let host = head
-                .split("\r\n\r\n")
-                .next()
-                .unwrap_or_default()
-                .split("\r\n")
-                .skip(1)
-                .filter_map(|l| l.split_once(':'))
-                .find(|(k, _)| k.trim().eq_ignore_ascii_case("host"))
-                .map(|(_, v)| v.trim());
-            let (status, body) = if let Err((code, msg)) = hosts.check_host(host, local) {
-                tracing::info!(%peer, ?host, "metrics request refused: its Host names another site");
-                (
-                    if code == 400 {
-                        "400 Bad Request"
-                    } else {
-                        "421 Misdirected Request"
-                    },
-                    format!("{msg}\n"),
-                )
-            } else if head.starts_with("GET ") {
-                ("200 OK", render(&core, &metrics).await)
-            } else {
-                (
-                    "405 Method Not Allowed",
-                    "only GET /metrics is served\n".to_string(),
-                )
-            };
-            let resp = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: text/plain; version=0.0.4\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
-                body.len()
-            );
-            let _ = sock.write_all(resp.as_bytes()).await;
-            let _ = sock.shutdown().await;
-        });
-    }
+    let scrape = Scrape {
+        core,
+        metrics,
+        hosts,
+    };
+    http::serve(listener, Arc::new(scrape), None).await;
 }
 
 /// Binds the metrics port.

@@ -11,18 +11,14 @@
 //! with in-memory storage), so a page of another site that reads them learns nothing.
 
 use std::net::SocketAddr;
-use std::time::Duration;
+use std::sync::Arc;
 
-use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::TcpListener;
+
+use crate::http::{self, Handler, HttpRequest, Response};
 
 /// Path (relative, `/`-separated) and bytes of every file of the playground.
 pub static FILES: &[(&str, &[u8])] = include!(concat!(env!("OUT_DIR"), "/playground_files.rs"));
-
-/// Largest request head read; anything longer is answered 431 and closed.
-const MAX_HEAD: usize = 8 << 10;
-/// Time a client has to send its request head.
-const READ_TIMEOUT: Duration = Duration::from_secs(10);
 
 /// Why the playground cannot be served by this binary.
 pub const NOT_BUILT_IN: &str = "this rocklet binary was built without the playground. \
@@ -69,61 +65,28 @@ pub async fn bind(addr: SocketAddr) -> Result<TcpListener, String> {
         .map_err(|e| format!("cannot listen on {addr}: {e}"))
 }
 
-/// Serves GET and HEAD of the built-in files until the task is dropped.
-pub async fn serve(listener: TcpListener) {
-    loop {
-        let (mut sock, _) = match listener.accept().await {
-            Ok(x) => x,
-            Err(e) => {
-                crate::net::accept_failed(&e, "playground").await;
-                continue;
-            }
-        };
-        tokio::spawn(async move {
-            let mut buf = vec![0u8; MAX_HEAD];
-            let mut n = 0;
-            let complete = loop {
-                if n == buf.len() {
-                    break false;
-                }
-                match tokio::time::timeout(READ_TIMEOUT, sock.read(&mut buf[n..])).await {
-                    Ok(Ok(0)) | Err(_) | Ok(Err(_)) => return,
-                    Ok(Ok(k)) => {
-                        n += k;
-                        if buf[..n].windows(4).any(|w| w == b"\r\n\r\n") {
-                            break true;
-                        }
-                    }
-                }
-            };
-            let head = String::from_utf8_lossy(&buf[..n]);
-            let mut words = head.split_ascii_whitespace();
-            let (method, path) = (words.next().unwrap_or(""), words.next().unwrap_or(""));
-            let (status, ty, body): (&str, &str, &[u8]) = if !complete {
-                ("431 Request Header Fields Too Large", "text/plain", b"")
-            } else if method != "GET" && method != "HEAD" {
-                (
-                    "405 Method Not Allowed",
-                    "text/plain",
-                    b"only GET and HEAD\n",
-                )
-            } else {
-                match lookup(path) {
-                    Some(b) => ("200 OK", content_type(path), b),
-                    None => ("404 Not Found", "text/plain", b"not found\n"),
-                }
-            };
-            let head = format!(
-                "HTTP/1.1 {status}\r\nContent-Type: {ty}\r\nContent-Length: {}\r\nCache-Control: no-cache\r\nConnection: close\r\n\r\n",
-                body.len()
-            );
-            let _ = sock.write_all(head.as_bytes()).await;
-            if method != "HEAD" {
-                let _ = sock.write_all(body).await;
-            }
-            let _ = sock.shutdown().await;
-        });
+/// The playground's routes: `GET` and `HEAD` of the built-in files.
+#[derive(Debug)]
+struct Files;
+
+impl Handler for Files {
+    const NAME: &'static str = "playground";
+    const HEADERS: &'static [(&'static str, &'static str)] = &[("Cache-Control", "no-cache")];
+
+    async fn respond(&self, req: HttpRequest, _: SocketAddr, _: SocketAddr) -> Response {
+        if req.method != "GET" && req.method != "HEAD" {
+            return Response::new(405, "text/plain", &b"only GET and HEAD\n"[..]);
+        }
+        match lookup(&req.path) {
+            Some(b) => Response::new(200, content_type(&req.path), b),
+            None => Response::new(404, "text/plain", &b"not found\n"[..]),
+        }
     }
+}
+
+/// Serves GET and HEAD of the built-in files ([`crate::http`]) until the task is dropped.
+pub async fn serve(listener: TcpListener) {
+    http::serve(listener, Arc::new(Files), None).await;
 }
 
 #[cfg(test)]

@@ -160,12 +160,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     // Segment files as RocketMQ's commit log has them: exactly segment_size long.
     let storage = AnyStorage::File(storage.preallocate(core_cfg.segment_size));
     let opened = if cfg.repair {
-        Broker::open_repairing(core_cfg, storage, clock.now_ms())
+        Broker::open_repairing(core_cfg, storage, clock.now())
     } else if cfg.cluster.is_some() {
         // Every node starts as a replica; an election makes one the master.
-        Broker::open_replica(core_cfg, storage, clock.now_ms())
+        Broker::open_replica(core_cfg, storage, clock.now())
     } else {
-        Broker::open(core_cfg, storage, clock.now_ms())
+        Broker::open(core_cfg, storage, clock.now())
     };
     let mut broker = opened.map_err(|e| match e {
         rocklet_core::Error::Corrupted { .. } => format!(

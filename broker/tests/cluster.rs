@@ -624,7 +624,7 @@ async fn the_new_master_carries_on() {
         send(&mut c, msg(topic, b"t", pb::MessageType::Transaction, &id)).await;
         open.insert(id);
     }
-    let due = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock) + 5_000;
+    let due = rocklet_broker::clock::Clock::now(&rocklet_broker::clock::SystemClock) + 5_000;
     let mut d = msg(topic, b"d", pb::MessageType::Delay, "D0");
     d.system_properties.as_mut().unwrap().delivery_timestamp =
         Some(rocklet_broker::grpc::convert::timestamp(due));
@@ -696,7 +696,7 @@ async fn the_new_master_carries_on() {
         for m in receive_some(&mut r, topic, group, 16).await {
             let id = id_of(&m);
             if id == "D0" {
-                let now = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);
+                let now = rocklet_broker::clock::Clock::now(&rocklet_broker::clock::SystemClock);
                 assert!(
                     now >= due,
                     "the delayed message came {} ms early",

@@ -266,7 +266,7 @@ async fn producers_online_before_a_reopen_are_online_after_it() {
     };
     assert!(matches!(core.request(half).await, Ok(Reply::Sent(_))));
     // The log opened again from its own storage, as `truncate_and_reopen` does.
-    let now = clock.now_ms();
+    let now = clock.now();
     core.reopen(move |b| {
         let old = std::mem::replace(
             b,

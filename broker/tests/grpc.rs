@@ -395,14 +395,14 @@ async fn redelivered_after_invisible_time_with_attempt_two() {
 #[tokio::test]
 async fn delayed_message_is_never_early() {
     let mut b = TestBroker::start().await;
-    let now = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);
+    let now = rocklet_broker::clock::Clock::now(&rocklet_broker::clock::SystemClock);
     let at = now + 1_500;
     let mut m = msg("DelayTopic", b"later", pb::MessageType::Delay, "D1");
     m.system_properties.as_mut().unwrap().delivery_timestamp =
         Some(rocklet_broker::grpc::convert::timestamp(at));
     send_ok(&mut b.client, m).await;
     let got = receive(&mut b.client, "DelayTopic", "G", 1, 10_000, 5_000).await;
-    let received_at = rocklet_broker::clock::Clock::now_ms(&rocklet_broker::clock::SystemClock);
+    let received_at = rocklet_broker::clock::Clock::now(&rocklet_broker::clock::SystemClock);
     assert_eq!(got.messages.len(), 1);
     assert!(received_at >= at, "delivered {} ms early", at - received_at);
     assert!(

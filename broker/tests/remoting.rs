@@ -637,7 +637,7 @@ async fn start_on(
     let core = rocklet_core::Broker::open(
         cfg.core.clone(),
         rocklet_core::AnyStorage::Mem(rocklet_core::MemStorage::new()),
-        clock.now_ms(),
+        clock.now(),
     )
     .unwrap();
     let clock: Arc<dyn Clock> = Arc::new(clock);

@@ -174,7 +174,7 @@ async fn credentials_are_checked_and_failures_named_and_counted() {
         endpoints: None,
     });
     let old =
-        sign::format_date_time(rocklet_broker::clock::Clock::now_ms(&SystemClock) - 3_600_000 * 15);
+        sign::format_date_time(rocklet_broker::clock::Clock::now(&SystemClock) - 3_600_000 * 15);
     req.metadata_mut()
         .insert(sign::DATE_TIME, old.parse().unwrap());
     req.metadata_mut().insert(

@@ -1,29 +1,55 @@
-//! Where `now` comes from.
+//! Where `now` comes from: the one clock of every host (the bindings through [`crate::Engine`],
+//! the broker as `Arc<dyn Clock>` shared by its tasks). The core never reads one; its host
+//! passes it `now` from here, so tests and simulations can run on a clock moved by hand.
+
+use alloc::sync::Arc;
+use core::sync::atomic::{AtomicU64, Ordering};
 
 use rocklet_core::Millis;
 
-/// A clock: a manual one moves only when the host says so ([`Clock::move_to`]); a host
-/// clock reads real time and refuses to be moved.
-pub trait Clock: core::fmt::Debug {
-    /// The reading, in ms.
+/// A clock: a manual one moves only when told ([`Clock::move_to`], [`ManualClock::advance`]);
+/// a host clock reads real time and refuses to be moved. Shared by reference across threads
+/// (the broker's tasks hold an `Arc<dyn Clock>`), so a manual clock moves through `&self`.
+pub trait Clock: core::fmt::Debug + Send + Sync {
+    /// The reading, in ms (since the Unix epoch for the system clock: RocketMQ's delivery
+    /// timestamps are absolute times).
     fn now(&self) -> Millis;
     /// Moves a manual clock forward to `t` (never backwards) and answers `true`; a host
     /// clock answers `false` and stays as it is.
-    fn move_to(&mut self, t: Millis) -> bool;
+    fn move_to(&self, t: Millis) -> bool {
+        let _ = t;
+        false
+    }
     /// Whether time moves only by [`Clock::move_to`].
-    fn is_manual(&self) -> bool;
+    fn is_manual(&self) -> bool {
+        false
+    }
 }
 
-/// Time that moves only when told (tests, simulations, the wasm playground).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct ManualClock(pub Millis);
+/// Time that moves only when told (tests, simulations, the wasm playground). Clones share
+/// the time.
+#[derive(Clone, Debug, Default)]
+pub struct ManualClock(Arc<AtomicU64>);
+
+impl ManualClock {
+    /// A clock at `ms`.
+    #[must_use]
+    pub fn new(ms: Millis) -> Self {
+        ManualClock(Arc::new(AtomicU64::new(ms)))
+    }
+
+    /// Moves the clock forward by `ms`.
+    pub fn advance(&self, ms: Millis) {
+        self.0.fetch_add(ms, Ordering::SeqCst);
+    }
+}
 
 impl Clock for ManualClock {
     fn now(&self) -> Millis {
-        self.0
+        self.0.load(Ordering::SeqCst)
     }
-    fn move_to(&mut self, t: Millis) -> bool {
-        self.0 = self.0.max(t);
+    fn move_to(&self, t: Millis) -> bool {
+        self.0.fetch_max(t, Ordering::SeqCst);
         true
     }
     fn is_manual(&self) -> bool {
@@ -43,16 +69,10 @@ impl Clock for SystemClock {
             .duration_since(std::time::UNIX_EPOCH)
             .map_or(0, |d| u64::try_from(d.as_millis()).unwrap_or(u64::MAX))
     }
-    fn move_to(&mut self, _t: Millis) -> bool {
-        false
-    }
-    fn is_manual(&self) -> bool {
-        false
-    }
 }
 
 /// A manual clock or a host clock `H`, chosen when the broker opens.
-#[derive(Clone, Copy, Debug)]
+#[derive(Clone, Debug)]
 pub enum AnyClock<H> {
     Manual(ManualClock),
     Host(H),
@@ -65,7 +85,7 @@ impl<H: Clock> Clock for AnyClock<H> {
             AnyClock::Host(c) => c.now(),
         }
     }
-    fn move_to(&mut self, t: Millis) -> bool {
+    fn move_to(&self, t: Millis) -> bool {
         match self {
             AnyClock::Manual(c) => c.move_to(t),
             AnyClock::Host(c) => c.move_to(t),
@@ -76,5 +96,20 @@ impl<H: Clock> Clock for AnyClock<H> {
             AnyClock::Manual(c) => c.is_manual(),
             AnyClock::Host(c) => c.is_manual(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_manual_clock_moves_forward_only_and_clones_share_it() {
+        let c = ManualClock::new(10);
+        let d = c.clone();
+        assert!(c.move_to(50));
+        assert!(c.move_to(20), "a manual clock accepts the move, and stays");
+        d.advance(5);
+        assert_eq!((c.now(), d.now()), (55, 55));
     }
 }

@@ -3,22 +3,22 @@
 //!
 //! - [`Clock`]: where `now` comes from — a [`ManualClock`] that moves only when told, or the
 //!   host's clock ([`SystemClock`] with the `std` feature); [`AnyClock`] picks one at run time.
-//! - [`Host`]: one core broker and its clock. It runs requests ([`Host::execute`], or
-//!   [`Host::submit`] + [`Host::take_reply`] for hosts that group-commit), drains
+//! - [`Engine`]: one core broker and its clock. It runs requests ([`Engine::execute`], or
+//!   [`Engine::submit`] + [`Engine::take_reply`] for hosts that group-commit), drains
 //!   `poll_output` after every call into queues of checks, availability notices and trace
-//!   events, steps the manual clock timer by timer ([`Host::step`]) and fires what is due on
-//!   the host clock ([`Host::fire_due`]).
+//!   events, steps the manual clock timer by timer ([`Engine::step`]) and fires what is due on
+//!   the host clock ([`Engine::fire_due`]).
 //! - [`Drive`]: advance / run-until-idle — steps the clock and hands out, between steps, the
 //!   checks that step produced, so each is answered at its own time. The binding calls its
 //!   language's checker (which may call the broker again: nothing is borrowed meanwhile) and
-//!   feeds the answer back with [`Host::answer`] (the core's `Resolution::from_str` reads
+//!   feeds the answer back with [`Engine::answer`] (the core's `Resolution::from_str` reads
 //!   what it said).
 //! - [`Endpoint`] and the operations over it ([`send`], [`prepare`] and [`Transaction`],
 //!   [`end`], [`pull`] across queues, [`receive`], [`ack`], ...), and [`Subscription`]: the
 //!   same defaults and the same errors in every language. A host with its own locking (the
 //!   Python binding) implements [`Endpoint`] over its lock.
 //!
-//! - `Shared` (feature `std`): a [`Host`] behind a mutex for hosts called from many threads
+//! - `Shared` (feature `std`): a [`Engine`] behind a mutex for hosts called from many threads
 //!   (Python): group commit under sync flush, the host-clock driver loop on a thread it
 //!   joins at close, a caught panic that marks the broker broken; the checker registry and
 //!   its dispatch (a failing checker answered Unknown), manual drives with each step's checks
@@ -35,6 +35,11 @@
 //!   receive) and get (every reply, output and introspection result), as serde types, so
 //!   the names, defaults and error texts are decided once.
 //!
+//! Names: the *host* is what embeds the core (a binding, the broker): a host clock, a host's
+//! failure ([`Fail::Host`]). The core's `record::Host` is an address (RocketMQ's born and
+//! store hosts); the driven broker here is an [`Engine`]. [`Fail`] is this layer's error; the
+//! bindings' own are `PyFail` and `JsFail`, as their brokers are `PyBroker` and `JsBroker`.
+//!
 //! `#![no_std]` + `alloc`: the wasm binding uses it as it is.
 
 #![no_std]
@@ -47,7 +52,7 @@ extern crate std;
 pub mod arg;
 mod clock;
 pub mod config;
-mod host;
+mod engine;
 pub mod input;
 #[cfg(feature = "std")]
 pub mod open;
@@ -63,7 +68,7 @@ mod tests;
 #[cfg(feature = "std")]
 pub use clock::SystemClock;
 pub use clock::{AnyClock, Clock, ManualClock};
-pub use host::{Checkers, Drive, Driving, Host};
+pub use engine::{Checkers, Drive, Driving, Engine};
 pub use ops::{
     ack, change_invisible, commit_offset, end, forward_to_dead_letter, prepare, pull, receive,
     send, send_back, send_one, Ended, Endpoint, PullArgs, Pulled, QueueRead, ReceiveArgs,
@@ -78,10 +83,10 @@ pub use subscription::{Subscription, Subscriptions};
 use alloc::string::String;
 use rocklet_core::ClientError;
 
-/// Why a call failed. `H` is what the host fails with (for [`Host`]: the core's
-/// [`rocklet_core::Error`]).
+/// Why a call failed. `H` is what the host fails with (for [`Engine`]: the core's
+/// [`rocklet_core::Error`]). Exhaustive on purpose: a binding maps every variant, so a new
+/// one fails its build until it is given a class and a code.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Fail<H> {
     /// The caller's mistake, as the core (or this layer, for the same mistake) answers it:
     /// nothing changed.
@@ -131,9 +136,10 @@ impl<H> Fail<H> {
 }
 
 /// What kind of failure a call met: each binding maps the kinds to its error classes in one
-/// table, and [`ErrorKind::code`] is the stable code they all carry.
+/// table, and [`ErrorKind::code`] is the stable code they all carry (Python, Node, wasm: the
+/// one table of codes, also in `tests/vectors/error-codes.json`, which every binding's tests
+/// check against what it raises). Exhaustive on purpose, as [`Fail`].
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[non_exhaustive]
 pub enum ErrorKind {
     /// The caller's mistake; the code is the [`ClientError`]'s own.
     Client,

@@ -6,10 +6,10 @@ use std::io;
 use std::path::Path;
 
 use crate::clock::{AnyClock, ManualClock, SystemClock};
-use crate::host::Host;
+use crate::engine::Engine;
 
 /// A host on [`AnyStorage`] with a manual clock or the system clock.
-pub type StdHost = Host<AnyStorage, AnyClock<SystemClock>>;
+pub type StdEngine = Engine<AnyStorage, AnyClock<SystemClock>>;
 
 /// Why [`open`] failed.
 #[derive(Debug)]
@@ -28,13 +28,13 @@ pub fn open(
     manual: Option<Millis>,
     config: Config,
     repair: bool,
-) -> Result<StdHost, OpenFail> {
+) -> Result<StdEngine, OpenFail> {
     let storage = AnyStorage::open(path).map_err(OpenFail::Storage)?;
     let clock = match manual {
-        Some(start) => AnyClock::Manual(ManualClock(start)),
+        Some(start) => AnyClock::Manual(ManualClock::new(start)),
         None => AnyClock::Host(SystemClock),
     };
-    Host::open(config, storage, clock, repair).map_err(OpenFail::Core)
+    Engine::open(config, storage, clock, repair).map_err(OpenFail::Core)
 }
 
 #[cfg(test)]

@@ -12,10 +12,10 @@ use rocklet_core::{
 };
 
 use crate::clock::Clock;
-use crate::host::{Host, HostFail};
+use crate::engine::{Engine, EngineFail};
 use crate::Fail;
 
-/// Where requests go: a [`Host`], or a host's own wrapper around one (a lock).
+/// Where requests go: a [`Engine`], or a host's own wrapper around one (a lock).
 pub trait Endpoint {
     /// What the host fails with.
     type Error;
@@ -27,16 +27,16 @@ pub trait Endpoint {
     fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, Fail<Self::Error>>;
 }
 
-impl<S: Storage, C: Clock> Endpoint for Host<S, C> {
+impl<S: Storage, C: Clock> Endpoint for Engine<S, C> {
     type Error = rocklet_core::Error<S::Error>;
-    fn request(&mut self, req: Request) -> Result<Reply, HostFail<S>> {
+    fn request(&mut self, req: Request) -> Result<Reply, EngineFail<S>> {
         self.execute(req)
     }
-    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, HostFail<S>> {
+    fn queue_count(&mut self, topic: &str) -> Result<Option<u32>, EngineFail<S>> {
         Ok(self.core()?.topic_queue_count(topic))
     }
-    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, HostFail<S>> {
-        Host::transaction_group(self, txn)
+    fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, EngineFail<S>> {
+        Engine::transaction_group(self, txn)
     }
 }
 

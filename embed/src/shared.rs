@@ -1,4 +1,4 @@
-//! [`Shared`]: a [`Host`] behind a mutex, for hosts whose callers run on many threads (the
+//! [`Shared`]: a [`Engine`] behind a mutex, for hosts whose callers run on many threads (the
 //! Python binding): group commit under sync flush, the host-clock driver loop, waiting for a
 //! change, and a caught panic that marks the broker broken; the checkers by producer group,
 //! checks answered between the driver's steps or a manual drive's, and a waiting
@@ -27,14 +27,14 @@ use rocklet_core::{
 };
 
 use crate::clock::Clock;
-use crate::host::{Checkers, Drive, Host, HostFail};
+use crate::engine::{Checkers, Drive, Engine, EngineFail};
 use crate::ops::Endpoint;
 use crate::subscription::Subscription;
 use crate::Fail;
 
 /// What a [`Shared`] call fails with: the binding's error type, built from the host's
 /// failures and from the two this layer adds.
-pub trait SharedFail<S: Storage>: From<HostFail<S>> + core::fmt::Debug {
+pub trait SharedFail<S: Storage>: From<EngineFail<S>> + core::fmt::Debug {
     /// The broker stopped taking requests earlier (a driver failure or a caught panic).
     fn broken(why: String) -> Self;
     /// A panic was caught now (the text is its message); the broker is broken from now on.
@@ -45,7 +45,7 @@ pub trait SharedFail<S: Storage>: From<HostFail<S>> + core::fmt::Debug {
 
 /// Everything behind the mutex.
 struct State<S: Storage, C: Clock> {
-    host: Host<S, C>,
+    host: Engine<S, C>,
     /// A group-commit leader is gathering writers before its sync.
     syncing: bool,
     /// When the driver next wakes by itself (0 while it is awake).
@@ -107,7 +107,7 @@ pub fn panic_text(p: &(dyn core::any::Any + Send)) -> String {
 
 impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     /// Shares `host`; `manual` says its clock moves only when told (no driver thread).
-    pub fn new(host: Host<S, C>, manual: bool) -> Self {
+    pub fn new(host: Engine<S, C>, manual: bool) -> Self {
         Shared {
             state: Mutex::new(State {
                 host,
@@ -134,7 +134,7 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     fn guarded<T, F: SharedFail<S>>(
         &self,
         st: &mut State<S, C>,
-        f: impl FnOnce(&mut Host<S, C>) -> Result<T, F>,
+        f: impl FnOnce(&mut Engine<S, C>) -> Result<T, F>,
     ) -> Result<T, F> {
         if let Some(why) = &st.broken {
             return Err(F::broken(why.clone()));
@@ -199,7 +199,7 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     /// Runs `f` on the host under the mutex.
     pub fn with<T, F: SharedFail<S>>(
         &self,
-        f: impl FnOnce(&mut Host<S, C>) -> Result<T, F>,
+        f: impl FnOnce(&mut Engine<S, C>) -> Result<T, F>,
     ) -> Result<T, F> {
         let mut st = self.state.lock();
         self.guarded(&mut st, f)
@@ -211,7 +211,7 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
     }
 
     /// Looks at the host under the mutex, even when it is broken or closed.
-    pub fn peek<T>(&self, f: impl FnOnce(&mut Host<S, C>) -> T) -> T {
+    pub fn peek<T>(&self, f: impl FnOnce(&mut Engine<S, C>) -> T) -> T {
         f(&mut self.state.lock().host)
     }
 
@@ -441,7 +441,7 @@ impl<S: Storage, C: Clock, K> Shared<S, C, K> {
 
     /// The host-clock driver, for a thread of its own: sleeps until the core's next deadline
     /// (or a wake-up), fires what is due (timers, and the async flush the core schedules),
-    /// and calls `answer` when checks wait (it takes them with [`Host::take_checks`] through
+    /// and calls `answer` when checks wait (it takes them with [`Engine::take_checks`] through
     /// [`Shared::with`]; `false` stops the driver). Returns when the broker closes, or with
     /// the reason it stopped after a failure (waiting callers see it on their next call).
     pub fn drive<F: SharedFail<S>>(&self, mut answer: impl FnMut() -> bool) -> Option<String> {

@@ -9,7 +9,7 @@ use rocklet_core::{
 
 use crate::*;
 
-type H = Host<MemStorage, ManualClock>;
+type H = Engine<MemStorage, ManualClock>;
 
 fn cfg() -> Config {
     Config {
@@ -22,7 +22,7 @@ fn cfg() -> Config {
 }
 
 fn host() -> H {
-    Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap()
+    Engine::open(cfg(), MemStorage::new(), ManualClock::new(0), false).unwrap()
 }
 
 fn msg(topic: &str, body: &str, queue: u32) -> NewMessage {
@@ -219,7 +219,7 @@ fn driving_a_step_at_a_time_hands_out_each_steps_checks_then_none() {
 
 #[test]
 fn step_refuses_a_target_in_the_past() {
-    let mut h = Host::open(cfg(), MemStorage::new(), ManualClock(500), false).unwrap();
+    let mut h = Engine::open(cfg(), MemStorage::new(), ManualClock::new(500), false).unwrap();
     assert!(matches!(h.step(Some(100)), Err(Fail::Argument(w)) if w.contains("before")));
     assert!(!h.step(Some(700)).unwrap());
     assert_eq!(h.now(), 700);
@@ -231,21 +231,15 @@ impl Clock for FixedHostClock {
     fn now(&self) -> Millis {
         42
     }
-    fn move_to(&mut self, _t: Millis) -> bool {
-        false
-    }
-    fn is_manual(&self) -> bool {
-        false
-    }
 }
 
 #[test]
 fn a_host_clock_is_not_moved() {
-    let mut h = Host::open(cfg(), MemStorage::new(), FixedHostClock, false).unwrap();
+    let mut h = Engine::open(cfg(), MemStorage::new(), FixedHostClock, false).unwrap();
     assert!(matches!(h.step(None), Err(Fail::WrongClock(_))));
     assert!(matches!(h.jump_to(100), Err(Fail::WrongClock(_))));
     h.fire_due().unwrap();
-    let mut m: Host<MemStorage, ManualClock> = host();
+    let mut m: Engine<MemStorage, ManualClock> = host();
     assert!(matches!(m.fire_due(), Err(Fail::WrongClock(_))));
 }
 
@@ -318,7 +312,7 @@ fn submitted_requests_wait_for_the_sync_under_sync_flush() {
         flush: FlushMode::Sync,
         ..cfg()
     };
-    let mut h: H = Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap();
+    let mut h: H = Engine::open(c, MemStorage::new(), ManualClock::new(0), false).unwrap();
     let id = h
         .submit(Request::Send {
             messages: vec![msg("T", "x", 0)],
@@ -352,7 +346,7 @@ fn eager_sync_releases_replies_at_once_and_reopen_recovers() {
         flush: FlushMode::Sync,
         ..cfg()
     };
-    let mut h: H = Host::open(c, MemStorage::new(), ManualClock(0), false)
+    let mut h: H = Engine::open(c, MemStorage::new(), ManualClock::new(0), false)
         .unwrap()
         .eager_sync(true);
     let id = h
@@ -622,8 +616,8 @@ mod shared {
         Failed(String),
     }
 
-    impl From<crate::host::HostFail<MemStorage>> for F {
-        fn from(e: crate::host::HostFail<MemStorage>) -> Self {
+    impl From<crate::engine::EngineFail<MemStorage>> for F {
+        fn from(e: crate::engine::EngineFail<MemStorage>) -> Self {
             F::Host(e.to_string())
         }
     }
@@ -643,7 +637,7 @@ mod shared {
     fn shared(flush: FlushMode) -> Shared<MemStorage, ManualClock> {
         let c = Config { flush, ..cfg() };
         Shared::new(
-            Host::open(c, MemStorage::new(), ManualClock(0), false).unwrap(),
+            Engine::open(c, MemStorage::new(), ManualClock::new(0), false).unwrap(),
             true,
         )
     }
@@ -723,7 +717,7 @@ mod shared {
     #[test]
     fn a_failing_or_panicking_checker_is_reported_and_answered_unknown() {
         let s: Shared<MemStorage, ManualClock, u8> = Shared::new(
-            Host::open(cfg(), MemStorage::new(), ManualClock(0), false).unwrap(),
+            Engine::open(cfg(), MemStorage::new(), ManualClock::new(0), false).unwrap(),
             true,
         );
         // Checker 0 fails, 1 panics, 2 commits; a checker may set checkers meanwhile.
@@ -825,7 +819,7 @@ mod shared {
             transaction_check_interval_ms: 20,
             ..cfg()
         };
-        let host = Host::open(c, MemStorage::new(), crate::SystemClock, false).unwrap();
+        let host = Engine::open(c, MemStorage::new(), crate::SystemClock, false).unwrap();
         // The checkers: how many times each was asked, what it answers.
         type K = Arc<(AtomicU32, Resolution)>;
         let shared: Arc<Shared<MemStorage, crate::SystemClock, K>> =
@@ -872,5 +866,54 @@ mod shared {
         assert!(shared.peek(|h| h.is_closed()));
         assert_eq!(shared.close::<F>(), Ok(()));
         assert!(shared.clear_checkers().is_empty());
+    }
+}
+
+/// The codes of `tests/vectors/error-codes.json` are [`ErrorKind::code`]'s, kind by kind
+/// (the bindings' tests check what they raise against the same file).
+#[test]
+fn the_error_code_vector_is_the_kinds_table() {
+    let text = std::fs::read_to_string(concat!(
+        env!("CARGO_MANIFEST_DIR"),
+        "/../tests/vectors/error-codes.json"
+    ))
+    .unwrap();
+    let v: serde_json::Value = serde_json::from_str(&text).unwrap();
+    let codes = v["codes"].as_object().unwrap();
+    let kinds = [
+        ErrorKind::Client,
+        ErrorKind::Argument,
+        ErrorKind::Config,
+        ErrorKind::Storage,
+        ErrorKind::Corrupted,
+        ErrorKind::Encode,
+        ErrorKind::Failed,
+        ErrorKind::Closed,
+        ErrorKind::WrongClock,
+        ErrorKind::Internal,
+    ];
+    assert_eq!(codes.len(), kinds.len(), "one code per kind");
+    for kind in kinds {
+        // Exhaustive: a new kind must be named in the vector too.
+        let key = match kind {
+            ErrorKind::Client => "client",
+            ErrorKind::Argument => "argument",
+            ErrorKind::Config => "config",
+            ErrorKind::Storage => "storage",
+            ErrorKind::Corrupted => "corrupted",
+            ErrorKind::Encode => "encode",
+            ErrorKind::Failed => "failed",
+            ErrorKind::Closed => "closed",
+            ErrorKind::WrongClock => "wrong_clock",
+            ErrorKind::Internal => "internal",
+        };
+        assert_eq!(codes[key], kind.code(), "{key}");
+    }
+    for case in v["cases"].as_array().unwrap() {
+        let kind = case["kind"].as_str().unwrap();
+        assert!(codes.contains_key(kind), "{case}");
+        if kind != "client" {
+            assert_eq!(case["expect"], codes[kind], "{case}");
+        }
     }
 }

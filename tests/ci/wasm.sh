@@ -54,7 +54,7 @@ bash "$ROOT/bindings-wasm/build.sh"
 step "node --test (binding + scenario vectors + the playground's names)"
 PKG_NODE="$ROOT/target/wasm-pkg/node" node --test --test-reporter=dot \
   "$ROOT/bindings-wasm/tests/binding.test.mjs" "$ROOT/bindings-wasm/tests/vectors.test.mjs" \
-  "$ROOT/bindings-wasm/tests/names.test.mjs"
+  "$ROOT/bindings-wasm/tests/names.test.mjs" "$ROOT/bindings-wasm/tests/error-codes.test.mjs"
 
 step "headless chromium"
 mkdir -p "$ART"

@@ -4,7 +4,7 @@
 //! `tests/vectors/README.md`), shared by the `bless` binary and the `vectors` test, plus
 //! helpers the model, crash and format tests share.
 //!
-//! A scenario runs through the embedding layer every binding uses (`rocklet_embed::Host` over
+//! A scenario runs through the embedding layer every binding uses (`rocklet_embed::Engine` over
 //! [`MemStorage`], a manual clock starting at 0): before each step the clock advances to the
 //! step's `at` by `rocklet_embed::Drive`, firing every timer on the way at its own time and
 //! answering each step's checks with the group's checker before the next. So the vectors test
@@ -181,7 +181,7 @@ pub fn scenario_files() -> Result<Vec<PathBuf>, String> {
 /// Runs scenarios step by step against one broker.
 #[derive(Debug)]
 pub struct Runner {
-    host: rocklet_embed::Host<MemStorage, ManualClock>,
+    host: rocklet_embed::Engine<MemStorage, ManualClock>,
     /// group → answer; `None` = no checker (producer offline).
     checkers: BTreeMap<String, Option<Resolution>>,
     txn_by_label: HashMap<String, TxnId>,
@@ -283,7 +283,7 @@ impl Runner {
     /// A broker over empty memory storage at time 0.
     pub fn new(cfg: Config) -> Result<Self, String> {
         // Memory storage: durable once written, so the host syncs after each burst.
-        let host = rocklet_embed::Host::open(cfg, MemStorage::new(), ManualClock(0), false)
+        let host = rocklet_embed::Engine::open(cfg, MemStorage::new(), ManualClock::new(0), false)
             .map_err(|e| format!("open: {e}"))?
             .eager_sync(true);
         Ok(Runner {

@@ -64,6 +64,7 @@ from rocklet._rocklet import (
     TransactionAlreadyResolved,
     UnknownTopic,
     UnknownTransaction,
+    WrongClock,
     WrongProducerGroup,
     __version__,
 )
@@ -122,6 +123,7 @@ __all__ = [
     "TransactionAlreadyResolved",
     "UnknownTopic",
     "UnknownTransaction",
+    "WrongClock",
     "WrongProducerGroup",
     "__version__",
 ]

@@ -3,19 +3,55 @@
 ```text
 RockletError                      base of everything the engine raises; `.code` is stable
 ├── ClientError                   the caller's mistake (core `ClientError`), one subclass per code
+│   └── InvalidArgument           an argument out of range (also a ValueError)
 ├── ConfigError                   a configuration that cannot work
 ├── StorageError                  the storage failed (I/O, data directory locked)
 │   └── BrokerFailed              a sync failed earlier: the broker takes nothing more; reopen it
 ├── CorruptLog                    recovery found damage it will not cut by itself (`.offset`)
 ├── EncodeError                   a record would not fit the format
 ├── BrokerClosed                  the broker was closed
+├── WrongClock                    a manual-clock call on the system clock (also a ValueError)
 └── InternalError                 a bug in Rocklet (a caught Rust panic)
 ```
+
+The codes are the one table of the three bindings (Node and wasm give the same code for the
+same failure): `tests/vectors/error-codes.json`, checked by `tests/test_error_codes.py`.
+Three codes were renamed to that table's; until the next release each still compares equal
+to its old name, with a DeprecationWarning: `CONFIG` (now `INVALID_CONFIG`), `CORRUPT_LOG`
+(now `CORRUPTED`), `BROKER_FAILED` (now `FAILED`).
 """
 
 from __future__ import annotations
 
+import warnings
 from typing import ClassVar, Dict, List, Type
+
+
+class Code(str):
+    """A renamed code: the new name, equal to the old one too (with a DeprecationWarning)
+    until the next release."""
+
+    old: str
+
+    def __new__(cls, code: str, old: str) -> "Code":
+        c = super().__new__(cls, code)
+        c.old = old
+        return c
+
+    def __eq__(self, other: object) -> bool:
+        if isinstance(other, str) and other == self.old:
+            warnings.warn(
+                f"the error code {self.old} is now {str(self)}; the old name goes in the next release",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return True
+        return str.__eq__(self, other)
+
+    def __ne__(self, other: object) -> bool:
+        return not self.__eq__(other)
+
+    __hash__ = str.__hash__
 
 
 class RockletError(Exception):
@@ -33,7 +69,7 @@ class ClientError(RockletError):
 class ConfigError(RockletError):
     """A configuration value that cannot work."""
 
-    code = "CONFIG"
+    code = Code("INVALID_CONFIG", old="CONFIG")
 
 
 class StorageError(RockletError):
@@ -45,13 +81,13 @@ class StorageError(RockletError):
 class BrokerFailed(StorageError):
     """A sync failed: the broker stopped taking requests and must be closed and opened again (recovery keeps what is durable)."""
 
-    code = "BROKER_FAILED"
+    code = Code("FAILED", old="BROKER_FAILED")
 
 
 class CorruptLog(RockletError):
     """The log holds damage recovery will not cut off by itself; `offset` is where it starts. `Broker(path, repair=True)` opens it, moving the damaged bytes to quarantine."""
 
-    code = "CORRUPT_LOG"
+    code = Code("CORRUPTED", old="CORRUPT_LOG")
     offset: int
 
 
@@ -65,6 +101,12 @@ class BrokerClosed(RockletError):
     """The broker was closed."""
 
     code = "BROKER_CLOSED"
+
+
+class WrongClock(RockletError, ValueError):
+    """A call that moves the clock (`advance`, `run_until_idle`, ...) on a broker opened on the system clock."""
+
+    code = "WRONG_CLOCK"
 
 
 class InternalError(RockletError):
@@ -205,8 +247,8 @@ class StaleReceiptHandle(ClientError):
     code = "STALE_RECEIPT_HANDLE"
 
 
-class InvalidArgument(ClientError):
-    """An argument outside what the broker accepts."""
+class InvalidArgument(ClientError, ValueError):
+    """An argument outside what the broker accepts (a ValueError too, Python's idiom)."""
 
     code = "INVALID_ARGUMENT"
 

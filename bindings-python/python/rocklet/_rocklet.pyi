@@ -15,6 +15,7 @@ from rocklet._errors import (
     CorruptLog as CorruptLog,
     EncodeError as EncodeError,
     BrokerClosed as BrokerClosed,
+    WrongClock as WrongClock,
     InternalError as InternalError,
     InvalidTopic as InvalidTopic,
     ReservedTopic as ReservedTopic,
@@ -106,6 +107,7 @@ __all__ = [
     "TransactionAlreadyResolved",
     "UnknownTopic",
     "UnknownTransaction",
+    "WrongClock",
     "WrongProducerGroup",
     "__version__",
 ]

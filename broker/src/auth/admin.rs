@@ -243,7 +243,7 @@ impl Signer {
     /// Adds `x-mq-date-time` and `authorization` to a call's metadata.
     pub fn sign(&self, md: &mut tonic::metadata::MetadataMap) {
         let Some((ak, sk)) = &self.creds else { return };
-        let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+        let now = crate::clock::Clock::now(&crate::clock::SystemClock);
         let dt = super::sign::format_date_time(now);
         let auth = super::sign::grpc_authorization(ak, sk, &dt);
         if let (Ok(dt), Ok(auth)) = (dt.parse(), auth.parse()) {

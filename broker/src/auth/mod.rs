@@ -520,7 +520,7 @@ impl Auth {
             )
         })?;
         self.time
-            .check(signed, self.clock.now_ms() as i64)
+            .check(signed, self.clock.now() as i64)
             .map_err(|e| Refusal::unauthorized(Failure::ExpiredTimestamp, e))?;
         Ok(id)
     }
@@ -801,7 +801,7 @@ mod tests {
     #[derive(Debug)]
     struct At(u64);
     impl Clock for At {
-        fn now_ms(&self) -> u64 {
+        fn now(&self) -> u64 {
             self.0
         }
     }

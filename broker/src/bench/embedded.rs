@@ -14,6 +14,7 @@ use super::{
     body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome,
     Outcomes, Recorder, Target,
 };
+use crate::clock::Clock;
 
 const GROUP: &str = "RockletBenchProducers";
 const CHECK_ID: u64 = 1 << 62;
@@ -28,20 +29,24 @@ const INVISIBLE_MS: u64 = 600_000;
 
 type Core = Broker<AnyStorage>;
 
-/// Milliseconds on the core's clock (epoch based, monotonic within the run).
+/// The core's clock in a run: epoch based, monotonic within the run (a host clock of the
+/// one [`Clock`] trait).
 #[derive(Debug)]
-struct Clock {
+struct MonotonicClock {
     start: Instant,
     base: u64,
 }
 
-impl Clock {
+impl MonotonicClock {
     fn new() -> Self {
-        Clock {
+        MonotonicClock {
             start: Instant::now(),
             base: epoch_ms(),
         }
     }
+}
+
+impl Clock for MonotonicClock {
     fn now(&self) -> u64 {
         self.base + self.start.elapsed().as_millis() as u64
     }
@@ -106,7 +111,7 @@ fn open(cfg: Config, dir: Option<&Path>, now: u64) -> Result<Core, String> {
 struct Run<'a> {
     args: &'a BenchArgs,
     b: Core,
-    clock: Clock,
+    clock: MonotonicClock,
     topic: String,
     run_id: u32,
     ledger: Ledger,
@@ -170,7 +175,7 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
     if args.mode == Mode::Recover {
         return recover(args, path.as_deref().ok_or("recover needs file storage")?);
     }
-    let clock = Clock::new();
+    let clock = MonotonicClock::new();
     let mut b = open(config(args), path.as_deref(), clock.now())?;
     b.set_producer_online(clock.now(), GROUP, true);
     let mut ledger = Ledger::default();
@@ -758,7 +763,7 @@ impl Run<'_> {
 /// Fills a file log with `count` messages (batches of 64), leaves it like a killed process
 /// would (no close), then times reopening it.
 fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> {
-    let clock = Clock::new();
+    let clock = MonotonicClock::new();
     let cfg = Config {
         flush: FlushMode::Async,
         ..config(args)

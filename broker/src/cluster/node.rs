@@ -347,7 +347,7 @@ impl Node {
         let me = self.cfg.node_id;
         let fence = Arc::new(Fence::new());
         fence.extend(sent + self.ttl() - self.margin());
-        let now = SystemClock.now_ms();
+        let now = SystemClock.now();
         match self.core.inspect(move |b| b.promote(now, epoch)).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => self.fence(&format!("promote to epoch {epoch} refused: {e}")),

@@ -5,7 +5,7 @@
 //!
 //! - Names: a request is answered only when its `Host` names the console (the address the
 //!   connection reached, `localhost` on loopback, or an entry of `console_allowed_hosts`) and
-//!   its `Origin`, when present, too ([`hosts`]): a page of another site that reaches the
+//!   its `Origin`, when present, too ([`crate::http::hosts`]): a page of another site that reaches the
 //!   console through DNS rebinding is refused (421, 403) before anything else, with
 //!   authentication off as on.
 //! - Access: with authentication on, every request needs HTTP Basic credentials of a super
@@ -16,9 +16,9 @@
 //!   a program, not a page.
 //! - Bounded: every listing is a page of at most [`MAX_LIMIT`] rows from a cursor the
 //!   previous page handed out (the core's `*_after` reads), so no request costs in
-//!   proportion to the topics or pending transactions the broker holds; heads are at most
-//!   [`MAX_HEAD`] bytes, bodies [`MAX_BODY`], connections [`MAX_CONNECTIONS`], each read
-//!   [`READ_TIMEOUT`].
+//!   proportion to the topics or pending transactions the broker holds; heads, bodies,
+//!   connections and the time a request takes to arrive are bounded by the limits of
+//!   [`crate::http`], which serves it.
 //! - Actions (commit / roll back transactions, resend dead letters) are written to the log
 //!   as audit records (`target: rocklet::audit`), naming the operator and the peer.
 //!
@@ -36,13 +36,11 @@
 //! | GET | `/api/dlq/messages?topic&after&limit` | a dead-letter topic's messages |
 //! | POST | `/api/dlq/resend` `{topic, offsets:[queue offset]}` | resend to the original topic |
 
-pub mod hosts;
 pub mod series;
 pub mod story;
 
 use std::net::SocketAddr;
 use std::sync::Arc;
-use std::time::Duration;
 
 use rocklet_core::broker::prop;
 use rocklet_core::types::OffsetMsgId;
@@ -50,9 +48,7 @@ use rocklet_core::{
     record, topic, Message, Millis, NewMessage, PendingTxnInfo, Reply, Request, Resolution, TxnId,
 };
 use serde_json::{json, Value};
-use tokio::io::{AsyncRead, AsyncReadExt, AsyncWrite, AsyncWriteExt};
-use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::Semaphore;
+use tokio::net::TcpListener;
 use tracing::{info, warn};
 
 use crate::auth::tls::Tls;
@@ -61,18 +57,11 @@ use crate::clock::Clock;
 use crate::driver::{CoreBroker, CoreHandle};
 use crate::metrics::Metrics;
 
-use self::hosts::AllowedHosts;
 use self::series::Series;
 use self::story::Stories;
+use crate::http::hosts::AllowedHosts;
+use crate::http::{self, Handler, HttpRequest, Response};
 
-/// Largest request head (request line and headers).
-pub const MAX_HEAD: usize = 16 << 10;
-/// Largest request body (an action's JSON).
-pub const MAX_BODY: usize = 64 << 10;
-/// Connections served at once; more are answered 503 and closed.
-pub const MAX_CONNECTIONS: usize = 64;
-/// Longest a request may take to arrive.
-pub const READ_TIMEOUT: Duration = Duration::from_secs(10);
 /// Default and largest page.
 pub const DEFAULT_LIMIT: usize = 50;
 pub const MAX_LIMIT: usize = 200;
@@ -134,7 +123,7 @@ impl Console {
     ) -> Arc<Self> {
         let stories = metrics.stories.get_or_init(Arc::default).clone();
         Arc::new(Console {
-            started: clock.now_ms(),
+            started: clock.now(),
             core,
             clock,
             metrics,
@@ -156,37 +145,7 @@ impl Console {
             self.metrics.clone(),
             self.clock.clone(),
         ));
-        let me = self.clone();
-        let accept = tokio::spawn(async move {
-            let slots = Arc::new(Semaphore::new(MAX_CONNECTIONS));
-            loop {
-                let (sock, peer) = match listener.accept().await {
-                    Ok(x) => x,
-                    Err(e) => {
-                        crate::net::accept_failed(&e, "console").await;
-                        continue;
-                    }
-                };
-                let me = me.clone();
-                let tls = tls.clone();
-                let slot = slots.clone().try_acquire_owned();
-                tokio::spawn(async move {
-                    let Ok(_slot) = slot else {
-                        let mut sock = sock;
-                        let _ = write_response(
-                            &mut sock,
-                            &Response::error(
-                                503,
-                                "the console serves 64 connections at once; try again",
-                            ),
-                        )
-                        .await;
-                        return;
-                    };
-                    me.connection(sock, peer, tls).await;
-                });
-            }
-        });
+        let accept = tokio::spawn(http::serve(listener, self.clone(), tls));
         RunningConsole {
             addr,
             accept,
@@ -194,45 +153,9 @@ impl Console {
         }
     }
 
-    async fn connection(&self, sock: TcpStream, peer: SocketAddr, tls: Option<Arc<Tls>>) {
-        let _ = sock.set_nodelay(true);
-        let Ok(local) = sock.local_addr() else {
-            return;
-        };
-        match tls {
-            None => self.exchange(sock, peer, local).await,
-            Some(tls) => match tokio::time::timeout(READ_TIMEOUT, tls.accept(sock, false)).await {
-                Ok(Ok(s)) => self.exchange(s, peer, local).await,
-                Ok(Err(e)) => info!(%peer, error = %e, "console connection refused: TLS"),
-                Err(_) => info!(%peer, "console connection closed: no TLS handshake in time"),
-            },
-        }
-    }
-
-    /// One request and its response (the connection closes after it).
-    async fn exchange<S: AsyncRead + AsyncWrite + Unpin>(
-        &self,
-        mut s: S,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) {
-        let resp = match tokio::time::timeout(READ_TIMEOUT, read_request(&mut s)).await {
-            Err(_) => Response::error(408, "the request did not arrive within 10 s"),
-            Ok(Err(r)) => r,
-            Ok(Ok(req)) => self.respond(&req, peer, local).await,
-        };
-        let _ = write_response(&mut s, &resp).await;
-        let _ = s.shutdown().await;
-    }
-
     /// Answers one parsed request that reached the console at `local`: the names it
     /// carries ([`hosts`]), authentication, then the route.
-    pub async fn respond(
-        &self,
-        req: &HttpRequest,
-        peer: SocketAddr,
-        local: SocketAddr,
-    ) -> Response {
+    pub async fn route(&self, req: &HttpRequest, peer: SocketAddr, local: SocketAddr) -> Response {
         if let Err(r) = self.check_names(req, peer, local) {
             return r;
         }
@@ -241,16 +164,11 @@ impl Console {
             Err(r) => return r,
         };
         match (req.method.as_str(), req.path.as_str()) {
-            ("GET", "/" | "/index.html") => Response::asset("text/html; charset=utf-8", INDEX_HTML),
-            ("GET", "/console.js") => Response::asset("text/javascript; charset=utf-8", CONSOLE_JS),
-            ("GET", "/console.css") => Response::asset("text/css; charset=utf-8", CONSOLE_CSS),
+            ("GET", "/" | "/index.html") => asset("text/html; charset=utf-8", INDEX_HTML),
+            ("GET", "/console.js") => asset("text/javascript; charset=utf-8", CONSOLE_JS),
+            ("GET", "/console.css") => asset("text/css; charset=utf-8", CONSOLE_CSS),
             // Browsers ask for it; there is none.
-            ("GET", "/favicon.ico") => Response {
-                status: 204,
-                content_type: "image/x-icon",
-                headers: Vec::new(),
-                body: Vec::new(),
-            },
+            ("GET", "/favicon.ico") => Response::new(204, "image/x-icon", Vec::new()),
             ("GET", path) if path.starts_with("/api/") => {
                 self.metrics.request("Admin");
                 json_result(self.get(path, req).await)
@@ -258,19 +176,19 @@ impl Console {
             ("POST", path) if path.starts_with("/api/") => {
                 self.metrics.request("Admin");
                 if req.header("x-rocklet-console").is_none() {
-                    return Response::error(
+                    return json_error(
                         403,
                         "actions need the X-Rocklet-Console header (sent by the console page)",
                     );
                 }
                 let body: Value = match serde_json::from_slice(&req.body) {
                     Ok(v) => v,
-                    Err(e) => return Response::error(400, &format!("the body is not JSON: {e}")),
+                    Err(e) => return json_error(400, &format!("the body is not JSON: {e}")),
                 };
                 json_result(self.post(path, &body, who.name(), peer).await)
             }
-            ("GET" | "POST", _) => Response::error(404, &format!("no page {}", req.path)),
-            _ => Response::error(405, &format!("method {} is not served", req.method)),
+            ("GET" | "POST", _) => json_error(404, &format!("no page {}", req.path)),
+            _ => json_error(405, &format!("method {} is not served", req.method)),
         }
     }
 
@@ -281,17 +199,10 @@ impl Console {
         peer: SocketAddr,
         local: SocketAddr,
     ) -> Result<(), Response> {
-        if let Err((status, msg)) = self.hosts.check_host(req.header("host"), local) {
-            info!(%peer, host = ?req.header("host"), method = %req.method, path = %req.path, "console request refused: its Host names another site");
-            return Err(Response::error(status, &msg));
-        }
-        if let Some(origin) = req.header("origin") {
-            if let Err(msg) = self.hosts.check_origin(origin, local) {
-                info!(%peer, origin, method = %req.method, path = %req.path, "console request refused: its Origin is another site");
-                return Err(Response::error(403, &msg));
-            }
-        }
-        Ok(())
+        self.hosts.check(req, local).map_err(|(status, msg)| {
+            info!(%peer, host = ?req.header("host"), origin = ?req.header("origin"), method = %req.method, path = %req.path, "console request refused: its Host or Origin names another site");
+            json_error(status, &msg)
+        })
     }
 
     fn check_access(&self, req: &HttpRequest, peer: SocketAddr) -> Result<Identity, Response> {
@@ -299,7 +210,7 @@ impl Console {
             return Ok(Identity::Open);
         }
         let challenge = |msg: &str| {
-            let mut r = Response::error(401, msg);
+            let mut r = json_error(401, msg);
             r.headers.push((
                 "WWW-Authenticate",
                 "Basic realm=\"rocklet console\", charset=\"UTF-8\"".into(),
@@ -321,7 +232,7 @@ impl Console {
         self.auth.require_super(&id).map_err(|r| {
             self.auth
                 .refused(Protocol::Admin, &r, id.name(), Some(peer.ip()));
-            Response::error(403, &r.message)
+            json_error(403, &r.message)
         })?;
         Ok(id)
     }
@@ -381,7 +292,7 @@ impl Console {
                 )
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         Ok(json!({
             "now": now,
             "uptime_ms": now.saturating_sub(self.started),
@@ -507,7 +418,7 @@ impl Console {
                 (total, (rows, page.next))
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let items: Vec<Value> = page
             .0
             .into_iter()
@@ -571,7 +482,7 @@ impl Console {
             if let (Ok(false), Ok(txn)) = (&r, id.parse::<TxnId>()) {
                 self.stories.note(
                     txn.0,
-                    self.clock.now_ms(),
+                    self.clock.now(),
                     "operator_resolved",
                     format!("{} by {who} from the console", resolution.as_str()),
                 );
@@ -805,7 +716,7 @@ impl Console {
                 (b.pending_delay_count(), rows, page.next)
             })
             .await?;
-        let now = self.clock.now_ms();
+        let now = self.clock.now();
         let mut items: Vec<Value> = rows
             .into_iter()
             .map(|(d, f)| {
@@ -1109,237 +1020,52 @@ fn paging(req: &HttpRequest) -> Result<(Option<u64>, usize), ApiError> {
     Ok((after, limit))
 }
 
+impl Handler for Console {
+    const NAME: &'static str = "console";
+    const HEADERS: &'static [(&'static str, &'static str)] = &[
+        ("Cache-Control", "no-store"),
+        ("X-Content-Type-Options", "nosniff"),
+        ("X-Frame-Options", "DENY"),
+        (
+            "Content-Security-Policy",
+            "default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'",
+        ),
+    ];
+
+    async fn respond(&self, req: HttpRequest, peer: SocketAddr, local: SocketAddr) -> Response {
+        self.route(&req, peer, local).await
+    }
+
+    fn refusal(&self, status: u16, msg: &str) -> Response {
+        json_error(status, msg)
+    }
+}
+
 /// An API error: HTTP status and message.
 #[derive(Debug)]
 pub struct ApiError(pub u16, pub String);
 
 fn json_result(r: Result<Value, ApiError>) -> Response {
     match r {
-        Ok(v) => Response::json(200, &v),
-        Err(ApiError(status, msg)) => Response::error(status, &msg),
+        Ok(v) => json_response(200, &v),
+        Err(ApiError(status, msg)) => json_error(status, &msg),
     }
 }
 
-/// A parsed HTTP request.
-#[derive(Debug, Default)]
-pub struct HttpRequest {
-    pub method: String,
-    pub path: String,
-    pub query: Vec<(String, String)>,
-    pub headers: Vec<(String, String)>,
-    pub body: Vec<u8>,
+fn asset(content_type: &'static str, body: &str) -> Response {
+    Response::new(200, content_type, body.as_bytes())
 }
 
-impl HttpRequest {
-    /// A header by lower-case name.
-    #[must_use]
-    pub fn header(&self, name: &str) -> Option<&str> {
-        self.headers
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
-
-    /// A query parameter.
-    #[must_use]
-    pub fn param(&self, name: &str) -> Option<&str> {
-        self.query
-            .iter()
-            .find(|(k, _)| k == name)
-            .map(|(_, v)| v.as_str())
-    }
+fn json_response(status: u16, v: &Value) -> Response {
+    Response::new(
+        status,
+        "application/json",
+        serde_json::to_vec(v).unwrap_or_default(),
+    )
 }
 
-/// An HTTP response.
-#[derive(Debug)]
-pub struct Response {
-    pub status: u16,
-    pub content_type: &'static str,
-    pub headers: Vec<(&'static str, String)>,
-    pub body: Vec<u8>,
-}
-
-impl Response {
-    fn asset(content_type: &'static str, body: &str) -> Self {
-        Response {
-            status: 200,
-            content_type,
-            headers: Vec::new(),
-            body: body.as_bytes().to_vec(),
-        }
-    }
-
-    fn json(status: u16, v: &Value) -> Self {
-        Response {
-            status,
-            content_type: "application/json",
-            headers: Vec::new(),
-            body: serde_json::to_vec(v).unwrap_or_default(),
-        }
-    }
-
-    fn error(status: u16, msg: &str) -> Self {
-        Response::json(status, &json!({"error": msg}))
-    }
-}
-
-fn reason(status: u16) -> &'static str {
-    match status {
-        200 => "OK",
-        204 => "No Content",
-        400 => "Bad Request",
-        401 => "Unauthorized",
-        403 => "Forbidden",
-        404 => "Not Found",
-        405 => "Method Not Allowed",
-        408 => "Request Timeout",
-        413 => "Content Too Large",
-        421 => "Misdirected Request",
-        431 => "Request Header Fields Too Large",
-        500 => "Internal Server Error",
-        _ => "Service Unavailable",
-    }
-}
-
-async fn write_response<W: AsyncWrite + Unpin>(w: &mut W, r: &Response) -> std::io::Result<()> {
-    let mut head = format!(
-        "HTTP/1.1 {} {}\r\nContent-Type: {}\r\nContent-Length: {}\r\nConnection: close\r\n\
-         Cache-Control: no-store\r\nX-Content-Type-Options: nosniff\r\nX-Frame-Options: DENY\r\n\
-         Content-Security-Policy: default-src 'self'; style-src 'self' 'unsafe-inline'; frame-ancestors 'none'\r\n",
-        r.status,
-        reason(r.status),
-        r.content_type,
-        r.body.len()
-    );
-    for (k, v) in &r.headers {
-        head.push_str(k);
-        head.push_str(": ");
-        head.push_str(v);
-        head.push_str("\r\n");
-    }
-    head.push_str("\r\n");
-    w.write_all(head.as_bytes()).await?;
-    w.write_all(&r.body).await?;
-    w.flush().await
-}
-
-/// Reads one request: a head of at most [`MAX_HEAD`] bytes and a body of at most
-/// [`MAX_BODY`] (`Content-Length`; chunked bodies are refused).
-pub async fn read_request<R: AsyncRead + Unpin>(r: &mut R) -> Result<HttpRequest, Response> {
-    let mut buf = Vec::with_capacity(1024);
-    let mut chunk = [0u8; 4096];
-    let head_end = loop {
-        if let Some(i) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
-            break i;
-        }
-        if buf.len() > MAX_HEAD {
-            return Err(Response::error(431, "the request head is over 16 KiB"));
-        }
-        let n = r
-            .read(&mut chunk)
-            .await
-            .map_err(|e| Response::error(400, &format!("reading the request: {e}")))?;
-        if n == 0 {
-            return Err(Response::error(
-                400,
-                "the connection closed before the request head ended",
-            ));
-        }
-        buf.extend_from_slice(&chunk[..n]);
-    };
-    if head_end > MAX_HEAD {
-        return Err(Response::error(431, "the request head is over 16 KiB"));
-    }
-    let head = std::str::from_utf8(&buf[..head_end])
-        .map_err(|_| Response::error(400, "the request head is not UTF-8"))?;
-    let mut lines = head.split("\r\n");
-    let line = lines.next().unwrap_or_default();
-    let mut parts = line.split(' ');
-    let (Some(method), Some(target), Some(version)) = (parts.next(), parts.next(), parts.next())
-    else {
-        return Err(Response::error(400, &format!("bad request line {line:?}")));
-    };
-    if !version.starts_with("HTTP/1.") {
-        return Err(Response::error(
-            400,
-            &format!("{version} is not served (HTTP/1.1 only)"),
-        ));
-    }
-    let mut req = HttpRequest {
-        method: method.to_string(),
-        ..HttpRequest::default()
-    };
-    let (path, query) = target.split_once('?').unwrap_or((target, ""));
-    req.path = percent_decode(path);
-    req.query = query
-        .split('&')
-        .filter(|p| !p.is_empty())
-        .map(|p| {
-            let (k, v) = p.split_once('=').unwrap_or((p, ""));
-            (percent_decode(k), percent_decode(v))
-        })
-        .collect();
-    for l in lines {
-        let Some((k, v)) = l.split_once(':') else {
-            return Err(Response::error(400, &format!("bad header line {l:?}")));
-        };
-        req.headers
-            .push((k.trim().to_ascii_lowercase(), v.trim().to_string()));
-    }
-    if req.header("transfer-encoding").is_some() {
-        return Err(Response::error(
-            400,
-            "chunked bodies are not served; send Content-Length",
-        ));
-    }
-    let len = match req.header("content-length") {
-        None => 0,
-        Some(v) => v
-            .parse::<usize>()
-            .map_err(|_| Response::error(400, &format!("Content-Length {v:?} is not a number")))?,
-    };
-    if len > MAX_BODY {
-        return Err(Response::error(413, "the request body is over 64 KiB"));
-    }
-    let mut body = buf[head_end + 4..].to_vec();
-    while body.len() < len {
-        let n = r
-            .read(&mut chunk)
-            .await
-            .map_err(|e| Response::error(400, &format!("reading the body: {e}")))?;
-        if n == 0 {
-            return Err(Response::error(
-                400,
-                "the connection closed before the body ended",
-            ));
-        }
-        body.extend_from_slice(&chunk[..n]);
-    }
-    body.truncate(len);
-    req.body = body;
-    Ok(req)
-}
-
-fn percent_decode(s: &str) -> String {
-    let b = s.as_bytes();
-    let hex = |c: u8| (c as char).to_digit(16).map(|d| d as u8);
-    let mut out = Vec::with_capacity(b.len());
-    let mut i = 0;
-    while i < b.len() {
-        match b[i] {
-            b'+' => out.push(b' '),
-            b'%' if i + 2 < b.len() => match (hex(b[i + 1]), hex(b[i + 2])) {
-                (Some(h), Some(l)) => {
-                    out.push(h * 16 + l);
-                    i += 2;
-                }
-                _ => out.push(b'%'),
-            },
-            c => out.push(c),
-        }
-        i += 1;
-    }
-    String::from_utf8_lossy(&out).into_owned()
+fn json_error(status: u16, msg: &str) -> Response {
+    json_response(status, &json!({"error": msg}))
 }
 
 fn basic_credentials(h: &str) -> Option<(String, String)> {
@@ -1367,40 +1093,11 @@ mod tests {
     use super::*;
 
     #[test]
-    fn percent_decoding_and_credentials() {
-        assert_eq!(percent_decode("%25DLQ%25g+x"), "%DLQ%g x");
-        assert_eq!(percent_decode("50%"), "50%");
-        assert_eq!(percent_decode("%zz"), "%zz");
+    fn basic_credentials_are_read() {
         assert_eq!(
             basic_credentials("Basic YWRtaW46czNjcjN0"),
             Some(("admin".into(), "s3cr3t".into()))
         );
         assert_eq!(basic_credentials("Bearer x"), None);
-    }
-
-    #[tokio::test]
-    async fn requests_are_bounded() {
-        let big = format!("GET / HTTP/1.1\r\nX: {}\r\n\r\n", "a".repeat(MAX_HEAD));
-        let r = read_request(&mut big.as_bytes()).await.unwrap_err();
-        assert_eq!(r.status, 431);
-        let body = format!(
-            "POST /api/resolve HTTP/1.1\r\nContent-Length: {}\r\n\r\n",
-            MAX_BODY + 1
-        );
-        assert_eq!(
-            read_request(&mut body.as_bytes()).await.unwrap_err().status,
-            413
-        );
-        let ok = "GET /api/topics?after=3&limit=10 HTTP/1.1\r\nHost: x\r\n\r\n";
-        let r = read_request(&mut ok.as_bytes()).await.unwrap();
-        assert_eq!(
-            (r.path.as_str(), r.param("after"), r.header("host")),
-            ("/api/topics", Some("3"), Some("x"))
-        );
-        let bad = "GET / SPDY/3\r\n\r\n";
-        assert_eq!(
-            read_request(&mut bad.as_bytes()).await.unwrap_err().status,
-            400
-        );
     }
 }

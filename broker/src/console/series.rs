@@ -156,7 +156,7 @@ pub async fn read(core: &CoreHandle, metrics: &Metrics, clock: &dyn Clock) -> Op
         .await
         .ok()?;
     Some(Reading {
-        at: clock.now_ms(),
+        at: clock.now(),
         stats,
         halves,
         delays,

@@ -300,7 +300,7 @@ pub fn spawn_renewer(leases: &Arc<Leases>, core: CoreHandle, clock: Arc<dyn Cloc
         loop {
             interval.tick().await;
             let Some(leases) = weak.upgrade() else { return };
-            let now = clock.now_ms();
+            let now = clock.now();
             for (key, lease) in leases.due(now) {
                 let leases = leases.clone();
                 let core = core.clone();

@@ -544,7 +544,7 @@ impl Messaging {
                 Reply::Received(msgs) if !msgs.is_empty() => {
                     if req.auto_renew {
                         // A push consumer: held invisible for as long as it holds them.
-                        let now = self.clock.now_ms();
+                        let now = self.clock.now();
                         for r in &msgs {
                             self.leases
                                 .add(client, &group, &r.handle, r.visible_at, now);
@@ -986,7 +986,7 @@ impl<S: Stream + Unpin> Stream for Charged<S> {
 }
 
 fn delivery_now() -> pb::ReceiveMessageResponse {
-    let now = crate::clock::Clock::now_ms(&crate::clock::SystemClock);
+    let now = crate::clock::Clock::now(&crate::clock::SystemClock);
     pb::ReceiveMessageResponse {
         content: Some(pb::receive_message_response::Content::DeliveryTimestamp(
             timestamp(now),

@@ -389,7 +389,7 @@ pub(crate) fn lock_body(req: &RemotingCommand) -> Result<LockBody, RemotingComma
 /// it holds (`lockOKMQSet`), the others are held by another client of the group.
 pub(crate) fn lock_batch(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answer {
     let b = lock_body(req)?;
-    let now = ctx.clock.now_ms();
+    let now = ctx.clock.now();
     let held = lock(&ctx.locks).lock(now, &b.group, &b.client, conn.id, &b.queues);
     let set: Vec<serde_json::Value> = held
         .iter()

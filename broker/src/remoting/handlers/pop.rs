@@ -83,8 +83,7 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
         + Duration::from_millis(poll_ms.min(ctx.cfg.max_long_polling_ms));
     let not_found = |ctx: &Ctx| {
         let mut r = RemotingCommand::response_to(req, status::PULL_NOT_FOUND, None);
-        r.ext
-            .insert("popTime".into(), ctx.clock.now_ms().to_string());
+        r.ext.insert("popTime".into(), ctx.clock.now().to_string());
         r.ext
             .insert("invisibleTime".into(), invisible_ms.to_string());
         r.ext.insert("reviveQid".into(), "0".into());
@@ -207,7 +206,7 @@ pub(crate) async fn change_invisible(ctx: &Ctx, req: &RemotingCommand) -> Answer
                 if let Some(t) = old {
                     r.remove(t);
                 }
-                r.insert(ctx.clock.now_ms(), &group, handle, visible_at)
+                r.insert(ctx.clock.now(), &group, handle, visible_at)
             };
             let mut resp = ok(req);
             resp.ext.insert(

@@ -1,4 +1,4 @@
-//! [`Host`]: one core broker, its clock, and the outputs kept until the binding takes them;
+//! [`Engine`]: one core broker, its clock, and the outputs kept until the binding takes them;
 //! [`Drive`]: advance and run-until-idle; [`Checkers`]: who answers a group's checks.
 
 use alloc::collections::{BTreeMap, VecDeque};
@@ -14,17 +14,17 @@ use rocklet_core::{
 use crate::clock::Clock;
 use crate::Fail;
 
-/// What a [`Host`] call fails with.
-pub type HostFail<S> = Fail<Error<<S as Storage>::Error>>;
+/// What a [`Engine`] call fails with.
+pub type EngineFail<S> = Fail<Error<<S as Storage>::Error>>;
 
 const CLOSED: &str = "the broker is closed";
 
 /// One core broker driven by a clock. Every call drains `poll_output`: replies of
-/// [`Host::submit`]ted requests wait for [`Host::take_reply`], checks for
-/// [`Host::take_checks`] (or a [`Drive`]), availability notices for
-/// [`Host::take_available`], trace events (when `trace` is on) for [`Host::take_trace`].
+/// [`Engine::submit`]ted requests wait for [`Engine::take_reply`], checks for
+/// [`Engine::take_checks`] (or a [`Drive`]), availability notices for
+/// [`Engine::take_available`], trace events (when `trace` is on) for [`Engine::take_trace`].
 #[derive(Debug)]
-pub struct Host<S: Storage, C: Clock> {
+pub struct Engine<S: Storage, C: Clock> {
     core: Option<Broker<S>>,
     closed_why: &'static str,
     clock: C,
@@ -36,21 +36,16 @@ pub struct Host<S: Storage, C: Clock> {
     available: Vec<(String, u32)>,
     trace: Vec<TraceEvent>,
     replies: BTreeMap<u64, Result<Reply, String>>,
-    /// Keep every output in order for [`Host::take_outputs`] instead of sorting them.
+    /// Keep every output in order for [`Engine::take_outputs`] instead of sorting them.
     raw: Option<Vec<Output>>,
     generation: u64,
 }
 
-impl<S: Storage, C: Clock> Host<S, C> {
+impl<S: Storage, C: Clock> Engine<S, C> {
     /// Opens (recovers) the broker at the clock's time; `repair` keeps every valid record of
     /// a damaged log and quarantines the rest. A manual clock moves up to the newest time
     /// recovery found, as the core's own time does.
-    pub fn open(
-        cfg: Config,
-        storage: S,
-        mut clock: C,
-        repair: bool,
-    ) -> Result<Self, Error<S::Error>> {
+    pub fn open(cfg: Config, storage: S, clock: C, repair: bool) -> Result<Self, Error<S::Error>> {
         let start = clock.now();
         let keep_trace = cfg.trace;
         let core = if repair {
@@ -59,7 +54,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
             Broker::open(cfg, storage, start)?
         };
         clock.move_to(core.now());
-        Ok(Host {
+        Ok(Engine {
             core: Some(core),
             closed_why: CLOSED,
             clock,
@@ -81,7 +76,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self
     }
 
-    /// Keeps every output in order for [`Host::take_outputs`] (a host that shows the flow
+    /// Keeps every output in order for [`Engine::take_outputs`] (a host that shows the flow
     /// itself, as the wasm playground does); checks then go there too, not to a [`Drive`].
     #[must_use]
     pub fn raw_outputs(mut self) -> Self {
@@ -89,19 +84,19 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self
     }
 
-    /// Every output since the last take, in order (with [`Host::raw_outputs`]).
+    /// Every output since the last take, in order (with [`Engine::raw_outputs`]).
     pub fn take_outputs(&mut self) -> Vec<Output> {
         self.raw.as_mut().map(core::mem::take).unwrap_or_default()
     }
 
     /// The broker, unless closed.
-    pub fn core(&self) -> Result<&Broker<S>, HostFail<S>> {
+    pub fn core(&self) -> Result<&Broker<S>, EngineFail<S>> {
         self.core.as_ref().ok_or(Fail::Closed(self.closed_why))
     }
 
-    /// The broker, unless closed. Whatever is done with it directly, call [`Host::drain`]
+    /// The broker, unless closed. Whatever is done with it directly, call [`Engine::drain`]
     /// after.
-    pub fn core_mut(&mut self) -> Result<&mut Broker<S>, HostFail<S>> {
+    pub fn core_mut(&mut self) -> Result<&mut Broker<S>, EngineFail<S>> {
         let why = self.closed_why;
         self.core.as_mut().ok_or(Fail::Closed(why))
     }
@@ -144,7 +139,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// Syncs and drops the broker (releasing its storage). Idempotent. A failed broker has
     /// nothing it could sync: it just closes.
-    pub fn close(&mut self) -> Result<(), HostFail<S>> {
+    pub fn close(&mut self) -> Result<(), EngineFail<S>> {
         let Some(mut core) = self.core.take() else {
             return Ok(());
         };
@@ -158,7 +153,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
     }
 
     /// Drops the broker and opens a new one over the same storage, as a restart would.
-    pub fn reopen(&mut self) -> Result<(), HostFail<S>>
+    pub fn reopen(&mut self) -> Result<(), EngineFail<S>>
     where
         S: Clone,
     {
@@ -173,7 +168,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// A core `Err`, said as the failure it is when it failed the broker: the call that hit
     /// it fails as every later call will.
-    fn host_err(&self, e: Error<S::Error>) -> HostFail<S> {
+    fn host_err(&self, e: Error<S::Error>) -> EngineFail<S> {
         match (e, self.failed()) {
             (Error::Storage(_), Some(reason)) => Fail::Host(Error::Failed {
                 reason: reason.into(),
@@ -224,7 +219,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// After a call: under eager sync, syncs what it wrote (a failed sync is the call's
     /// error, and the core's failed state from then on); drains; says the error as it is.
-    fn after<T>(&mut self, r: Result<T, Error<S::Error>>) -> Result<T, HostFail<S>> {
+    fn after<T>(&mut self, r: Result<T, Error<S::Error>>) -> Result<T, EngineFail<S>> {
         let synced = match self.core.as_mut() {
             Some(core) if self.eager_sync && r.is_ok() && core.needs_sync() => core.sync(),
             _ => Ok(()),
@@ -237,7 +232,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// Runs one request to its reply at the clock's time; a client's mistake is
     /// [`Fail::Client`].
-    pub fn execute(&mut self, req: Request) -> Result<Reply, HostFail<S>> {
+    pub fn execute(&mut self, req: Request) -> Result<Reply, EngineFail<S>> {
         let now = self.clock.now();
         let r = self.core_mut()?.execute(now, req);
         match self.after(r)? {
@@ -246,9 +241,9 @@ impl<S: Storage, C: Clock> Host<S, C> {
         }
     }
 
-    /// Hands a request to the core; its reply comes out by [`Host::take_reply`] once the core
-    /// releases it (under sync flush: after a [`Host::sync`]).
-    pub fn submit(&mut self, req: Request) -> Result<u64, HostFail<S>> {
+    /// Hands a request to the core; its reply comes out by [`Engine::take_reply`] once the core
+    /// releases it (under sync flush: after a [`Engine::sync`]).
+    pub fn submit(&mut self, req: Request) -> Result<u64, EngineFail<S>> {
         let now = self.clock.now();
         let core = self.core_mut()?;
         let id = core.next_request_id();
@@ -263,21 +258,21 @@ impl<S: Storage, C: Clock> Host<S, C> {
     }
 
     /// Makes everything written durable.
-    pub fn sync(&mut self) -> Result<(), HostFail<S>> {
+    pub fn sync(&mut self) -> Result<(), EngineFail<S>> {
         let r = self.core_mut()?.sync();
         self.after(r)
     }
 
     /// A test hook: tells the core a sync failed (what a host that syncs off its thread
     /// reports).
-    pub fn sync_failed(&mut self, reason: &str) -> Result<(), HostFail<S>> {
+    pub fn sync_failed(&mut self, reason: &str) -> Result<(), EngineFail<S>> {
         self.core_mut()?.sync_failed(reason);
         self.after(Ok(()))
     }
 
     /// Whether a producer of `group` can answer checks; checks of an offline group wait
     /// without using attempts.
-    pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), HostFail<S>> {
+    pub fn set_producer_online(&mut self, group: &str, online: bool) -> Result<(), EngineFail<S>> {
         let now = self.clock.now();
         self.core_mut()?.set_producer_online(now, group, online);
         self.after(Ok(()))
@@ -289,7 +284,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
         &mut self,
         name: &str,
         queues: u32,
-    ) -> Result<Result<(), rocklet_core::ClientError>, HostFail<S>> {
+    ) -> Result<Result<(), rocklet_core::ClientError>, EngineFail<S>> {
         let r = self.core_mut()?.create_topic(name, queues);
         self.after(r)
     }
@@ -302,7 +297,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
         &mut self,
         name: &str,
         fifo: bool,
-    ) -> Result<Result<(), rocklet_core::ClientError>, HostFail<S>> {
+    ) -> Result<Result<(), rocklet_core::ClientError>, EngineFail<S>> {
         let r = self.core_mut()?.declare_group(name, fifo);
         self.after(r)
     }
@@ -313,7 +308,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
     }
 
     /// The producer group of a pending transaction.
-    pub fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, HostFail<S>> {
+    pub fn transaction_group(&mut self, txn: TxnId) -> Result<Option<String>, EngineFail<S>> {
         let r = self.core_mut()?.transaction_group(txn);
         r.map_err(|e| self.host_err(e))
     }
@@ -326,7 +321,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
     /// Manual clock: fires the next timer due at or before `target` (any, when `None`) at
     /// its own time and answers `true`; when none is, moves the clock to `target` and
     /// answers `false`.
-    pub fn step(&mut self, target: Option<Millis>) -> Result<bool, HostFail<S>> {
+    pub fn step(&mut self, target: Option<Millis>) -> Result<bool, EngineFail<S>> {
         if !self.clock.is_manual() {
             return Err(Fail::WrongClock(
                 "moving the clock needs a broker with the manual clock",
@@ -350,7 +345,7 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// Moves a manual clock to `t` and does everything due by then at `t` (the wasm
     /// playground's jump; [`Drive`] fires each timer at its own time instead).
-    pub fn jump_to(&mut self, t: Millis) -> Result<(), HostFail<S>> {
+    pub fn jump_to(&mut self, t: Millis) -> Result<(), EngineFail<S>> {
         if !self.clock.move_to(t) {
             return Err(Fail::WrongClock(
                 "jumping needs a broker with the manual clock",
@@ -361,9 +356,9 @@ impl<S: Storage, C: Clock> Host<S, C> {
         self.after(r)
     }
 
-    /// Host clock: does everything due by now (the host calls it when [`Host::next_due`]
+    /// Engine clock: does everything due by now (the host calls it when [`Engine::next_due`]
     /// comes).
-    pub fn fire_due(&mut self) -> Result<(), HostFail<S>> {
+    pub fn fire_due(&mut self) -> Result<(), EngineFail<S>> {
         if self.clock.is_manual() {
             return Err(Fail::WrongClock(
                 "firing by the system clock needs a broker with the system clock",
@@ -381,7 +376,11 @@ impl<S: Storage, C: Clock> Host<S, C> {
 
     /// Feeds a checker's answer back. The producer may have resolved the transaction
     /// meanwhile: a client error here changes nothing and is not one.
-    pub fn answer(&mut self, check: &CheckRequest, answer: Resolution) -> Result<(), HostFail<S>> {
+    pub fn answer(
+        &mut self,
+        check: &CheckRequest,
+        answer: Resolution,
+    ) -> Result<(), EngineFail<S>> {
         let req = Request::EndTransaction {
             txn: check.txn,
             resolution: answer,
@@ -426,7 +425,7 @@ fn not_before<H>(target: Option<Millis>, now: Millis) -> Result<(), Fail<H>> {
 }
 
 /// Advance / run-until-idle on a manual clock: steps timer by timer and hands out, between
-/// steps, the checks each step produced (answer them with [`Host::answer`], then call
+/// steps, the checks each step produced (answer them with [`Engine::answer`], then call
 /// [`Drive::next`] again). An empty batch means done: the clock is at the target (or, for
 /// [`Drive::until_idle`], no timer is left).
 #[derive(Debug, Clone, Copy)]
@@ -445,7 +444,7 @@ impl Drive {
     }
 
     /// `ms` past the host's clock.
-    pub fn by<S: Storage, C: Clock>(host: &Host<S, C>, ms: Millis) -> Self {
+    pub fn by<S: Storage, C: Clock>(host: &Engine<S, C>, ms: Millis) -> Self {
         Self::to(host.now().saturating_add(ms))
     }
 
@@ -460,8 +459,8 @@ impl Drive {
     /// The next checks to answer; empty when the drive is over.
     pub fn next<S: Storage, C: Clock>(
         &mut self,
-        host: &mut Host<S, C>,
-    ) -> Result<Vec<(CheckRequest, Millis)>, HostFail<S>> {
+        host: &mut Engine<S, C>,
+    ) -> Result<Vec<(CheckRequest, Millis)>, EngineFail<S>> {
         loop {
             let checks = host.take_checks();
             if !checks.is_empty() || self.done {
@@ -477,9 +476,9 @@ impl Drive {
     /// the transaction stays pending).
     pub fn run<S: Storage, C: Clock>(
         mut self,
-        host: &mut Host<S, C>,
+        host: &mut Engine<S, C>,
         mut checker: impl FnMut(&CheckRequest) -> Option<Resolution>,
-    ) -> Result<(), HostFail<S>> {
+    ) -> Result<(), EngineFail<S>> {
         loop {
             let checks = self.next(host)?;
             if checks.is_empty() {
@@ -501,12 +500,12 @@ pub struct Driving(Option<Drive>);
 
 impl Driving {
     /// Starts a drive to `target` (`None`: until idle), in place of any under way; a target
-    /// before the clock is refused as [`Host::step`] refuses it.
+    /// before the clock is refused as [`Engine::step`] refuses it.
     pub fn start<S: Storage, C: Clock>(
         &mut self,
-        host: &Host<S, C>,
+        host: &Engine<S, C>,
         target: Option<Millis>,
-    ) -> Result<(), HostFail<S>> {
+    ) -> Result<(), EngineFail<S>> {
         not_before(target, host.now())?;
         self.0 = Some(target.map_or_else(Drive::until_idle, Drive::to));
         Ok(())
@@ -515,8 +514,8 @@ impl Driving {
     /// The checks of the drive's next step; none: the drive is over (or none was started).
     pub fn next<S: Storage, C: Clock>(
         &mut self,
-        host: &mut Host<S, C>,
-    ) -> Result<Vec<(CheckRequest, Millis)>, HostFail<S>> {
+        host: &mut Engine<S, C>,
+    ) -> Result<Vec<(CheckRequest, Millis)>, EngineFail<S>> {
         let Some(mut d) = self.0.take() else {
             return Ok(Vec::new());
         };
@@ -553,10 +552,10 @@ impl<F> Checkers<F> {
     /// group is online; answers the checker it replaces (to drop where the host allows).
     pub fn set<S: Storage, C: Clock>(
         &mut self,
-        host: &mut Host<S, C>,
+        host: &mut Engine<S, C>,
         group: &str,
         checker: Option<F>,
-    ) -> Result<Option<F>, HostFail<S>> {
+    ) -> Result<Option<F>, EngineFail<S>> {
         host.set_producer_online(group, checker.is_some())?;
         Ok(self.set_local(group, checker))
     }

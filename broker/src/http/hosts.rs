@@ -150,6 +150,16 @@ impl AllowedHosts {
         ))
     }
 
+    /// Checks a request's `Host` and, when present, its `Origin`: `Err((status, message))`,
+    /// 400 or 421 for the `Host` ([`AllowedHosts::check_host`]), 403 for the `Origin`.
+    pub fn check(&self, req: &super::HttpRequest, local: SocketAddr) -> Result<(), (u16, String)> {
+        self.check_host(req.header("host"), local)?;
+        match req.header("origin") {
+            Some(origin) => self.check_origin(origin, local).map_err(|m| (403, m)),
+            None => Ok(()),
+        }
+    }
+
     /// Checks an `Origin` header (`scheme://host[:port]`) the same way: `Err(message)` when it
     /// names another site (answered 403).
     pub fn check_origin(&self, origin: &str, local: SocketAddr) -> Result<(), String> {
