@@ -241,7 +241,7 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Half => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 // Every property this needs, in one pass.
                 let [real_topic, real_qid, pgroup, immunity, tags, check_times, keys, uniq] = r
                     .props_of([
@@ -257,6 +257,35 @@ impl<S: Storage> Broker<S> {
                 let Some(q) = self.real_queue(off, real_topic, real_qid, keys, uniq) else {
                     return;
                 };
+                if let Some(key) = carried_from(r, off) {
+                    // Retention carried a pending half forward: the transaction keeps its id.
+                    // Still pending (the record it carries is still read): it moves here; else
+                    // (replay from after the retired segments) it is pending again, with the
+                    // checks it had.
+                    let size = r.total_size;
+                    if self
+                        .txns
+                        .update(key, |t| {
+                            t.record = off;
+                            t.size = size;
+                        })
+                        .is_none()
+                    {
+                        let group = self.group(pgroup.unwrap_or(""));
+                        let deadline = now.saturating_add(self.cfg.transaction_check_interval_ms);
+                        self.txns.insert(PendingTxn {
+                            offset: key,
+                            record: off,
+                            deadline,
+                            size: r.total_size,
+                            queue: q,
+                            tag_hash: tag_hash(tags),
+                            checks: check_times.and_then(|c| c.parse::<u16>().ok()).unwrap_or(0),
+                            group,
+                        });
+                    }
+                    return;
+                }
                 let group = self.group(pgroup.unwrap_or(""));
                 let immunity = immunity
                     .and_then(|s| s.parse::<u64>().ok())
@@ -265,6 +294,7 @@ impl<S: Storage> Broker<S> {
                 if self.txns.get(off).is_none() {
                     self.txns.insert(PendingTxn {
                         offset: off,
+                        record: off,
                         deadline,
                         size: r.total_size,
                         queue: q,
@@ -279,7 +309,7 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Op => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 let half = r.header.prepared_offset;
                 let tag = r.prop(prop::TAGS).unwrap_or("");
                 match tag {
@@ -298,7 +328,7 @@ impl<S: Storage> Broker<S> {
                             self.push_moved(
                                 row.queue,
                                 CqUnit {
-                                    offset: half,
+                                    offset: row.record,
                                     size: row.size,
                                     tag_hash: row.tag_hash,
                                 },
@@ -340,7 +370,7 @@ impl<S: Storage> Broker<S> {
                         self.push_moved(
                             q,
                             CqUnit {
-                                offset: half,
+                                offset: row.record,
                                 size: row.size,
                                 tag_hash: row.tag_hash,
                             },
@@ -361,7 +391,7 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Schedule => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 let [real_topic, real_qid, due, tags, keys, uniq] = r.props_of([
                     prop::REAL_TOPIC,
                     prop::REAL_QID,
@@ -374,9 +404,32 @@ impl<S: Storage> Broker<S> {
                     return;
                 };
                 let due = due.and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
+                if let Some(key) = carried_from(r, off) {
+                    // Retention carried an undelivered delay forward: same key, same due time.
+                    let size = r.total_size;
+                    if self
+                        .delays
+                        .update(key, |d| {
+                            d.record = off;
+                            d.size = size;
+                        })
+                        .is_none()
+                    {
+                        self.delays.insert(PendingDelay {
+                            offset: key,
+                            record: off,
+                            due,
+                            size: r.total_size,
+                            queue: q,
+                            tag_hash: tag_hash(tags),
+                        });
+                    }
+                    return;
+                }
                 if self.delays.get(off).is_none() {
                     self.delays.insert(PendingDelay {
                         offset: off,
+                        record: off,
                         due,
                         size: r.total_size,
                         queue: q,
@@ -388,14 +441,14 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::DelayOp => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 let Some(row) = self.delays.remove(r.header.prepared_offset) else {
                     return;
                 };
                 self.push_moved(
                     row.queue,
                     CqUnit {
-                        offset: row.offset,
+                        offset: row.record,
                         size: row.size,
                         tag_hash: row.tag_hash,
                     },
@@ -406,7 +459,7 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::State => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 if let Ok(op) = postcard::from_bytes::<StateOp<'_>>(r.body) {
                     self.apply_state(off, now, op);
                 }
@@ -607,6 +660,18 @@ impl<S: Storage> Broker<S> {
         self.push_unit(q, unit);
     }
 
+    /// Counts a record of an internal topic in its queue. Replaying a log whose oldest
+    /// segments retention retired, the queue goes on where the record says it was (what
+    /// came before it is gone): its next offset is the one the record was written at + 1.
+    fn count_internal(&mut self, q: u32, r: &RecordView<'_>) {
+        let trimmed = self.recovering && self.log.start() > 0;
+        let queue = &mut self.queues[q as usize];
+        if trimmed {
+            queue.next = queue.next.max(r.header.queue_offset);
+        }
+        queue.next += 1;
+    }
+
     pub(super) fn push_unit(&mut self, q: u32, unit: CqUnit) {
         let queue = &mut self.queues[q as usize];
         queue.units.push(unit);
@@ -666,4 +731,12 @@ impl<S: Storage> Broker<S> {
             self.trace(kind, offset, &name, detail);
         }
     }
+}
+
+/// The key a record retention carried forward answers to ([`prop::CARRIED`]); `None` for
+/// a record that carries nothing (or names no earlier record: never written by this broker).
+fn carried_from(r: &RecordView<'_>, off: u64) -> Option<u64> {
+    r.prop(prop::CARRIED)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&k| k < off)
 }

@@ -25,9 +25,11 @@ mod delays;
 mod index;
 mod pages;
 mod replication;
+mod retention;
 
 pub use pages::{GroupLag, Page, MAX_PAGE};
 pub use replication::{common_prefix, ReplicationError, Role};
+pub use retention::{Retention, RetentionHold};
 mod send;
 mod topics;
 mod transactions;
@@ -53,16 +55,21 @@ pub mod prop {
     pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
     pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
     pub const WAIT: &str = "WAIT";
+    /// On a half or delayed record retention re-wrote: the offset of the record it carries
+    /// forward (the transaction's id, the delay's key), which it goes on answering to.
+    pub const CARRIED: &str = "__CARRIED";
     /// Keys the broker writes and strips before consumers see a message.
-    pub const INTERNAL: [&str; 5] = [
+    pub const INTERNAL: [&str; 6] = [
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
         super::BATCH_LEN,
         "__CRC32#",
+        CARRIED,
     ];
     /// Keys a producer may not set (the broker sets them).
-    pub const RESERVED: [&str; 8] = [
+    pub const RESERVED: [&str; 9] = [
+        CARRIED,
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
@@ -247,7 +254,10 @@ pub const MAX_QUEUES: u32 = 1024;
 
 #[derive(Clone, Copy, Debug)]
 struct PendingTxn {
+    /// The transaction's id (the offset of its first half record, which producers name).
     offset: u64,
+    /// Where its half record is now: `offset`, or where retention carried it forward.
+    record: u64,
     deadline: Millis,
     size: u32,
     queue: u32,
@@ -273,7 +283,10 @@ impl Row for PendingTxn {
 
 #[derive(Clone, Copy, Debug)]
 struct PendingDelay {
+    /// Its key (the offset of its first record).
     offset: u64,
+    /// Where its record is now: `offset`, or where retention carried it forward.
+    record: u64,
     due: Millis,
     size: u32,
     queue: u32,
@@ -473,6 +486,9 @@ pub struct Broker<S: Storage> {
     props_pool: Vec<Vec<u8>>,
     /// Messages by key and message id.
     index: index::KeyIndex,
+    /// Segments retention retired and bytes it carried forward, all runs together.
+    retired_total: u64,
+    carried_total: u64,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -610,8 +626,21 @@ impl<S: Storage> Broker<S> {
             epochs: Vec::new(),
             props_pool: Vec::new(),
             index: index::KeyIndex::default(),
+            retired_total: 0,
+            carried_total: 0,
         };
-        let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
+        // Retention retired the oldest segments: the log starts where its record says, with
+        // what replaying from there cannot rebuild.
+        let start = match b.log.storage.log_start().map_err(Error::Storage)? {
+            Some(bytes) => b
+                .apply_log_start(&bytes)
+                .map_err(|reason| Error::Corrupted { offset: 0, reason })?,
+            None => 0,
+        };
+        let mut rec = b
+            .log
+            .start_recovery(repair, start)
+            .map_err(Error::Storage)?;
         let recovery_err = |e| match e {
             RecoveryError::Storage(e) => Error::Storage(e),
             RecoveryError::Corrupt { offset, reason } => Error::Corrupted { offset, reason },

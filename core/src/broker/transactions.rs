@@ -258,7 +258,7 @@ impl<S: Storage> Broker<S> {
         let now = self.now;
         let Some(r) = self
             .log
-            .read(row.offset, row.size as usize)
+            .read(row.record, row.size as usize)
             .map_err(Error::Storage)?
         else {
             // Damaged since it was written: it can never be committed; drop it, do not wedge.
@@ -289,7 +289,7 @@ impl<S: Storage> Broker<S> {
         let check = u32::from(row.checks) + 1;
         self.write_op(row.offset, op::CHECKED, 0, Some(row.checks + 1))?;
         let unit = CqUnit {
-            offset: row.offset,
+            offset: row.record,
             size: row.size,
             tag_hash: 0,
         };
