@@ -63,6 +63,7 @@ pub struct RunningBroker {
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
     rates_task: Option<JoinHandle<()>>,
+    retention_task: Option<JoinHandle<()>>,
     console: Option<crate::console::RunningConsole>,
     core_thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -371,6 +372,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     let tls_reloader = tls.as_ref().map(Tls::spawn_reloader);
     // putTps and getTransferredTps (GET_BROKER_RUNTIME_INFO) from counters sampled each second.
     let rates_task = tokio::spawn(crate::rates::sample(core.clone(), m.clone()));
+    let retention_task = tokio::spawn(crate::retention::run(
+        core.clone(),
+        clock.clone(),
+        m.clone(),
+        cfg.retention.clone(),
+    ));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -422,6 +429,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         server: Some(server),
         metrics_task,
         rates_task: Some(rates_task),
+        retention_task: Some(retention_task),
         core_thread: Some(core_thread),
     })
 }
@@ -447,6 +455,9 @@ impl RunningBroker {
             t.abort();
         }
         if let Some(t) = self.rates_task.take() {
+            t.abort();
+        }
+        if let Some(t) = self.retention_task.take() {
             t.abort();
         }
         if let Some(c) = self.console.take() {
