@@ -1167,4 +1167,56 @@ mod tests {
         assert_eq!(c.max_inflight_receive_bytes, 32 << 20);
         c.validate().unwrap();
     }
+
+    #[test]
+    fn retention_settings_are_checked_by_name() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.retention, RetentionConfig::default());
+        assert_eq!(c.retention.file_reserved_time_hours, 72.0);
+        assert_eq!(c.retention.delete_when, vec![4]);
+        let f = FileConfig::parse(
+            "file_reserved_time_hours = 0.5\ndelete_when = \"04;16\"\n\
+             disk_max_used_space_ratio = 0.6\nretention_check_interval_ms = 500",
+        )
+        .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.retention.delete_when, vec![4, 16]);
+        assert_eq!(c.retention.file_reserved_time_hours, 0.5);
+        assert_eq!(c.retention.disk_max_used_space_ratio, 0.6);
+        assert_eq!(c.retention.check_interval_ms, 500);
+        c.validate().unwrap();
+        for bad in ["25", "4am", "04;;16"] {
+            let e = FileConfig::parse(&format!("delete_when = \"{bad}\"")).unwrap_err();
+            assert!(
+                e.contains("`delete_when`") && e.contains("hour of the day"),
+                "{e}"
+            );
+        }
+        for (text, field) in [
+            (
+                "file_reserved_time_hours = -1.0",
+                "file_reserved_time_hours",
+            ),
+            (
+                "disk_max_used_space_ratio = 1.5",
+                "disk_max_used_space_ratio",
+            ),
+            (
+                "disk_max_used_space_ratio = 0.0",
+                "disk_max_used_space_ratio",
+            ),
+            (
+                "disk_space_clean_forcibly_ratio = 2.0",
+                "disk_space_clean_forcibly_ratio",
+            ),
+            (
+                "retention_check_interval_ms = 0",
+                "retention_check_interval_ms",
+            ),
+        ] {
+            let c = BrokerConfig::from_file(FileConfig::parse(text).unwrap());
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(&format!("`{field}`")), "{text}: {e}");
+        }
+    }
 }

@@ -12,8 +12,12 @@ use std::path::Path;
 use std::process::Command;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::v4::V4;
 use common::*;
+use rocklet_broker::clock::SystemClock;
+use rocklet_broker::config::RetentionConfig;
 use rocklet_broker::pb::v2 as pb;
+use rocklet_broker::remoting::codec::SerializeType;
 
 const BIN: &str = env!("CARGO_BIN_EXE_rocklet");
 
@@ -171,4 +175,114 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
     );
     let (status, log) = p.term();
     assert!(status.success(), "{status:?}\n{log}");
+}
+
+/// After a forced run retired the oldest segments: a v4 pull below a queue's new first
+/// offset is PULL_OFFSET_MOVED to it, GET_MIN_OFFSET says it, QUERY_CONSUMER_OFFSET for a
+/// group with nothing committed is QUERY_NOT_FOUND, a v5 receive starts at it, and the
+/// metrics and disk numbers follow the log's new start.
+#[tokio::test]
+async fn consumers_below_the_new_first_offset_get_rocketmq_s_answers() {
+    let mut b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.core.segment_size = 65536;
+        c.core.max_message_size = 8192;
+        c.core.max_batch_size = 8192;
+        c.topics = vec![rocklet_broker::config::TopicDecl {
+            name: "Old".into(),
+            queues: Some(1),
+            message_types: None,
+        }];
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, core, metrics) = (r.remoting_addr.unwrap(), r.core.clone(), r.metrics.clone());
+    let mut sent = 0u64;
+    for i in 0..100 {
+        let m = msg(
+            "Old",
+            &vec![b'o'; 3000],
+            pb::MessageType::Normal,
+            &format!("O{i}"),
+        );
+        send_ok(&mut b.client, m).await;
+        sent += 1;
+    }
+    tokio::time::sleep(Duration::from_millis(200)).await;
+    let cfg = RetentionConfig {
+        file_reserved_time_hours: 0.0,
+        disk_max_used_space_ratio: 1.0,
+        disk_space_clean_forcibly_ratio: 1.0,
+        ..RetentionConfig::default()
+    };
+    let ran = rocklet_broker::retention::run_once(&core, &SystemClock, &metrics, &cfg, true)
+        .await
+        .unwrap();
+    assert!(ran.retired.len() >= 2, "{ran:?}");
+    let dir = b.dir.path().to_path_buf();
+    assert!(ran
+        .retired
+        .iter()
+        .all(|x| !dir.join(format!("{x:020}")).exists()));
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let topic_queue = [("topic", "Old"), ("queueId", "0")];
+    let r = c.call(31, &topic_queue, Vec::new()).await;
+    assert_eq!(r.code, 0);
+    let min: u64 = r.ext["offset"].parse().unwrap();
+    assert!(min > 0);
+    let r = c
+        .call(
+            11,
+            &[
+                ("consumerGroup", "CG"),
+                ("topic", "Old"),
+                ("queueId", "0"),
+                ("queueOffset", "0"),
+                ("maxMsgNums", "32"),
+                ("sysFlag", "0"),
+                ("commitOffset", "0"),
+                ("suspendTimeoutMillis", "0"),
+                ("subscription", "*"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 21, "PULL_OFFSET_MOVED: {:?}", r.remark);
+    assert_eq!(r.ext["nextBeginOffset"], min.to_string());
+    assert_eq!(r.ext["minOffset"], min.to_string());
+    let r = c
+        .call(
+            14,
+            &[
+                ("consumerGroup", "Nobody"),
+                ("topic", "Old"),
+                ("queueId", "0"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 22, "QUERY_NOT_FOUND: {:?}", r.remark);
+    // A v5 receive by a new group starts at the first retained message.
+    let got = drain_ids(&mut b.client, "Old", "Fresh").await;
+    assert_eq!(got.len() as u64, sent - min);
+    assert_eq!(got[0], format!("O{min}"));
+    // Metrics and disk numbers follow.
+    let text = rocklet_broker::metrics::render(&core, &metrics).await;
+    let line = |name: &str| {
+        text.lines()
+            .find(|l| l.starts_with(name))
+            .and_then(|l| l.split(' ').nth(1))
+            .unwrap_or_else(|| panic!("{name} missing"))
+            .to_string()
+    };
+    assert_eq!(
+        line("rocklet_log_segments_deleted_total "),
+        ran.retired.len().to_string()
+    );
+    let start = core.inspect(|b| b.log_start()).await.unwrap();
+    assert_eq!(start, ran.start);
+    tokio::time::sleep(rocklet_broker::disk::MAX_AGE).await;
+    let d = metrics.disk.read(&core).await.unwrap();
+    assert_eq!(d.oldest_base, Some(start));
+    b.stop().await;
 }
