@@ -242,6 +242,11 @@ impl<S: Storage> Broker<S> {
             TopicKind::Half => {
                 let q = self.own_queue(own_queue, r);
                 self.count_internal(q, r);
+                if let Some(key) = r.prop(prop::CARRIED_UNIT) {
+                    // A committed message's record carried forward: read through its unit.
+                    self.move_carried_unit(off, r, key);
+                    return;
+                }
                 // Every property this needs, in one pass.
                 let [real_topic, real_qid, pgroup, immunity, tags, check_times, keys, uniq] = r
                     .props_of([
@@ -315,8 +320,14 @@ impl<S: Storage> Broker<S> {
                 match tag {
                     op::RESOLVED => {
                         let Some(row) = self.txns.remove(half) else {
+                            let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
+                                == sys_flag::TRANSACTION_COMMIT_TYPE;
+                            if commit {
+                                self.push_carried_unit(half);
+                            }
                             return;
                         };
+                        self.remember_carried_key(row.record, row.offset);
                         self.forget_parked(row);
                         let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
                             == sys_flag::TRANSACTION_COMMIT_TYPE;
@@ -362,8 +373,10 @@ impl<S: Storage> Broker<S> {
                     }
                     op::CHECK_MAX => {
                         let Some(row) = self.txns.remove(half) else {
+                            self.push_carried_unit(half);
                             return;
                         };
+                        self.remember_carried_key(row.record, row.offset);
                         self.forget_parked(row);
                         let t = self.topic(topic::CHECK_MAX, 1);
                         let q = self.queue_of(t, 0);
@@ -392,6 +405,11 @@ impl<S: Storage> Broker<S> {
             TopicKind::Schedule => {
                 let q = self.own_queue(own_queue, r);
                 self.count_internal(q, r);
+                if let Some(key) = r.prop(prop::CARRIED_UNIT) {
+                    // A delivered message's record carried forward: read through its unit.
+                    self.move_carried_unit(off, r, key);
+                    return;
+                }
                 let [real_topic, real_qid, due, tags, keys, uniq] = r.props_of([
                     prop::REAL_TOPIC,
                     prop::REAL_QID,
@@ -443,8 +461,10 @@ impl<S: Storage> Broker<S> {
                 let q = self.own_queue(own_queue, r);
                 self.count_internal(q, r);
                 let Some(row) = self.delays.remove(r.header.prepared_offset) else {
+                    self.push_carried_unit(r.header.prepared_offset);
                     return;
                 };
+                self.remember_carried_key(row.record, row.offset);
                 self.push_moved(
                     row.queue,
                     CqUnit {
@@ -658,6 +678,57 @@ impl<S: Storage> Broker<S> {
         let queue_offset = self.queues[q as usize].next;
         self.moved.insert(unit.offset, (q, queue_offset));
         self.push_unit(q, unit);
+    }
+
+    /// Replaying from where the log starts: the op that committed (or delivered) the
+    /// message of `key`, whose first record was retired, puts its carried-forward record in
+    /// its queue, where it was ([`Broker::retain`]).
+    fn push_carried_unit(&mut self, key: u64) {
+        if !self.recovering {
+            return;
+        }
+        if let Some(&(q, unit)) = self.carried_units.get(&key) {
+            self.push_moved(q, unit);
+        }
+    }
+
+    /// A record retention wrote at `off` for the message of transaction or delay `key`
+    /// whose unit read the record at `prepared_offset`: the unit reads it from now on.
+    /// Nothing when no unit reads that record (replaying from where the log starts, the
+    /// unit came from [`Broker::carried_units`] already).
+    fn move_carried_unit(&mut self, off: u64, r: &RecordView<'_>, key: &str) {
+        let (Ok(key), from) = (key.parse::<u64>(), r.header.prepared_offset) else {
+            return;
+        };
+        let Some((q, qo)) = self.moved.get(from) else {
+            return;
+        };
+        let Some(queue) = self.queues.get_mut(q as usize) else {
+            return;
+        };
+        let Some(i) = qo
+            .checked_sub(queue.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| queue.units.get(i).is_some_and(|u| u.offset == from))
+        else {
+            return;
+        };
+        let unit = CqUnit {
+            offset: off,
+            size: r.total_size,
+            tag_hash: queue.units[i].tag_hash,
+        };
+        queue.units[i] = unit;
+        self.moved.insert(off, (q, qo));
+        self.carried_units.insert(key, (q, unit));
+    }
+
+    /// A carried-forward half or delay (record ≠ key) was committed or delivered: its key,
+    /// for a later retention run that carries its record again.
+    fn remember_carried_key(&mut self, record: u64, key: u64) {
+        if record != key {
+            self.carried_keys.insert(record, key);
+        }
     }
 
     /// Counts a record of an internal topic in its queue. Replaying a log whose oldest

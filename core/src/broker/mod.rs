@@ -58,18 +58,25 @@ pub mod prop {
     /// On a half or delayed record retention re-wrote: the offset of the record it carries
     /// forward (the transaction's id, the delay's key), which it goes on answering to.
     pub const CARRIED: &str = "__CARRIED";
+    /// On a committed or delivered message's record retention re-wrote (its first record
+    /// was in a retired segment): the key of the transaction or delay it was. The record is
+    /// read through its queue's unit only; replay finds it through the record of where the
+    /// log starts.
+    pub const CARRIED_UNIT: &str = "__CARRIED_UNIT";
     /// Keys the broker writes and strips before consumers see a message.
-    pub const INTERNAL: [&str; 6] = [
+    pub const INTERNAL: [&str; 7] = [
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
         super::BATCH_LEN,
         "__CRC32#",
         CARRIED,
+        CARRIED_UNIT,
     ];
     /// Keys a producer may not set (the broker sets them).
-    pub const RESERVED: [&str; 9] = [
+    pub const RESERVED: [&str; 10] = [
         CARRIED,
+        CARRIED_UNIT,
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
@@ -489,6 +496,14 @@ pub struct Broker<S: Storage> {
     /// Segments retention retired and bytes it carried forward, all runs together.
     retired_total: u64,
     carried_total: u64,
+    /// Messages of a queue whose record retention carried forward after they were
+    /// committed or delivered: key of the transaction or delay → the unit. Replaying from
+    /// where the log starts, the op that committed or delivered one finds its unit here (its
+    /// first record is gone). Kept in the record of where the log starts.
+    carried_units: BTreeMap<u64, (u32, CqUnit)>,
+    /// Records of carried-forward halves and delays that were then committed or delivered:
+    /// record → key, so a later run knows the key of the unit reading them.
+    carried_keys: BTreeMap<u64, u64>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -628,6 +643,8 @@ impl<S: Storage> Broker<S> {
             index: index::KeyIndex::default(),
             retired_total: 0,
             carried_total: 0,
+            carried_units: BTreeMap::new(),
+            carried_keys: BTreeMap::new(),
         };
         // Retention retired the oldest segments: the log starts where its record says, with
         // what replaying from there cannot rebuild.

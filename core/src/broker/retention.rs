@@ -21,12 +21,16 @@
 //! segments below it that are still there, and refuses (as ever) a segment missing from the
 //! cut on.
 //!
+//! Committed and delivered messages a queue keeps (at or after its first retained offset)
+//! whose record goes are carried forward too: their record is written again with
+//! [`prop::CARRIED_UNIT`] naming the transaction or delay they were, and their unit reads
+//! the copy; the record of where the log starts lists them, so replaying from there puts
+//! each in its queue when the op that committed or delivered it comes by.
+//!
 //! What is not carried holds the cut back instead ([`RetentionHold`]): messages out on
 //! receive (in flight, ready again, FIFO holds) — their invisible time ends, so the hold
-//! does too — and a committed or delivered message whose record is older than the cut while
-//! the queue still holds it after its first retained message (the hold lasts until the cut
-//! passes the messages around it). A replica writes nothing of its own, so it carries
-//! nothing: pending halves and delays hold its cut until its master carried them.
+//! does too. A replica writes nothing of its own, so it carries nothing: pending halves and
+//! delays and such committed messages hold its cut until its master carried them.
 
 use super::*;
 
@@ -39,7 +43,8 @@ pub struct Retention {
     /// storage let go of them. Delete them (a host deletes files off its core thread; a
     /// simple host calls [`Storage::remove`] on each).
     pub retired: Vec<u64>,
-    /// Records carried forward (pending halves and delays).
+    /// Records carried forward (pending halves and delays, committed and delivered messages
+    /// the queues keep).
     pub carried: u64,
     /// Bytes of them.
     pub carried_bytes: u64,
@@ -81,6 +86,9 @@ pub(super) struct LogStart {
     pub(super) queues: Vec<(String, u32, u64)>,
     /// Replication epochs: (epoch, offset of its first record).
     pub(super) epochs: Vec<(u64, u64)>,
+    /// Carried-forward committed or delivered messages the queues keep: (key of the
+    /// transaction or delay, topic, queue id, record, size, tag hash).
+    pub(super) units: Vec<(u64, String, u32, u64, u32, i32)>,
     /// Segments retired and bytes carried forward, all runs together.
     pub(super) retired_total: u64,
     pub(super) carried_total: u64,
@@ -117,6 +125,8 @@ impl<S: Storage> Broker<S> {
     pub fn retain(&mut self, now: Millis, before: u64) -> Res<Retention, S> {
         self.check_failed()?;
         self.tick(now);
+        // What is appended may go once durable: make it so first.
+        self.sync()?;
         let mut out = Retention {
             start: self.log.start(),
             ..Retention::default()
@@ -147,6 +157,26 @@ impl<S: Storage> Broker<S> {
                 .collect();
             for d in delays {
                 let bytes = self.carry(d.offset, d.record, d.size, None)?;
+                out.carried += 1;
+                out.carried_bytes += bytes;
+            }
+        }
+        // 1b. Committed and delivered messages the queues keep whose record goes: their
+        // record again, read through their unit from now on.
+        if self.role == Role::Master {
+            let by_record: BTreeMap<u64, u64> = self
+                .carried_units
+                .iter()
+                .map(|(&k, &(_, u))| (u.offset, k))
+                .collect();
+            for (record, _, _, size) in self.moved_to_carry(cut) {
+                let key = self
+                    .carried_keys
+                    .get(&record)
+                    .or_else(|| by_record.get(&record))
+                    .copied()
+                    .unwrap_or(record);
+                let bytes = self.carry_unit(key, record, size)?;
                 out.carried += 1;
                 out.carried_bytes += bytes;
             }
@@ -185,6 +215,9 @@ impl<S: Storage> Broker<S> {
         }
         self.moved.ascending.retain(|e| e.0 >= cut);
         self.moved.rest.retain(|&o, _| o >= cut);
+        self.carried_keys.retain(|&r, _| r >= cut);
+        let kept: BTreeSet<u64> = record.units.iter().map(|u| u.0).collect();
+        self.carried_units.retain(|k, _| kept.contains(k));
         Ok(out)
     }
 
@@ -248,36 +281,46 @@ impl<S: Storage> Broker<S> {
                 );
             }
         }
-        // A moved message a queue holds after its first retained one: its record must stay.
-        // Lowering the cut can only move queues' first retained offsets down, so this settles.
+        // A replica carries nothing: a committed or delivered message a queue holds after
+        // its first retained one keeps its record (until its master carried it). Lowering the
+        // cut only moves queues' first retained offsets down, so this settles.
         let mut cut = floor(limit);
-        loop {
-            let starts = self.queue_starts(cut);
-            let first = |q: u32| starts.iter().find(|s| s.0 == q).map_or(u64::MAX, |s| s.1);
-            let low = self
-                .moved
-                .ascending
-                .iter()
-                .map(|&(o, q, qo)| (o, q, qo))
-                .take_while(|e| e.0 < cut)
-                .chain(
-                    self.moved
-                        .rest
-                        .range(..cut)
-                        .map(|(&o, &(q, qo))| (o, q, qo)),
-                )
-                .filter(|&(_, q, qo)| qo >= first(q))
-                .map(|e| e.0)
-                .min();
-            match low {
-                Some(o) => {
-                    hold(&mut limit, o, RetentionHold::Moved { offset: o });
-                    cut = floor(limit);
-                }
-                None => break,
+        if self.role == Role::Replica {
+            // Each step lowers the cut below the record found: it ends.
+            while let Some(&(o, ..)) = self.moved_to_carry(cut).first() {
+                hold(&mut limit, o, RetentionHold::Moved { offset: o });
+                cut = floor(limit);
             }
         }
         (cut, held)
+    }
+
+    /// Committed or delivered messages a queue holds at or after its first retained offset
+    /// whose record is below `cut`: (record, queue, queue offset, size), oldest record first.
+    fn moved_to_carry(&self, cut: u64) -> Vec<(u64, u32, u64, u32)> {
+        let starts = self.queue_starts(cut);
+        let first = |q: u32| starts.iter().find(|s| s.0 == q).map_or(0, |s| s.1);
+        let mut out: Vec<(u64, u32, u64, u32)> = self
+            .moved
+            .ascending
+            .iter()
+            .map(|&(o, q, qo)| (o, q, qo))
+            .take_while(|e| e.0 < cut)
+            .chain(
+                self.moved
+                    .rest
+                    .range(..cut)
+                    .map(|(&o, &(q, qo))| (o, q, qo)),
+            )
+            .filter(|&(_, q, qo)| qo >= first(q))
+            .filter_map(|(o, q, qo)| {
+                // Stale entries (a unit that reads a newer copy now) are skipped.
+                let u = self.queues.get(q as usize)?.unit(qo)?;
+                (u.offset == o).then_some((o, q, qo, u.size))
+            })
+            .collect();
+        out.sort_unstable();
+        out
     }
 
     /// Per queue that holds messages below `cut`: its first queue offset whose message's
@@ -356,6 +399,35 @@ impl<S: Storage> Broker<S> {
                 )
             })
             .collect();
+        // Only those still in their queue's retained part.
+        let units = self
+            .carried_units
+            .iter()
+            .filter(|(_, (q, u))| {
+                let queue = &self.queues[*q as usize];
+                let first = starts
+                    .iter()
+                    .find(|s| s.0 == *q)
+                    .map_or(queue.base, |s| s.1);
+                u.offset >= cut
+                    && queue.units[usize::try_from(first.saturating_sub(queue.base))
+                        .unwrap_or(usize::MAX)
+                        .min(queue.units.len())..]
+                        .iter()
+                        .any(|x| x.offset == u.offset)
+            })
+            .map(|(&k, (q, u))| {
+                let queue = &self.queues[*q as usize];
+                (
+                    k,
+                    self.topics[queue.topic as usize].name.clone(),
+                    queue.queue_id,
+                    u.offset,
+                    u.size,
+                    u.tag_hash,
+                )
+            })
+            .collect();
         LogStart {
             version: LOG_START_VERSION,
             start: cut,
@@ -363,6 +435,7 @@ impl<S: Storage> Broker<S> {
             groups,
             offsets,
             queues,
+            units,
             epochs: self.epochs.clone(),
             retired_total: self.retired_total + retired,
             carried_total: self.carried_total + carried,
@@ -418,6 +491,45 @@ impl<S: Storage> Broker<S> {
         Ok(self.log.end() - at)
     }
 
+    /// Writes the record at `record` (a committed or delivered message of key `key`, read by
+    /// a unit) again at the end of the log; the unit reads the copy from then on (applied as
+    /// every record is). Returns its length.
+    fn carry_unit(&mut self, key: u64, record: u64, size: u32) -> Res<u64, S> {
+        let Some(r) = self
+            .log
+            .read(record, size as usize)
+            .map_err(Error::Storage)?
+        else {
+            return Ok(0);
+        };
+        let topic_name = String::from(r.topic);
+        let body = r.body.to_vec();
+        let h = r.header;
+        let mut props = Vec::with_capacity(r.properties.len() + 32);
+        for (k, v) in r.props() {
+            if k == BATCH_LEN || k == "__CRC32#" || k == prop::CARRIED || k == prop::CARRIED_UNIT {
+                continue;
+            }
+            record::push_prop(&mut props, k, v);
+        }
+        record::push_prop(&mut props, prop::CARRIED_UNIT, itoa(key).as_str());
+        let spec = Spec {
+            topic: &topic_name,
+            queue_id: h.queue_id,
+            sys_flag: h.sys_flag,
+            flag: h.flag,
+            born_timestamp: h.born_timestamp,
+            born_host: h.born_host,
+            reconsume_times: h.reconsume_times,
+            // The record it replaces: the unit that reads that one reads this one.
+            prepared_offset: record,
+            body: &body,
+            props,
+        };
+        let (at, _) = self.write(core::slice::from_ref(&spec))?;
+        Ok(self.log.end() - at)
+    }
+
     /// On open: what the record of where the log starts says, before the segments from
     /// there on are replayed. `Err`: a record this build cannot read.
     pub(super) fn apply_log_start(&mut self, bytes: &[u8]) -> Result<u64, String> {
@@ -458,6 +570,19 @@ impl<S: Storage> Broker<S> {
             let t = self.topic_with(name, queue_id + 1, false);
             let q = self.queue_of(t, *queue_id);
             self.offsets.insert((g, q), *offset);
+        }
+        for (key, name, queue_id, offset, size, tag_hash) in &rec.units {
+            if *queue_id >= MAX_QUEUES {
+                continue;
+            }
+            let t = self.topic_with(name, queue_id + 1, false);
+            let q = self.queue_of(t, *queue_id);
+            let unit = CqUnit {
+                offset: *offset,
+                size: *size,
+                tag_hash: *tag_hash,
+            };
+            self.carried_units.insert(*key, (q, unit));
         }
         self.epochs.clone_from(&rec.epochs);
         self.retired_total = rec.retired_total;
