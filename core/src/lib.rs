@@ -39,8 +39,8 @@ pub type Millis = u64;
 
 pub use broker::{
     common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, GroupLag, Page, PendingDelayInfo,
-    PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats, TopicInfo, MAX_PAGE,
-    MAX_QUEUES,
+    PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats, TopicInfo,
+    MAX_CARRY_BYTES, MAX_PAGE, MAX_QUEUES,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;

@@ -135,6 +135,9 @@ struct Run<'a> {
     retain_runs: u64,
     retired: u64,
     carried_bytes: u64,
+    /// Time the runs took on the loop's thread, all together and the longest.
+    retain_time: Duration,
+    retain_max: Duration,
     unlinks: Vec<std::thread::JoinHandle<()>>,
 }
 
@@ -214,6 +217,8 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         retain_runs: 0,
         retired: 0,
         carried_bytes: 0,
+        retain_time: Duration::ZERO,
+        retain_max: Duration::ZERO,
         unlinks: Vec::new(),
     };
     let mut notes = Vec::new();
@@ -269,11 +274,14 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             let _ = t.join();
         }
         notes.push(format!(
-            "retention: {} runs, {} segments retired, {} bytes carried forward; the log starts at {}",
+            "retention: {} runs, {} segments retired, {} bytes carried forward; the log starts at {}; \
+             the runs took {:.3} ms on the loop's thread (longest {:.3} ms)",
             r.retain_runs,
             r.retired,
             r.carried_bytes,
-            r.b.log_start()
+            r.b.log_start(),
+            r.retain_time.as_secs_f64() * 1e3,
+            r.retain_max.as_secs_f64() * 1e3
         ));
         fields.push(("segments_retired".into(), r.retired.to_string()));
     }
@@ -308,10 +316,14 @@ impl Run<'_> {
         let Some(&newest) = self.b.segment_bases().last() else {
             return Ok(());
         };
+        let t0 = Instant::now();
         let r = self
             .b
             .retain(self.clock.now(), newest)
             .map_err(|e| format!("retention failed: {e}"))?;
+        let took = t0.elapsed();
+        self.retain_time += took;
+        self.retain_max = self.retain_max.max(took);
         self.retain_runs += 1;
         self.retired += r.retired.len() as u64;
         self.carried_bytes += r.carried_bytes;

@@ -29,7 +29,7 @@ mod retention;
 
 pub use pages::{GroupLag, Page, MAX_PAGE};
 pub use replication::{common_prefix, ReplicationError, Role};
-pub use retention::{Retention, RetentionHold};
+pub use retention::{Retention, RetentionHold, MAX_CARRY_BYTES};
 mod send;
 mod topics;
 mod transactions;

@@ -67,7 +67,14 @@ pub enum RetentionHold {
     Pending { offset: u64 },
     /// The storage keeps no record of where the log starts.
     Unsupported,
+    /// The run carried what it may ([`MAX_CARRY_BYTES`]); the next one goes on from the
+    /// record here.
+    CarryBudget { offset: u64 },
 }
+
+/// Most bytes of owed records one retention run carries forward (it runs on the core's
+/// thread); what is left holds the cut for the next run.
+pub const MAX_CARRY_BYTES: u64 = 4 << 20;
 
 /// The durable record of where the log starts ([`Storage::log_start`]), postcard-encoded.
 #[derive(serde::Serialize, serde::Deserialize)]
@@ -131,8 +138,36 @@ impl<S: Storage> Broker<S> {
             start: self.log.start(),
             ..Retention::default()
         };
-        let (cut, held) = self.retention_cut(before);
+        let (mut cut, held) = self.retention_cut(before);
         out.held = held;
+        // A run carries at most MAX_CARRY_BYTES (it runs on the core's thread): past that,
+        // the cut stops at the oldest record it leaves for the next run.
+        if self.role == Role::Master {
+            let mut owed: Vec<(u64, u32)> = self
+                .txns
+                .iter()
+                .map(|t| (t.record, t.size))
+                .chain(self.delays.iter().map(|d| (d.record, d.size)))
+                .filter(|&(r, _)| r < cut)
+                .chain(
+                    self.moved_to_carry(cut)
+                        .into_iter()
+                        .map(|(r, _, _, n)| (r, n)),
+                )
+                .collect();
+            owed.sort_unstable();
+            let mut sum = 0u64;
+            for (i, &(record, size)) in owed.iter().enumerate() {
+                sum += u64::from(size);
+                if sum > MAX_CARRY_BYTES && i > 0 {
+                    let bases = self.log.segment_bases();
+                    let at = bases.partition_point(|&b| b <= record);
+                    cut = if at == 0 { 0 } else { bases[at - 1] };
+                    out.held = Some(RetentionHold::CarryBudget { offset: record });
+                    break;
+                }
+            }
+        }
         if cut <= self.log.start() {
             return Ok(out);
         }
