@@ -517,7 +517,13 @@ fn committed_messages_whose_half_goes_are_carried_and_the_queue_has_no_hole() {
 /// forward over several runs (the cut stops at the first half left), and none is lost.
 #[test]
 fn a_large_pending_backlog_is_carried_over_several_runs() {
-    let mut sim = Sim::new(cfg()).unwrap();
+    // One segment holds the whole backlog (6 MB): the first run cannot pass it and carries
+    // what it may; the next ones go on.
+    let cfg = || Config {
+        segment_size: 8 << 20,
+        ..cfg()
+    };
+    let mut sim = Sim::with_storage(cfg(), MemStorage::new(), 0).unwrap();
     let mut ids = Vec::new();
     for i in 0..6000 {
         let req = Request::Prepare {
@@ -530,8 +536,11 @@ fn a_large_pending_backlog_is_carried_over_several_runs() {
             other => panic!("{other:?}"),
         }
     }
-    send(&mut sim, "T", 0, body(0));
+    for i in 0..4000 {
+        send(&mut sim, "T", 0, body(i));
+    }
     sim.broker.sync().unwrap();
+    assert!(sim.broker.segment_bases().len() >= 2);
     let mut runs = 0;
     loop {
         let newest = *sim.broker.segment_bases().last().unwrap();
@@ -549,7 +558,10 @@ fn a_large_pending_backlog_is_carried_over_several_runs() {
         if r.held.is_none() || runs > 20 {
             break;
         }
-        assert!(matches!(r.held, Some(RetentionHold::CarryBudget { .. })), "{r:?}");
+        assert!(
+            matches!(r.held, Some(RetentionHold::CarryBudget { .. })),
+            "{r:?}"
+        );
     }
     assert!(runs >= 2, "the backlog took more than one run");
     let now = sim.now;

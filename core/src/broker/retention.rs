@@ -76,6 +76,17 @@ pub enum RetentionHold {
 /// thread); what is left holds the cut for the next run.
 pub const MAX_CARRY_BYTES: u64 = 4 << 20;
 
+/// A record a run carries forward.
+#[derive(Clone, Copy)]
+enum Owed {
+    /// A pending half: its transaction id and checks.
+    Half(u64, u16),
+    /// An undelivered delay: its key.
+    Delay(u64),
+    /// A committed or delivered message a queue keeps: its transaction or delay key.
+    Unit(u64),
+}
+
 /// The durable record of where the log starts ([`Storage::log_start`]), postcard-encoded.
 #[derive(serde::Serialize, serde::Deserialize)]
 pub(super) struct LogStart {
@@ -140,81 +151,68 @@ impl<S: Storage> Broker<S> {
         };
         let (mut cut, held) = self.retention_cut(before);
         out.held = held;
-        // A run carries at most MAX_CARRY_BYTES (it runs on the core's thread): past that,
-        // the cut stops at the oldest record it leaves for the next run.
-        if self.role == Role::Master {
-            let mut owed: Vec<(u64, u32)> = self
-                .txns
-                .iter()
-                .map(|t| (t.record, t.size))
-                .chain(self.delays.iter().map(|d| (d.record, d.size)))
-                .filter(|&(r, _)| r < cut)
-                .chain(
-                    self.moved_to_carry(cut)
-                        .into_iter()
-                        .map(|(r, _, _, n)| (r, n)),
-                )
-                .collect();
-            owed.sort_unstable();
-            let mut sum = 0u64;
-            for (i, &(record, size)) in owed.iter().enumerate() {
-                sum += u64::from(size);
-                if sum > MAX_CARRY_BYTES && i > 0 {
-                    let bases = self.log.segment_bases();
-                    let at = bases.partition_point(|&b| b <= record);
-                    cut = if at == 0 { 0 } else { bases[at - 1] };
-                    out.held = Some(RetentionHold::CarryBudget { offset: record });
-                    break;
-                }
-            }
-        }
         if cut <= self.log.start() {
             return Ok(out);
         }
-        // 1. Carry forward what is owed (a master only: a replica's cut stopped below it).
-        if self.role == Role::Master {
-            let halves: Vec<PendingTxn> = self
-                .txns
-                .iter()
-                .filter(|t| t.record < cut)
-                .copied()
-                .collect();
-            for t in halves {
-                let bytes = self.carry(t.offset, t.record, t.size, Some(t.checks))?;
-                out.carried += 1;
-                out.carried_bytes += bytes;
-            }
-            let delays: Vec<PendingDelay> = self
-                .delays
-                .iter()
-                .filter(|d| d.record < cut)
-                .copied()
-                .collect();
-            for d in delays {
-                let bytes = self.carry(d.offset, d.record, d.size, None)?;
-                out.carried += 1;
-                out.carried_bytes += bytes;
-            }
-        }
-        // 1b. Committed and delivered messages the queues keep whose record goes: their
-        // record again, read through their unit from now on.
+        // 1. Carry forward what is owed below the cut, oldest first (a master only: a
+        // replica's cut stopped below it). A run carries at most MAX_CARRY_BYTES (it runs on
+        // the core's thread): past that the cut stops at the oldest record left, which the
+        // next run carries (a backlog larger than a segment goes over several runs).
         if self.role == Role::Master {
             let by_record: BTreeMap<u64, u64> = self
                 .carried_units
                 .iter()
                 .map(|(&k, &(_, u))| (u.offset, k))
                 .collect();
-            for (record, _, _, size) in self.moved_to_carry(cut) {
-                let key = self
-                    .carried_keys
-                    .get(&record)
-                    .or_else(|| by_record.get(&record))
-                    .copied()
-                    .unwrap_or(record);
-                let bytes = self.carry_unit(key, record, size)?;
+            let mut owed: Vec<(u64, u32, Owed)> = self
+                .txns
+                .iter()
+                .filter(|t| t.record < cut)
+                .map(|t| (t.record, t.size, Owed::Half(t.offset, t.checks)))
+                .chain(
+                    self.delays
+                        .iter()
+                        .filter(|d| d.record < cut)
+                        .map(|d| (d.record, d.size, Owed::Delay(d.offset))),
+                )
+                .chain(self.moved_to_carry(cut).into_iter().map(|(r, _, _, n)| {
+                    let key = self
+                        .carried_keys
+                        .get(&r)
+                        .or_else(|| by_record.get(&r))
+                        .copied()
+                        .unwrap_or(r);
+                    (r, n, Owed::Unit(key))
+                }))
+                .collect();
+            owed.sort_unstable_by_key(|o| o.0);
+            let mut sum = 0u64;
+            let mut take = owed.len();
+            for (i, o) in owed.iter().enumerate() {
+                sum += u64::from(o.1);
+                if sum > MAX_CARRY_BYTES && i > 0 {
+                    take = i;
+                    let bases = self.log.segment_bases();
+                    let at = bases.partition_point(|&b| b <= o.0);
+                    cut = if at == 0 { 0 } else { bases[at - 1] };
+                    out.held = Some(RetentionHold::CarryBudget { offset: o.0 });
+                    break;
+                }
+            }
+            for &(record, size, what) in &owed[..take] {
+                let bytes = match what {
+                    Owed::Half(key, checks) => self.carry(key, record, size, Some(checks))?,
+                    Owed::Delay(key) => self.carry(key, record, size, None)?,
+                    Owed::Unit(key) => self.carry_unit(key, record, size)?,
+                };
                 out.carried += 1;
                 out.carried_bytes += bytes;
             }
+        }
+        if cut <= self.log.start() {
+            // Carried what it could: the next run goes on (and retires).
+            self.sync()?;
+            return Ok(out);
         }
         // 2. Durable.
         self.sync()?;
