@@ -1,5 +1,5 @@
-//! Log retention on a file-backed broker process: segments go about a second after they
-//! are sealed (`file_reserved_time_hours = 0.0003`, every hour a `delete_when` hour), the
+//! Log retention on a file-backed broker process: segments go 0.36 s after they are
+//! sealed (`file_reserved_time_hours = 0.0001`, every hour a `delete_when` hour), the
 //! broker is killed
 //! with SIGKILL while it retires them, and nothing owed is lost: the pending half is still
 //! pending under its id and gets checked, the delayed message is delivered once, the
@@ -48,12 +48,12 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
     let core = "[core]\nflush = \"sync\"\nsegment_size = 65536\nmax_message_size = 8192\n\
                 max_batch_size = 8192\ntransaction_timeout_ms = 300\n\
                 transaction_check_interval_ms = 500\n";
-    // Segments go about a second after they are sealed, at any hour.
+    // Segments go 0.36 s after they are sealed, at any hour.
     let cfg = tmp.path().join("rocklet.toml");
     std::fs::write(
         &cfg,
         format!(
-            "file_reserved_time_hours = 0.0003\ndelete_when = \"{}\"\n\
+            "file_reserved_time_hours = 0.0001\ndelete_when = \"{}\"\n\
              retention_check_interval_ms = 20\ndisk_max_used_space_ratio = 1.0\n\
              disk_space_clean_forcibly_ratio = 1.0\n{core}",
             hours.join(";")
@@ -92,7 +92,12 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
     let mut retired_seen = false;
     let rounds = 4;
     for round in 0..rounds {
-        for i in 0..(60 + round * 17) {
+        // At least 1.5 s of sends a round: segments sealed in it expire (0.36 s) and go while
+        // it runs, so the kill lands among deletions.
+        let t0 = std::time::Instant::now();
+        let mut i = 0;
+        while i < 60 + round * 17 || t0.elapsed() < Duration::from_millis(1500) {
+            i += 1;
             let id = format!("F{round}-{i}");
             send_ok(
                 &mut c,
