@@ -36,6 +36,11 @@
 //! admin_listen = "127.0.0.1:8082"   # the admin services on their own listener
 //! console_listen = "127.0.0.1:8083" # the operator console, a web page (off when absent)
 //! console_sample_ms = 10000          # the console's time series: one sample per step, 1 h kept
+//! file_reserved_time_hours = 72     # retention: segments sealed longer ago go (fractions allowed)
+//! delete_when = "04"                 # …at these hours of the day, UTC ("04;16": two)
+//! disk_max_used_space_ratio = 0.75   # above it expired segments go at once, whatever the hour
+//! disk_space_clean_forcibly_ratio = 0.85 # above it the oldest go, whatever their age
+//! retention_check_interval_ms = 10000 # how often retention looks (RocketMQ's cleanResourceInterval)
 //! console_allowed_hosts = ["ops.example.com"] # names (host[:port]) the console answers to
 //!                                    # besides its own address (and localhost on loopback)
 //! metrics_allowed_hosts = ["broker1.example.com:9100"] # the same for the metrics listener
@@ -281,6 +286,19 @@ pub struct FileConfig {
     pub console_allowed_hosts: Vec<String>,
     /// Names (`host[:port]`) the metrics listener answers to besides its own address.
     pub metrics_allowed_hosts: Vec<String>,
+    /// Retention: a segment sealed this many hours ago goes (RocketMQ's fileReservedTime).
+    pub file_reserved_time_hours: Option<f64>,
+    /// Retention: the hours of the day (UTC) at which expired segments go, `;`-separated
+    /// (RocketMQ's deleteWhen).
+    pub delete_when: Option<String>,
+    /// Retention: above this share of the disk used, expired segments go at once, whatever
+    /// the hour (RocketMQ's diskMaxUsedSpaceRatio, as a ratio).
+    pub disk_max_used_space_ratio: Option<f64>,
+    /// Retention: above this share, the oldest segments go whatever their age (RocketMQ's
+    /// diskSpaceCleanForciblyRatio).
+    pub disk_space_clean_forcibly_ratio: Option<f64>,
+    /// Retention: how often it looks, in ms.
+    pub retention_check_interval_ms: Option<Millis>,
 }
 
 impl FileConfig {
@@ -298,6 +316,9 @@ impl FileConfig {
         let f: Self = toml::from_str(text).map_err(|e| e.to_string())?;
         // `[cluster]` is checked here, so a bad one is named rather than ignored.
         crate::cluster::ClusterConfig::from_file(f.cluster.clone())?;
+        if let Some(v) = &f.delete_when {
+            parse_delete_when(v)?;
+        }
         Ok(f)
     }
 }
@@ -566,6 +587,58 @@ pub struct BrokerConfig {
     /// instead of refusing to start (`rocklet broker --repair`; never from the file, so a
     /// repair is always a decision made for one start).
     pub repair: bool,
+    /// Log retention ([`crate::retention`]).
+    pub retention: RetentionConfig,
+}
+
+/// When the oldest segments of the log go ([`crate::retention`]).
+#[derive(Clone, Debug, PartialEq)]
+pub struct RetentionConfig {
+    /// A segment sealed this many hours ago goes (default 72, RocketMQ's fileReservedTime).
+    pub file_reserved_time_hours: f64,
+    /// Hours of the day (UTC, 0 to 23) at which expired segments go (default `04`,
+    /// RocketMQ's deleteWhen).
+    pub delete_when: Vec<u8>,
+    /// Above this share of the disk used, expired segments go at once, whatever the hour
+    /// (default 0.75, RocketMQ's diskMaxUsedSpaceRatio).
+    pub disk_max_used_space_ratio: f64,
+    /// Above this share, the oldest segments go whatever their age, until the disk is below
+    /// it again (default 0.85, RocketMQ's diskSpaceCleanForciblyRatio).
+    pub disk_space_clean_forcibly_ratio: f64,
+    /// How often retention looks, in ms (default 10 000).
+    pub check_interval_ms: Millis,
+}
+
+impl Default for RetentionConfig {
+    fn default() -> Self {
+        RetentionConfig {
+            file_reserved_time_hours: 72.0,
+            delete_when: vec![4],
+            disk_max_used_space_ratio: 0.75,
+            disk_space_clean_forcibly_ratio: 0.85,
+            check_interval_ms: 10_000,
+        }
+    }
+}
+
+/// Parses `delete_when`: hours of the day, `;`-separated (`"04"`, `"04;16"`).
+pub fn parse_delete_when(v: &str) -> Result<Vec<u8>, String> {
+    let mut hours = Vec::new();
+    for part in v.split(';') {
+        let h: u8 = part
+            .trim()
+            .parse()
+            .ok()
+            .filter(|h| *h < 24)
+            .ok_or_else(|| {
+                format!(
+                    "invalid config `delete_when`: `{part}` is not an hour of the day (00 to 23; \
+                 several are separated by `;`)"
+                )
+            })?;
+        hours.push(h);
+    }
+    Ok(hours)
 }
 
 impl Default for BrokerConfig {
@@ -647,6 +720,26 @@ impl BrokerConfig {
             cluster: crate::cluster::ClusterConfig::from_file(f.cluster).unwrap_or(None),
             insecure_no_auth: false,
             repair: false,
+            retention: {
+                let d = RetentionConfig::default();
+                RetentionConfig {
+                    file_reserved_time_hours: f
+                        .file_reserved_time_hours
+                        .unwrap_or(d.file_reserved_time_hours),
+                    // `FileConfig::parse` refused a bad one already.
+                    delete_when: f
+                        .delete_when
+                        .as_deref()
+                        .map_or(d.delete_when, |v| parse_delete_when(v).unwrap_or_default()),
+                    disk_max_used_space_ratio: f
+                        .disk_max_used_space_ratio
+                        .unwrap_or(d.disk_max_used_space_ratio),
+                    disk_space_clean_forcibly_ratio: f
+                        .disk_space_clean_forcibly_ratio
+                        .unwrap_or(d.disk_space_clean_forcibly_ratio),
+                    check_interval_ms: f.retention_check_interval_ms.unwrap_or(d.check_interval_ms),
+                }
+            },
         }
     }
 
@@ -719,6 +812,32 @@ impl BrokerConfig {
             return Err(format!(
                 "invalid config `disk_space_warning_level_ratio`: {r} is not above 0 and at most 1 \
                  (the share of the disk in use from which new messages are refused)"
+            ));
+        }
+        let r = &self.retention;
+        if !(r.file_reserved_time_hours.is_finite() && r.file_reserved_time_hours >= 0.0) {
+            return Err(format!(
+                "invalid config `file_reserved_time_hours`: {} is not a number of hours (0 or more)",
+                r.file_reserved_time_hours
+            ));
+        }
+        for (name, v) in [
+            ("disk_max_used_space_ratio", r.disk_max_used_space_ratio),
+            (
+                "disk_space_clean_forcibly_ratio",
+                r.disk_space_clean_forcibly_ratio,
+            ),
+        ] {
+            if !(v > 0.0 && v <= 1.0) {
+                return Err(format!(
+                    "invalid config `{name}`: {v} is not a ratio above 0 and at most 1 (0.75 is 75 %)"
+                ));
+            }
+        }
+        if r.check_interval_ms < 10 {
+            return Err(format!(
+                "invalid config `retention_check_interval_ms`: {} is below 10",
+                r.check_interval_ms
             ));
         }
         if self.console_sample_ms < 100 || self.console_sample_ms > 600_000 {
@@ -1091,5 +1210,57 @@ mod tests {
         assert_eq!(c.max_concurrent_streams, 16);
         assert_eq!(c.max_inflight_receive_bytes, 32 << 20);
         c.validate().unwrap();
+    }
+
+    #[test]
+    fn retention_settings_are_checked_by_name() {
+        let c = BrokerConfig::default();
+        assert_eq!(c.retention, RetentionConfig::default());
+        assert_eq!(c.retention.file_reserved_time_hours, 72.0);
+        assert_eq!(c.retention.delete_when, vec![4]);
+        let f = FileConfig::parse(
+            "file_reserved_time_hours = 0.5\ndelete_when = \"04;16\"\n\
+             disk_max_used_space_ratio = 0.6\nretention_check_interval_ms = 500",
+        )
+        .unwrap();
+        let c = BrokerConfig::from_file(f);
+        assert_eq!(c.retention.delete_when, vec![4, 16]);
+        assert_eq!(c.retention.file_reserved_time_hours, 0.5);
+        assert_eq!(c.retention.disk_max_used_space_ratio, 0.6);
+        assert_eq!(c.retention.check_interval_ms, 500);
+        c.validate().unwrap();
+        for bad in ["25", "4am", "04;;16"] {
+            let e = FileConfig::parse(&format!("delete_when = \"{bad}\"")).unwrap_err();
+            assert!(
+                e.contains("`delete_when`") && e.contains("hour of the day"),
+                "{e}"
+            );
+        }
+        for (text, field) in [
+            (
+                "file_reserved_time_hours = -1.0",
+                "file_reserved_time_hours",
+            ),
+            (
+                "disk_max_used_space_ratio = 1.5",
+                "disk_max_used_space_ratio",
+            ),
+            (
+                "disk_max_used_space_ratio = 0.0",
+                "disk_max_used_space_ratio",
+            ),
+            (
+                "disk_space_clean_forcibly_ratio = 2.0",
+                "disk_space_clean_forcibly_ratio",
+            ),
+            (
+                "retention_check_interval_ms = 0",
+                "retention_check_interval_ms",
+            ),
+        ] {
+            let c = BrokerConfig::from_file(FileConfig::parse(text).unwrap());
+            let e = c.validate().unwrap_err();
+            assert!(e.contains(&format!("`{field}`")), "{text}: {e}");
+        }
     }
 }

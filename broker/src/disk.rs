@@ -3,7 +3,7 @@
 //! `commitLogMinOffset` and `earliestMessageTimeStamp` (GET_BROKER_RUNTIME_INFO).
 //!
 //! Measured at most once per [`MAX_AGE`] whoever asks (scrapes, `brokerStatus`, the console):
-//! `statvfs` of the data directory and its listing run on a blocking thread, never on the core
+//! `statvfs` of the data directory runs on a blocking thread, never on the core
 //! thread, which is asked only for the log's end and, when the oldest segment changes, its
 //! first record's store time (one record read).
 //!
@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rocklet_core::record::{self, Decoded};
-use rocklet_core::{AnyStorage, Storage};
+use rocklet_core::AnyStorage;
 
 use crate::driver::{CoreFailure, CoreHandle};
 
@@ -130,23 +130,6 @@ impl DiskUsage {
     }
 }
 
-/// Segment files of a data directory (20-digit names): how many, and the lowest base.
-fn list_segments(dir: &Path) -> std::io::Result<(u64, Option<u64>)> {
-    let mut count = 0;
-    let mut oldest: Option<u64> = None;
-    for entry in std::fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(base) = name.parse::<u64>() {
-                count += 1;
-                oldest = Some(oldest.map_or(base, |o| o.min(base)));
-            }
-        }
-    }
-    Ok((count, oldest))
-}
-
 #[derive(Debug, Default)]
 struct Cached {
     at: Option<Instant>,
@@ -167,22 +150,23 @@ impl DiskGauge {
         if c.at.is_some_and(|t| t.elapsed() < MAX_AGE) {
             return Ok(c.usage.clone());
         }
-        let (dir, mem, end) = core
+        // The segments the log reads (a file a retention run retired is not one of them,
+        // even before the host has deleted it).
+        let (dir, segs, end) = core
             .inspect(|b| {
                 let end = b.log_end();
+                let bases = b.segment_bases();
+                let segs = (bases.len() as u64, bases.first().copied());
                 match b.storage_mut() {
-                    AnyStorage::File(f) => (Some(f.dir().to_path_buf()), None, end),
-                    AnyStorage::Mem(m) => {
-                        let segs = m.segments().unwrap_or_default();
-                        (None, Some((segs.len() as u64, segs.first().copied())), end)
-                    }
+                    AnyStorage::File(f) => (Some(f.dir().to_path_buf()), segs, end),
+                    AnyStorage::Mem(_) => (None, segs, end),
                 }
             })
             .await?;
-        let (fs, segments, oldest_base) = match (dir, mem) {
-            (Some(dir), _) => measure(dir).await,
-            (None, Some((n, oldest))) => (None, n, oldest),
-            (None, None) => (None, 0, None),
+        let (segments, oldest_base) = segs;
+        let fs = match dir {
+            Some(dir) => measure(dir).await,
+            None => None,
         };
         let oldest_store_ms = match oldest_base {
             // The first record of a segment never changes while the segment is there.
@@ -217,17 +201,15 @@ impl DiskGauge {
     }
 }
 
-/// `statvfs` and the segment listing of `dir`, on a blocking thread.
-async fn measure(dir: PathBuf) -> (Option<FsSpace>, u64, Option<u64>) {
+/// `statvfs` of `dir`, on a blocking thread.
+async fn measure(dir: PathBuf) -> Option<FsSpace> {
     let r = tokio::task::spawn_blocking(move || {
-        let fs = FsSpace::of(&dir)
+        FsSpace::of(&dir)
             .map_err(|e| tracing::warn!(dir = %dir.display(), error = %e, "cannot measure the data directory's file system"))
-            .ok();
-        let (n, oldest) = list_segments(&dir).unwrap_or_default();
-        (fs, n, oldest)
+            .ok()
     })
     .await;
-    r.unwrap_or_default()
+    r.ok().flatten()
 }
 
 #[cfg(test)]
@@ -289,23 +271,6 @@ mod tests {
         );
         let r = s.used_ratio();
         assert!((0.0..=1.0).contains(&r), "{r}");
-    }
-
-    #[test]
-    fn only_segment_files_are_listed() {
-        let d = tempfile::tempdir().unwrap();
-        assert_eq!(list_segments(d.path()).unwrap(), (0, None));
-        for name in [
-            "00000000001073741824",
-            "00000000000000000000",
-            "LOCK",
-            "0000000000000000000x",
-            "000000000000000000001",
-        ] {
-            std::fs::write(d.path().join(name), b"").unwrap();
-        }
-        std::fs::create_dir(d.path().join("quarantine")).unwrap();
-        assert_eq!(list_segments(d.path()).unwrap(), (2, Some(0)));
     }
 
     #[test]

@@ -46,6 +46,7 @@ pub mod net;
 pub mod playground;
 pub mod rates;
 pub mod remoting;
+pub mod retention;
 pub mod server;
 
 /// Generated protocol types and services.

@@ -374,6 +374,14 @@ struct BenchCli {
     /// per-message ledger.
     #[arg(long, value_name = "N")]
     rss_every: Option<u64>,
+    /// With --embedded --storage file: every N stored messages retire every sealed segment
+    /// (log retention, forced; the files are deleted on another thread), so the latencies
+    /// include its cost.
+    #[arg(long, value_name = "N")]
+    retain_every: Option<u64>,
+    /// With --embedded: the core's segment size in bytes (default 1 GiB).
+    #[arg(long, value_name = "BYTES")]
+    segment_size: Option<u64>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     transactional: bool,
@@ -457,6 +465,8 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     });
     a.broker_pid = c.broker_pid;
     a.rss_every = c.rss_every;
+    a.retain_every = c.retain_every;
+    a.segment_size = c.segment_size;
     Ok(a)
 }
 

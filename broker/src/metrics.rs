@@ -243,6 +243,7 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
                 b.pending_delay_count() as u64,
                 b.log_end(),
                 b.log_synced(),
+                b.retention_totals(),
             )
         })
         .await
@@ -297,7 +298,7 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
     if let Some(v) = m.cluster.get() {
         crate::cluster::render_metrics(v, &mut out);
     }
-    if let Some((s, halves, delays, end, synced)) = snap {
+    if let Some((s, halves, delays, end, synced, (retired, carried))) = snap {
         counter(
             &mut out,
             "rocklet_messages_stored_total",
@@ -428,6 +429,18 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
             "rocklet_log_synced_bytes",
             "Bytes of the log known durable",
             synced,
+        );
+        counter(
+            &mut out,
+            "rocklet_log_segments_deleted_total",
+            "Segments retention retired (kept across restarts, in LOG_START)",
+            retired,
+        );
+        counter(
+            &mut out,
+            "rocklet_log_carried_forward_bytes_total",
+            "Bytes retention carried forward (pending halves and delays re-written before their segment went; kept across restarts)",
+            carried,
         );
     }
     counter(

@@ -62,7 +62,7 @@ pub struct RunningBroker {
     stop_server: Option<oneshot::Sender<()>>,
     server: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
     metrics_task: Option<JoinHandle<()>>,
-    /// Tasks that measure and sample once a second (rates, the disk-full guard).
+    /// Background tasks: rates and the disk-full guard (once a second), retention.
     samplers: Vec<JoinHandle<()>>,
     console: Option<crate::console::RunningConsole>,
     core_thread: Option<std::thread::JoinHandle<()>>,
@@ -384,6 +384,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         cfg.disk_space_warning_level_ratio,
         m.clone(),
     ));
+    let retention_task = tokio::spawn(crate::retention::run(
+        core.clone(),
+        clock.clone(),
+        m.clone(),
+        cfg.retention.clone(),
+    ));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -434,7 +440,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
-        samplers: vec![rates_task, disk_full_task],
+        samplers: vec![rates_task, disk_full_task, retention_task],
         core_thread: Some(core_thread),
     })
 }

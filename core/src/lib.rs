@@ -23,6 +23,8 @@ mod crc;
 pub mod error;
 mod log;
 pub mod record;
+#[cfg(test)]
+mod retention_tests;
 pub mod storage;
 mod table;
 #[cfg(any(feature = "testing", test))]
@@ -37,12 +39,15 @@ pub type Millis = u64;
 
 pub use broker::{
     common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, GroupLag, Page, PendingDelayInfo,
-    PendingTxnInfo, ReplicationError, Role, Stats, TopicInfo, MAX_PAGE, MAX_QUEUES,
+    PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats, TopicInfo,
+    MAX_CARRY_BYTES, MAX_PAGE, MAX_QUEUES,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
 pub use log::{Cut, Quarantined, RecoveryReport};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, QUARANTINE_DIR};
+pub use storage::{
+    AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE, QUARANTINE_DIR,
+};
 pub use storage::{LogEnd, MemStorage, Storage};
 pub use types::*;

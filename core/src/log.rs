@@ -102,6 +102,8 @@ pub(crate) struct Log<S> {
     read_buf: Vec<u8>,
     /// A failed append left bytes behind.
     torn: bool,
+    /// Where the log starts: retention retired every segment below it (0: none retired).
+    start: u64,
 }
 
 pub(crate) enum LogError<E> {
@@ -126,7 +128,37 @@ impl<S: Storage> Log<S> {
             max_record,
             read_buf: Vec::new(),
             torn: false,
+            start: 0,
         }
+    }
+
+    /// Where the log starts: the base of its oldest segment once retention retired the ones
+    /// before it (0 before any was).
+    pub(crate) fn start(&self) -> u64 {
+        self.start
+    }
+
+    /// Bases of the segments, ascending (the last one takes appends).
+    pub(crate) fn segment_bases(&self) -> &[u64] {
+        &self.segments
+    }
+
+    /// The log now starts at `start` (a segment base, never the one taking appends): the
+    /// segments below it leave the list and the storage lets go of them. Returns their bases,
+    /// for the host to delete. Call it only once the record of the new start is durable.
+    pub(crate) fn retire(&mut self, start: u64) -> Vec<u64> {
+        let keep_from = self
+            .segments
+            .partition_point(|&b| b < start)
+            .min(self.segments.len().saturating_sub(1));
+        let gone: Vec<u64> = self.segments.drain(..keep_from).collect();
+        for &b in &gone {
+            self.storage.close_segment(b);
+        }
+        if let Some(&first) = self.segments.first() {
+            self.start = self.start.max(first);
+        }
+        gone
     }
 
     pub(crate) fn end(&self) -> u64 {
@@ -148,10 +180,6 @@ impl<S: Storage> Log<S> {
 
     pub(crate) fn segment_count(&self) -> usize {
         self.segments.len()
-    }
-
-    pub(crate) fn segment_bases(&self) -> &[u64] {
-        &self.segments
     }
 
     fn base_of(&self, offset: u64) -> Option<u64> {
@@ -412,8 +440,21 @@ impl<S: Storage> Log<S> {
 
     /// Starts recovery: reads the segment list. `repair`: damage that is not a torn tail is
     /// moved to quarantine instead of refused.
-    pub(crate) fn start_recovery(&mut self, repair: bool) -> Result<Recovery, S::Error> {
+    ///
+    /// `start`: where the log starts (retention retired the segments before it; 0 when
+    /// none was). Segments below it are what a deletion left half done: they are removed
+    /// now, never read. The segment at `start` must be there (else the log is missing data).
+    pub(crate) fn start_recovery(
+        &mut self,
+        repair: bool,
+        start: u64,
+    ) -> Result<Recovery, S::Error> {
+        self.start = start;
         self.segments = self.storage.segments()?;
+        let stale = self.segments.partition_point(|&b| b < start);
+        for b in self.segments.drain(..stale) {
+            self.storage.remove(b)?;
+        }
         let mark = self.storage.log_end()?;
         let failed_at = self.storage.failed_at()?;
         let report = RecoveryReport {
@@ -431,7 +472,7 @@ impl<S: Storage> Log<S> {
             group: None,
             ready: VecDeque::new(),
             current: None,
-            end: 0,
+            end: start,
             report,
             repair,
             closed: false,
@@ -439,6 +480,7 @@ impl<S: Storage> Log<S> {
             failed_at,
             settle: false,
             end_checked: false,
+            log_start: start,
         })
     }
 
@@ -502,6 +544,8 @@ pub(crate) struct Recovery {
     settle: bool,
     /// The end of the segments was held to `mark`.
     end_checked: bool,
+    /// Where the log starts (see [`Log::start_recovery`]).
+    log_start: u64,
 }
 
 /// A recovered record: (log offset, bytes).
@@ -577,6 +621,18 @@ impl Recovery {
                 None => {
                     // Segments follow each other: the one before ended (its end blank, or
                     // the end of its data) where this one begins.
+                    if self.si == 0 && self.log_start > 0 && base != self.log_start {
+                        // Retention left the log starting at `start`: its first segment
+                        // must be that one.
+                        let what = alloc::format!(
+                            "segment file {:020} is missing: the log starts there (LOG_START: \
+                             retention retired the segments before it), but the first segment \
+                             file is {base:020}",
+                            self.log_start
+                        );
+                        let (from, to) = (self.log_start.min(base), self.log_start.max(base));
+                        self.gap(log, from, to, what, base > self.log_start)?;
+                    }
                     if self.si > 0 && self.end < base {
                         let prev = self.segs[self.si - 1];
                         let what = alloc::format!(

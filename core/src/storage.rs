@@ -35,6 +35,12 @@ pub trait Storage {
     fn truncate(&mut self, base: u64, len: u64) -> Result<(), Self::Error>;
     /// Deletes a segment.
     fn remove(&mut self, base: u64) -> Result<(), Self::Error>;
+    /// Lets go of a segment the log no longer reads (retention retired it): a storage that
+    /// holds it open closes it, so whoever deletes it (the host, off the core's thread) frees
+    /// its space. The default holds nothing.
+    fn close_segment(&mut self, base: u64) {
+        let _ = base;
+    }
     /// Where bytes that may not be zero start again at or after `pos`, or `None` when only
     /// zeros follow: a storage that knows its holes (a sparse, preallocated file) lets
     /// recovery skip them. The default knows none.
@@ -75,6 +81,19 @@ pub trait Storage {
     fn failed_at(&mut self) -> Result<Option<u64>, Self::Error> {
         Ok(None)
     }
+    /// Where the log starts after retention retired its oldest segments: the core's own
+    /// record of it (opaque bytes, written by [`Storage::record_log_start`]), or `None` when
+    /// nothing was ever retired (every log from before retention). The default keeps none.
+    fn log_start(&mut self) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(None)
+    }
+    /// Replaces the record of where the log starts, durably and atomically before it
+    /// returns: after a crash the storage holds either the old record or this one, whole.
+    /// The default cannot keep one and refuses retention with `Ok(false)`.
+    fn record_log_start(&mut self, record: &[u8]) -> Result<bool, Self::Error> {
+        let _ = record;
+        Ok(false)
+    }
 }
 
 /// How far the log reached, kept durably beside the segments (for files: `LOG_END`), so
@@ -98,6 +117,8 @@ pub struct MemStorage {
     /// Empty buffers with resident memory, taken by the next new segments
     /// ([`MemStorage::prepare_segments`]).
     spare: Vec<Vec<u8>>,
+    /// [`Storage::log_start`].
+    log_start: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for MemStorage {
@@ -244,10 +265,19 @@ impl Storage for MemStorage {
             .or_insert_with(|| spare.pop().unwrap_or_default());
         (seg.len() as u64 == pos).then_some(seg)
     }
+    fn log_start(&mut self) -> Result<Option<Vec<u8>>, Infallible> {
+        Ok(self.log_start.clone())
+    }
+    fn record_log_start(&mut self, record: &[u8]) -> Result<bool, Infallible> {
+        self.log_start = Some(record.to_vec());
+        Ok(true)
+    }
 }
 
 #[cfg(feature = "std")]
-pub use file::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, QUARANTINE_DIR};
+pub use file::{
+    AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE, QUARANTINE_DIR,
+};
 
 #[cfg(feature = "std")]
 mod file {
@@ -662,6 +692,33 @@ mod file {
             Ok(self.failed_at)
         }
 
+        fn log_start(&mut self) -> io::Result<Option<Vec<u8>>> {
+            match fs::read(self.dir.join(LOG_START_FILE)) {
+                Ok(b) => Ok(Some(b)),
+                Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+                Err(e) => Err(e),
+            }
+        }
+
+        fn record_log_start(&mut self, record: &[u8]) -> io::Result<bool> {
+            // A temporary file, fsynced, renamed over the record, and the directory fsynced:
+            // a crash leaves the old record or the new one.
+            let tmp = self.dir.join(LOG_START_TMP);
+            {
+                let mut f = File::create(&tmp)?;
+                f.write_all(record)?;
+                f.sync_all()?;
+            }
+            fs::rename(&tmp, self.dir.join(LOG_START_FILE))?;
+            File::open(&self.dir)?.sync_all()?;
+            Ok(true)
+        }
+
+        fn close_segment(&mut self, base: u64) {
+            self.open.retain(|(b, _)| *b != base);
+            self.dirty.retain(|(b, _)| *b != base);
+        }
+
         fn record_log_end(&mut self, end: u64, clean: bool) -> io::Result<()> {
             let segment = self.segments()?.last().copied();
             self.write_log_end(LogEnd {
@@ -715,6 +772,11 @@ mod file {
     /// The file in a [`FileStorage`]'s directory that holds its [`LogEnd`]: four lines of
     /// text (`rocklet-log-end 1`, `segment <base>|none`, `end <offset>`, `clean true|false`).
     pub const LOG_END_FILE: &str = "LOG_END";
+    /// The file in a [`FileStorage`]'s directory that says where the log starts once
+    /// retention retired its oldest segments ([`Storage::log_start`]): written by the core
+    /// (postcard), replaced atomically. A directory without it starts at its first segment.
+    pub const LOG_START_FILE: &str = "LOG_START";
+    const LOG_START_TMP: &str = "LOG_START.tmp";
     const LOG_END_TMP: &str = "LOG_END.tmp";
     const SYNC_FAILED: &str = "SYNC_FAILED.";
 
@@ -901,6 +963,24 @@ mod file {
             match self {
                 AnyStorage::Mem(m) => m.failed_at().map_err(never),
                 AnyStorage::File(f) => f.failed_at(),
+            }
+        }
+        fn log_start(&mut self) -> io::Result<Option<Vec<u8>>> {
+            match self {
+                AnyStorage::Mem(m) => m.log_start().map_err(never),
+                AnyStorage::File(f) => f.log_start(),
+            }
+        }
+        fn record_log_start(&mut self, record: &[u8]) -> io::Result<bool> {
+            match self {
+                AnyStorage::Mem(m) => m.record_log_start(record).map_err(never),
+                AnyStorage::File(f) => f.record_log_start(record),
+            }
+        }
+        fn close_segment(&mut self, base: u64) {
+            match self {
+                AnyStorage::Mem(m) => m.close_segment(base),
+                AnyStorage::File(f) => f.close_segment(base),
             }
         }
     }

@@ -41,11 +41,24 @@ impl<R: Row> PendingTable<R> {
         self.rows.len() - self.dead
     }
 
-    /// Inserts a row; rows come in ascending offset order (log order).
+    /// Inserts a row. Rows come in ascending offset order (log order), except a row that
+    /// retention carried forward, which keeps its older offset and goes where it belongs.
     pub(crate) fn insert(&mut self, row: R) {
-        debug_assert!(self.rows.back().is_none_or(|r| r.offset() < row.offset()));
         self.timers.push(Reverse((row.deadline(), row.offset())));
-        self.rows.push_back(row);
+        if self.rows.back().is_none_or(|r| r.offset() < row.offset()) {
+            self.rows.push_back(row);
+            return;
+        }
+        match self.rows.binary_search_by_key(&row.offset(), Row::offset) {
+            // A dead row of the same offset (resolved, then carried back in): replaced.
+            Ok(i) => {
+                if self.rows[i].is_dead() {
+                    self.dead -= 1;
+                }
+                self.rows[i] = row;
+            }
+            Err(i) => self.rows.insert(i, row),
+        }
     }
 
     fn index(&self, offset: u64) -> Option<usize> {

@@ -48,6 +48,10 @@ pub struct CrashStorage {
     pub fail_syncs: bool,
     /// Byte ranges a failed sync lost: (segment, from, to). No sync makes them durable.
     lost: Vec<(u64, u64, u64)>,
+    /// [`Storage::log_start`]: what reads see, and what a crash leaves (the record is
+    /// written durably at once, unless the power was cut before: see `cut_after_bytes`).
+    log_start: Option<Vec<u8>>,
+    durable_log_start: Option<Vec<u8>>,
 }
 
 impl CrashStorage {
@@ -58,22 +62,38 @@ impl CrashStorage {
     }
     /// A store whose live and durable images are `mem`.
     #[must_use]
-    pub fn from_mem(mem: MemStorage) -> Self {
+    pub fn from_mem(mut mem: MemStorage) -> Self {
+        let start = mem.log_start().unwrap_or_default();
         CrashStorage {
             live: mem.clone(),
             durable: mem,
+            log_start: start.clone(),
+            durable_log_start: start,
             ..Self::default()
         }
     }
     /// What a crash now leaves: the durable image.
     #[must_use]
     pub fn crash(&self) -> MemStorage {
-        self.durable.clone()
+        let mut m = self.durable.clone();
+        if let Some(r) = &self.durable_log_start {
+            let _ = m.record_log_start(r);
+        }
+        m
     }
     /// What a process crash (not power loss) leaves: everything written so far.
     #[must_use]
     pub fn live(&self) -> MemStorage {
-        self.live.clone()
+        let mut m = self.live.clone();
+        if let Some(r) = &self.log_start {
+            let _ = m.record_log_start(r);
+        }
+        m
+    }
+    /// Whether the power was cut ([`CrashStorage::cut_after_bytes`] reached): nothing
+    /// written from then on is durable.
+    fn power_cut(&self) -> bool {
+        self.cut_after_bytes.is_some_and(|c| self.appended > c)
     }
     /// A sync detached now, as `FileStorage::detach_sync`: the image it makes durable when it
     /// completes ([`CrashStorage::complete_sync`]), however much is appended meanwhile.
@@ -185,6 +205,19 @@ impl Storage for CrashStorage {
         let _ = self.live.quarantine(name, data);
         let _ = self.durable.quarantine(name, data);
         Ok(())
+    }
+    fn log_start(&mut self) -> Result<Option<Vec<u8>>, Injected> {
+        Ok(self.log_start.clone())
+    }
+    fn record_log_start(&mut self, record: &[u8]) -> Result<bool, Injected> {
+        if self.fail_syncs {
+            return Err(Injected("I/O error on sync".into()));
+        }
+        self.log_start = Some(record.to_vec());
+        if !self.power_cut() {
+            self.durable_log_start = Some(record.to_vec());
+        }
+        Ok(true)
     }
 }
 

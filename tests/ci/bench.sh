@@ -39,6 +39,14 @@ run send --embedded --storage file --dir "$work" --size 16 --flush async --count
 [ "$(grep -c '^rss: messages_stored=[0-9]* rss_bytes=[0-9]' "$work/rss.out")" -eq 4 ] \
   || { echo "expected 4 rss sample lines"; exit 1; }
 grep -q '^rss per stored message: [0-9.]* bytes' "$work/rss.out" || { echo "no rss slope line"; exit 1; }
+# Retention's cost (issue 31 item 2): every sealed segment retired every 2,000 stored
+# messages while txns run (pending halves and delays carried forward); the run's own checks
+# (exactly once, nothing early) must hold across it (docs/benchmarks.md, "Retention").
+run txn --embedded --storage file --dir "$work" --flush sync --segment-size 262144 \
+  --retain-every 2000 --count 6000 --clients 4 --consumers 2 --size 256 --mix 6:2:2 \
+  --check-after-ms 300 --delay-max-ms 800 --drain-timeout 20 --quiet | tee "$work/retain.out"
+grep -q '^retention: [0-9]* runs, [1-9][0-9]* segments retired' "$work/retain.out" \
+  || { echo "retention retired nothing"; exit 1; }
 
 # A broker process over gRPC loopback (a free port; the address is read from its log).
 cat > "$work/broker.toml" <<TOML

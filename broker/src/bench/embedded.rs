@@ -95,11 +95,18 @@ impl Drop for Scratch {
 }
 
 fn config(args: &BenchArgs) -> Config {
+    let d = Config::default();
+    let segment_size = args.segment_size.unwrap_or(1 << 30);
+    // A small --segment-size: the largest message shrinks to fit (the core needs ~40 KB of
+    // room beyond it; the bench's bodies are far smaller).
+    let largest = u32::try_from(segment_size.saturating_sub(40_000)).unwrap_or(u32::MAX);
     Config {
         flush: args.flush,
-        segment_size: 1 << 30,
+        segment_size,
+        max_message_size: d.max_message_size.min(largest),
+        max_batch_size: d.max_batch_size.min(largest),
         transaction_timeout_ms: args.check_after_ms,
-        ..Config::default()
+        ..d
     }
 }
 
@@ -127,6 +134,16 @@ struct Run<'a> {
     syncer: Syncer,
     /// `--rss-every`: resident memory per stored message.
     rss: Option<super::rss::RssProbe>,
+    /// `--retain-every`: stored messages at which the next retention run is due, runs so
+    /// far, segments retired, bytes carried forward, and the threads deleting files.
+    retain_at: u64,
+    retain_runs: u64,
+    retired: u64,
+    carried_bytes: u64,
+    /// Time the runs took on the loop's thread, all together and the longest.
+    retain_time: Duration,
+    retain_max: Duration,
+    unlinks: Vec<std::thread::JoinHandle<()>>,
 }
 
 /// The fsync thread of a sync-flush run. As in the broker's driver, the measured loop
@@ -201,6 +218,13 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         recv_t0: Instant::now(),
         syncer: Syncer::new()?,
         rss: args.rss_every.map(super::rss::RssProbe::new),
+        retain_at: args.retain_every.unwrap_or(u64::MAX),
+        retain_runs: 0,
+        retired: 0,
+        carried_bytes: 0,
+        retain_time: Duration::ZERO,
+        retain_max: Duration::ZERO,
+        unlinks: Vec::new(),
     };
     let mut notes = Vec::new();
     if let Some(r) = args.rate {
@@ -250,6 +274,22 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
             fields.push(("rss_bytes".into(), s.rss_bytes.to_string()));
         }
     }
+    if args.retain_every.is_some() {
+        for t in r.unlinks.drain(..) {
+            let _ = t.join();
+        }
+        notes.push(format!(
+            "retention: {} runs, {} segments retired, {} bytes carried forward; the log starts at {}; \
+             the runs took {:.3} ms on the loop's thread (longest {:.3} ms)",
+            r.retain_runs,
+            r.retired,
+            r.carried_bytes,
+            r.b.log_start(),
+            r.retain_time.as_secs_f64() * 1e3,
+            r.retain_max.as_secs_f64() * 1e3
+        ));
+        fields.push(("segments_retired".into(), r.retired.to_string()));
+    }
     let log_bytes = r.b.log_end();
     drop(r.b);
     drop(scratch);
@@ -267,6 +307,46 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
 }
 
 impl Run<'_> {
+    /// `--retain-every`: when the stored messages reached the next multiple, retires every
+    /// sealed segment as a retention run does, inline (its cost lands on the requests
+    /// waiting, as on the broker's core thread); the files go on another thread.
+    fn retain_if_due(&mut self) -> Result<(), String> {
+        let (Some(every), stored) = (self.args.retain_every, self.b.stats().messages_stored) else {
+            return Ok(());
+        };
+        if stored < self.retain_at {
+            return Ok(());
+        }
+        self.retain_at = stored + every;
+        let Some(&newest) = self.b.segment_bases().last() else {
+            return Ok(());
+        };
+        let t0 = Instant::now();
+        let r = self
+            .b
+            .retain(self.clock.now(), newest)
+            .map_err(|e| format!("retention failed: {e}"))?;
+        let took = t0.elapsed();
+        self.retain_time += took;
+        self.retain_max = self.retain_max.max(took);
+        self.retain_runs += 1;
+        self.retired += r.retired.len() as u64;
+        self.carried_bytes += r.carried_bytes;
+        if let AnyStorage::File(f) = self.b.storage_mut() {
+            let paths: Vec<std::path::PathBuf> = r
+                .retired
+                .iter()
+                .map(|b| f.dir().join(format!("{b:020}")))
+                .collect();
+            self.unlinks.push(std::thread::spawn(move || {
+                for p in paths {
+                    let _ = std::fs::remove_file(p);
+                }
+            }));
+        }
+        Ok(())
+    }
+
     /// `--rss-every`: a sample when the stored messages reached the next multiple.
     fn sample_rss(&mut self) -> Result<(), String> {
         if let Some(p) = &mut self.rss {
@@ -510,6 +590,7 @@ impl Run<'_> {
             self.sync_overlapped(!busy && !self.receiving)?;
             self.drain_replies(&mut phases)?;
             self.sample_rss()?;
+            self.retain_if_due()?;
             if live.due() {
                 let waiting = self.ledger.awaiting_checks();
                 live.print(

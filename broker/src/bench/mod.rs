@@ -224,6 +224,12 @@ pub struct BenchArgs {
     /// Embedded runs: every this many stored messages, print the messages stored so far and
     /// the process's resident set, and at the end the bytes of it per stored message.
     pub rss_every: Option<u64>,
+    /// Embedded runs on file storage: every this many stored messages, retire every sealed
+    /// segment (`Broker::retain`, as a retention run does; the files are deleted on another
+    /// thread), so the latencies include retention's cost.
+    pub retain_every: Option<u64>,
+    /// Embedded runs: the core's segment size (default 1 GiB).
+    pub segment_size: Option<u64>,
 }
 
 /// TLS of a gRPC bench run.
@@ -271,6 +277,8 @@ impl BenchArgs {
             tls: None,
             broker_pid: None,
             rss_every: None,
+            retain_every: None,
+            segment_size: None,
         }
     }
 
@@ -329,6 +337,20 @@ impl BenchArgs {
                     "--rss-every measures this process's memory: use it with --embedded".into(),
                 );
             }
+        }
+        if let Some(n) = self.retain_every {
+            if n == 0 {
+                return Err("--retain-every must be at least 1 (stored messages)".into());
+            }
+            if !matches!(self.target, Target::Embedded(Some(_))) {
+                return Err(
+                    "--retain-every retires segment files: use it with --embedded --storage file"
+                        .into(),
+                );
+            }
+        }
+        if (self.segment_size.is_some()) && !matches!(self.target, Target::Embedded(_)) {
+            return Err("--segment-size sets the embedded core's: use it with --embedded".into());
         }
         if matches!(self.target, Target::Remoting(_)) && self.mode != Mode::Send {
             return Err("--remoting measures sends (send + pull): use the send mode".into());

@@ -60,6 +60,9 @@ pub mod status {
     pub const TOPIC_NOT_EXIST: i32 = 17;
     pub const PULL_NOT_FOUND: i32 = 19;
     pub const PULL_RETRY_IMMEDIATELY: i32 = 20;
+    /// A pull below the queue's first offset (its oldest segments retired: RocketMQ's
+    /// OFFSET_TOO_SMALL), with nextBeginOffset the first offset.
+    pub const PULL_OFFSET_MOVED: i32 = 21;
     pub const QUERY_NOT_FOUND: i32 = 22;
     pub const SUBSCRIPTION_PARSE_FAILED: i32 = 23;
     pub const SUBSCRIPTION_GROUP_NOT_EXIST: i32 = 26;

@@ -35,6 +35,9 @@ pub fn test_config(dir: &std::path::Path) -> BrokerConfig {
     // Tests run on machines whose disks may be fuller than the default 90 %: refuse new
     // messages only on a full disk (tests/disk_full.rs sets its own level).
     cfg.disk_space_warning_level_ratio = 1.0;
+    // Nor does retention delete by disk usage (tests/retention.rs sets its own).
+    cfg.retention.disk_max_used_space_ratio = 1.0;
+    cfg.retention.disk_space_clean_forcibly_ratio = 1.0;
     cfg
 }
 

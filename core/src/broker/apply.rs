@@ -241,7 +241,12 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Half => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
+                if let Some(key) = r.prop(prop::CARRIED_UNIT) {
+                    // A committed message's record carried forward: read through its unit.
+                    self.move_carried_unit(off, r, key);
+                    return;
+                }
                 // Every property this needs, in one pass.
                 let [real_topic, real_qid, pgroup, immunity, tags, check_times, keys, uniq] = r
                     .props_of([
@@ -257,6 +262,36 @@ impl<S: Storage> Broker<S> {
                 let Some(q) = self.real_queue(off, real_topic, real_qid, keys, uniq) else {
                     return;
                 };
+                if let Some(key) = carried_from(r, off) {
+                    // Retention carried a pending half forward: the transaction keeps its id.
+                    // Still pending (the record it carries is still read): it moves here; else
+                    // (replay from after the retired segments) it is pending again, with the
+                    // checks it had.
+                    let size = r.total_size;
+                    if self
+                        .txns
+                        .update(key, |t| {
+                            t.record = off;
+                            t.size = size;
+                        })
+                        .is_none()
+                    {
+                        let group = self.group(pgroup.unwrap_or(""));
+                        let deadline = now.saturating_add(self.cfg.transaction_check_interval_ms);
+                        self.txns.insert(PendingTxn {
+                            offset: key,
+                            record: off,
+                            deadline,
+                            size: r.total_size,
+                            queue: q,
+                            tag_hash: tag_hash(tags),
+                            checks: check_times.and_then(|c| c.parse::<u16>().ok()).unwrap_or(0),
+                            group,
+                            answered: true,
+                        });
+                    }
+                    return;
+                }
                 let group = self.group(pgroup.unwrap_or(""));
                 let immunity = immunity
                     .and_then(|s| s.parse::<u64>().ok())
@@ -265,6 +300,7 @@ impl<S: Storage> Broker<S> {
                 if self.txns.get(off).is_none() {
                     self.txns.insert(PendingTxn {
                         offset: off,
+                        record: off,
                         deadline,
                         size: r.total_size,
                         queue: q,
@@ -281,14 +317,20 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Op => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 let half = r.header.prepared_offset;
                 let tag = r.prop(prop::TAGS).unwrap_or("");
                 match tag {
                     op::RESOLVED => {
                         let Some(row) = self.txns.remove(half) else {
+                            let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
+                                == sys_flag::TRANSACTION_COMMIT_TYPE;
+                            if commit {
+                                self.push_carried_unit(half);
+                            }
                             return;
                         };
+                        self.remember_carried_key(row.record, row.offset);
                         self.forget_parked(row);
                         let commit = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK
                             == sys_flag::TRANSACTION_COMMIT_TYPE;
@@ -300,7 +342,7 @@ impl<S: Storage> Broker<S> {
                             self.push_moved(
                                 row.queue,
                                 CqUnit {
-                                    offset: half,
+                                    offset: row.record,
                                     size: row.size,
                                     tag_hash: row.tag_hash,
                                 },
@@ -334,15 +376,17 @@ impl<S: Storage> Broker<S> {
                     }
                     op::CHECK_MAX => {
                         let Some(row) = self.txns.remove(half) else {
+                            self.push_carried_unit(half);
                             return;
                         };
+                        self.remember_carried_key(row.record, row.offset);
                         self.forget_parked(row);
                         let t = self.topic(topic::CHECK_MAX, 1);
                         let q = self.queue_of(t, 0);
                         self.push_moved(
                             q,
                             CqUnit {
-                                offset: half,
+                                offset: row.record,
                                 size: row.size,
                                 tag_hash: row.tag_hash,
                             },
@@ -363,7 +407,12 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::Schedule => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
+                if let Some(key) = r.prop(prop::CARRIED_UNIT) {
+                    // A delivered message's record carried forward: read through its unit.
+                    self.move_carried_unit(off, r, key);
+                    return;
+                }
                 let [real_topic, real_qid, due, tags, keys, uniq] = r.props_of([
                     prop::REAL_TOPIC,
                     prop::REAL_QID,
@@ -376,9 +425,32 @@ impl<S: Storage> Broker<S> {
                     return;
                 };
                 let due = due.and_then(|s| s.parse::<u64>().ok()).unwrap_or(now);
+                if let Some(key) = carried_from(r, off) {
+                    // Retention carried an undelivered delay forward: same key, same due time.
+                    let size = r.total_size;
+                    if self
+                        .delays
+                        .update(key, |d| {
+                            d.record = off;
+                            d.size = size;
+                        })
+                        .is_none()
+                    {
+                        self.delays.insert(PendingDelay {
+                            offset: key,
+                            record: off,
+                            due,
+                            size: r.total_size,
+                            queue: q,
+                            tag_hash: tag_hash(tags),
+                        });
+                    }
+                    return;
+                }
                 if self.delays.get(off).is_none() {
                     self.delays.insert(PendingDelay {
                         offset: off,
+                        record: off,
                         due,
                         size: r.total_size,
                         queue: q,
@@ -390,14 +462,16 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::DelayOp => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 let Some(row) = self.delays.remove(r.header.prepared_offset) else {
+                    self.push_carried_unit(r.header.prepared_offset);
                     return;
                 };
+                self.remember_carried_key(row.record, row.offset);
                 self.push_moved(
                     row.queue,
                     CqUnit {
-                        offset: row.offset,
+                        offset: row.record,
                         size: row.size,
                         tag_hash: row.tag_hash,
                     },
@@ -408,7 +482,7 @@ impl<S: Storage> Broker<S> {
             }
             TopicKind::State => {
                 let q = self.own_queue(own_queue, r);
-                self.queues[q as usize].next += 1;
+                self.count_internal(q, r);
                 if let Ok(op) = postcard::from_bytes::<StateOp<'_>>(r.body) {
                     self.apply_state(off, now, op);
                 }
@@ -609,6 +683,69 @@ impl<S: Storage> Broker<S> {
         self.push_unit(q, unit);
     }
 
+    /// Replaying from where the log starts: the op that committed (or delivered) the
+    /// message of `key`, whose first record was retired, puts its carried-forward record in
+    /// its queue, where it was ([`Broker::retain`]).
+    fn push_carried_unit(&mut self, key: u64) {
+        if !self.recovering {
+            return;
+        }
+        if let Some(&(q, unit)) = self.carried_units.get(&key) {
+            self.push_moved(q, unit);
+        }
+    }
+
+    /// A record retention wrote at `off` for the message of transaction or delay `key`
+    /// whose unit read the record at `prepared_offset`: the unit reads it from now on.
+    /// Nothing when no unit reads that record (replaying from where the log starts, the
+    /// unit came from [`Broker::carried_units`] already).
+    fn move_carried_unit(&mut self, off: u64, r: &RecordView<'_>, key: &str) {
+        let (Ok(key), from) = (key.parse::<u64>(), r.header.prepared_offset) else {
+            return;
+        };
+        let Some((q, qo)) = self.moved.get(from) else {
+            return;
+        };
+        let Some(queue) = self.queues.get_mut(q as usize) else {
+            return;
+        };
+        let Some(i) = qo
+            .checked_sub(queue.base)
+            .and_then(|i| usize::try_from(i).ok())
+            .filter(|&i| queue.units.get(i).is_some_and(|u| u.offset == from))
+        else {
+            return;
+        };
+        let unit = CqUnit {
+            offset: off,
+            size: r.total_size,
+            tag_hash: queue.units[i].tag_hash,
+        };
+        queue.units[i] = unit;
+        self.moved.insert(off, (q, qo));
+        self.carried_units.insert(key, (q, unit));
+    }
+
+    /// A carried-forward half or delay (record ≠ key) was committed or delivered: its key,
+    /// for a later retention run that carries its record again.
+    fn remember_carried_key(&mut self, record: u64, key: u64) {
+        if record != key {
+            self.carried_keys.insert(record, key);
+        }
+    }
+
+    /// Counts a record of an internal topic in its queue. Replaying a log whose oldest
+    /// segments retention retired, the queue goes on where the record says it was (what
+    /// came before it is gone): its next offset is the one the record was written at + 1.
+    fn count_internal(&mut self, q: u32, r: &RecordView<'_>) {
+        let trimmed = self.recovering && self.log.start() > 0;
+        let queue = &mut self.queues[q as usize];
+        if trimmed {
+            queue.next = queue.next.max(r.header.queue_offset);
+        }
+        queue.next += 1;
+    }
+
     pub(super) fn push_unit(&mut self, q: u32, unit: CqUnit) {
         let queue = &mut self.queues[q as usize];
         queue.units.push(unit);
@@ -668,4 +805,12 @@ impl<S: Storage> Broker<S> {
             self.trace(kind, offset, &name, detail);
         }
     }
+}
+
+/// The key a record retention carried forward answers to ([`prop::CARRIED`]); `None` for
+/// a record that carries nothing (or names no earlier record: never written by this broker).
+fn carried_from(r: &RecordView<'_>, off: u64) -> Option<u64> {
+    r.prop(prop::CARRIED)
+        .and_then(|v| v.parse::<u64>().ok())
+        .filter(|&k| k < off)
 }

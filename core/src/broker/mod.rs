@@ -25,9 +25,11 @@ mod delays;
 mod index;
 mod pages;
 mod replication;
+mod retention;
 
 pub use pages::{GroupLag, Page, MAX_PAGE};
 pub use replication::{common_prefix, ReplicationError, Role};
+pub use retention::{Retention, RetentionHold, MAX_CARRY_BYTES};
 mod send;
 mod topics;
 mod transactions;
@@ -53,16 +55,28 @@ pub mod prop {
     pub const ORIGIN_MESSAGE_ID: &str = "ORIGIN_MESSAGE_ID";
     pub const RECONSUME_TIME: &str = "RECONSUME_TIME";
     pub const WAIT: &str = "WAIT";
+    /// On a half or delayed record retention re-wrote: the offset of the record it carries
+    /// forward (the transaction's id, the delay's key), which it goes on answering to.
+    pub const CARRIED: &str = "__CARRIED";
+    /// On a committed or delivered message's record retention re-wrote (its first record
+    /// was in a retired segment): the key of the transaction or delay it was. The record is
+    /// read through its queue's unit only; replay finds it through the record of where the
+    /// log starts.
+    pub const CARRIED_UNIT: &str = "__CARRIED_UNIT";
     /// Keys the broker writes and strips before consumers see a message.
-    pub const INTERNAL: [&str; 5] = [
+    pub const INTERNAL: [&str; 7] = [
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
         super::BATCH_LEN,
         "__CRC32#",
+        CARRIED,
+        CARRIED_UNIT,
     ];
     /// Keys a producer may not set (the broker sets them).
-    pub const RESERVED: [&str; 8] = [
+    pub const RESERVED: [&str; 10] = [
+        CARRIED,
+        CARRIED_UNIT,
         REAL_TOPIC,
         REAL_QID,
         TIMER_OUT_MS,
@@ -247,7 +261,10 @@ pub const MAX_QUEUES: u32 = 1024;
 
 #[derive(Clone, Copy, Debug)]
 struct PendingTxn {
+    /// The transaction's id (the offset of its first half record, which producers name).
     offset: u64,
+    /// Where its half record is now: `offset`, or where retention carried it forward.
+    record: u64,
     deadline: Millis,
     size: u32,
     queue: u32,
@@ -276,7 +293,10 @@ impl Row for PendingTxn {
 
 #[derive(Clone, Copy, Debug)]
 struct PendingDelay {
+    /// Its key (the offset of its first record).
     offset: u64,
+    /// Where its record is now: `offset`, or where retention carried it forward.
+    record: u64,
     due: Millis,
     size: u32,
     queue: u32,
@@ -485,6 +505,17 @@ pub struct Broker<S: Storage> {
     index: index::KeyIndex,
     /// Set by the host while the disk is too full for new messages ([`Broker::set_disk_full`]).
     disk_full: Option<DiskFull>,
+    /// Segments retention retired and bytes it carried forward, all runs together.
+    retired_total: u64,
+    carried_total: u64,
+    /// Messages of a queue whose record retention carried forward after they were
+    /// committed or delivered: key of the transaction or delay → the unit. Replaying from
+    /// where the log starts, the op that committed or delivered one finds its unit here (its
+    /// first record is gone). Kept in the record of where the log starts.
+    carried_units: BTreeMap<u64, (u32, CqUnit)>,
+    /// Records of carried-forward halves and delays that were then committed or delivered:
+    /// record → key, so a later run knows the key of the unit reading them.
+    carried_keys: BTreeMap<u64, u64>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -623,8 +654,23 @@ impl<S: Storage> Broker<S> {
             props_pool: Vec::new(),
             index: index::KeyIndex::default(),
             disk_full: None,
+            retired_total: 0,
+            carried_total: 0,
+            carried_units: BTreeMap::new(),
+            carried_keys: BTreeMap::new(),
         };
-        let mut rec = b.log.start_recovery(repair).map_err(Error::Storage)?;
+        // Retention retired the oldest segments: the log starts where its record says, with
+        // what replaying from there cannot rebuild.
+        let start = match b.log.storage.log_start().map_err(Error::Storage)? {
+            Some(bytes) => b
+                .apply_log_start(&bytes)
+                .map_err(|reason| Error::Corrupted { offset: 0, reason })?,
+            None => 0,
+        };
+        let mut rec = b
+            .log
+            .start_recovery(repair, start)
+            .map_err(Error::Storage)?;
         let recovery_err = |e| match e {
             RecoveryError::Storage(e) => Error::Storage(e),
             RecoveryError::Corrupt { offset, reason } => Error::Corrupted { offset, reason },
@@ -690,12 +736,6 @@ impl<S: Storage> Broker<S> {
     #[must_use]
     pub fn segment_count(&self) -> usize {
         self.log.segment_count()
-    }
-    /// The base offset of every segment, ascending: each segment's data runs from its base
-    /// to the next one's (the newest one's to [`Broker::log_end`]). What a backup copies.
-    #[must_use]
-    pub fn segment_bases(&self) -> &[u64] {
-        self.log.segment_bases()
     }
     /// The latest time the broker was given.
     #[must_use]

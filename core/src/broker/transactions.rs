@@ -270,7 +270,7 @@ impl<S: Storage> Broker<S> {
         // A check tells the producer of the half: not before the half is durable under the
         // acknowledgement rule (synced; replicated, where replies wait for replicas). Its
         // prepare was not acknowledged either; look again shortly.
-        if row.offset + u64::from(row.size) > self.release_point() {
+        if row.record + u64::from(row.size) > self.release_point() {
             let again = now.saturating_add(UNRELEASED_CHECK_RETRY_MS);
             self.txns.update(row.offset, |t| t.deadline = again);
             return Ok(());
@@ -282,7 +282,7 @@ impl<S: Storage> Broker<S> {
         }
         let Some(r) = self
             .log
-            .read(row.offset, row.size as usize)
+            .read(row.record, row.size as usize)
             .map_err(Error::Storage)?
         else {
             // Damaged since it was written: it can never be committed; drop it, do not wedge.
@@ -313,7 +313,7 @@ impl<S: Storage> Broker<S> {
         let check = u32::from(row.checks) + 1;
         self.write_op(row.offset, op::CHECKED, 0, Some(row.checks + 1))?;
         let unit = CqUnit {
-            offset: row.offset,
+            offset: row.record,
             size: row.size,
             tag_hash: 0,
         };

@@ -75,6 +75,23 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
                 next_offset,
                 max_offset,
             } => {
+                // The core starts a pull below the queue's first offset at it; RocketMQ
+                // answers OFFSET_TOO_SMALL as PULL_OFFSET_MOVED, nextBeginOffset the first
+                // offset, and the client moves there. (Asked only when the pull skipped.)
+                if messages.first().map_or(next_offset, |m| m.queue_offset) > offset {
+                    let (t, q) = (topic.clone(), queue_id);
+                    let min = ctx
+                        .core
+                        .inspect(move |b| b.queue_min_offset(&t, q))
+                        .await
+                        .map_err(|e| core_failure(req, &e))?
+                        .unwrap_or(0);
+                    if offset < min {
+                        let mut r = answer(status::PULL_OFFSET_MOVED, min, max_offset, Vec::new());
+                        r.ext.insert("minOffset".into(), min.to_string());
+                        return Ok(r);
+                    }
+                }
                 if !messages.is_empty() {
                     if let Some(m) = &ctx.metrics {
                         m.pulled
@@ -140,14 +157,32 @@ pub(crate) async fn query_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let queue_id: u32 = number(req, "queueId")?;
     let committed = ctx
         .core
-        .inspect(move |b| b.committed_offset(&group, &topic, queue_id))
+        .inspect(move |b| {
+            b.queue_min_offset(&topic, queue_id)
+                .map(|min| (b.committed_offset(&group, &topic, queue_id), min))
+        })
         .await
         .map_err(|e| core_failure(req, &e))?;
-    // Nothing committed: the queue's start (every queue starts at 0 here), as RocketMQ
-    // answers while the first messages are still in the log.
+    let offset = match committed {
+        Some((Some(c), _)) => c,
+        // Nothing committed while the queue still starts at 0: 0, as RocketMQ answers while
+        // the first messages are still in the log.
+        Some((None, 0)) | None => 0,
+        // Nothing committed and the queue's oldest messages are gone: RocketMQ's
+        // QUERY_NOT_FOUND; the client starts where its ConsumeFromWhere says.
+        Some((None, min)) => {
+            return Err(fail(
+                req,
+                status::QUERY_NOT_FOUND,
+                format!(
+                    "no offset committed for this group on the queue, whose first offset is \
+                     {min} (its oldest messages were retired): start where ConsumeFromWhere says"
+                ),
+            ))
+        }
+    };
     let mut r = ok(req);
-    r.ext
-        .insert("offset".into(), committed.unwrap_or(0).to_string());
+    r.ext.insert("offset".into(), offset.to_string());
     Ok(r)
 }
 
