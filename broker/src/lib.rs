@@ -38,6 +38,7 @@ pub mod grpc;
 pub mod import;
 pub mod metrics;
 pub mod net;
+pub mod ops;
 pub mod playground;
 pub mod rates;
 pub mod remoting;

@@ -18,7 +18,7 @@ use std::task::{Context, Poll};
 use std::time::{Duration, Instant};
 
 use prost::Message as _;
-use rocklet_core::{ClientError, Millis, Reply, Request, Resolution, TagFilter, TxnId};
+use rocklet_core::{ClientError, Millis, Resolution, TagFilter, TxnId};
 use tokio::sync::{mpsc, Notify};
 use tokio_stream::wrappers::UnboundedReceiverStream;
 use tokio_stream::{Stream, StreamExt};
@@ -27,7 +27,7 @@ use tracing::{debug, info};
 
 use super::convert::{self, duration, duration_ms, resource_name, timestamp};
 use super::lease::Leases;
-use super::status::{bad_request, client_error, core_failure, ok, status, unexpected};
+use super::status::{bad_request, client_error, core_failure, ok, status};
 use crate::auth::{grpc as auth_grpc, Auth};
 use crate::clock::{Clock, SystemClock};
 use crate::config::{BrokerConfig, TopicMessageType};
@@ -356,7 +356,7 @@ impl Messaging {
             ids.push(id);
             converted.push((msg, immunity, ty));
         }
-        let request = if any_txn {
+        let sent = if any_txn {
             if n > 1 {
                 return (
                     bad_request(
@@ -370,18 +370,17 @@ impl Messaging {
                 // This client's telemetry stream can answer checks of the topic.
                 self.core.producer_sends(client, message.topic.clone());
             }
-            Request::Prepare {
-                group: txn_group(&message.topic),
-                message,
-                check_immunity_ms: immunity,
-            }
+            let group = txn_group(&message.topic);
+            self.core
+                .prepare(group, message, immunity)
+                .await
+                .map(|r| r.map(|(half, _)| vec![half]))
         } else {
-            Request::Send {
-                messages: converted.into_iter().map(|(m, _, _)| m).collect(),
-            }
+            let messages = converted.into_iter().map(|(m, _, _)| m).collect();
+            self.core.send(messages).await
         };
-        match self.core.request(request).await {
-            Ok(Reply::Sent(results)) => {
+        match sent {
+            Ok(Ok(results)) => {
                 let entries = results
                     .into_iter()
                     .zip(ids)
@@ -394,8 +393,7 @@ impl Messaging {
                     .collect();
                 (ok(), entries)
             }
-            Ok(Reply::Error(e)) => (client_error(&e), Vec::new()),
-            Ok(other) => (unexpected(&other), Vec::new()),
+            Ok(Err(e)) => (client_error(&e), Vec::new()),
             Err(e) => (core_failure(&e), Vec::new()),
         }
     }
@@ -418,19 +416,16 @@ impl Messaging {
             .as_ref()
             .filter(|t| !t.name.is_empty())
             .map(|t| txn_group(&t.name));
-        let request = Request::EndTransaction {
-            txn,
-            resolution,
-            group,
-            from_check,
-        };
-        match self.core.request(request).await {
-            Ok(Reply::Ended { .. }) => {
+        let ended = self
+            .core
+            .end_transaction(txn, resolution, group, from_check)
+            .await;
+        match ended {
+            Ok(Ok(_)) => {
                 debug!(%txn, resolution = resolution.as_str(), from_check, "transaction ended");
                 ok()
             }
-            Ok(Reply::Error(e)) => client_error(&e),
-            Ok(other) => unexpected(&other),
+            Ok(Err(e)) => client_error(&e),
             Err(e) => core_failure(&e),
         }
     }
@@ -528,20 +523,23 @@ impl Messaging {
                     return one(status(Code::TooManyRequests, over.to_string()));
                 }
             };
-            let request = Request::Receive {
-                group: group.clone(),
-                topic: topic.clone(),
-                queue_id: None,
-                max: reservation.count(),
-                invisible_ms,
-                filter: filter.clone(),
-            };
-            let (reply, woken) = match self.core.receive(request).await {
+            let received = self
+                .core
+                .receive(
+                    group.clone(),
+                    topic.clone(),
+                    None,
+                    reservation.count(),
+                    invisible_ms,
+                    filter.clone(),
+                )
+                .await;
+            let (reply, woken) = match received {
                 Ok(x) => x,
                 Err(e) => return one(core_failure(&e)),
             };
             match reply {
-                Reply::Received(msgs) if !msgs.is_empty() => {
+                Ok(msgs) if !msgs.is_empty() => {
                     if req.auto_renew {
                         // A push consumer: held invisible for as long as it holds them.
                         let now = self.clock.now_ms();
@@ -564,9 +562,8 @@ impl Messaging {
                     let bytes = out.iter().map(|r| r.encoded_len() as u64).sum();
                     return (out, Some(reservation.charge(bytes)));
                 }
-                Reply::Received(_) => {}
-                Reply::Error(e) => return one(client_error(&e)),
-                other => return one(unexpected(&other)),
+                Ok(_) => {}
+                Err(e) => return one(client_error(&e)),
             }
             drop(reservation);
             // Nothing ready: wait for a message or the deadline (the guard also counts a
@@ -610,13 +607,7 @@ impl Messaging {
                 Err(e) => Err(e),
             };
             waits.push(match handle {
-                Ok(handle) => self
-                    .core
-                    .submit(Request::Ack {
-                        group: group.clone(),
-                        handle,
-                    })
-                    .map_err(|f| core_failure(&f)),
+                Ok(handle) => Ok(self.core.ack(group.clone(), handle)),
                 Err(err) => Err(client_error(&err)),
             });
         }
@@ -624,10 +615,9 @@ impl Messaging {
         for (e, w) in req.entries.into_iter().zip(waits) {
             let s = match w {
                 Err(s) => s,
-                Ok(reply) => match reply.await {
-                    Ok(Reply::Acked) => ok(),
-                    Ok(Reply::Error(err)) => client_error(&err),
-                    Ok(other) => unexpected(&other),
+                Ok(acked) => match acked.await {
+                    Ok(Ok(())) => ok(),
+                    Ok(Err(err)) => client_error(&err),
                     Err(f) => core_failure(&f),
                 },
             };
@@ -668,19 +658,14 @@ impl Messaging {
         };
         match self
             .core
-            .request(Request::ChangeInvisible {
-                group,
-                handle,
-                invisible_ms,
-            })
+            .change_invisible(group, handle, invisible_ms)
             .await
         {
-            Ok(Reply::InvisibleChanged { handle, .. }) => pb::ChangeInvisibleDurationResponse {
+            Ok(Ok((handle, _))) => pb::ChangeInvisibleDurationResponse {
                 status: Some(ok()),
                 receipt_handle: handle.to_string(),
             },
-            Ok(Reply::Error(e)) => fail(client_error(&e)),
-            Ok(other) => fail(unexpected(&other)),
+            Ok(Err(e)) => fail(client_error(&e)),
             Err(e) => fail(core_failure(&e)),
         }
     }
@@ -699,14 +684,9 @@ impl Messaging {
             Ok(h) => h,
             Err(e) => return client_error(&e),
         };
-        match self
-            .core
-            .request(Request::ForwardToDeadLetter { group, handle })
-            .await
-        {
-            Ok(Reply::Forwarded) => ok(),
-            Ok(Reply::Error(e)) => client_error(&e),
-            Ok(other) => unexpected(&other),
+        match self.core.forward_to_dead_letter(group, handle).await {
+            Ok(Ok(())) => ok(),
+            Ok(Err(e)) => client_error(&e),
             Err(e) => core_failure(&e),
         }
     }
