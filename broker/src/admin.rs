@@ -3,13 +3,14 @@
 
 use std::sync::Arc;
 
-use rocklet_core::{broker::prop, record, Millis, Reply, Request, Resolution, TxnId};
+use rocklet_core::{broker::prop, record, Millis, Resolution, TxnId};
 use tonic::{Request as GrpcRequest, Response, Status as GrpcStatus};
 use tracing::info;
 
 use crate::clock::Clock;
 use crate::driver::CoreHandle;
 use crate::metrics::Metrics;
+use crate::ops::{self, OpError};
 use crate::pb::admin as pb;
 use crate::pb::admin::admin_server::Admin;
 
@@ -80,7 +81,7 @@ impl Admin for AdminService {
         let now = self.clock.now();
         let (total, list) = self
             .core
-            .inspect(move |b| {
+            .read_log(move |b| {
                 let total = b.pending_transaction_count() as u64;
                 let list: Vec<_> = b
                     .pending_transactions(limit)
@@ -133,38 +134,13 @@ impl Admin for AdminService {
                 )))
             }
         };
-        // The operator ends a transaction by id: it is ended in its own group's name.
-        let group = self
-            .core
-            .inspect(move |b| b.transaction_group(txn).map_err(|e| e.to_string()))
-            .await
-            .map_err(internal)?
-            .map_err(internal)?;
-        let Some(group) = group else {
-            return Err(GrpcStatus::failed_precondition(format!(
-                "UNKNOWN_TRANSACTION: no transaction {txn}"
-            )));
-        };
-        let reply = self
-            .core
-            .request(Request::EndTransaction {
-                txn,
-                resolution,
-                group: Some(group),
-                from_check: false,
-            })
-            .await
-            .map_err(internal)?;
-        match reply {
-            Reply::Ended { duplicate, .. } => {
+        match ops::resolve(&self.core, txn, resolution).await {
+            Ok(duplicate) => {
                 info!(%txn, resolution = resolution.as_str(), duplicate, "transaction resolved by an operator");
                 Ok(Response::new(pb::ResolveResponse { duplicate }))
             }
-            Reply::Error(e) => Err(GrpcStatus::failed_precondition(format!(
-                "{}: {e}",
-                e.code()
-            ))),
-            other => Err(internal(format!("unexpected reply {other:?}"))),
+            Err(e @ OpError::Refused(_)) => Err(GrpcStatus::failed_precondition(e.to_string())),
+            Err(e @ (OpError::Failed(_) | OpError::Unreadable(_))) => Err(internal(e)),
         }
     }
 
@@ -174,13 +150,13 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::DeclareGroupResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let pb::DeclareGroupRequest { name, fifo } = request.into_inner();
-        match self.core.declare_group(name.clone(), fifo).await {
-            Ok(Ok(())) => {
+        match ops::declare_group(&self.core, name.clone(), fifo).await {
+            Ok(()) => {
                 info!(group = %name, fifo, "consumer group declared by an operator");
                 Ok(Response::new(pb::DeclareGroupResponse {}))
             }
-            Ok(Err(e)) => Err(GrpcStatus::invalid_argument(format!("{}: {e}", e.code()))),
-            Err(e) => Err(internal(e)),
+            Err(e @ OpError::Refused(_)) => Err(GrpcStatus::invalid_argument(e.to_string())),
+            Err(e @ (OpError::Failed(_) | OpError::Unreadable(_))) => Err(internal(e)),
         }
     }
 

@@ -331,7 +331,7 @@ impl Backups {
         }
         // The point and the segment list: one inspection, no I/O on the core thread.
         let (dir, point, bases, epochs, core_time) = core
-            .inspect(|b| {
+            .read_log(|b| {
                 let t = Instant::now();
                 let point = b.log_end();
                 let epochs = b.epochs().to_vec();

@@ -153,7 +153,7 @@ impl DiskGauge {
         // The segments the log reads (a file a retention run retired is not one of them,
         // even before the host has deleted it).
         let (dir, segs, end) = core
-            .inspect(|b| {
+            .read_log(|b| {
                 let end = b.log_end();
                 let bases = b.segment_bases();
                 let segs = (bases.len() as u64, bases.first().copied());
@@ -176,7 +176,7 @@ impl DiskGauge {
                 c.usage.oldest_store_ms
             }
             Some(base) => {
-                core.inspect(move |b| {
+                core.read_log(move |b| {
                     let recs = b.raw_records(base, 1).ok()?;
                     let (_, bytes) = recs.first()?;
                     match record::decode_trusted(bytes) {
@@ -288,7 +288,7 @@ mod tests {
     /// first record's store time; an empty one has no oldest time.
     #[tokio::test]
     async fn a_log_in_memory_has_no_file_system() {
-        use rocklet_core::{Broker, MemStorage, NewMessage, Request};
+        use rocklet_core::{Broker, MemStorage, NewMessage};
         let clock = std::sync::Arc::new(crate::clock::ManualClock::new(1_700_000_000_000));
         let b = Broker::open(
             rocklet_core::Config::default(),
@@ -307,11 +307,10 @@ mod tests {
         assert_eq!(empty.oldest_store_ms, None);
         assert_eq!(empty.commit_log_disk_ratio(), "0.0");
         clock.advance(5);
-        core.request(Request::Send {
-            messages: vec![NewMessage::new("MemDisk", vec![7u8; 500])],
-        })
-        .await
-        .unwrap();
+        let sent = core
+            .send(vec![NewMessage::new("MemDisk", vec![7u8; 500])])
+            .await;
+        assert!(matches!(sent, Ok(Ok(_))), "{sent:?}");
         let end = core.inspect(|b| b.log_end()).await.unwrap();
         let u = DiskGauge::default().read(&core).await.unwrap();
         assert_eq!(u.fs, None);

@@ -62,7 +62,7 @@ pub async fn guard(core: CoreHandle, dir: PathBuf, limit: f64, m: Arc<Metrics>) 
         if now.is_some() == told.is_some() {
             continue;
         }
-        if core.inspect(move |b| b.set_disk_full(now)).await.is_err() {
+        if core.with_mut(move |b| b.set_disk_full(now)).await.is_err() {
             return;
         }
         m.disk_full.store(now.is_some(), Ordering::Relaxed);

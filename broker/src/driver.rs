@@ -1,6 +1,10 @@
 //! The core thread: one std thread owns the [`Broker`] and drives it as quinn's
 //! `ConnectionDriver` drives a connection (../shared/STYLE.md §6).
 //!
+//! The protocols reach it through [`CoreHandle`] (`driver/handle.rs`: typed requests, each
+//! reply matched once in [`answer`]; read-only inspections; durable table changes); this file
+//! is the thread's side.
+//!
 //! gRPC tasks send [`Command`]s over a channel, each with a oneshot for its answer. The
 //! loop blocks for the next command or until the core's `poll_timeout()`, takes every queued
 //! command into two local queues — inspections ([`Command::Inspect`]: admin, routes,
@@ -49,14 +53,19 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, ClientError, DetachedSync, Error, FlushMode, Millis, Output,
-    Reply, Request, Storage,
+    AnyStorage, Broker, CheckRequest, ClientError, DetachedSync, Error, FlushMode, Message, Millis,
+    NewMessage, Output, ReceiptHandle, Received, Reply, Request, Resolution, SendResult, Storage,
+    TagFilter, TxnId,
 };
 use tokio::sync::{mpsc as tmpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
 
 use crate::clock::Clock;
 use crate::metrics::Metrics;
+
+mod handle;
+
+pub use handle::{answer, Answer, CoreHandle, Ended, Pulled};
 
 /// The broker type the host runs.
 pub type CoreBroker = Broker<AnyStorage>;
@@ -165,6 +174,10 @@ pub enum CoreFailure {
     Stopped,
     /// The storage failed; the request was not applied.
     Storage(String),
+    /// The core answered a request with a reply of another request (a broker bug, reported
+    /// rather than panicking): the typed methods of [`CoreHandle`] name it here, the one
+    /// place that handles it. Holds the request's kind and the reply.
+    Unexpected(String),
 }
 
 impl std::fmt::Display for CoreFailure {
@@ -172,6 +185,7 @@ impl std::fmt::Display for CoreFailure {
         match self {
             CoreFailure::Stopped => f.write_str("the broker is shutting down"),
             CoreFailure::Storage(e) => write!(f, "storage failure: {e}"),
+            CoreFailure::Unexpected(e) => write!(f, "unexpected reply from the core: {e}"),
         }
     }
 }
@@ -193,221 +207,6 @@ impl std::fmt::Display for Fatal {
         match self {
             Fatal::Storage(e) => write!(f, "the storage failed: {e}"),
             Fatal::Panic(e) => write!(f, "the core thread panicked: {e}"),
-        }
-    }
-}
-
-/// The gRPC side's handle on the core thread. Cheap to clone.
-#[derive(Clone, Debug)]
-pub struct CoreHandle {
-    tx: mpsc::Sender<Command>,
-    /// Set once when the core thread fails for good.
-    fatal: watch::Receiver<Option<Fatal>>,
-    /// The log's end, published after every round (replication streams from it).
-    log_end: watch::Receiver<u64>,
-    /// The core thread stops (flushing) once every handle is gone.
-    _alive: Arc<()>,
-    /// Commands sent and not yet run (`rocklet_core_commands_waiting`).
-    waiting: Arc<AtomicU64>,
-}
-
-impl CoreHandle {
-    /// Why the core thread stopped serving, if it did (see [`Fatal`]).
-    #[must_use]
-    pub fn fatal(&self) -> Option<Fatal> {
-        self.fatal.borrow().clone()
-    }
-
-    /// Waits until the core thread fails for good (see [`Fatal`]); never returns when it
-    /// stops normally.
-    pub async fn wait_fatal(&self) -> Fatal {
-        let mut rx = self.fatal.clone();
-        loop {
-            if let Some(f) = rx.borrow_and_update().clone() {
-                return f;
-            }
-            if rx.changed().await.is_err() {
-                // The core thread ended without failing.
-                if let Some(f) = rx.borrow().clone() {
-                    return f;
-                }
-                return std::future::pending().await;
-            }
-        }
-    }
-
-    /// The log's end, updated after every round of the core thread: a replication stream
-    /// waits on it for new bytes.
-    #[must_use]
-    pub fn log_end_watch(&self) -> watch::Receiver<u64> {
-        self.log_end.clone()
-    }
-
-    fn send(&self, cmd: Command) -> Result<(), CoreFailure> {
-        self.waiting.fetch_add(1, Ordering::Relaxed);
-        self.tx.send(cmd).map_err(|_| {
-            ran(&self.waiting);
-            CoreFailure::Stopped
-        })
-    }
-
-    /// Runs a request to its reply (under sync flush, after the fsync that covers it).
-    pub async fn request(&self, request: Request) -> Result<Reply, CoreFailure> {
-        self.submit(request)?.await
-    }
-
-    /// Hands a request to the core thread now and returns its reply to await: several
-    /// submitted before the first is awaited are handled in one group (one fsync, one
-    /// wake-up of the core thread), without a task each.
-    pub fn submit(
-        &self,
-        request: Request,
-    ) -> Result<impl std::future::Future<Output = Result<Reply, CoreFailure>>, CoreFailure> {
-        let (reply, rx) = oneshot::channel();
-        self.send(Command::Request {
-            request: Box::new(request),
-            reply,
-            watch: None,
-        })?;
-        Ok(async move {
-            rx.await
-                .map_err(|_| CoreFailure::Stopped)?
-                .map_err(CoreFailure::Storage)
-        })
-    }
-
-    /// Runs a receive (or a pull); when it finds nothing, the returned receiver fires once
-    /// the topic has a newly visible message.
-    pub async fn receive(
-        &self,
-        request: Request,
-    ) -> Result<(Reply, oneshot::Receiver<()>), CoreFailure> {
-        let (reply, rx) = oneshot::channel();
-        let (watch, woken) = oneshot::channel();
-        self.send(Command::Request {
-            request: Box::new(request),
-            reply,
-            watch: Some(watch),
-        })?;
-        let reply = rx
-            .await
-            .map_err(|_| CoreFailure::Stopped)?
-            .map_err(CoreFailure::Storage)?;
-        Ok((reply, woken))
-    }
-
-    /// Runs a closure with the broker on the core thread and returns its result.
-    pub async fn inspect<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
-    ) -> Result<T, CoreFailure> {
-        self.run(Command::Inspect, f).await
-    }
-
-    /// Runs `f` on the core thread as the command `wrap` makes of it, and returns its result.
-    async fn run<T: Send + 'static>(
-        &self,
-        wrap: fn(InspectFn) -> Command,
-        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
-    ) -> Result<T, CoreFailure> {
-        let (tx, rx) = oneshot::channel();
-        self.send(wrap(Box::new(move |b| {
-            let _ = tx.send(f(b));
-        })))?;
-        rx.await.map_err(|_| CoreFailure::Stopped)
-    }
-
-    /// Runs a closure that replaces the broker (as [`CoreHandle::inspect`]), and tells the
-    /// new broker which producer groups are online, as the old one knew: producers that
-    /// announced themselves before are still connected, and would otherwise look offline to
-    /// it (their checks parked) until their connection closes.
-    pub async fn reopen<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
-    ) -> Result<T, CoreFailure> {
-        self.run(Command::Reopen, f).await
-    }
-
-    /// Declares a consumer group ([`Broker::declare_group`]) and makes the declaration
-    /// durable before answering, whatever the flush mode: for `rocklet admin group` and, later,
-    /// mqadmin's updateSubGroup. `Ok(Err(_))`: the core refused the name.
-    pub async fn declare_group(
-        &self,
-        name: String,
-        fifo: bool,
-    ) -> Result<Result<(), ClientError>, CoreFailure> {
-        self.change(move |b| b.declare_group(&name, fifo)).await
-    }
-
-    /// Runs a change to the broker's tables (a topic or group declared or deleted) on the
-    /// core thread and makes what it wrote durable before answering, whatever the flush
-    /// mode: the answer never names a change a crash could undo. `Ok(Err(_))`: the core
-    /// refused it; a failed sync fails the broker (crash-only) and answers `Storage`.
-    pub async fn change<T: Send + 'static>(
-        &self,
-        f: impl FnOnce(&mut CoreBroker) -> Result<Result<T, ClientError>, CoreError> + Send + 'static,
-    ) -> Result<Result<T, ClientError>, CoreFailure> {
-        self.inspect(move |b| match f(b) {
-            Ok(Ok(v)) => b
-                .sync()
-                .map(|()| Ok(v))
-                .map_err(|e| CoreFailure::Storage(e.to_string())),
-            Ok(Err(e)) => Ok(Err(e)),
-            Err(e) => Err(CoreFailure::Storage(e.to_string())),
-        })
-        .await?
-    }
-
-    /// Declares a producer connection's topics.
-    pub fn producer_up(
-        &self,
-        conn: u64,
-        client: String,
-        topics: Vec<String>,
-        checks: tmpsc::UnboundedSender<CheckRequest>,
-    ) {
-        let _ = self.send(Command::ProducerUp {
-            conn,
-            client,
-            topics,
-            checks,
-        });
-    }
-
-    /// Declares the producer groups a remoting connection serves (replacing earlier ones).
-    pub fn group_producer_up(
-        &self,
-        conn: u64,
-        groups: Vec<String>,
-        checks: tmpsc::UnboundedSender<CheckRequest>,
-    ) {
-        let _ = self.send(Command::GroupProducerUp {
-            conn,
-            groups,
-            checks,
-        });
-    }
-
-    /// A client is about to send a transactional message to `topic`.
-    pub fn producer_sends(&self, client: String, topic: String) {
-        let _ = self.send(Command::ProducerSends { client, topic });
-    }
-
-    /// A producer connection closed.
-    pub fn producer_down(&self, conn: u64) {
-        let _ = self.send(Command::ProducerDown { conn });
-    }
-
-    /// Wakes the core thread to look at the clock (tests with a manual clock).
-    pub fn tick(&self) {
-        let _ = self.send(Command::Tick);
-    }
-
-    /// Flushes and stops the core thread.
-    pub async fn shutdown(&self) {
-        let (tx, rx) = oneshot::channel();
-        if self.send(Command::Shutdown(tx)).is_ok() {
-            let _ = rx.await;
         }
     }
 }

@@ -43,6 +43,7 @@ pub mod http;
 pub mod import;
 pub mod metrics;
 pub mod net;
+pub mod ops;
 pub mod playground;
 pub mod rates;
 pub mod remoting;

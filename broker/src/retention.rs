@@ -70,7 +70,7 @@ pub async fn run_once(
     }
     let reserved_ms = (cfg.file_reserved_time_hours * 3_600_000.0) as Millis;
     let (retention, dir) = core
-        .inspect(move |b| {
+        .with_mut(move |b| {
             let bases = b.segment_bases().to_vec();
             let mut before = 0;
             if by_age {

@@ -589,7 +589,7 @@ async fn first_paint_on_10k_topics_and_1m_pending_transactions() {
     let core = b.broker.as_ref().unwrap().core.clone();
     let t0 = std::time::Instant::now();
     for chunk in 0..(pending / 10_000) {
-        core.inspect(move |br| {
+        core.with_mut(move |br| {
             let now = br.now();
             for i in 0..10_000 {
                 let n = chunk * 10_000 + i;

@@ -60,7 +60,7 @@ async fn an_ipv6_store_host_gives_one_message_id_everywhere_and_the_console_find
     // The stored message, as the core reads it back (browse, console, gRPC receive).
     let (q, qo) = (sent.queue_id, sent.queue_offset);
     let stored = core
-        .inspect(move |c| c.browse("Ids", q, qo, 1))
+        .read_log(move |c| c.browse("Ids", q, qo, 1))
         .await
         .unwrap()
         .unwrap()

@@ -265,7 +265,7 @@ pub fn refused_outright(req: &RemotingCommand) -> Option<String> {
 /// The real topic of a transaction's half message (`None`: no such half).
 async fn transaction_topic(ctx: &Ctx, offset: u64) -> Option<String> {
     ctx.core
-        .inspect(move |b| {
+        .read_log(move |b| {
             let records = b.raw_records(offset, 1).ok()?;
             let (_, bytes) = records.into_iter().next()?;
             match record::decode_trusted(&bytes) {
@@ -314,7 +314,7 @@ impl Placed {
 /// The record at a log offset (`None`: no record starts there).
 async fn record_at(ctx: &Ctx, offset: u64) -> Option<Placed> {
     ctx.core
-        .inspect(move |b| {
+        .read_log(move |b| {
             let records = b.raw_records(offset, 1).ok()?;
             let (at, bytes) = records.into_iter().next()?;
             if at != offset {

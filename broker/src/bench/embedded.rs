@@ -15,6 +15,7 @@ use super::{
     Outcomes, Recorder, Target,
 };
 use crate::clock::Clock;
+use crate::driver::answer;
 
 const GROUP: &str = "RockletBenchProducers";
 const CHECK_ID: u64 = 1 << 62;
@@ -769,24 +770,30 @@ impl Run<'_> {
         match id {
             RECV_ID => {
                 self.receiving = false;
-                if let Reply::Received(msgs) = reply {
-                    if self.consume_is_op && !msgs.is_empty() {
-                        let _ = self.rec.op.record(us(self.recv_t0.elapsed()));
+                let msgs = match answer::received(reply) {
+                    Ok(Ok(msgs)) => msgs,
+                    Ok(Err(_)) => Vec::new(),
+                    Err(e) => {
+                        self.err("receive", e);
+                        Vec::new()
                     }
-                    for m in msgs {
-                        match parse_body(&m.message.body) {
-                            Some((run, seq)) if run == self.run_id => {
-                                if let Some(late) = self.ledger.consumed(seq, now, 0) {
-                                    let _ = self.rec.delay_late.record(late);
-                                }
-                                if self.consume_is_op {
-                                    self.rec.done += 1;
-                                }
+                };
+                if self.consume_is_op && !msgs.is_empty() {
+                    let _ = self.rec.op.record(us(self.recv_t0.elapsed()));
+                }
+                for m in msgs {
+                    match parse_body(&m.message.body) {
+                        Some((run, seq)) if run == self.run_id => {
+                            if let Some(late) = self.ledger.consumed(seq, now, 0) {
+                                let _ = self.rec.delay_late.record(late);
                             }
-                            _ => self.ledger.foreign(),
+                            if self.consume_is_op {
+                                self.rec.done += 1;
+                            }
                         }
-                        self.to_ack.push(m.handle);
+                        _ => self.ledger.foreign(),
                     }
+                    self.to_ack.push(m.handle);
                 }
             }
             ACK_ID | CHECK_ID | BACKLOG_ID | LOAD_ID => {}
@@ -794,46 +801,64 @@ impl Run<'_> {
                 let Some(p) = phases.get_mut(c as usize) else {
                     return;
                 };
-                match (*p, reply) {
-                    (Phase::Sending { seq, t0 }, Reply::Sent(_)) => {
-                        self.ledger.set(seq, Fate::Once);
-                        let _ = self.rec.op.record(us(t0.elapsed()));
-                        self.rec.done += 1;
-                        *p = Phase::Idle;
-                    }
-                    (Phase::Preparing { seq, t0 }, Reply::Sent(r)) => {
-                        match r.first().and_then(|s| s.txn) {
-                            Some(txn) => *p = Phase::ToEnd { seq, txn, t0 },
-                            None => {
-                                self.err("prepare", "no transaction id in the reply");
-                                *p = Phase::Idle;
+                // The client's mistakes were counted above; an impossible reply is
+                // counted here, and either leaves the message's fate unknown.
+                match *p {
+                    Phase::Sending { seq, t0 } => {
+                        match answer::sent(reply) {
+                            Ok(Ok(_)) => {
+                                self.ledger.set(seq, Fate::Once);
+                                let _ = self.rec.op.record(us(t0.elapsed()));
+                                self.rec.done += 1;
+                            }
+                            Ok(Err(_)) => self.ledger.set(seq, Fate::Ambiguous),
+                            Err(e) => {
+                                self.err("send", e);
+                                self.ledger.set(seq, Fate::Ambiguous);
                             }
                         }
+                        *p = Phase::Idle;
                     }
-                    (Phase::Ending { seq, t0, t_end }, Reply::Ended { resolution, .. }) => {
-                        self.ledger.set(
-                            seq,
-                            if resolution == Resolution::Commit {
-                                Fate::Committed
-                            } else {
-                                Fate::RolledBack
-                            },
+                    Phase::Preparing { seq, t0 } => match answer::prepared(reply) {
+                        Ok(Ok((_, txn))) => *p = Phase::ToEnd { seq, txn, t0 },
+                        Ok(Err(_)) => {
+                            self.ledger.set(seq, Fate::Ambiguous);
+                            *p = Phase::Idle;
+                        }
+                        Err(e) => {
+                            self.err("prepare", e);
+                            self.ledger.set(seq, Fate::Ambiguous);
+                            *p = Phase::Idle;
+                        }
+                    },
+                    Phase::Ending { seq, t0, t_end } => {
+                        match answer::ended(reply) {
+                            Ok(Ok(ended)) => {
+                                self.ledger.set(
+                                    seq,
+                                    if ended.resolution == Resolution::Commit {
+                                        Fate::Committed
+                                    } else {
+                                        Fate::RolledBack
+                                    },
+                                );
+                                let _ = self.rec.end.record(us(t_end.elapsed()));
+                                let _ = self.rec.op.record(us(t0.elapsed()));
+                                self.rec.done += 1;
+                            }
+                            Ok(Err(_)) => self.ledger.set(seq, Fate::Ambiguous),
+                            Err(e) => {
+                                self.err("end", e);
+                                self.ledger.set(seq, Fate::Ambiguous);
+                            }
+                        }
+                        *p = Phase::Idle;
+                    }
+                    Phase::Idle | Phase::ToEnd { .. } => {
+                        self.err(
+                            "client",
+                            format!("a reply while waiting for none: {reply:?}"),
                         );
-                        let _ = self.rec.end.record(us(t_end.elapsed()));
-                        let _ = self.rec.op.record(us(t0.elapsed()));
-                        self.rec.done += 1;
-                        *p = Phase::Idle;
-                    }
-                    (Phase::Sending { seq, .. } | Phase::Preparing { seq, .. }, _) => {
-                        self.ledger.set(seq, Fate::Ambiguous);
-                        *p = Phase::Idle;
-                    }
-                    (Phase::Ending { seq, .. }, _) => {
-                        self.ledger.set(seq, Fate::Ambiguous);
-                        *p = Phase::Idle;
-                    }
-                    (_, other) => {
-                        self.err("client", format!("unexpected reply {other:?}"));
                     }
                 }
             }
@@ -859,9 +884,12 @@ fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> {
         let messages = (seq..seq + k)
             .map(|s| NewMessage::new(topic.clone(), body(run_id, s, args.size)))
             .collect();
-        match b.execute(clock.now(), Request::Send { messages }) {
-            Ok(Reply::Sent(_)) => {}
-            Ok(other) => return Err(format!("fill refused: {other:?}")),
+        let reply = b
+            .execute(clock.now(), Request::Send { messages })
+            .map_err(|e| format!("fill failed: {e}"))?;
+        match answer::sent(reply) {
+            Ok(Ok(_)) => {}
+            Ok(Err(e)) => return Err(format!("fill refused: {}: {e}", e.code())),
             Err(e) => return Err(format!("fill failed: {e}")),
         }
         seq += k;

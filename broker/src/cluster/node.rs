@@ -348,7 +348,7 @@ impl Node {
         let fence = Arc::new(Fence::new());
         fence.extend(sent + self.ttl() - self.margin());
         let now = SystemClock.now();
-        match self.core.inspect(move |b| b.promote(now, epoch)).await {
+        match self.core.with_mut(move |b| b.promote(now, epoch)).await {
             Ok(Ok(Ok(()))) => {}
             Ok(Ok(Err(e))) => self.fence(&format!("promote to epoch {epoch} refused: {e}")),
             Ok(Err(e)) => self.fence(&format!("promote to epoch {epoch} failed: {e}")),
@@ -551,7 +551,7 @@ impl Node {
                     let f = fence.clone();
                     let done = self
                         .core
-                        .inspect(move |b| {
+                        .with_mut(move |b| {
                             // Checked again on the core thread, right before replies go out.
                             if f.valid() {
                                 b.replicated_to(upto);

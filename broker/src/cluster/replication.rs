@@ -307,7 +307,7 @@ async fn serve_one(
             continue;
         }
         let chunk = core
-            .inspect(move |b| b.replication_chunk(pos, CHUNK_BYTES))
+            .read_log(move |b| b.replication_chunk(pos, CHUNK_BYTES))
             .await
             .map_err(|e| e.to_string())?
             .map_err(|e| e.to_string())?;
@@ -377,7 +377,7 @@ async fn follow_inner(
     let mut r = BufReader::new(r);
     // What this replica holds is synced before it says so.
     let (epochs, end) = core
-        .inspect(|b| b.sync().map(|()| (b.epochs().to_vec(), b.log_end())))
+        .with_mut(|b| b.sync().map(|()| (b.epochs().to_vec(), b.log_end())))
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
@@ -445,7 +445,7 @@ async fn follow_inner(
         }
         let chunks = std::mem::take(&mut batch);
         let end = core
-            .inspect(move |b| -> Result<u64, String> {
+            .with_mut(move |b| -> Result<u64, String> {
                 for (off, bytes) in &chunks {
                     b.apply_replicated(*off, bytes)
                         .map_err(|e| e.to_string())?

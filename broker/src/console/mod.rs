@@ -44,9 +44,7 @@ use std::sync::Arc;
 
 use rocklet_core::broker::prop;
 use rocklet_core::types::OffsetMsgId;
-use rocklet_core::{
-    record, topic, Message, Millis, NewMessage, PendingTxnInfo, Reply, Request, Resolution, TxnId,
-};
+use rocklet_core::{record, topic, Message, Millis, NewMessage, PendingTxnInfo, Resolution, TxnId};
 use serde_json::{json, Value};
 use tokio::net::TcpListener;
 use tracing::{info, warn};
@@ -266,10 +264,21 @@ impl Console {
 
     async fn inspect<T: Send + 'static>(
         &self,
-        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+        f: impl FnOnce(&CoreBroker) -> T + Send + 'static,
     ) -> Result<T, ApiError> {
         self.core
             .inspect(f)
+            .await
+            .map_err(|e| ApiError(503, e.to_string()))
+    }
+
+    /// As [`Self::inspect`], for a closure that reads the log ([`CoreHandle::read_log`]).
+    async fn read_log<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&mut CoreBroker) -> T + Send + 'static,
+    ) -> Result<T, ApiError> {
+        self.core
+            .read_log(f)
             .await
             .map_err(|e| ApiError(503, e.to_string()))
     }
@@ -404,7 +413,7 @@ impl Console {
     async fn pending(&self, req: &HttpRequest) -> Result<Value, ApiError> {
         let (after, limit) = paging(req)?;
         let (total, page) = self
-            .inspect(move |b| {
+            .read_log(move |b| {
                 let total = b.pending_transaction_count();
                 let page = b.pending_transactions_after(after.map(TxnId), limit);
                 let rows: Vec<(PendingTxnInfo, Option<RecordFacts>)> = page
@@ -497,27 +506,9 @@ impl Console {
 
     async fn resolve_one(&self, id: &str, resolution: Resolution) -> Result<bool, String> {
         let txn: TxnId = id.parse().map_err(|e| format!("{e}"))?;
-        let group = self
-            .core
-            .inspect(move |b| b.transaction_group(txn).map_err(|e| e.to_string()))
+        crate::ops::resolve(&self.core, txn, resolution)
             .await
-            .map_err(|e| e.to_string())??
-            .ok_or_else(|| format!("UNKNOWN_TRANSACTION: no transaction {txn}"))?;
-        match self
-            .core
-            .request(Request::EndTransaction {
-                txn,
-                resolution,
-                group: Some(group),
-                from_check: false,
-            })
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            Reply::Ended { duplicate, .. } => Ok(duplicate),
-            Reply::Error(e) => Err(format!("{}: {e}", e.code())),
-            other => Err(format!("unexpected reply {other:?}")),
-        }
+            .map_err(|e| e.to_string())
     }
 
     async fn message(&self, req: &HttpRequest) -> Result<Value, ApiError> {
@@ -546,7 +537,7 @@ impl Console {
         };
         let t = topic_name.clone();
         let found = self
-            .inspect(move |b| -> Result<Vec<Found>, String> {
+            .read_log(move |b| -> Result<Vec<Found>, String> {
                 let msgs = match by {
                     By::Key(k) => {
                         let mut found = b
@@ -612,7 +603,7 @@ impl Console {
             let mut names = vec![id.clone()];
             names.extend(f.message.keys.iter().take(4).cloned());
             f.dlq = self
-                .inspect(move |b| {
+                .read_log(move |b| {
                     let mut out: Vec<Message> = Vec::new();
                     // Its copies: sent back for retry (%RETRY%<group>) or dead-lettered.
                     let places = groups.iter().flat_map(|g| [topic::retry(g), topic::dlq(g)]);
@@ -703,7 +694,7 @@ impl Console {
     async fn delays(&self, req: &HttpRequest) -> Result<Value, ApiError> {
         let (after, limit) = paging(req)?;
         let (total, rows, next) = self
-            .inspect(move |b| {
+            .read_log(move |b| {
                 let page = b.pending_delays_after(after, limit);
                 let rows: Vec<_> = page
                     .items
@@ -753,7 +744,7 @@ impl Console {
         let (after, limit) = paging(req)?;
         let from = after.map_or(0, |a| a + 1);
         let msgs = self
-            .inspect(move |b| b.browse(&t, 0, from, limit + 1))
+            .read_log(move |b| b.browse(&t, 0, from, limit + 1))
             .await?
             .map_err(|e| ApiError(500, e.to_string()))?;
         let more = msgs.len() > limit;
@@ -830,7 +821,7 @@ impl Console {
         let t = dlq.to_string();
         let m = self
             .core
-            .inspect(move |b| b.browse(&t, 0, off, 1).map_err(|e| e.to_string()))
+            .read_log(move |b| b.browse(&t, 0, off, 1).map_err(|e| e.to_string()))
             .await
             .map_err(|e| e.to_string())??
             .into_iter()
@@ -867,17 +858,9 @@ impl Console {
             })
             .cloned()
             .collect();
-        match self
-            .core
-            .request(Request::Send {
-                messages: vec![out],
-            })
-            .await
-            .map_err(|e| e.to_string())?
-        {
-            Reply::Sent(_) => Ok((to, id)),
-            Reply::Error(e) => Err(format!("{}: {e}", e.code())),
-            other => Err(format!("unexpected reply {other:?}")),
+        match self.core.send(vec![out]).await.map_err(|e| e.to_string())? {
+            Ok(_) => Ok((to, id)),
+            Err(e) => Err(format!("{}: {e}", e.code())),
         }
     }
 }

@@ -29,7 +29,7 @@ use std::collections::{BinaryHeap, HashMap, HashSet};
 use std::sync::{Arc, Mutex, Weak};
 use std::time::Duration;
 
-use rocklet_core::{ClientError, Millis, ReceiptHandle, Reply, Request};
+use rocklet_core::{ClientError, Millis, ReceiptHandle};
 use tracing::debug;
 
 use crate::clock::Clock;
@@ -232,11 +232,7 @@ impl Leases {
                 }
                 h.done = true;
                 let _ = core
-                    .request(Request::ChangeInvisible {
-                        group: lease.group.clone(),
-                        handle: h.current.clone(),
-                        invisible_ms: 0,
-                    })
+                    .change_invisible(lease.group.clone(), h.current.clone(), 0)
                     .await;
             }
         });
@@ -269,14 +265,10 @@ impl Leases {
             return;
         }
         let renewed = core
-            .request(Request::ChangeInvisible {
-                group: lease.group.clone(),
-                handle: h.current.clone(),
-                invisible_ms: self.renew_ms,
-            })
+            .change_invisible(lease.group.clone(), h.current.clone(), self.renew_ms)
             .await;
         match renewed {
-            Ok(Reply::InvisibleChanged { handle, visible_at }) => {
+            Ok(Ok((handle, visible_at))) => {
                 h.current = handle;
                 self.state()
                     .due

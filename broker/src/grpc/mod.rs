@@ -6,9 +6,10 @@
 //!    its bytes in the broker-wide request budget (or is answered at once when they do not
 //!    fit);
 //! 2. authentication and the ACL ([`crate::auth::grpc`]), from the headers and the request;
-//! 3. [`service`]: the RPC converts its request ([`convert`]), asks the core thread
-//!    ([`crate::driver`]) and converts the reply back; a client's mistake becomes a RocketMQ
-//!    `Status` ([`status`]) naming the problem;
+//! 3. [`service`]: the RPC converts its request ([`convert`]), asks the core thread through
+//!    its typed door ([`crate::driver::CoreHandle`]) and converts the answer back; a client's
+//!    mistake becomes a RocketMQ `Status` ([`status`]) naming the problem. `service.rs` holds
+//!    the entry points, `service/{route,produce,consume,budget}.rs` the methods by concept;
 //! 4. [`lease`]: deliveries a push consumer holds are renewed while it holds them.
 //!
 //! [`builder`] is the listener's tonic server with the broker's HTTP/2 settings.

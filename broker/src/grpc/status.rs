@@ -77,19 +77,11 @@ pub fn client_error(e: &ClientError) -> Status {
     status(code_of(e), format!("{}: {e}", e.code()))
 }
 
-/// The status when the core could not answer.
+/// The status when the core could not answer (or answered something impossible,
+/// [`CoreFailure::Unexpected`]).
 #[must_use]
 pub fn core_failure(e: &CoreFailure) -> Status {
     status(Code::InternalServerError, format!("INTERNAL: {e}"))
-}
-
-/// The status for a reply the RPC did not expect (a broker bug, reported rather than panicking).
-#[must_use]
-pub fn unexpected(reply: &rocklet_core::Reply) -> Status {
-    status(
-        Code::InternalServerError,
-        format!("INTERNAL: unexpected reply from the core: {reply:?}"),
-    )
 }
 
 #[cfg(test)]

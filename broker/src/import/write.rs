@@ -20,12 +20,13 @@
 
 use rocklet_core::record::{self, sys_flag, Decoded, Host, RecordView};
 use rocklet_core::{
-    Broker, Config, Delay, FileStorage, FlushMode, Millis, NewMessage, Reply, Request, Resolution,
+    Broker, Config, Delay, FileStorage, FlushMode, Millis, NewMessage, Request, Resolution,
 };
 
 use super::analyze::{self, prop, refused_record, Kind, Plan};
 use super::store::Store;
 use super::{ImportError, Options, Report};
+use crate::driver::{answer, CoreFailure};
 use crate::remoting::compression;
 
 /// The body of a record as sent: inflated when it is compressed, at most the largest
@@ -150,23 +151,27 @@ pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report
             queue_id: *qid,
             offset: *offset,
         };
-        match w.broker.execute(now, req).map_err(|e| storage_err(e, opts))? {
-            Reply::OffsetCommitted => w.report.consumer_offsets += 1,
-            Reply::Error(e) => {
+        let reply = w
+            .broker
+            .execute(now, req)
+            .map_err(|e| storage_err(e, opts))?;
+        match answer::committed(reply).map_err(core_failure)? {
+            Ok(()) => w.report.consumer_offsets += 1,
+            Err(e) => {
                 return Err(ImportError::refused(format!(
                     "the consumer offset {offset} of group {group} in {t}:{qid} cannot be imported: {}: {e}",
                     e.code()
                 )))
             }
-            other => return Err(unexpected(&other)),
         }
     }
     w.broker.sync().map_err(|e| storage_err(e, opts))?;
     Ok(w.report)
 }
 
-fn unexpected(reply: &Reply) -> ImportError {
-    ImportError::Io(format!("the core answered {reply:?} unexpectedly"))
+/// The core answered something impossible ([`CoreFailure::Unexpected`]).
+fn core_failure(e: CoreFailure) -> ImportError {
+    ImportError::Io(e.to_string())
 }
 
 impl Writer<'_> {
@@ -259,16 +264,12 @@ impl Writer<'_> {
                     group: Some(group),
                     from_check: false,
                 };
-                match self
+                let reply = self
                     .broker
                     .execute(now, req)
-                    .map_err(|e| storage_err(e, opts))?
-                {
-                    Reply::Ended { .. } => {}
-                    Reply::Error(e) => {
-                        return Err(refused_record(off, r, &format!("{}: {e}", e.code())))
-                    }
-                    other => return Err(unexpected(&other)),
+                    .map_err(|e| storage_err(e, opts))?;
+                if let Err(e) = answer::ended(reply).map_err(core_failure)? {
+                    return Err(refused_record(off, r, &format!("{}: {e}", e.code())));
                 }
                 self.report.committed += 1;
                 self.check_place(off, r, 1)
@@ -302,12 +303,12 @@ impl Writer<'_> {
         opts: &Options,
     ) -> Res<()> {
         let n = messages.len() as u64;
-        match self
+        let reply = self
             .broker
             .execute(now, Request::Send { messages })
-            .map_err(|e| storage_err(e, opts))?
-        {
-            Reply::Sent(results) => {
+            .map_err(|e| storage_err(e, opts))?;
+        match answer::sent(reply).map_err(core_failure)? {
+            Ok(results) => {
                 if results.first().map(|s| s.queue_offset) != Some(r.header.queue_offset) {
                     return Err(ImportError::Io(format!(
                         "the message at log offset {off} was stored at queue offset {:?} of {}:{}, not {}",
@@ -319,8 +320,7 @@ impl Writer<'_> {
                 }
                 Ok(())
             }
-            Reply::Error(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
-            other => Err(unexpected(&other)),
+            Err(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
         }
         .and_then(|()| self.check_place(off, r, n))
     }
@@ -360,17 +360,13 @@ impl Writer<'_> {
             message,
             check_immunity_ms: immunity_s.map(|s| s.saturating_mul(1000)),
         };
-        match self
+        let reply = self
             .broker
             .execute(now, req)
-            .map_err(|e| storage_err(e, opts))?
-        {
-            Reply::Sent(results) => results
-                .first()
-                .and_then(|s| s.txn)
-                .ok_or_else(|| unexpected(&Reply::Sent(results.clone()))),
-            Reply::Error(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
-            other => Err(unexpected(&other)),
+            .map_err(|e| storage_err(e, opts))?;
+        match answer::prepared(reply).map_err(core_failure)? {
+            Ok((_, txn)) => Ok(txn),
+            Err(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
         }
     }
 
@@ -423,14 +419,13 @@ impl Writer<'_> {
             self.report.without_message_id += 1;
         }
         m.delay = Some(Delay::At(due));
-        match self
+        let reply = self
             .broker
             .execute(now, Request::Send { messages: vec![m] })
-            .map_err(|e| storage_err(e, opts))?
-        {
-            Reply::Sent(_) => Ok(()),
-            Reply::Error(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
-            other => Err(unexpected(&other)),
+            .map_err(|e| storage_err(e, opts))?;
+        match answer::sent(reply).map_err(core_failure)? {
+            Ok(_) => Ok(()),
+            Err(e) => Err(refused_record(off, r, &format!("{}: {e}", e.code()))),
         }
     }
 }

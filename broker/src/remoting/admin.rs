@@ -29,7 +29,7 @@ use std::fmt::Write as _;
 use rocklet_core::record::sys_flag;
 use rocklet_core::topic;
 use rocklet_core::types::OffsetMsgId;
-use rocklet_core::{ClientError, TopicInfo};
+use rocklet_core::TopicInfo;
 use serde_json::{json, Value};
 
 use super::clients::Member;
@@ -39,7 +39,7 @@ use super::conn::{lock, Ctx};
 use super::handlers::BROKER_NAME;
 use super::message::encode_message;
 use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, required, Answer};
-use crate::driver::CoreFailure;
+use crate::ops::{self, OpError};
 
 /// Most messages one QUERY_MESSAGE answers (RocketMQ's `maxMsgsNumBatch`, 64; mqadmin asks
 /// for 64).
@@ -151,33 +151,17 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             }
         }
     }
-    let n = name.clone();
-    let r = ctx
-        .core
-        .change(move |b| {
-            if let Some(have) = b.topic_queue_count(&n) {
-                if have > read {
-                    return Ok(Err(ClientError::InvalidArgument(format!(
-                        "topic `{n}` has {have} queues; rocklet cannot remove queues (asked for {read})"
-                    ))));
-                }
-            }
-            b.create_topic(&n, read)
-        })
-        .await;
-    changed(req, r)
+    changed(req, ops::create_topic(&ctx.core, name, read).await)
 }
 
-/// The answer to a change of the tables: OK, the core's refusal, or the storage failure.
-fn changed(req: &RemotingCommand, r: Result<Result<(), ClientError>, CoreFailure>) -> Answer {
+/// The answer to an operator action ([`crate::ops`]): OK, its refusal, or the core's failure.
+fn changed(req: &RemotingCommand, r: Result<(), OpError>) -> Answer {
     match r {
-        Ok(Ok(())) => Ok(ok(req)),
-        Ok(Err(e)) => Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            format!("{}: {e}", e.code()),
-        )),
-        Err(e) => Err(core_failure(req, &e)),
+        Ok(()) => Ok(ok(req)),
+        Err(e @ (OpError::Refused(_) | OpError::Unreadable(_))) => {
+            Err(fail(req, status::SYSTEM_ERROR, e.to_string()))
+        }
+        Err(OpError::Failed(e)) => Err(core_failure(req, &e)),
     }
 }
 
@@ -204,7 +188,7 @@ async fn topic_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 async fn store_time(ctx: &Ctx, topic: &str, queue_id: u32, offset: u64) -> Option<u64> {
     let t = topic.to_string();
     ctx.core
-        .inspect(move |b| {
+        .read_log(move |b| {
             b.browse(&t, queue_id, offset, 1)
                 .ok()
                 .and_then(|m| m.first().map(|m| m.store_timestamp))
@@ -390,8 +374,7 @@ async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         ));
     }
     let fifo = v.get("consumeMessageOrderly").and_then(Value::as_bool) == Some(true);
-    let r = ctx.core.declare_group(name, fifo).await;
-    changed(req, r)
+    changed(req, ops::declare_group(&ctx.core, name, fifo).await)
 }
 
 /// The topics a group consumes: its connected members' subscriptions, the topics it has
@@ -572,7 +555,7 @@ async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let offset: u64 = number(req, "offset")?;
     let r = ctx
         .core
-        .inspect(move |b| b.raw_records(offset, 1).map_err(|e| e.to_string()))
+        .read_log(move |b| b.raw_records(offset, 1).map_err(|e| e.to_string()))
         .await
         .map_err(|e| core_failure(req, &e))?;
     match r {
@@ -597,16 +580,7 @@ async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// starts afresh). The name server's is answered OK when the broker's already deleted it.
 async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer {
     let name = required(req, "topic")?.to_string();
-    let r = ctx
-        .core
-        .change(move |b| {
-            if namesrv && b.topic_info(&name).is_none() {
-                return Ok(Ok(()));
-            }
-            b.delete_topic(&name)
-        })
-        .await;
-    changed(req, r)
+    changed(req, ops::delete_topic(&ctx.core, name, namesrv).await)
 }
 
 /// QUERY_MESSAGE (queryMsgByKey; queryMsgByUniqueKey with `_UNIQUE_KEY_QUERY`): the visible
@@ -632,7 +606,7 @@ async fn query_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let t = topic.clone();
     let r = ctx
         .core
-        .inspect(move |b| {
+        .read_log(move |b| {
             let mut found = b
                 .messages_by_key_stored(&t, &key, max, stored)
                 .map_err(|e| e.to_string())?;

@@ -3,7 +3,7 @@
 
 use std::sync::atomic::Ordering;
 
-use rocklet_core::{ClientError, Reply};
+use rocklet_core::ClientError;
 use tracing::debug;
 
 use super::codec::RemotingCommand;
@@ -61,16 +61,14 @@ pub(crate) fn client_error(req: &RemotingCommand, e: &ClientError) -> RemotingCo
     fail(req, code, format!("{}: {e}", e.code()))
 }
 
+/// The core could not answer: SERVICE_NOT_AVAILABLE (clients retry it), but SYSTEM_ERROR for
+/// a reply that does not answer the request (a broker bug: retrying will not help).
 pub(crate) fn core_failure(req: &RemotingCommand, e: &CoreFailure) -> RemotingCommand {
-    fail(req, status::SERVICE_NOT_AVAILABLE, e.to_string())
-}
-
-pub(crate) fn unexpected(req: &RemotingCommand, r: &Reply) -> RemotingCommand {
-    fail(
-        req,
-        status::SYSTEM_ERROR,
-        format!("unexpected core reply {r:?}"),
-    )
+    let code = match e {
+        CoreFailure::Stopped | CoreFailure::Storage(_) => status::SERVICE_NOT_AVAILABLE,
+        CoreFailure::Unexpected(_) => status::SYSTEM_ERROR,
+    };
+    fail(req, code, e.to_string())
 }
 
 /// A header field (with its SEND_MESSAGE_V2 short name, if any).
@@ -226,5 +224,22 @@ mod tests {
         assert!(r.remark.unwrap().starts_with("NOT_MASTER: "));
         let r = client_error(&req, &ClientError::EmptyBody);
         assert_eq!(r.code, status::MESSAGE_ILLEGAL);
+    }
+
+    /// A core that is gone is worth a retry elsewhere; a reply that answers another request
+    /// (a broker bug) is not.
+    #[test]
+    fn an_impossible_reply_is_a_system_error() {
+        use std::collections::BTreeMap;
+        let req = RemotingCommand::request(code::SEND_MESSAGE_V2, BTreeMap::new(), Vec::new());
+        let r = core_failure(&req, &CoreFailure::Stopped);
+        assert_eq!(r.code, status::SERVICE_NOT_AVAILABLE);
+        let e = crate::driver::answer::sent(rocklet_core::Reply::Acked).unwrap_err();
+        let r = core_failure(&req, &e);
+        assert_eq!(r.code, status::SYSTEM_ERROR);
+        assert_eq!(
+            r.remark.as_deref(),
+            Some("unexpected reply from the core: Acked to Send")
+        );
     }
 }

@@ -275,7 +275,7 @@ pub(crate) async fn create_retry_topic(ctx: &Ctx, group: &str) {
     let t = topic.clone();
     let r = ctx
         .core
-        .inspect(move |b| {
+        .with_mut(move |b| {
             if b.topic_queue_count(&t).is_some() {
                 return Ok(Ok(()));
             }

@@ -3,7 +3,9 @@
 use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{ClientError, Reply, Request, TagFilter};
+use rocklet_core::{ClientError, TagFilter};
+
+use crate::driver::Pulled;
 
 use super::*;
 use crate::remoting::codec::RemotingCommand;
@@ -28,12 +30,7 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
         if let Ok(c) = u64::try_from(commit) {
             let r = ctx
                 .core
-                .request(Request::CommitOffset {
-                    group: group.clone(),
-                    topic: topic.clone(),
-                    queue_id,
-                    offset: c,
-                })
+                .commit_offset(group.clone(), topic.clone(), queue_id, c)
                 .await;
             if let Err(e) = r {
                 return Err(core_failure(req, &e));
@@ -56,25 +53,27 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
         r
     };
     loop {
-        let request = Request::Pull {
-            group: group.clone(),
-            topic: topic.clone(),
-            queue_id,
-            offset: Some(offset),
-            max,
-            filter: filter.clone(),
-            auto_commit: false,
-        };
-        let (reply, woken) = match ctx.core.receive(request).await {
+        let pulled = ctx
+            .core
+            .pull(
+                group.clone(),
+                topic.clone(),
+                queue_id,
+                offset,
+                max,
+                filter.clone(),
+            )
+            .await;
+        let (reply, woken) = match pulled {
             Ok(x) => x,
             Err(e) => return Err(core_failure(req, &e)),
         };
         match reply {
-            Reply::Pulled {
+            Ok(Pulled {
                 messages,
                 next_offset,
                 max_offset,
-            } => {
+            }) => {
                 // The core starts a pull below the queue's first offset at it; RocketMQ
                 // answers OFFSET_TOO_SMALL as PULL_OFFSET_MOVED, nextBeginOffset the first
                 // offset, and the client moves there. (Asked only when the pull skipped.)
@@ -137,7 +136,7 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
                     }
                 }
             }
-            Reply::Error(ClientError::UnknownTopic(_)) => {
+            Err(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it (a retry topic, typically): nothing to pull.
                 tokio::select! {
                     () = tokio::time::sleep_until(deadline) => {}
@@ -145,8 +144,7 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
                 }
                 return Ok(answer(status::PULL_NOT_FOUND, offset, 0, Vec::new()));
             }
-            Reply::Error(e) => return Err(client_error(req, &e)),
-            other => return Err(unexpected(req, &other)),
+            Err(e) => return Err(client_error(req, &e)),
         }
     }
 }
@@ -193,24 +191,18 @@ pub(crate) async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let offset: u64 = number(req, "commitOffset")?;
     match ctx
         .core
-        .request(Request::CommitOffset {
-            group,
-            topic,
-            queue_id,
-            offset,
-        })
+        .commit_offset(group, topic, queue_id, offset)
         .await
     {
-        Ok(Reply::OffsetCommitted) => Ok(ok(req)),
+        Ok(Ok(())) => Ok(ok(req)),
         // The core's UnknownTopic says auto-create is off; for a commit the reason is that
         // offsets are kept only for queues that exist (auto-create or not).
-        Ok(Reply::Error(ClientError::UnknownTopic(t))) => Err(fail(
+        Ok(Err(ClientError::UnknownTopic(t))) => Err(fail(
             req,
             status::TOPIC_NOT_EXIST,
             format!("UNKNOWN_TOPIC: topic `{t}` does not exist: offsets are kept only for queues of existing topics"),
         )),
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }
@@ -253,18 +245,9 @@ pub(crate) async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "group")?.to_string();
     let level: i32 = number_or(req, "delayLevel", 0)?;
     let delay_level = u32::try_from(level).ok().filter(|l| *l > 0);
-    match ctx
-        .core
-        .request(Request::SendBack {
-            group,
-            offset,
-            delay_level,
-        })
-        .await
-    {
-        Ok(Reply::Sent(_)) | Ok(Reply::Forwarded) => Ok(ok(req)),
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+    match ctx.core.send_back(group, offset, delay_level).await {
+        Ok(Ok(())) => Ok(ok(req)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }

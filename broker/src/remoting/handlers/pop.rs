@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{ClientError, Reply, Request, TagFilter};
+use rocklet_core::{ClientError, TagFilter};
 
 use super::*;
 use crate::remoting::codec::RemotingCommand;
@@ -91,25 +91,22 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
         r
     };
     loop {
-        let request = Request::Receive {
-            group: group.clone(),
-            topic: topic.clone(),
-            queue_id,
-            max,
-            invisible_ms,
-            filter: filter.clone(),
-        };
         let (reply, woken) = ctx
             .core
-            .receive(request)
+            .receive(
+                group.clone(),
+                topic.clone(),
+                queue_id,
+                max,
+                invisible_ms,
+                filter.clone(),
+            )
             .await
             .map_err(|e| core_failure(req, &e))?;
         match reply {
-            Reply::Received(msgs) if !msgs.is_empty() => {
-                return Ok(popped(req, &msgs, invisible_ms))
-            }
-            Reply::Received(_) => {}
-            Reply::Error(ClientError::UnknownTopic(_)) => {
+            Ok(msgs) if !msgs.is_empty() => return Ok(popped(req, &msgs, invisible_ms)),
+            Ok(_) => {}
+            Err(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it: nothing to pop (yet).
                 tokio::select! {
                     () = tokio::time::sleep_until(deadline) => {}
@@ -117,8 +114,7 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
                 }
                 return Ok(not_found(ctx));
             }
-            Reply::Error(e) => return Err(client_error(req, &e)),
-            other => return Err(unexpected(req, &other)),
+            Err(e) => return Err(client_error(req, &e)),
         }
         if tokio::time::Instant::now() >= deadline {
             return Ok(not_found(ctx));
@@ -174,15 +170,14 @@ pub(crate) async fn ack_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topic = required(req, "topic")?.to_string();
     let (handle, token) = receipt(ctx, req, &group, &topic)?;
-    match ctx.core.request(Request::Ack { group, handle }).await {
-        Ok(Reply::Acked) => {
+    match ctx.core.ack(group, handle).await {
+        Ok(Ok(())) => {
             if let Some(t) = token {
                 lock(&ctx.renewals).remove(t);
             }
             Ok(ok(req))
         }
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }
@@ -194,13 +189,12 @@ pub(crate) async fn change_invisible(ctx: &Ctx, req: &RemotingCommand) -> Answer
     let topic = required(req, "topic")?.to_string();
     let invisible_ms: u64 = number(req, "invisibleTime")?;
     let (handle, old) = receipt(ctx, req, &group, &topic)?;
-    let request = Request::ChangeInvisible {
-        group: group.clone(),
-        handle,
-        invisible_ms,
-    };
-    match ctx.core.request(request).await {
-        Ok(Reply::InvisibleChanged { handle, visible_at }) => {
+    match ctx
+        .core
+        .change_invisible(group.clone(), handle, invisible_ms)
+        .await
+    {
+        Ok(Ok((handle, visible_at))) => {
             let token = {
                 let mut r = lock(&ctx.renewals);
                 if let Some(t) = old {
@@ -218,8 +212,7 @@ pub(crate) async fn change_invisible(ctx: &Ctx, req: &RemotingCommand) -> Answer
             resp.ext.insert("reviveQid".into(), token.to_string());
             Ok(resp)
         }
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }

@@ -1,7 +1,7 @@
 //! Producers: SEND_MESSAGE(_V2), SEND_BATCH_MESSAGE and END_TRANSACTION.
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{CheckRequest, Reply, Request, Resolution, TxnId};
+use rocklet_core::{CheckRequest, Resolution, TxnId};
 use tokio::sync::mpsc;
 
 use super::*;
@@ -60,7 +60,7 @@ pub(crate) async fn send(
         peer: conn.peer,
         group: header_group,
     };
-    let request = if batch {
+    let sent = if batch {
         let max = ctx.cfg.max_batch_messages as usize;
         let entries = decode_batch(&req.body, max).map_err(|e| {
             if e.starts_with("TOO_MANY_MESSAGES") {
@@ -82,7 +82,7 @@ pub(crate) async fn send(
             }
             messages.push(i.message);
         }
-        Request::Send { messages }
+        ctx.core.send(messages).await
     } else {
         let flag: i32 = number_or(h, "flag", 0)?;
         let limit = ctx.cfg.core.max_message_size as usize;
@@ -101,11 +101,10 @@ pub(crate) async fn send(
                         true
                     }
                 });
-                Request::Prepare {
-                    group,
-                    message: i.message,
-                    check_immunity_ms: i.immunity_ms,
-                }
+                ctx.core
+                    .prepare(group, i.message, i.immunity_ms)
+                    .await
+                    .map(|r| r.map(|(half, _)| vec![half]))
             }
             Some(_) => {
                 return Err(fail(
@@ -114,13 +113,11 @@ pub(crate) async fn send(
                     "a transactional message needs a producer group (PGROUP or producerGroup)",
                 ))
             }
-            None => Request::Send {
-                messages: vec![i.message],
-            },
+            None => ctx.core.send(vec![i.message]).await,
         }
     };
-    match ctx.core.request(request).await {
-        Ok(Reply::Sent(results)) if !results.is_empty() => {
+    match sent {
+        Ok(Ok(results)) => {
             let store = ctx.store_host();
             let ids: Vec<String> = results
                 .iter()
@@ -141,8 +138,7 @@ pub(crate) async fn send(
             r.ext.insert("TRACE_ON".into(), "false".into());
             Ok(r)
         }
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }
@@ -167,16 +163,13 @@ pub(crate) async fn end_transaction(ctx: &Ctx, req: &RemotingCommand) -> Answer 
     let group = field(req, "producerGroup")
         .filter(|g| !g.is_empty())
         .map(String::from);
-    let request = Request::EndTransaction {
-        txn: TxnId(offset),
-        resolution,
-        group,
-        from_check,
-    };
-    match ctx.core.request(request).await {
-        Ok(Reply::Ended { .. }) => Ok(ok(req)),
-        Ok(Reply::Error(e)) => Err(client_error(req, &e)),
-        Ok(other) => Err(unexpected(req, &other)),
+    let ended = ctx
+        .core
+        .end_transaction(TxnId(offset), resolution, group, from_check)
+        .await;
+    match ended {
+        Ok(Ok(_)) => Ok(ok(req)),
+        Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
 }
