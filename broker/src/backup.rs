@@ -23,6 +23,8 @@
 //! DIR/
 //!   00000000000000000000      segment files, each as long as the broker's (sparse)
 //!   00000000001073741824
+//!   LOG_START                 where the log starts, once retention trimmed it (read on
+//!                             the core thread with the point, so it matches the point)
 //!   auth.json                 users and ACLs, when the broker has them
 //!   quarantine/<name>         what recovery or repair set aside, when there is any
 //!   BACKUP_MANIFEST           written last (temp file, fsync, rename, fsync of DIR)
@@ -329,8 +331,11 @@ impl Backups {
                 to.display()
             ));
         }
-        // The point and the segment list: one inspection, no I/O on the core thread.
-        let (dir, point, bases, epochs, core_time) = core
+        // The point and the segment list: one inspection. Its one read is `LOG_START` (where
+        // the log starts and what replay from there cannot rebuild; a few KiB of live state),
+        // taken here because a retention run replaces it on this thread: the copy then
+        // matches the point, never a later start whose carried records lie past it.
+        let (dir, point, bases, epochs, core_time, log_start) = core
             .read_log(|b| {
                 let t = Instant::now();
                 let point = b.log_end();
@@ -345,7 +350,10 @@ impl Backups {
                     AnyStorage::File(f) => Some(f.dir().to_path_buf()),
                     AnyStorage::Mem(_) => None,
                 };
-                (dir, point, bases, epochs, t.elapsed())
+                let log_start = dir
+                    .as_ref()
+                    .map(|d| fs::read(d.join(rocklet_core::LOG_START_FILE)));
+                (dir, point, bases, epochs, t.elapsed(), log_start)
             })
             .await
             .map_err(|e| format!("the broker cannot serve a backup: {e}"))?;
@@ -379,6 +387,17 @@ impl Backups {
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
         }
+        let log_start = match log_start {
+            Some(Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
+            Some(Err(e)) => {
+                return Err(format!(
+                    "cannot read {}: {e}",
+                    dir.join(rocklet_core::LOG_START_FILE).display()
+                ))
+            }
+            Some(Ok(bytes)) => Some(bytes),
+            None => None,
+        };
         let to = to.to_path_buf();
         // A replica that met a new master may cut its log and write it again while the copy
         // runs: then what was copied below the point may mix two histories. Its epochs and
@@ -404,7 +423,15 @@ impl Backups {
         // away (a dropped request does not stop a copy already running).
         let mut report = tokio::task::spawn_blocking(move || {
             let _running = running;
-            write_backup(&dir, &to, point, &bases, now, still_there)
+            write_backup(
+                &dir,
+                &to,
+                point,
+                &bases,
+                log_start.as_deref(),
+                now,
+                still_there,
+            )
         })
         .await
         .map_err(|e| format!("the backup's copy thread failed: {e}"))??;
@@ -665,6 +692,7 @@ fn write_backup(
     to: &Path,
     point: u64,
     bases: &[u64],
+    log_start: Option<&[u8]>,
     now: u64,
     still_there: impl FnOnce(&Path) -> Result<(), String>,
 ) -> Result<Report, String> {
@@ -720,6 +748,19 @@ fn write_backup(
         .map_err(fail(format!("cannot back up segment {name}")))?;
         add(r, &mut report);
     }
+    // Where the log starts, as it was at the point (taken on the core thread with it).
+    if let Some(bytes) = log_start {
+        let name = rocklet_core::LOG_START_FILE;
+        write_whole(to, name, bytes).map_err(fail(format!("cannot write the backup's {name}")))?;
+        let entry = Entry {
+            name: name.to_string(),
+            size: bytes.len() as u64,
+            data: bytes.len() as u64,
+            crc: crc32fast::hash(bytes),
+            head: crc32fast::hash(&bytes[..bytes.len().min(HEAD as usize)]),
+        };
+        add((entry, Some(bytes.len() as u64)), &mut report);
+    }
     let auth = data_dir.join(crate::auth::STORE_FILE);
     if auth.exists() {
         let r = back_up_file(
@@ -774,6 +815,22 @@ fn write_backup(
         to.join(MANIFEST).display()
     )))?;
     Ok(report)
+}
+
+/// Writes `bytes` as `dir/name`: a temp file (the owner's only), fsync, rename.
+fn write_whole(dir: &Path, name: &str, bytes: &[u8]) -> io::Result<()> {
+    use std::io::Write as _;
+    use std::os::unix::fs::OpenOptionsExt as _;
+    let tmp = dir.join(format!("{name}.tmp"));
+    let mut f = fs::OpenOptions::new()
+        .write(true)
+        .create(true)
+        .truncate(true)
+        .mode(FILE_MODE)
+        .open(&tmp)?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    fs::rename(&tmp, dir.join(name))
 }
 
 /// Temp file, fsync, rename, fsync of the directory: DIR is a backup from here on.

@@ -480,3 +480,75 @@ async fn a_damaged_or_incomplete_backup_is_refused() {
     assert_eq!(drain_ids(&mut c, "BkDamage", "g").await.len(), 40);
     b.stop().await;
 }
+
+/// A backup of a log retention trimmed holds where the log starts (`LOG_START`, as it was at
+/// the backup's point): restored, the queue keeps its offsets — its first offset where
+/// retention left it, its next one where the sends left it — and a message sent after the
+/// restore takes the next offset, not one retention already used.
+#[tokio::test]
+async fn a_backup_after_retention_keeps_where_the_log_starts() {
+    let mut b = TestBroker::start_with(|c| {
+        c.core.segment_size = 65536;
+        c.core.max_message_size = 8192;
+        c.core.max_batch_size = 8192;
+        c.topics = vec![rocklet_broker::config::TopicDecl {
+            name: "Trimmed".into(),
+            queues: Some(1),
+            message_types: None,
+        }];
+    })
+    .await;
+    for i in 0..100 {
+        let m = msg(
+            "Trimmed",
+            &vec![b't'; 3000],
+            pb::MessageType::Normal,
+            &format!("T{i}"),
+        );
+        send_ok(&mut b.client, m).await;
+    }
+    let r = b.broker.as_ref().unwrap();
+    let (core, metrics) = (r.core.clone(), r.metrics.clone());
+    let cfg = rocklet_broker::config::RetentionConfig {
+        file_reserved_time_hours: 0.0,
+        disk_max_used_space_ratio: 1.0,
+        disk_space_clean_forcibly_ratio: 1.0,
+        ..rocklet_broker::config::RetentionConfig::default()
+    };
+    let ran = rocklet_broker::retention::run_once(&core, &SystemClock, &metrics, &cfg, true)
+        .await
+        .unwrap();
+    assert!(ran.retired.len() >= 2, "{ran:?}");
+    let offsets = |core: rocklet_broker::driver::CoreHandle| async move {
+        core.inspect(|b| {
+            let min = b.queue_min_offset("Trimmed", 0).unwrap();
+            let next = b.topic_info("Trimmed").unwrap().queues[0].1;
+            (min, next)
+        })
+        .await
+        .unwrap()
+    };
+    let before = offsets(core.clone()).await;
+    assert!(before.0 > 0 && before.1 == 100, "{before:?}");
+
+    let work = tempfile::tempdir().unwrap();
+    let (to, restored) = (work.path().join("backup"), work.path().join("restored"));
+    backup(b.addr(), &to).await.unwrap();
+    assert!(to.join(rocklet_core::LOG_START_FILE).exists());
+    b.stop().await;
+    restore(&to, &restored).await.unwrap();
+    let (r, mut c) = start_on(&restored).await;
+    assert_eq!(
+        offsets(r.core.clone()).await,
+        before,
+        "(first, next) offset restored"
+    );
+    let e = send_ok(
+        &mut c,
+        msg("Trimmed", b"after", pb::MessageType::Normal, "AFTER"),
+    )
+    .await;
+    assert!(!e.message_id.is_empty());
+    assert_eq!(offsets(r.core.clone()).await.1, 101);
+    r.stop().await;
+}
