@@ -4,8 +4,9 @@
 #                                        in), etc/rocklet.toml (default config),
 #                                        systemd/rocklet.service (Restart=on-failure), README.md,
 #                                        README-broker.md, CHANGELOG.md
-#   rocklet-V-cp39-abi3-<platform>.whl   `import rocklet` (maturin build --release; abi3: every
-#                                        CPython >= 3.9)
+#   rocklet-V-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl
+#                                        `import rocklet` (maturin build --release --zig; abi3:
+#                                        every CPython >= 3.9; glibc 2.17 and later)
 #   npm/rocklet-V.tgz                    npm package `rocklet` (JS, types), and in napi's layout
 #   npm/rocklet-linux-x64-gnu-V.tgz      its per-platform package with the release .node
 #   playground/, rocklet-playground-V.tar.gz   the playground as a static site
@@ -16,8 +17,9 @@
 #                                  is missing and the command that installs it)
 #   bash dist/build.sh --install   installs the playground's prerequisites first (apt: root)
 #
-# Release builds go to target/release (and target/wasm): what an earlier run or CI built is
-# reused, not built again.
+# Release builds go to target/x86_64-unknown-linux-gnu/release (linked by zig against glibc
+# 2.17: the binary, the addon and the wheel load on every glibc from 2.17 on) and target/wasm:
+# what an earlier run or CI built is reused, not built again.
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cd "$ROOT"
@@ -69,14 +71,30 @@ done
 done
 tar -C "$OUT" -czf "$OUT/rocklet-playground-$V.tar.gz" --transform "s,^playground,rocklet-playground-$V," playground
 
-step "release build: rocklet (the playground built in) and the node addon"
-ROCKLET_PLAYGROUND_DIR=$SITE nice -n 10 cargo build --release --locked -p rocklet-broker -p rocklet-node
-"$T/release/rocklet" --version
+# Build tools in a venv of their own: maturin, and zig (PyPI's ziglang) as the linker through
+# cargo-zigbuild, so every native artifact is linked against glibc 2.17 (manylinux2014: Debian
+# 9+, Ubuntu 18.04+, RHEL/CentOS 7+, Amazon Linux 2) instead of this machine's glibc. The
+# rustup toolchain's own x86_64-unknown-linux-gnu std is used: no target is added.
+VENV=$TOOLS/dist-venv
+[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
+"$VENV/bin/python" -c 'import maturin, ziglang' 2>/dev/null && [ -x "$VENV/bin/cargo-zigbuild" ] \
+  || "$VENV/bin/python" -m pip install -q "maturin==1.16.*" "ziglang==0.17.1" "cargo-zigbuild==0.24.1"
+# zigbuild finds zig through `python3 -m ziglang`: the venv's python first on PATH; cargo and
+# rustc stay the ones checked above (the venv has none).
+ZIG_PATH=$VENV/bin:$PATH
+GLIBC_FLOOR=2.17
+ZT=x86_64-unknown-linux-gnu
+R=$T/$ZT/release
+
+step "release build against glibc $GLIBC_FLOOR: rocklet (the playground built in) and the node addon"
+PATH=$ZIG_PATH ROCKLET_PLAYGROUND_DIR=$SITE nice -n 10 \
+  cargo zigbuild --release --locked --target "$ZT.$GLIBC_FLOOR" -p rocklet-broker -p rocklet-node
+"$R/rocklet" --version
 
 step "broker tarball"
 B=$STAGE/rocklet-$V-$ARCH
 mkdir -p "$B/bin" "$B/etc" "$B/systemd" "$B/alerts"
-cp "$T/release/rocklet" "$B/bin/rocklet"
+cp "$R/rocklet" "$B/bin/rocklet"
 # Line tables stay in target/; the shipped binary carries symbols only.
 command -v strip >/dev/null && strip --strip-debug "$B/bin/rocklet"
 cp broker/packaging/rocklet.toml "$B/etc/rocklet.toml"
@@ -120,7 +138,7 @@ step "npm packages (napi layout: rocklet + rocklet-$TRIPLE)"
 P=$STAGE/npm/$TRIPLE
 mkdir -p "$P"
 cp bindings-node/npm/$TRIPLE/package.json bindings-node/npm/$TRIPLE/README.md "$P/"
-cp "$T/release/librocklet_node.so" "$P/rocklet.$TRIPLE.node"
+cp "$R/librocklet_node.so" "$P/rocklet.$TRIPLE.node"
 command -v strip >/dev/null && strip --strip-debug "$P/rocklet.$TRIPLE.node"
 M=$STAGE/npm/rocklet
 mkdir -p "$M"
@@ -138,13 +156,11 @@ node -e '
 (cd "$P" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
 (cd "$M" && npm pack --silent --pack-destination "$OUT/npm" >/dev/null)
 
-step "wheel (maturin build --release, abi3)"
-VENV=$TOOLS/dist-venv
-[ -x "$VENV/bin/python" ] || python3 -m venv "$VENV"
-"$VENV/bin/python" -c 'import maturin' 2>/dev/null || "$VENV/bin/python" -m pip install -q "maturin==1.16.*"
-# PATH keeps the cargo checked above first; maturin builds with it and downloads nothing.
-nice -n 10 "$VENV/bin/maturin" build --release --locked --strip -m bindings-python/Cargo.toml -o "$OUT"
-ls "$OUT"/rocklet-"$V"-cp39-abi3-*.whl >/dev/null
+step "wheel (maturin build --release --zig, abi3, manylinux2014 = manylinux_2_17)"
+# maturin builds with the cargo checked above and downloads nothing; zig links.
+PATH=$ZIG_PATH nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
+  --compatibility manylinux2014 -m bindings-python/Cargo.toml -o "$OUT"
+ls "$OUT"/rocklet-"$V"-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl >/dev/null
 
 step "checksums and sizes"
 (cd "$OUT" && find . -maxdepth 2 -type f \( -name '*.whl' -o -name '*.tgz' -o -name '*.tar.gz' \) -printf '%P\n' | sort | xargs sha256sum > SHA256SUMS)

@@ -9,6 +9,9 @@
 #   3. the broker tarball unpacked: bin/rocklet broker with etc/rocklet.toml, the official
 #      Python client (rocketmq-python-client) sending, committing, rolling back, receiving
 #      (tests/ci/dist/broker_smoke.py); rocklet send / consume from the tarball
+#   0. the glibc floor: the broker binary, the Node addon and the wheel's extension need no
+#      glibc symbol newer than 2.17 (objdump -T), and auditwheel accepts the wheel's
+#      manylinux_2_17_x86_64 tag
 #   4. the playground: dist/playground served by a plain static server (python -m
 #      http.server) and by the tarball's `rocklet playground`, each clicked in headless
 #      Chromium (tests/ci/dist/playground.cjs)
@@ -33,8 +36,11 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq
   DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
-[ -d "$TOOLS/node_modules/playwright-core" ] \
-  || npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$TOOLS" playwright-core@1.65.1
+# Both at once, as tests/ci/wasm.sh installs them: an `npm install --no-save` of one into
+# .tools removes the other (the playground build below installs binaryen when it is missing).
+[ -d "$TOOLS/node_modules/playwright-core" ] && [ -x "$TOOLS/node_modules/.bin/wasm-opt" ] \
+  || npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$TOOLS" \
+       playwright-core@1.65.1 binaryen@132.0.0
 # The official Python client, in a venv of its own (from PyPI; the broker part uses the same).
 CLIENT_VENV=$TOOLS/dist-client
 [ -x "$CLIENT_VENV/bin/python" ] || python3 -m venv "$CLIENT_VENV"
@@ -48,6 +54,34 @@ fi
 V=$(bash dist/version.sh)
 bash dist/version.sh check
 (cd dist && sha256sum -c --quiet SHA256SUMS)
+
+step "glibc floor: the binary, the addon and the wheel need nothing newer than glibc 2.17"
+FLOOR=2.17
+FLOOR_DIR=$(mktemp -d /tmp/rocklet-floor-XXXXXX)
+# The newest GLIBC_x.y symbol version FILE needs (objdump -T), which must not pass $FLOOR.
+floor() {
+  local newest
+  newest=$(objdump -T "$1" | grep -o 'GLIBC_[0-9][0-9.]*' | sed 's/^GLIBC_//' \
+    | sort -t. -k1,1n -k2,2n -k3,3n -u | tail -1)
+  echo "$(basename "$1"): newest glibc symbol GLIBC_$newest"
+  [ -n "$newest" ] || { echo "$1: no glibc symbols found (not a dynamic ELF file?)"; exit 1; }
+  [ "$(printf '%s\n%s\n' "$newest" "$FLOOR" | sort -t. -k1,1n -k2,2n -k3,3n | tail -1)" = "$FLOOR" ] \
+    || { echo "$1 needs glibc $newest: above the $FLOOR floor"; exit 1; }
+}
+tar -xzf "dist/rocklet-$V-x86_64-linux.tar.gz" -C "$FLOOR_DIR"
+floor "$FLOOR_DIR/rocklet-$V-x86_64-linux/bin/rocklet"
+tar -xzf "dist/npm/rocklet-linux-x64-gnu-$V.tgz" -C "$FLOOR_DIR"
+floor "$FLOOR_DIR/package/rocklet.linux-x64-gnu.node"
+WHEEL_FILE=$(ls dist/rocklet-"$V"-cp39-abi3-*.whl)
+python3 -m zipfile -e "$WHEEL_FILE" "$FLOOR_DIR/wheel"
+floor "$(find "$FLOOR_DIR/wheel" -name '*.so' | head -1)"
+# auditwheel, PyPA's own check, must find the wheel consistent with its manylinux_2_17 tag.
+AW=$TOOLS/auditwheel
+[ -x "$AW/bin/auditwheel" ] || { python3 -m venv "$AW" && "$AW/bin/python" -m pip install -q "auditwheel==6.8.2"; }
+"$AW/bin/auditwheel" show "$WHEEL_FILE" | tee "$FLOOR_DIR/auditwheel.txt"
+grep -q '"manylinux_2_17_x86_64"' "$FLOOR_DIR/auditwheel.txt" \
+  || { echo "auditwheel does not accept the wheel as manylinux_2_17_x86_64"; exit 1; }
+rm -rf "$FLOOR_DIR"
 
 WORK=$(mktemp -d /tmp/rocklet-dist-XXXXXX)
 pids=()
