@@ -33,7 +33,7 @@ use crate::metrics::Metrics;
 
 /// The limit's name in the config, in refusals and in
 /// `rocklet_requests_over_limit_total{limit=…}`.
-pub const LIMIT_NAME: &str = "max_inflight_request_bytes";
+pub const LIMIT_NAME: &str = crate::metrics::REQUEST_BUDGET;
 /// One client address may hold at most 1/`PEER_SHARE` of the budget.
 pub const PEER_SHARE: u64 = 4;
 /// One connection may hold at most 1/`CONNECTION_SHARE` of the budget.

@@ -93,7 +93,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     cfg.listen = addr;
     let metrics_listener = match cfg.metrics_listen {
         Some(a) => Some(
-            metrics::bind(a)
+            metrics::render::bind(a)
                 .await
                 .map_err(|e| format!("cannot listen for metrics on {a}: {e}"))?,
         ),
@@ -395,7 +395,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
             let a = l.local_addr().ok();
             (
                 a,
-                Some(tokio::spawn(metrics::serve(
+                Some(tokio::spawn(metrics::render::serve(
                     l,
                     core.clone(),
                     m.clone(),

@@ -272,7 +272,7 @@ async fn consumers_below_the_new_first_offset_get_rocketmq_s_answers() {
     assert_eq!(got.len() as u64, sent - min);
     assert_eq!(got[0], format!("O{min}"));
     // Metrics and disk numbers follow.
-    let text = rocklet_broker::metrics::render(&core, &metrics).await;
+    let text = rocklet_broker::metrics::render::render(&core, &metrics).await;
     let line = |name: &str| {
         text.lines()
             .find(|l| l.starts_with(name))

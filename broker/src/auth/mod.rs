@@ -7,6 +7,9 @@
 //!   before the request is handled.
 //! - [`admin`]: the `rocklet.admin.v1.Security` service behind `rocklet admin user|acl`.
 //! - [`tls`]: TLS for the listeners (disabled, permissive, enforcing), certificates reloaded.
+//! - [`failure`]: why a request was refused and over which protocol (the metrics labels); a
+//!   leaf, below [`crate::metrics`], which counts by it (`auth` counts into the metrics, the
+//!   metrics never import `auth` beyond it).
 //!
 //! **When it is on.** Authentication is on exactly when at least one user exists (declared
 //! in the config file's `[[auth.users]]`, or added with `rocklet admin user add`). With no
@@ -23,6 +26,7 @@
 
 pub mod acl;
 pub mod admin;
+pub mod failure;
 pub mod grpc;
 pub mod remoting;
 pub mod sign;
@@ -40,6 +44,7 @@ use tracing::{info, warn};
 use crate::clock::Clock;
 use crate::metrics::Metrics;
 pub use acl::{Action, Denied, Entry, EntrySpec, Resource};
+pub use failure::{Failure, Protocol};
 use sign::{ClientZones, TimeCheck};
 
 /// The cluster name ACLs see (`Cluster` resources), as routes name it.
@@ -159,46 +164,6 @@ impl Identity {
     }
 }
 
-/// Why a request could not be authenticated: each has a metrics label.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Failure {
-    NoCredentials,
-    Malformed,
-    UnknownKey,
-    BadSignature,
-    ExpiredTimestamp,
-    BadSessionToken,
-    /// Authenticated, but the ACL refused the request.
-    Forbidden,
-}
-
-impl Failure {
-    /// Every failure, in the order of [`Metrics::auth_failures`].
-    pub const ALL: [Failure; 7] = [
-        Failure::NoCredentials,
-        Failure::Malformed,
-        Failure::UnknownKey,
-        Failure::BadSignature,
-        Failure::ExpiredTimestamp,
-        Failure::BadSessionToken,
-        Failure::Forbidden,
-    ];
-
-    /// The metrics label.
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Failure::NoCredentials => "no_credentials",
-            Failure::Malformed => "malformed",
-            Failure::UnknownKey => "unknown_key",
-            Failure::BadSignature => "bad_signature",
-            Failure::ExpiredTimestamp => "expired_timestamp",
-            Failure::BadSessionToken => "bad_session_token",
-            Failure::Forbidden => "forbidden",
-        }
-    }
-}
-
 /// A refused request: what to count and what to tell the client (never a secret).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct Refusal {
@@ -242,27 +207,6 @@ impl Need {
         match acl::owner_group(name) {
             Some(g) => Need::new(Resource::group(g), actions),
             None => Need::new(Resource::topic(name), actions),
-        }
-    }
-}
-
-/// The protocol a request came over (a metrics label).
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum Protocol {
-    Grpc,
-    Remoting,
-    Admin,
-}
-
-impl Protocol {
-    pub const ALL: [Protocol; 3] = [Protocol::Grpc, Protocol::Remoting, Protocol::Admin];
-
-    #[must_use]
-    pub fn label(self) -> &'static str {
-        match self {
-            Protocol::Grpc => "grpc",
-            Protocol::Remoting => "remoting",
-            Protocol::Admin => "admin",
         }
     }
 }

@@ -1,5 +1,7 @@
-//! Prometheus metrics: the broker's own counters and latency histograms, plus the core's
-//! [`Stats`](rocklet_core::Stats) and backlogs read at scrape time, served as text over HTTP.
+//! The renderer and server of the metrics: writes [`Metrics`], the core's
+//! [`Stats`](rocklet_core::Stats) and backlogs, the disk, remoting and cluster numbers in the
+//! Prometheus text format, and serves it over HTTP. It reads every module (it sits above
+//! them); the counters it reads ([`super`]) import none of them.
 //!
 //! Served without credentials, so the listener obeys the rule of every listener (no
 //! non-loopback address while authentication is off, `BrokerConfig::client_listeners`), and
@@ -9,213 +11,33 @@
 
 use std::fmt::Write as _;
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::Ordering;
 use std::sync::Arc;
-use std::time::Duration;
 
 use tokio::net::TcpListener;
 
+use super::{Histogram, Metrics, BUCKETS, LIMITS, RPCS};
 use crate::driver::CoreHandle;
 use crate::http::hosts::AllowedHosts;
 use crate::http::{self, HttpRequest, Response};
 
-/// Upper bounds of the latency buckets, in seconds.
-const BUCKETS: [f64; 14] = [
-    0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 5.0,
-];
-
-/// A latency histogram.
-#[derive(Debug, Default)]
-pub struct Histogram {
-    buckets: [AtomicU64; BUCKETS.len()],
-    count: AtomicU64,
-    sum_ns: AtomicU64,
-}
-
-impl Histogram {
-    /// Records one observation.
-    pub fn observe(&self, d: Duration) {
-        let s = d.as_secs_f64();
-        for (i, b) in BUCKETS.iter().enumerate() {
-            if s <= *b {
-                self.buckets[i].fetch_add(1, Ordering::Relaxed);
-            }
-        }
-        self.count.fetch_add(1, Ordering::Relaxed);
-        self.sum_ns
-            .fetch_add(d.as_nanos() as u64, Ordering::Relaxed);
-    }
-
-    /// Observations so far.
-    pub fn count(&self) -> u64 {
-        self.count.load(Ordering::Relaxed)
-    }
-
-    /// (count, sum in ns, (bucket bound in s, cumulative count) per bucket), for the
-    /// console's time series.
-    pub fn snapshot(&self) -> (u64, u64, Vec<(f64, u64)>) {
-        (
-            self.count(),
-            self.sum_ns.load(Ordering::Relaxed),
-            BUCKETS
-                .iter()
-                .zip(&self.buckets)
-                .map(|(b, c)| (*b, c.load(Ordering::Relaxed)))
-                .collect(),
-        )
-    }
-
-    fn render(&self, out: &mut String, name: &str, help: &str) {
-        let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
-        for (i, b) in BUCKETS.iter().enumerate() {
-            let _ = writeln!(
-                out,
-                "{name}_bucket{{le=\"{b}\"}} {}",
-                self.buckets[i].load(Ordering::Relaxed)
-            );
-        }
-        let count = self.count();
-        let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+fn histogram(out: &mut String, h: &Histogram, name: &str, help: &str) {
+    let _ = writeln!(out, "# HELP {name} {help}\n# TYPE {name} histogram");
+    for (i, b) in BUCKETS.iter().enumerate() {
         let _ = writeln!(
             out,
-            "{name}_sum {}",
-            self.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+            "{name}_bucket{{le=\"{b}\"}} {}",
+            h.buckets[i].load(Ordering::Relaxed)
         );
-        let _ = writeln!(out, "{name}_count {count}");
     }
-}
-
-/// The RPCs counted by name.
-pub const RPCS: [&str; 12] = [
-    "QueryRoute",
-    "Heartbeat",
-    "SendMessage",
-    "QueryAssignment",
-    "ReceiveMessage",
-    "AckMessage",
-    "ForwardMessageToDeadLetterQueue",
-    "EndTransaction",
-    "Telemetry",
-    "NotifyClientTermination",
-    "ChangeInvisibleDuration",
-    "Admin",
-];
-
-/// The request limits whose refusals are counted by name
-/// (`rocklet_requests_over_limit_total{limit=…}`), each a field of the broker's config.
-pub const LIMITS: [&str; 9] = [
-    "max_batch_messages",
-    "max_filter_expression_bytes",
-    "max_name_bytes",
-    "remoting_max_header_bytes",
-    // A remoting body larger than its request kind carries (none for most).
-    "remoting_request_body",
-    "max_connections",
-    // Connections closed after nothing was read from them (gRPC) or no request came (remoting).
-    "idle_timeout_ms",
-    "request_read_timeout_ms",
-    // Requests refused because the request bytes held broker-wide would pass the budget.
-    crate::budget::LIMIT_NAME,
-];
-
-/// The broker's own metrics (the core's counters are read at scrape time).
-#[derive(Debug, Default)]
-pub struct Metrics {
-    pub requests: [AtomicU64; RPCS.len()],
-    /// Requests answered with a non-OK RocketMQ status.
-    pub request_errors: AtomicU64,
-    pub end_transaction_latency: Histogram,
-    pub fsync_latency: Histogram,
-    pub send_latency: Histogram,
-    pub long_polls_waiting: AtomicU64,
-    /// Topics the core thread keeps long-poll wake-ups for (gRPC receives, remoting pulls
-    /// and pops that found nothing); bounded by the polls waiting, not by the topics ever
-    /// polled.
-    pub long_poll_topics: AtomicU64,
-    pub telemetry_streams: AtomicU64,
-    pub producers_online: AtomicU64,
-    pub checks_pushed: AtomicU64,
-    pub checks_unroutable: AtomicU64,
-    /// Bytes of ReceiveMessage responses built and not yet written out or dropped.
-    pub receive_bytes_in_flight: AtomicU64,
-    /// Receives refused (`TOO_MANY_REQUESTS`) because those bytes used up the budget.
-    pub receives_over_budget: AtomicU64,
-    /// Connections open (gRPC, remoting and name server together).
-    pub connections_open: AtomicU64,
-    /// Request bytes held under the broker-wide budget ([`crate::budget::RequestBudget`]).
-    pub request_bytes_in_flight: AtomicU64,
-    /// Requests (both protocols) refused by one of the [`LIMITS`], by limit.
-    pub over_limit: [AtomicU64; LIMITS.len()],
-    /// RocketMQ 4 remoting request counters, once remoting serves.
-    pub remoting: std::sync::OnceLock<Arc<crate::remoting::stats::RemotingStats>>,
-    /// Cluster mode: the node's view of its group (elections, fencing, replica lag).
-    pub cluster: std::sync::OnceLock<crate::cluster::View>,
-    /// Requests refused by authentication or the ACL, by protocol and reason
-    /// ([`crate::auth::Protocol::ALL`] x [`crate::auth::Failure::ALL`]).
-    pub auth_failures:
-        [[AtomicU64; crate::auth::Failure::ALL.len()]; crate::auth::Protocol::ALL.len()],
-    /// Where the core thread hands the core's trace events when the console is on.
-    pub stories: std::sync::OnceLock<Arc<crate::console::story::Stories>>,
-    /// Messages handed out by remoting PULL_MESSAGE (receives and pops are the core's
-    /// `received`).
-    pub pulled: AtomicU64,
-    /// The log's disk usage, measured at most every [`crate::disk::MAX_AGE`].
-    pub disk: crate::disk::DiskGauge,
-    /// New messages are refused: the disk is past `disk_space_warning_level_ratio`
-    /// ([`crate::disk_full`]).
-    pub disk_full: std::sync::atomic::AtomicBool,
-    /// Put and get counters sampled each second (`putTps`, `getTransferredTps`).
-    pub rates: crate::rates::Rates,
-    /// Commands handed to the core thread and not yet run (requests, inspections, control),
-    /// counted by the senders and the core thread, so it grows while the core thread is stuck.
-    pub core_commands_waiting: Arc<AtomicU64>,
-}
-
-impl Metrics {
-    /// Counts one request of an RPC.
-    pub fn request(&self, rpc: &str) {
-        if let Some(i) = RPCS.iter().position(|r| *r == rpc) {
-            self.requests[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts one request refused by the limit named `limit` (one of [`LIMITS`]).
-    pub fn over_limit(&self, limit: &str) {
-        debug_assert!(LIMITS.contains(&limit), "unknown limit {limit}");
-        if let Some(i) = LIMITS.iter().position(|l| *l == limit) {
-            self.over_limit[i].fetch_add(1, Ordering::Relaxed);
-        }
-    }
-
-    /// Counts a request refused by authentication or the ACL.
-    pub fn auth_failure(&self, p: crate::auth::Protocol, f: crate::auth::Failure) {
-        let (Some(i), Some(j)) = (
-            crate::auth::Protocol::ALL.iter().position(|x| *x == p),
-            crate::auth::Failure::ALL.iter().position(|x| *x == f),
-        ) else {
-            return;
-        };
-        self.auth_failures[i][j].fetch_add(1, Ordering::Relaxed);
-    }
-
-    /// Refusals counted by authentication or the ACL for a protocol and reason.
-    pub fn auth_failure_count(&self, p: crate::auth::Protocol, f: crate::auth::Failure) -> u64 {
-        match (
-            crate::auth::Protocol::ALL.iter().position(|x| *x == p),
-            crate::auth::Failure::ALL.iter().position(|x| *x == f),
-        ) {
-            (Some(i), Some(j)) => self.auth_failures[i][j].load(Ordering::Relaxed),
-            _ => 0,
-        }
-    }
-
-    /// Refusals counted for the limit named `limit`.
-    pub fn over_limit_count(&self, limit: &str) -> u64 {
-        LIMITS
-            .iter()
-            .position(|l| *l == limit)
-            .map_or(0, |i| self.over_limit[i].load(Ordering::Relaxed))
-    }
+    let count = h.count();
+    let _ = writeln!(out, "{name}_bucket{{le=\"+Inf\"}} {count}");
+    let _ = writeln!(
+        out,
+        "{name}_sum {}",
+        h.sum_ns.load(Ordering::Relaxed) as f64 / 1e9
+    );
+    let _ = writeln!(out, "{name}_count {count}");
 }
 
 fn counter(out: &mut String, name: &str, help: &str, v: u64) {
@@ -557,18 +379,21 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "Producer telemetry streams declaring topics",
         m.producers_online.load(Ordering::Relaxed),
     );
-    m.end_transaction_latency.render(
+    histogram(
         &mut out,
+        &m.end_transaction_latency,
         "rocklet_end_transaction_seconds",
         "END_TRANSACTION latency, request to reply",
     );
-    m.send_latency.render(
+    histogram(
         &mut out,
+        &m.send_latency,
         "rocklet_send_seconds",
         "SendMessage latency, request to reply",
     );
-    m.fsync_latency.render(
+    histogram(
         &mut out,
+        &m.fsync_latency,
         "rocklet_fsync_seconds",
         "Latency of one fsync of the log",
     );
