@@ -1,6 +1,12 @@
 //! Online backup and restore (issue 31, item 4): `rocklet admin backup --to DIR` against a
 //! running broker, `rocklet admin restore --from DIR --to DATA_DIR` without one.
 //!
+//! The folder: `mod.rs` (the point and the `Backups` service: one backup at a time, the
+//! target's checks), `copy.rs` (the sparse and incremental copy), `manifest.rs` (the manifest,
+//! written last), `restore.rs`. A backup flows: the admin service → `Backups::run` (the point
+//! from the core thread, the wait until it is durable) → `copy.rs` `write_backup` (each file,
+//! then the manifest); a restore: `restore` → `read_manifest` → the copy into the data directory.
+//!
 //! **The point.** Everything the broker knows is in its log (half and op records, delays,
 //! offsets, topics, groups), so a prefix of the log that ends at a record boundary is a
 //! consistent state: the one a broker had when its log ended there. A backup asks the core

@@ -1,5 +1,12 @@
 //! The broker's configuration: the TOML file, merged with command-line flags.
 //!
+//! The folder: `mod.rs` (`BrokerConfig`, what the broker runs with: its defaults, `from_file`,
+//! `validate`; listen addresses), `file.rs` (`FileConfig`, the TOML file below, read as a
+//! bounded regular file; declared topics and groups; the data-directory check), `retention.rs`
+//! (`RetentionConfig`). A start flows through it once: `FileConfig::load` →
+//! `BrokerConfig::from_file` → the flags over it (main.rs) → `validate`, before anything is
+//! created.
+//!
 //! ```toml
 //! listen = "127.0.0.1:8081"          # RocketMQ 5 gRPC (and the admin service)
 //! data_dir = "./rocklet-data"

@@ -3,6 +3,11 @@
 //! CDN) and the small JSON API it reads, served over HTTP/1.1 on its own listener (TLS when
 //! `[tls]` is on, as the other listeners).
 //!
+//! The folder: `mod.rs` (the listener, the name and access checks, routing), `views.rs` (the
+//! read-only API below), `actions.rs` (resolve, resend), `series.rs` (the overview's time
+//! series), `story.rs` (a message's story). A request flows: [`crate::http`] reads it →
+//! `Console::route` (names, then access) → `get` (`views.rs`) or `post` (`actions.rs`) → JSON.
+//!
 //! - Names: a request is answered only when its `Host` names the console (the address the
 //!   connection reached, `localhost` on loopback, or an entry of `console_allowed_hosts`) and
 //!   its `Origin`, when present, too ([`crate::http::hosts`]): a page of another site that reaches the

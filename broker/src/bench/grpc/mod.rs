@@ -1,6 +1,11 @@
 //! `rocklet bench` over RocketMQ 5 gRPC: a plain client (route-free sends, telemetry settings,
 //! transaction checks answered on the telemetry stream, simple-consumer receive + ack), so it
 //! runs against any RocketMQ 5 endpoint.
+//!
+//! The folder: `mod.rs` (the run, the client's connection, the consumers), `telemetry.rs` (the
+//! telemetry streams: settings, transaction checks answered from the ledger), `produce.rs`
+//! (consume mode's load, the producers). A run flows: `run` → `drive` (telemetry opened, the
+//! load sent, then producers and consumers) → the ledger's verdict.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
