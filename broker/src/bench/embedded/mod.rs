@@ -1,21 +1,30 @@
 //! `rocklet bench --embedded`: the core driven in this thread, the way the broker's driver
 //! does it (every client's request handled, one `sync` for the round, outputs drained).
+//!
+//! The folder: `mod.rs` (the run: the clients' requests issued, the rounds synced, the
+//! measurement), `replies.rs` (the core's outputs drained, each reply matched to what its
+//! client asked and recorded in the ledger), `recover.rs` (`rocklet bench recover`). A round
+//! flows: `Run::issue` (a request per client) → the round's `sync` → `drain_replies` → the
+//! ledger's verdict at the end.
 
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, Config, Delay, DetachedSync, FlushMode, NewMessage, Output, ReceiptHandle,
-    Reply, Request, Resolution, TagFilter, TxnId,
+    AnyStorage, Broker, Config, Delay, DetachedSync, FlushMode, NewMessage, ReceiptHandle, Request,
+    Resolution, TagFilter, TxnId,
 };
 
 use super::ledger::{Fate, Ledger};
 use super::{
-    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, Live, Mode, Outcome,
-    Outcomes, Recorder, Target,
+    body, epoch_ms, spread, us, BenchArgs, Live, Mode, Outcome, Outcomes, Recorder, Target,
 };
 use crate::clock::Clock;
-use crate::driver::answer;
+
+mod recover;
+mod replies;
+
+use recover::recover;
 
 const GROUP: &str = "RockletBenchProducers";
 const CHECK_ID: u64 = 1 << 62;
@@ -700,237 +709,4 @@ impl Run<'_> {
         }
         Ok(())
     }
-
-    fn drain_outputs(&mut self) -> Result<(), String> {
-        let mut none = Vec::new();
-        self.drain_replies(&mut none)
-    }
-
-    fn drain_replies(&mut self, phases: &mut [Phase]) -> Result<(), String> {
-        while let Some(o) = self.b.poll_output() {
-            let now = self.clock.now();
-            match o {
-                Output::Reply { id, reply } => self.on_reply(id, reply, phases, now),
-                Output::Check(c) => {
-                    let Some((run, seq)) = parse_body(&c.message.body) else {
-                        self.ledger.foreign();
-                        continue;
-                    };
-                    if run != self.run_id {
-                        self.ledger.foreign();
-                        continue;
-                    }
-                    if c.check == 1 {
-                        if let Some(&d) = self.deadline.get(seq as usize) {
-                            let _ = self.rec.check_late.record(now.saturating_sub(d));
-                        }
-                    }
-                    let commit = checked_commit(&self.args.mix, self.backlog, seq);
-                    self.ledger.set(
-                        seq,
-                        if commit {
-                            Fate::Committed
-                        } else {
-                            Fate::RolledBack
-                        },
-                    );
-                    let req = Request::EndTransaction {
-                        txn: c.txn,
-                        resolution: if commit {
-                            Resolution::Commit
-                        } else {
-                            Resolution::Rollback
-                        },
-                        group: Some(c.group),
-                        from_check: true,
-                    };
-                    self.b
-                        .handle(now, CHECK_ID, req)
-                        .map_err(|e| format!("check answer failed: {e}"))?;
-                }
-                Output::Failed { reason, .. } => return Err(format!("sync failed: {reason}")),
-                Output::Available { .. } | Output::Trace(_) => {}
-            }
-        }
-        Ok(())
-    }
-
-    fn on_reply(&mut self, id: u64, reply: Reply, phases: &mut [Phase], now: u64) {
-        if let Reply::Error(e) = &reply {
-            let what = match id {
-                RECV_ID => "receive",
-                ACK_ID => "ack",
-                CHECK_ID => "check answer",
-                BACKLOG_ID => "backlog prepare",
-                LOAD_ID => "load",
-                _ => "request",
-            };
-            self.err(what, e);
-        }
-        match id {
-            RECV_ID => {
-                self.receiving = false;
-                let msgs = match answer::received(reply) {
-                    Ok(Ok(msgs)) => msgs,
-                    Ok(Err(_)) => Vec::new(),
-                    Err(e) => {
-                        self.err("receive", e);
-                        Vec::new()
-                    }
-                };
-                if self.consume_is_op && !msgs.is_empty() {
-                    let _ = self.rec.op.record(us(self.recv_t0.elapsed()));
-                }
-                for m in msgs {
-                    match parse_body(&m.message.body) {
-                        Some((run, seq)) if run == self.run_id => {
-                            if let Some(late) = self.ledger.consumed(seq, now, 0) {
-                                let _ = self.rec.delay_late.record(late);
-                            }
-                            if self.consume_is_op {
-                                self.rec.done += 1;
-                            }
-                        }
-                        _ => self.ledger.foreign(),
-                    }
-                    self.to_ack.push(m.handle);
-                }
-            }
-            ACK_ID | CHECK_ID | BACKLOG_ID | LOAD_ID => {}
-            c => {
-                let Some(p) = phases.get_mut(c as usize) else {
-                    return;
-                };
-                // The client's mistakes were counted above; an impossible reply is
-                // counted here, and either leaves the message's fate unknown.
-                match *p {
-                    Phase::Sending { seq, t0 } => {
-                        match answer::sent(reply) {
-                            Ok(Ok(_)) => {
-                                self.ledger.set(seq, Fate::Once);
-                                let _ = self.rec.op.record(us(t0.elapsed()));
-                                self.rec.done += 1;
-                            }
-                            Ok(Err(_)) => self.ledger.set(seq, Fate::Ambiguous),
-                            Err(e) => {
-                                self.err("send", e);
-                                self.ledger.set(seq, Fate::Ambiguous);
-                            }
-                        }
-                        *p = Phase::Idle;
-                    }
-                    Phase::Preparing { seq, t0 } => match answer::prepared(reply) {
-                        Ok(Ok((_, txn))) => *p = Phase::ToEnd { seq, txn, t0 },
-                        Ok(Err(_)) => {
-                            self.ledger.set(seq, Fate::Ambiguous);
-                            *p = Phase::Idle;
-                        }
-                        Err(e) => {
-                            self.err("prepare", e);
-                            self.ledger.set(seq, Fate::Ambiguous);
-                            *p = Phase::Idle;
-                        }
-                    },
-                    Phase::Ending { seq, t0, t_end } => {
-                        match answer::ended(reply) {
-                            Ok(Ok(ended)) => {
-                                self.ledger.set(
-                                    seq,
-                                    if ended.resolution == Resolution::Commit {
-                                        Fate::Committed
-                                    } else {
-                                        Fate::RolledBack
-                                    },
-                                );
-                                let _ = self.rec.end.record(us(t_end.elapsed()));
-                                let _ = self.rec.op.record(us(t0.elapsed()));
-                                self.rec.done += 1;
-                            }
-                            Ok(Err(_)) => self.ledger.set(seq, Fate::Ambiguous),
-                            Err(e) => {
-                                self.err("end", e);
-                                self.ledger.set(seq, Fate::Ambiguous);
-                            }
-                        }
-                        *p = Phase::Idle;
-                    }
-                    Phase::Idle | Phase::ToEnd { .. } => {
-                        self.err(
-                            "client",
-                            format!("a reply while waiting for none: {reply:?}"),
-                        );
-                    }
-                }
-            }
-        }
-    }
-}
-
-/// Fills a file log with `count` messages (batches of 64), leaves it like a killed process
-/// would (no close), then times reopening it.
-fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> {
-    let clock = MonotonicClock::new();
-    let cfg = Config {
-        flush: FlushMode::Async,
-        ..config(args)
-    };
-    let mut b = open(cfg.clone(), Some(dir), clock.now())?;
-    let run_id = 1;
-    let topic = args.topic();
-    let mut seq = 0;
-    let t_fill = Instant::now();
-    while seq < args.count {
-        let k = (args.count - seq).min(64);
-        let messages = (seq..seq + k)
-            .map(|s| NewMessage::new(topic.clone(), body(run_id, s, args.size)))
-            .collect();
-        let reply = b
-            .execute(clock.now(), Request::Send { messages })
-            .map_err(|e| format!("fill failed: {e}"))?;
-        match answer::sent(reply) {
-            Ok(Ok(_)) => {}
-            Ok(Err(e)) => return Err(format!("fill refused: {}: {e}", e.code())),
-            Err(e) => return Err(format!("fill failed: {e}")),
-        }
-        seq += k;
-    }
-    b.sync().map_err(|e| format!("sync failed: {e}"))?;
-    let fill = t_fill.elapsed();
-    let bytes = b.log_end();
-    // The core has no close or checkpoint: dropping it leaves what kill -9 leaves after the
-    // last sync (the files as written, in the page cache), and releases the LOCK.
-    drop(b);
-    let t = Instant::now();
-    let b = open(cfg, Some(dir), clock.now())?;
-    let elapsed = t.elapsed();
-    let report = format!("{:?}", b.recovery_report());
-    let gib = bytes as f64 / f64::from(1u32 << 30);
-    let rate = gib / elapsed.as_secs_f64().max(1e-9);
-    let mut rec = Recorder::default();
-    let _ = rec.op.record(us(elapsed));
-    rec.done = args.count;
-    Ok(Outcomes {
-        rec,
-        elapsed,
-        consumed: 0,
-        fsyncs: None,
-        log_bytes: Some(bytes),
-        verdict: super::Verdict::default(),
-        notes: vec![
-            format!(
-                "recovery: reopened a {:.1} MiB log ({} messages, written in {:.2} s) in {:.3} s: {rate:.2} GiB/s scanned",
-                bytes as f64 / f64::from(1 << 20),
-                args.count,
-                fill.as_secs_f64(),
-                elapsed.as_secs_f64()
-            ),
-            format!("recovery report: {report}"),
-        ],
-        fields: vec![
-            ("log_bytes".into(), bytes.to_string()),
-            ("recover_s".into(), format!("{:.4}", elapsed.as_secs_f64())),
-            ("gib_per_s".into(), format!("{rate:.3}")),
-        ],
-        cpu: None,
-    })
 }

@@ -1,20 +1,23 @@
 //! `rocklet bench` over RocketMQ 5 gRPC: a plain client (route-free sends, telemetry settings,
 //! transaction checks answered on the telemetry stream, simple-consumer receive + ack), so it
 //! runs against any RocketMQ 5 endpoint.
+//!
+//! The folder: `mod.rs` (the run, the client's connection, the consumers), `telemetry.rs` (the
+//! telemetry streams: settings, transaction checks answered from the ledger), `produce.rs`
+//! (consume mode's load, the producers). A run flows: `run` → `drive` (telemetry opened, the
+//! load sent, then producers and consumers) → the ledger's verdict.
 
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
-use tokio::sync::mpsc;
-use tokio_stream::wrappers::ReceiverStream;
 use tokio_stream::StreamExt;
 use tonic::transport::{Channel, Endpoint};
 
 use super::ledger::{Fate, Ledger};
 use super::{
-    body, checked_commit, epoch_ms, parse_body, spread, us, BenchArgs, CpuMark, Live, Mode,
-    Outcome, Outcomes, Recorder, RunCpu, Target,
+    body, epoch_ms, parse_body, spread, us, BenchArgs, CpuMark, Live, Mode, Outcomes, Recorder,
+    RunCpu, Target,
 };
 use crate::client;
 use crate::clock::SystemClock;
@@ -22,6 +25,12 @@ use crate::config::{BrokerConfig, GroupDecl};
 use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_client::MessagingServiceClient;
 use crate::server;
+
+mod produce;
+mod telemetry;
+
+use produce::{load, produce_all};
+use telemetry::{telemetry_consumer, telemetry_producer};
 
 type Client = MessagingServiceClient<
     tonic::service::interceptor::InterceptedService<Channel, crate::auth::admin::Signer>,
@@ -346,181 +355,6 @@ async fn drive(
     Ok((elapsed, notes, cpu))
 }
 
-fn settings(sh: &Shared, consumer: bool) -> pb::TelemetryCommand {
-    let pub_sub = if consumer {
-        pb::settings::PubSub::Subscription(pb::Subscription {
-            group: client::resource(&sh.args.group),
-            subscriptions: vec![pb::SubscriptionEntry {
-                topic: client::resource(&sh.topic),
-                expression: Some(pb::FilterExpression {
-                    r#type: pb::FilterType::Tag as i32,
-                    expression: "*".into(),
-                }),
-            }],
-            fifo: Some(false),
-            receive_batch_size: Some(RECV_BATCH),
-            long_polling_timeout: Some(client::duration(LONG_POLL)),
-        })
-    } else {
-        pb::settings::PubSub::Publishing(pb::Publishing {
-            topics: vec![client::resource(&sh.topic).expect("resource")],
-            max_body_size: 4 << 20,
-            validate_message_type: true,
-        })
-    };
-    pb::TelemetryCommand {
-        status: None,
-        command: Some(pb::telemetry_command::Command::Settings(pb::Settings {
-            client_type: Some(if consumer {
-                pb::ClientType::SimpleConsumer as i32
-            } else {
-                pb::ClientType::Producer as i32
-            }),
-            access_point: Some(sh.access.clone()),
-            backoff_policy: None,
-            request_timeout: Some(client::duration(CALL_TIMEOUT)),
-            pub_sub: Some(pub_sub),
-            user_agent: Some(pb::Ua {
-                language: pb::Language::Rust as i32,
-                version: env!("CARGO_PKG_VERSION").into(),
-                platform: std::env::consts::OS.into(),
-                hostname: String::new(),
-            }),
-            metric: None,
-        })),
-    }
-}
-
-type TeleTx = mpsc::Sender<pb::TelemetryCommand>;
-
-/// Opens a telemetry stream, sends settings and waits for the answer.
-async fn open_telemetry(
-    sh: &Shared,
-    url: &str,
-    consumer: bool,
-) -> Result<(TeleTx, tonic::Streaming<pb::TelemetryCommand>), String> {
-    let mut c = connect(sh, url).await?;
-    let (tx, rx) = mpsc::channel(64);
-    tx.send(settings(sh, consumer))
-        .await
-        .map_err(|_| "telemetry channel closed")?;
-    let id = if consumer {
-        &sh.consumer_id
-    } else {
-        &sh.client_id
-    };
-    let mut r = tonic::Request::new(ReceiverStream::new(rx));
-    let m = r.metadata_mut();
-    for (k, v) in [
-        ("x-mq-client-id", id.as_str()),
-        ("x-mq-language", "RUST"),
-        ("x-mq-protocol", "v2"),
-    ] {
-        if let Ok(v) = v.parse() {
-            m.insert(k, v);
-        }
-    }
-    let mut inbound = c
-        .telemetry(r)
-        .await
-        .map_err(|e| format!("telemetry refused: {e}"))?
-        .into_inner();
-    match tokio::time::timeout(Duration::from_secs(5), inbound.next()).await {
-        Ok(Some(Ok(_))) => Ok((tx, inbound)),
-        Ok(Some(Err(e))) => Err(format!("telemetry failed: {e}")),
-        Ok(None) => Err("telemetry stream closed before the settings were answered".into()),
-        Err(_) => Err("no answer to the telemetry settings within 5 s".into()),
-    }
-}
-
-async fn telemetry_consumer(sh: &Arc<Shared>, url: &str) -> Result<TeleTx, String> {
-    let (tx, mut inbound) = open_telemetry(sh, url, true).await?;
-    tokio::spawn(async move { while let Some(Ok(_)) = inbound.next().await {} });
-    Ok(tx)
-}
-
-/// The producer's telemetry stream, answering transaction checks.
-async fn telemetry_producer(
-    sh: &Arc<Shared>,
-    url: &str,
-) -> Result<(TeleTx, tokio::task::JoinHandle<()>), String> {
-    let (tx, mut inbound) = open_telemetry(sh, url, false).await?;
-    let client = connect(sh, url).await?;
-    let sh = sh.clone();
-    let task = tokio::spawn(async move {
-        while let Some(Ok(cmd)) = inbound.next().await {
-            let Some(pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(c)) =
-                cmd.command
-            else {
-                continue;
-            };
-            let now = epoch_ms();
-            let msg = c.message.unwrap_or_default();
-            let (seq, mine) = match parse_body(&msg.body) {
-                Some((run, seq)) if run == sh.run_id => (seq, true),
-                _ => (0, false),
-            };
-            if !mine {
-                sh.ledger.lock().expect("ledger").foreign();
-                continue;
-            }
-            let first = sh.ledger.lock().expect("ledger").fate(seq);
-            if matches!(first, Fate::AwaitingCheck | Fate::Backlog) {
-                if let Some(&d) = sh.deadline.lock().expect("deadlines").get(seq as usize) {
-                    let _ = sh
-                        .rec
-                        .lock()
-                        .expect("recorder")
-                        .check_late
-                        .record(now.saturating_sub(d));
-                }
-            }
-            let commit = checked_commit(&sh.args.mix, sh.backlog, seq);
-            sh.ledger.lock().expect("ledger").set(
-                seq,
-                if commit {
-                    Fate::Committed
-                } else {
-                    Fate::RolledBack
-                },
-            );
-            let mut client = client.clone();
-            let sh2 = sh.clone();
-            tokio::spawn(async move {
-                let r = pb::EndTransactionRequest {
-                    topic: msg.topic.clone(),
-                    message_id: msg
-                        .system_properties
-                        .as_ref()
-                        .map(|s| s.message_id.clone())
-                        .unwrap_or_default(),
-                    transaction_id: c.transaction_id,
-                    resolution: if commit {
-                        pb::TransactionResolution::Commit
-                    } else {
-                        pb::TransactionResolution::Rollback
-                    } as i32,
-                    source: pb::TransactionSource::SourceServerCheck as i32,
-                    trace_context: String::new(),
-                };
-                match client
-                    .end_transaction(req(r, &sh2.client_id, CALL_TIMEOUT))
-                    .await
-                {
-                    Ok(resp) => {
-                        if let Err(e) = ok(resp.get_ref().status.as_ref()) {
-                            sh2.error(format!("check answer: {e}"));
-                        }
-                    }
-                    Err(e) => sh2.error(format!("check answer: {e}")),
-                }
-                sh2.checks_answered.fetch_add(1, Ordering::Relaxed);
-            });
-        }
-    });
-    Ok((tx, task))
-}
-
 fn message(sh: &Shared, seq: u64, ty: pb::MessageType, deliver_at: Option<u64>) -> pb::Message {
     let immunity = if seq < sh.backlog {
         sh.args
@@ -552,268 +386,6 @@ fn ledger(args: &BenchArgs) -> Ledger {
         l.expect_fifo(args.message_groups);
     }
     l
-}
-
-/// Consume mode: the messages to consume, sent in batches before the clock starts, spread
-/// over the topic's queues as clients spread them (FIFO: a message group's in one queue).
-async fn load(sh: &Arc<Shared>, url: &str) -> Result<(), String> {
-    let mut c = connect(sh, url).await?;
-    let route = c
-        .query_route(req(
-            pb::QueryRouteRequest {
-                topic: client::resource(&sh.topic),
-                endpoints: Some(sh.access.clone()),
-            },
-            &sh.client_id,
-            CALL_TIMEOUT,
-        ))
-        .await
-        .map_err(|e| format!("load: route: {e}"))?
-        .into_inner();
-    ok(route.status.as_ref()).map_err(|e| format!("load: route: {e}"))?;
-    let queues = (route.message_queues.len() as u64).max(1);
-    let fifo = sh.args.fifo;
-    let groups = sh.args.message_groups;
-    let queue_of = |seq: u64| {
-        if fifo {
-            (seq % groups) % queues
-        } else {
-            seq % queues
-        }
-    };
-    // A batch goes to one queue: batches per queue, each in sequence order.
-    let mut pending: Vec<Vec<u64>> = vec![Vec::new(); queues as usize];
-    for seq in 0..sh.args.count {
-        let q = queue_of(seq) as usize;
-        pending[q].push(seq);
-        if pending[q].len() == 32 {
-            let batch = std::mem::take(&mut pending[q]);
-            load_batch(sh, &mut c, q as i32, &batch).await?;
-        }
-    }
-    for (q, batch) in pending.into_iter().enumerate() {
-        if !batch.is_empty() {
-            load_batch(sh, &mut c, q as i32, &batch).await?;
-        }
-    }
-    Ok(())
-}
-
-async fn load_batch(
-    sh: &Arc<Shared>,
-    c: &mut Client,
-    queue: i32,
-    seqs: &[u64],
-) -> Result<(), String> {
-    let messages = seqs
-        .iter()
-        .map(|&s| {
-            let ty = if sh.args.fifo {
-                pb::MessageType::Fifo
-            } else {
-                pb::MessageType::Normal
-            };
-            let mut m = message(sh, s, ty, None);
-            let sp = m.system_properties.as_mut().expect("set");
-            sp.queue_id = queue;
-            if sh.args.fifo {
-                sp.message_group = Some(format!("g{}", s % sh.args.message_groups));
-            }
-            m
-        })
-        .collect();
-    let r = c
-        .send_message(req(
-            pb::SendMessageRequest { messages },
-            &sh.client_id,
-            CALL_TIMEOUT,
-        ))
-        .await
-        .map_err(|e| format!("load failed: {e}"))?;
-    ok(r.get_ref().status.as_ref()).map_err(|e| format!("load refused: {e}"))?;
-    let mut g = sh.ledger.lock().expect("ledger");
-    for &s in seqs {
-        g.set(s, Fate::Once);
-    }
-    Ok(())
-}
-
-/// Runs `clients` producers over sequence numbers up to `end` (or for `duration`).
-async fn produce_all(
-    sh: &Arc<Shared>,
-    url: &str,
-    end: u64,
-    duration: Option<Duration>,
-    backlog: bool,
-) -> Result<(), String> {
-    let stop_at = duration.map(|d| Instant::now() + d);
-    let mut tasks = Vec::new();
-    for _ in 0..sh.args.clients {
-        let client = connect(sh, url).await?;
-        let sh = sh.clone();
-        tasks.push(tokio::spawn(async move {
-            produce(sh, client, end, stop_at, backlog).await;
-        }));
-    }
-    for t in tasks {
-        t.await.map_err(|e| format!("producer failed: {e}"))?;
-    }
-    Ok(())
-}
-
-async fn produce(
-    sh: Arc<Shared>,
-    mut c: Client,
-    end: u64,
-    stop_at: Option<Instant>,
-    backlog: bool,
-) {
-    let args = &sh.args;
-    loop {
-        if stop_at.is_some_and(|t| Instant::now() >= t) {
-            return;
-        }
-        let seq = sh.next.fetch_add(1, Ordering::Relaxed);
-        if stop_at.is_none() && seq >= end {
-            sh.next.fetch_sub(1, Ordering::Relaxed);
-            return;
-        }
-        if let (Some(rate), false) = (args.rate, backlog) {
-            let start = *sh.pace_start.get_or_init(Instant::now);
-            let due = start + Duration::from_secs_f64(seq.saturating_sub(sh.backlog) as f64 / rate);
-            tokio::time::sleep_until(due.into()).await;
-        }
-        let t0 = Instant::now();
-        let (ty, deliver_at) = match args.mode {
-            Mode::Txn => {
-                let after = if backlog {
-                    args.check_after_ms.max(
-                        args.backlog_check_after_ms
-                            .map_or(0, |ms| ms.div_ceil(1000) * 1000),
-                    )
-                } else {
-                    args.check_after_ms
-                };
-                let mut d = sh.deadline.lock().expect("deadlines");
-                if d.len() <= seq as usize {
-                    d.resize(seq as usize + 1, 0);
-                }
-                d[seq as usize] = epoch_ms() + after;
-                (pb::MessageType::Transaction, None)
-            }
-            Mode::Delay => {
-                let ms = 1 + (spread(seq) >> 8) % args.delay_max_ms.max(1);
-                let at = epoch_ms() + ms;
-                sh.ledger.lock().expect("ledger").set_deliver_at(seq, at);
-                (pb::MessageType::Delay, Some(at))
-            }
-            _ => (pb::MessageType::Normal, None),
-        };
-        let m = message(&sh, seq, ty, deliver_at);
-        let message_id = m
-            .system_properties
-            .as_ref()
-            .map(|s| s.message_id.clone())
-            .unwrap_or_default();
-        let sent = c
-            .send_message(req(
-                pb::SendMessageRequest { messages: vec![m] },
-                &sh.client_id,
-                CALL_TIMEOUT,
-            ))
-            .await;
-        let entry = match sent {
-            Ok(r) => {
-                let r = r.into_inner();
-                match ok(r.status.as_ref()).and_then(|()| {
-                    r.entries
-                        .into_iter()
-                        .next()
-                        .ok_or_else(|| "send answered no entry".to_string())
-                }) {
-                    Ok(e) => e,
-                    Err(e) => {
-                        sh.ledger.lock().expect("ledger").set(seq, Fate::Ambiguous);
-                        sh.error(format!("send: {e}"));
-                        continue;
-                    }
-                }
-            }
-            Err(e) => {
-                sh.ledger.lock().expect("ledger").set(seq, Fate::Ambiguous);
-                sh.error(format!("send: {e}"));
-                continue;
-            }
-        };
-        if args.mode != Mode::Txn {
-            sh.ledger.lock().expect("ledger").set(seq, Fate::Once);
-            let mut r = sh.rec.lock().expect("recorder");
-            let _ = r.op.record(us(t0.elapsed()));
-            r.done += 1;
-            continue;
-        }
-        let outcome = if backlog {
-            Outcome::Unknown
-        } else {
-            args.mix.outcome(seq)
-        };
-        let (resolution, fate) = match outcome {
-            Outcome::Commit => (pb::TransactionResolution::Commit, Fate::Committed),
-            Outcome::Rollback => (pb::TransactionResolution::Rollback, Fate::RolledBack),
-            Outcome::Unknown => {
-                {
-                    let mut g = sh.ledger.lock().expect("ledger");
-                    // A check may already have answered it.
-                    if g.fate(seq) == Fate::Unset {
-                        g.set(
-                            seq,
-                            if backlog {
-                                Fate::Backlog
-                            } else {
-                                Fate::AwaitingCheck
-                            },
-                        );
-                    }
-                }
-                let mut r = sh.rec.lock().expect("recorder");
-                let _ = r.op.record(us(t0.elapsed()));
-                r.done += 1;
-                continue;
-            }
-        };
-        sh.ledger.lock().expect("ledger").set(seq, fate);
-        let t_end = Instant::now();
-        let ended = c
-            .end_transaction(req(
-                pb::EndTransactionRequest {
-                    topic: client::resource(&sh.topic),
-                    message_id,
-                    transaction_id: entry.transaction_id,
-                    resolution: resolution as i32,
-                    source: pb::TransactionSource::SourceClient as i32,
-                    trace_context: String::new(),
-                },
-                &sh.client_id,
-                CALL_TIMEOUT,
-            ))
-            .await;
-        let res = match ended {
-            Ok(r) => ok(r.get_ref().status.as_ref()),
-            Err(e) => Err(e.to_string()),
-        };
-        match res {
-            Ok(()) => {
-                let mut r = sh.rec.lock().expect("recorder");
-                let _ = r.end.record(us(t_end.elapsed()));
-                let _ = r.op.record(us(t0.elapsed()));
-                r.done += 1;
-            }
-            Err(e) => {
-                sh.ledger.lock().expect("ledger").set(seq, Fate::Ambiguous);
-                sh.error(format!("end transaction: {e}"));
-            }
-        }
-    }
 }
 
 /// A simple consumer: receive a batch, record it, ack it.
