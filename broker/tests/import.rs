@@ -201,7 +201,22 @@ fn opts(from: &Path, to: &Path) -> Options {
 }
 
 fn open(dir: &Path, now: u64) -> Broker<FileStorage> {
-    Broker::open(Config::default(), FileStorage::open(dir).unwrap(), now).unwrap()
+    // Another test of this file spawning a process (mkfifo, rocklet) holds a copy of every
+    // open descriptor between its fork and exec, the data directory's LOCK included: the
+    // lock an import just released can stay held for that moment.
+    let until = std::time::Instant::now() + std::time::Duration::from_secs(5);
+    let storage = loop {
+        match FileStorage::open(dir) {
+            Err(e)
+                if e.kind() == std::io::ErrorKind::WouldBlock
+                    && std::time::Instant::now() < until =>
+            {
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            r => break r.unwrap(),
+        }
+    };
+    Broker::open(Config::default(), storage, now).unwrap()
 }
 
 /// Every file under `dir` with its bytes.
