@@ -12,16 +12,16 @@
 //! Checked: no panic, every RPC returns (long polls end: the runtime's clock is paused), a
 //! status in every answer, one send entry per message; at the end, every message whose
 //! send was answered OK (no delay, not transactional) is received by a new consumer group,
-//! at the queue and offset the answer named, with its body.
+//! at the queue offset the answer named (in the queue the broker picked), with its body.
 
 use rocklet_broker::config::TopicMessageType;
 use rocklet_broker::grpc::convert;
+use rocklet_broker::grpc::service::Messaging;
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::pb::v2::messaging_service_server::MessagingService;
-use rocklet_broker::grpc::service::Messaging;
 use tokio_stream::StreamExt;
 
-use crate::host::{check_delivered, runtime, Acked, Host, NOT_IMMEDIATE};
+use crate::host::{check_delivered, runtime, Acked, Host, ANY_QUEUE, NOT_IMMEDIATE};
 
 /// The RPCs, by the record's first byte (modulo the count).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -239,14 +239,10 @@ impl Session {
 
     async fn send(&mut self, m: pb::SendMessageRequest, sel: u8) {
         let n = m.messages.len();
-        // What an OK answer promises: the messages that are visible at once, in the first
-        // message's queue when there are several (a batch goes to one queue).
-        let first_queue = m
-            .messages
-            .first()
-            .and_then(|x| x.system_properties.as_ref())
-            .map_or(0, |s| s.queue_id);
-        let expect: Vec<Option<(String, i32, Vec<u8>)>> = m
+        // What an OK answer promises: the messages that are visible at once, each at the
+        // queue offset the answer names, in the queue the broker picked (it picks one as
+        // Apache's proxy does, whatever queue_id the client set; the answer does not say).
+        let expect: Vec<Option<(String, Vec<u8>)>> = m
             .messages
             .iter()
             .map(|x| {
@@ -260,8 +256,7 @@ impl Session {
                         .keys()
                         .any(|k| NOT_IMMEDIATE.contains(&k.as_str()))
                     && !topic.starts_with('%');
-                let queue = if n > 1 { first_queue } else { sp.queue_id };
-                immediate.then(|| (topic, queue, x.body.clone()))
+                immediate.then(|| (topic, x.body.clone()))
             })
             .collect();
         let Ok(r) = self.svc.send_message(req(m, sel)).await else {
@@ -277,10 +272,10 @@ impl Session {
             if !e.transaction_id.is_empty() {
                 self.txns.push(e.transaction_id.clone());
             }
-            if let Some((topic, queue, body)) = x {
+            if let Some((topic, body)) = x {
                 self.acked.push(Acked {
                     topic,
-                    queue_id: u32::try_from(queue).expect("an accepted queue id"),
+                    queue_id: ANY_QUEUE,
                     queue_offset: u64::try_from(e.offset).expect("an offset"),
                     body,
                 });
