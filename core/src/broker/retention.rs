@@ -478,12 +478,45 @@ impl<S: Storage> Broker<S> {
     /// Writes the record at `record` (a half or delayed message of key `key`) again at the
     /// end of the log, naming the key; returns its length.
     fn carry(&mut self, key: u64, record: u64, size: u32, checks: Option<u16>) -> Res<u64, S> {
+        let strip = [prop::CARRIED, prop::TRANSACTION_CHECK_TIMES];
+        self.rewrite(record, size, &strip, (prop::CARRIED, key), checks, None)
+    }
+
+    /// Writes the record at `record` (a committed or delivered message of key `key`, read by
+    /// a unit) again at the end of the log; the unit reads the copy from then on (applied as
+    /// every record is). Returns its length.
+    fn carry_unit(&mut self, key: u64, record: u64, size: u32) -> Res<u64, S> {
+        let strip = [prop::CARRIED, prop::CARRIED_UNIT];
+        // The record it replaces: the unit that reads that one reads this one.
+        self.rewrite(
+            record,
+            size,
+            &strip,
+            (prop::CARRIED_UNIT, key),
+            None,
+            Some(record),
+        )
+    }
+
+    /// The one rewrite both carries make: the record's header, body and properties (less
+    /// the group and CRC properties, and `strip`) appended again, with `mark` naming the key
+    /// (and `checks` the check count, `prepared` the prepared offset, when given). Returns its
+    /// length; 0 for a record unreadable since it was written (nothing to carry: a check
+    /// drops such a half).
+    fn rewrite(
+        &mut self,
+        record: u64,
+        size: u32,
+        strip: &[&str],
+        mark: (&str, u64),
+        checks: Option<u16>,
+        prepared: Option<u64>,
+    ) -> Res<u64, S> {
         let Some(r) = self
             .log
             .read(record, size as usize)
             .map_err(Error::Storage)?
         else {
-            // Unreadable since it was written: nothing to carry (a check drops such a half).
             return Ok(0);
         };
         let topic_name = String::from(r.topic);
@@ -491,16 +524,12 @@ impl<S: Storage> Broker<S> {
         let h = r.header;
         let mut props = Vec::with_capacity(r.properties.len() + 32);
         for (k, v) in r.props() {
-            if k == BATCH_LEN
-                || k == "__CRC32#"
-                || k == prop::CARRIED
-                || k == prop::TRANSACTION_CHECK_TIMES
-            {
+            if k == BATCH_LEN || k == "__CRC32#" || strip.contains(&k) {
                 continue;
             }
             record::push_prop(&mut props, k, v);
         }
-        record::push_prop(&mut props, prop::CARRIED, itoa(key).as_str());
+        record::push_prop(&mut props, mark.0, itoa(mark.1).as_str());
         if let Some(c) = checks {
             record::push_prop(
                 &mut props,
@@ -516,46 +545,7 @@ impl<S: Storage> Broker<S> {
             born_timestamp: h.born_timestamp,
             born_host: h.born_host,
             reconsume_times: h.reconsume_times,
-            prepared_offset: h.prepared_offset,
-            body: &body,
-            props,
-        };
-        let (at, _) = self.write(core::slice::from_ref(&spec))?;
-        Ok(self.log.end() - at)
-    }
-
-    /// Writes the record at `record` (a committed or delivered message of key `key`, read by
-    /// a unit) again at the end of the log; the unit reads the copy from then on (applied as
-    /// every record is). Returns its length.
-    fn carry_unit(&mut self, key: u64, record: u64, size: u32) -> Res<u64, S> {
-        let Some(r) = self
-            .log
-            .read(record, size as usize)
-            .map_err(Error::Storage)?
-        else {
-            return Ok(0);
-        };
-        let topic_name = String::from(r.topic);
-        let body = r.body.to_vec();
-        let h = r.header;
-        let mut props = Vec::with_capacity(r.properties.len() + 32);
-        for (k, v) in r.props() {
-            if k == BATCH_LEN || k == "__CRC32#" || k == prop::CARRIED || k == prop::CARRIED_UNIT {
-                continue;
-            }
-            record::push_prop(&mut props, k, v);
-        }
-        record::push_prop(&mut props, prop::CARRIED_UNIT, itoa(key).as_str());
-        let spec = Spec {
-            topic: &topic_name,
-            queue_id: h.queue_id,
-            sys_flag: h.sys_flag,
-            flag: h.flag,
-            born_timestamp: h.born_timestamp,
-            born_host: h.born_host,
-            reconsume_times: h.reconsume_times,
-            // The record it replaces: the unit that reads that one reads this one.
-            prepared_offset: record,
+            prepared_offset: prepared.unwrap_or(h.prepared_offset),
             body: &body,
             props,
         };
