@@ -2,14 +2,13 @@
 //! fuller than `disk_space_warning_level_ratio` (RocketMQ's `diskSpaceWarningLevelRatio`,
 //! 90 % by default), and taken again once it is not.
 //!
-//! A task measures the file system once a second ([`FsSpace::of`] on a blocking thread, never
-//! on the core thread) and tells the core only when the answer changes
+//! A task looks at the file system once a second (the shared [`crate::disk::DiskGauge`]:
+//! `statvfs` on a blocking thread, never on the core thread) and tells the core only when the answer changes
 //! ([`rocklet_core::Broker::set_disk_full`]); the core then refuses sends, half messages and
 //! send-backs with `DISK_FULL`, on both protocols, while reads, acks, transaction ends and
 //! delayed messages coming due go on. Refusing at 90 % leaves the rest of the disk for what
 //! the broker itself still writes, so a full disk never fails an fsync of acknowledged data.
 
-use std::path::PathBuf;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::time::Duration;
@@ -39,22 +38,23 @@ pub fn verdict(space: &FsSpace, limit: f64) -> Option<DiskFull> {
     })
 }
 
-/// Measures `dir` every [`PERIOD`] and keeps the core's refusal in step, until the core
-/// stops. `limit` is `disk_space_warning_level_ratio`.
-pub async fn guard(core: CoreHandle, dir: PathBuf, limit: f64, m: Arc<Metrics>) {
+/// Looks at the data directory's file system every [`PERIOD`] (the one measurement the
+/// metrics and retention read too, [`crate::disk::DiskGauge`], taken again when older than
+/// its [`crate::disk::MAX_AGE`]) and keeps the core's refusal in step, until the core stops.
+/// `limit` is `disk_space_warning_level_ratio`.
+pub async fn guard(core: CoreHandle, limit: f64, m: Arc<Metrics>) {
     let mut tick = tokio::time::interval(PERIOD);
     tick.set_missed_tick_behavior(tokio::time::MissedTickBehavior::Delay);
     let mut told: Option<DiskFull> = None;
     loop {
         tick.tick().await;
-        let d = dir.clone();
-        let space = match tokio::task::spawn_blocking(move || FsSpace::of(&d)).await {
-            Ok(Ok(s)) => s,
-            // Not measurable now (the directory being replaced, say): keep what was told.
-            Ok(Err(e)) => {
-                warn!(dir = %dir.display(), error = %e, "cannot measure the data directory's file system");
-                continue;
-            }
+        let space = match m.disk.read(&core).await {
+            Ok(u) => match u.fs {
+                Some(fs) => fs,
+                // Not measurable now (the directory being replaced, say), or a log in
+                // memory: keep what was told.
+                None => continue,
+            },
             Err(_) => return,
         };
         let now = verdict(&space, limit);
@@ -70,11 +70,10 @@ pub async fn guard(core: CoreHandle, dir: PathBuf, limit: f64, m: Arc<Metrics>) 
             Some(d) => warn!(
                 used_permille = d.used_permille,
                 limit_permille = d.limit_permille,
-                dir = %dir.display(),
                 "the disk holding the log passed disk_space_warning_level_ratio: new messages are refused (DISK_FULL) until space is freed"
             ),
             None => {
-                info!(dir = %dir.display(), "disk space is back under disk_space_warning_level_ratio: new messages are taken again")
+                info!("disk space is back under disk_space_warning_level_ratio: new messages are taken again")
             }
         }
         told = now;

@@ -380,7 +380,6 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
     // New messages refused past disk_space_warning_level_ratio.
     let disk_full_task = tokio::spawn(crate::disk_full::guard(
         core.clone(),
-        dir.clone(),
         cfg.disk_space_warning_level_ratio,
         m.clone(),
     ));
