@@ -1,0 +1,705 @@
+//! Segment files in a directory ([`FileStorage`]), the host's storage for servers.
+
+use super::{LogEnd, Storage};
+use alloc::format;
+use alloc::string::String;
+use alloc::vec::Vec;
+use std::fs::{self, File, OpenOptions};
+use std::io::{self, Write};
+use std::os::unix::fs::FileExt;
+use std::path::{Path, PathBuf};
+
+/// Segment files in a directory, named by their base offset in 20 digits as RocketMQ's
+/// commit-log files (`00000000000000000000`, `00000000001073741824`, …).
+///
+/// Every append is written to the operating system at once (so a killed process loses
+/// nothing it appended); [`Storage::sync`] fsyncs the segments written since the last sync.
+/// A lock file (`LOCK`) holds the directory for one process at a time.
+///
+/// A new segment file is created only once everything before it is durable, and then
+/// named in `LOG_END` ([`LogEnd`]), so a segment never exists ahead of a hole a crash
+/// left, and recovery can tell a missing newest segment. A clean stop marks `LOG_END`
+/// clean; every open clears the mark before anything is appended. An open after a stop
+/// that was not clean first drops the segments' cached pages (after an fsync that must
+/// succeed), so recovery reads what the disk holds: after a failed writeback Linux marks
+/// the pages it could not write clean, and a read through the cache would serve bytes
+/// the disk never got.
+#[derive(Debug)]
+pub struct FileStorage {
+    dir: PathBuf,
+    open: Vec<(u64, File)>,
+    /// Segments written since their last sync, with the write count of their last append
+    /// (a detached sync clears only what no later append touched).
+    dirty: Vec<(u64, u64)>,
+    /// Write count when the directory itself last changed (0: nothing to sync).
+    dir_dirty: u64,
+    /// Appends, creations and removals so far.
+    writes: u64,
+    /// New segments are created this long (zeros after the data), as RocketMQ's mapped
+    /// files are; 0: as long as their data.
+    preallocate: u64,
+    /// What `LOG_END` says (`None`: there is no such file yet).
+    log_end: Option<LogEnd>,
+    /// The last run's storage failure, recorded by [`FileStorage::record_failure`].
+    failed_at: Option<u64>,
+    /// `LOG_END` said the last stop was clean.
+    was_clean: bool,
+    _lock: File,
+}
+
+/// A sync of what a [`FileStorage`] holds now, to run off the thread that owns the
+/// storage (`fdatasync` on duplicated handles), so appends go on while it runs. Take it
+/// with [`FileStorage::detach_sync`], run it anywhere, and give it back with
+/// [`FileStorage::detached_done`]. A [`Storage::sync`] meanwhile still syncs everything.
+#[derive(Debug)]
+pub struct DetachedSync {
+    files: Vec<(u64, u64, File)>,
+    dir: Option<(u64, PathBuf)>,
+}
+
+impl DetachedSync {
+    /// Makes durable every byte appended before the sync was detached.
+    pub fn run(&self) -> io::Result<()> {
+        for (_, _, f) in &self.files {
+            f.sync_data()?;
+        }
+        if let Some((_, d)) = &self.dir {
+            File::open(d)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+impl FileStorage {
+    /// Opens (creating it if needed) a data directory. Fails with `WouldBlock` when another
+    /// process holds it.
+    pub fn open(dir: impl AsRef<Path>) -> io::Result<Self> {
+        let dir = dir.as_ref().to_path_buf();
+        fs::create_dir_all(&dir)?;
+        let lock = OpenOptions::new()
+            .create(true)
+            .truncate(false)
+            .read(true)
+            .write(true)
+            .open(dir.join("LOCK"))?;
+        match lock.try_lock() {
+            Ok(()) => {}
+            Err(fs::TryLockError::WouldBlock) => {
+                return Err(io::Error::new(
+                    io::ErrorKind::WouldBlock,
+                    format!(
+                        "data directory {} is in use by another process (LOCK is held)",
+                        dir.display()
+                    ),
+                ))
+            }
+            Err(fs::TryLockError::Error(e)) => return Err(e),
+        }
+        let log_end = read_log_end(&dir)?;
+        let failed_at = read_failures(&dir)?.into_iter().max();
+        let was_clean = log_end.is_some_and(|e| e.clean) && failed_at.is_none();
+        let mut s = FileStorage {
+            dir,
+            open: Vec::new(),
+            dirty: Vec::new(),
+            dir_dirty: 0,
+            writes: 0,
+            preallocate: 0,
+            log_end,
+            failed_at,
+            was_clean,
+            _lock: lock,
+        };
+        match log_end {
+            // From now on appends may come: the stop after them is clean only if it says so.
+            Some(e) if was_clean => s.write_log_end(LogEnd { clean: false, ..e })?,
+            _ => s.drop_cached_segments()?,
+        }
+        Ok(s)
+    }
+
+    /// After a storage failure, before the process stops: records (an empty file named
+    /// `SYNC_FAILED.<offset>`, and the directory fsynced: no data block, only what the
+    /// file system journals) that everything this run wrote below `durable` was
+    /// durable and nothing after it was acknowledged, so the next start cuts the log
+    /// there ([`Storage::failed_at`]). Fails when the file system refuses even that.
+    pub fn record_failure(&mut self, durable: u64) -> io::Result<()> {
+        File::create(self.dir.join(format!("{SYNC_FAILED}{durable:020}")))?;
+        File::open(&self.dir)?.sync_all()
+    }
+
+    /// Whether the last stop was clean (`LOG_END` said so when this storage opened).
+    #[must_use]
+    pub fn was_clean(&self) -> bool {
+        self.was_clean
+    }
+
+    /// After a stop that was not clean: makes every segment's cached pages what the disk
+    /// holds. An fsync first writes the pages still dirty (the last run's appends the
+    /// kernel had not written yet: they are good data); if it fails, the open fails
+    /// (a write of the last run failed and nobody was told yet). Then every page is
+    /// clean, those a failed writeback left behind included, and `DONTNEED` drops them:
+    /// recovery reads from the disk.
+    fn drop_cached_segments(&mut self) -> io::Result<()> {
+        for base in self.segments()? {
+            let path = self.path(base);
+            let f = match File::open(&path) {
+                Ok(f) => f,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            f.sync_data().map_err(|e| {
+                io::Error::new(
+                    e.kind(),
+                    format!(
+                        "fsync of segment {} failed: {e} (a write of the last run never \
+                         reached the disk)",
+                        path.display()
+                    ),
+                )
+            })?;
+            rustix::fs::fadvise(&f, 0, None, rustix::fs::Advice::DontNeed)
+                .map_err(io::Error::from)?;
+        }
+        Ok(())
+    }
+
+    /// Writes `LOG_END` crash-safe: a temporary file, fsynced, renamed over it, and the
+    /// directory fsynced.
+    fn write_log_end(&mut self, e: LogEnd) -> io::Result<()> {
+        let tmp = self.dir.join(LOG_END_TMP);
+        let segment = e.segment.map_or(String::from("none"), |s| format!("{s}"));
+        let text = format!(
+            "{LOG_END_HEADER}\nsegment {segment}\nend {}\nclean {}\n",
+            e.end, e.clean
+        );
+        let mut f = OpenOptions::new()
+            .create(true)
+            .write(true)
+            .truncate(true)
+            .open(&tmp)?;
+        f.write_all(text.as_bytes())?;
+        f.sync_all()?;
+        drop(f);
+        fs::rename(&tmp, self.dir.join(LOG_END_FILE))?;
+        File::open(&self.dir)?.sync_all()?;
+        self.log_end = Some(e);
+        // A failure recorded before is settled: recovery cut the log where it said.
+        let failures = read_failures(&self.dir)?;
+        for at in &failures {
+            fs::remove_file(self.dir.join(format!("{SYNC_FAILED}{at:020}")))?;
+        }
+        if !failures.is_empty() {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        self.failed_at = None;
+        Ok(())
+    }
+
+    /// Creates new segment files `bytes` long, zeros after their data, as RocketMQ
+    /// preallocates its commit-log files (pass the segment size). Files are sparse until
+    /// written.
+    #[must_use]
+    pub fn preallocate(mut self, bytes: u64) -> Self {
+        self.preallocate = bytes;
+        self
+    }
+
+    /// The directory.
+    #[must_use]
+    pub fn dir(&self) -> &Path {
+        &self.dir
+    }
+
+    fn path(&self, base: u64) -> PathBuf {
+        self.dir.join(format!("{base:020}"))
+    }
+
+    /// A sync of everything appended so far that runs without `self` (see
+    /// [`DetachedSync`]); `None` when nothing waits to be synced.
+    pub fn detach_sync(&mut self) -> io::Result<Option<DetachedSync>> {
+        let mut files = Vec::with_capacity(self.dirty.len());
+        for (base, at) in self.dirty.clone() {
+            if let Some(f) = self.file(base, false)? {
+                files.push((base, at, f.try_clone()?));
+            }
+        }
+        let dir = (self.dir_dirty > 0).then(|| (self.dir_dirty, self.dir.clone()));
+        if files.is_empty() && dir.is_none() {
+            return Ok(None);
+        }
+        Ok(Some(DetachedSync { files, dir }))
+    }
+
+    /// Takes back a detached sync: when it succeeded, what it covered and no append has
+    /// touched since is clean; when it failed, everything stays dirty for the next sync.
+    pub fn detached_done(&mut self, job: &DetachedSync, succeeded: bool) {
+        if !succeeded {
+            return;
+        }
+        for (base, at, _) in &job.files {
+            self.dirty.retain(|(b, w)| !(b == base && w == at));
+        }
+        if let Some((at, _)) = &job.dir {
+            if self.dir_dirty == *at {
+                self.dir_dirty = 0;
+            }
+        }
+    }
+
+    fn touch_dir(&mut self) {
+        self.writes += 1;
+        self.dir_dirty = self.writes;
+    }
+
+    fn file(&mut self, base: u64, create: bool) -> io::Result<Option<&File>> {
+        if let Some(i) = self.open.iter().position(|(b, _)| *b == base) {
+            return Ok(Some(&self.open[i].1));
+        }
+        let path = self.path(base);
+        let existed = create && path.exists();
+        let file = match OpenOptions::new()
+            .read(true)
+            .write(true)
+            .create(create)
+            .truncate(false)
+            .open(&path)
+        {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) => return Err(e),
+        };
+        if create && !existed {
+            if self.preallocate > 0 {
+                file.set_len(self.preallocate)?;
+            }
+            self.touch_dir();
+            // A new newest segment: durable, with everything before it, before anything
+            // is appended to it (see the type's doc), then named in LOG_END.
+            if self
+                .log_end
+                .is_none_or(|e| e.segment.is_none_or(|s| base > s))
+            {
+                file.sync_all()?;
+                self.sync()?;
+                let end = self.log_end.map_or(base, |e| e.end.max(base));
+                self.write_log_end(LogEnd {
+                    segment: Some(base),
+                    end,
+                    clean: false,
+                })?;
+            }
+        }
+        // Keep the few newest segments open: appends go to the last one, reads mostly near it.
+        if self.open.len() >= 8 {
+            self.open.remove(0);
+        }
+        self.open.push((base, file));
+        Ok(self.open.last().map(|(_, f)| f))
+    }
+}
+
+impl Storage for FileStorage {
+    type Error = io::Error;
+
+    fn segments(&mut self) -> io::Result<Vec<u64>> {
+        let mut out = Vec::new();
+        for entry in fs::read_dir(&self.dir)? {
+            let name = entry?.file_name();
+            let Some(name) = name.to_str() else { continue };
+            if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+                if let Ok(base) = name.parse() {
+                    out.push(base);
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
+    fn len(&mut self, base: u64) -> io::Result<u64> {
+        match self.file(base, false)? {
+            Some(f) => Ok(f.metadata()?.len()),
+            None => Ok(0),
+        }
+    }
+
+    fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(f) = self.file(base, false)? else {
+            return Ok(0);
+        };
+        let mut done = 0;
+        while done < buf.len() {
+            match f.read_at(&mut buf[done..], pos + done as u64) {
+                Ok(0) => break,
+                Ok(n) => done += n,
+                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+                Err(e) => return Err(e),
+            }
+        }
+        Ok(done)
+    }
+
+    fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+        let preallocated = self.preallocate > 0;
+        let f = self.file(base, true)?.expect("created");
+        if let Err(e) = f.write_all_at(data, pos) {
+            // Leave no partial record behind: the caller reports the failure and goes on
+            // (a full disk), and the next record goes to the same place.
+            let len = f.metadata()?.len();
+            if len <= pos + data.len() as u64 && !preallocated {
+                let _ = f.set_len(pos.min(len));
+            } else {
+                let zeros = alloc::vec![0u8; data.len()];
+                let _ = f.write_all_at(&zeros, pos);
+            }
+            return Err(e);
+        }
+        self.writes += 1;
+        match self.dirty.iter_mut().find(|(b, _)| *b == base) {
+            Some(d) => d.1 = self.writes,
+            None => self.dirty.push((base, self.writes)),
+        }
+        Ok(())
+    }
+
+    fn sync(&mut self) -> io::Result<()> {
+        while let Some(&(base, _)) = self.dirty.first() {
+            if let Some(f) = self.file(base, false)? {
+                f.sync_data()?;
+            }
+            self.dirty.remove(0);
+        }
+        if self.dir_dirty > 0 {
+            File::open(&self.dir)?.sync_all()?;
+            self.dir_dirty = 0;
+        }
+        Ok(())
+    }
+
+    fn truncate(&mut self, base: u64, len: u64) -> io::Result<()> {
+        let preallocate = self.preallocate;
+        if let Some(f) = self.file(base, false)? {
+            // Cutting and growing back leaves zeros, and the length RocketMQ expects.
+            f.set_len(len)?;
+            if preallocate > len {
+                f.set_len(preallocate)?;
+            }
+            f.sync_all()?;
+        }
+        Ok(())
+    }
+
+    fn remove(&mut self, base: u64) -> io::Result<()> {
+        self.open.retain(|(b, _)| *b != base);
+        self.dirty.retain(|(b, _)| *b != base);
+        match fs::remove_file(self.path(base)) {
+            Ok(()) => {
+                self.touch_dir();
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn log_end(&mut self) -> io::Result<Option<LogEnd>> {
+        Ok(self.log_end)
+    }
+
+    fn failed_at(&mut self) -> io::Result<Option<u64>> {
+        Ok(self.failed_at)
+    }
+
+    fn log_start(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.dir.join(LOG_START_FILE)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn record_log_start(&mut self, record: &[u8]) -> io::Result<bool> {
+        // A temporary file, fsynced, renamed over the record, and the directory fsynced:
+        // a crash leaves the old record or the new one.
+        let tmp = self.dir.join(LOG_START_TMP);
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(record)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, self.dir.join(LOG_START_FILE))?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(true)
+    }
+
+    fn close_segment(&mut self, base: u64) {
+        self.open.retain(|(b, _)| *b != base);
+        self.dirty.retain(|(b, _)| *b != base);
+    }
+
+    fn record_log_end(&mut self, end: u64, clean: bool) -> io::Result<()> {
+        let segment = self.segments()?.last().copied();
+        self.write_log_end(LogEnd {
+            segment,
+            end,
+            clean,
+        })
+    }
+
+    fn data_from(&mut self, base: u64, pos: u64) -> io::Result<Option<u64>> {
+        let Some(f) = self.file(base, false)? else {
+            return Ok(None);
+        };
+        match rustix::fs::seek(f, rustix::fs::SeekFrom::Data(pos)) {
+            Ok(at) => Ok(Some(at)),
+            // ENXIO: no data at or after `pos`, only a hole to the end.
+            Err(rustix::io::Errno::NXIO) => Ok(None),
+            // A file system without SEEK_DATA: everything may be data.
+            Err(_) => Ok(Some(pos)),
+        }
+    }
+
+    fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
+            return Err(io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{name}` is not a quarantine file name"),
+            ));
+        }
+        let dir = self.dir.join(QUARANTINE_DIR);
+        let created = !dir.exists();
+        fs::create_dir_all(&dir)?;
+        let path = dir.join(name);
+        let new = !path.exists();
+        let mut f = OpenOptions::new().create(true).append(true).open(&path)?;
+        f.write_all(data)?;
+        f.sync_data()?;
+        if new {
+            File::open(&dir)?.sync_all()?;
+        }
+        if created {
+            File::open(&self.dir)?.sync_all()?;
+        }
+        Ok(())
+    }
+}
+
+/// Where a [`FileStorage`] keeps what recovery took out of the log, in its directory.
+pub const QUARANTINE_DIR: &str = "quarantine";
+
+/// The file in a [`FileStorage`]'s directory that holds its [`LogEnd`]: four lines of
+/// text (`rocklet-log-end 1`, `segment <base>|none`, `end <offset>`, `clean true|false`).
+pub const LOG_END_FILE: &str = "LOG_END";
+/// The file in a [`FileStorage`]'s directory that says where the log starts once
+/// retention retired its oldest segments ([`Storage::log_start`]): written by the core
+/// (postcard), replaced atomically. A directory without it starts at its first segment.
+pub const LOG_START_FILE: &str = "LOG_START";
+const LOG_START_TMP: &str = "LOG_START.tmp";
+const LOG_END_TMP: &str = "LOG_END.tmp";
+const SYNC_FAILED: &str = "SYNC_FAILED.";
+
+/// The offsets named by `SYNC_FAILED.<offset>` files.
+fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        if let Some(at) = name.to_str().and_then(|n| n.strip_prefix(SYNC_FAILED)) {
+            out.push(at.parse().map_err(|_| {
+                io::Error::new(
+                    io::ErrorKind::InvalidData,
+                    format!(
+                        "{} is not a recorded storage failure (SYNC_FAILED.<20 digits>): \
+                         remove it",
+                        dir.join(&name).display()
+                    ),
+                )
+            })?);
+        }
+    }
+    Ok(out)
+}
+const LOG_END_HEADER: &str = "rocklet-log-end 1";
+
+/// Reads `LOG_END`; `None` when there is none (a data directory from before it, or
+/// RocketMQ's). One that does not parse is refused by name: the check it stands for
+/// cannot be made.
+fn read_log_end(dir: &Path) -> io::Result<Option<LogEnd>> {
+    let path = dir.join(LOG_END_FILE);
+    let text = match fs::read(&path) {
+        Ok(t) => t,
+        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
+        Err(e) => return Err(e),
+    };
+    let bad = |why: &str| {
+        io::Error::new(
+            io::ErrorKind::InvalidData,
+            format!(
+                "{} is unreadable ({why}): it records how far the log reached; restore it \
+                 from a backup, or delete it to start without that check",
+                path.display()
+            ),
+        )
+    };
+    let text = core::str::from_utf8(&text).map_err(|_| bad("not text"))?;
+    let mut lines = text.lines();
+    if lines.next() != Some(LOG_END_HEADER) {
+        return Err(bad("no `rocklet-log-end 1` first line"));
+    }
+    let mut field = |name: &str| {
+        lines
+            .next()
+            .and_then(|l| l.strip_prefix(name))
+            .and_then(|v| v.strip_prefix(' '))
+            .ok_or_else(|| bad(&format!("no `{name}` line")))
+    };
+    let segment = match field("segment")? {
+        "none" => None,
+        v => Some(v.parse().map_err(|_| bad("`segment` is not a number"))?),
+    };
+    let end = field("end")?
+        .parse()
+        .map_err(|_| bad("`end` is not a number"))?;
+    let clean = match field("clean")? {
+        "true" => true,
+        "false" => false,
+        _ => return Err(bad("`clean` is neither true nor false")),
+    };
+    Ok(Some(LogEnd {
+        segment,
+        end,
+        clean,
+    }))
+}
+
+/// Memory or files, chosen at run time: what hosts that offer both (Python, Node) hold.
+#[derive(Debug)]
+pub enum AnyStorage {
+    /// In memory.
+    Mem(super::MemStorage),
+    /// In a directory.
+    File(FileStorage),
+}
+
+impl AnyStorage {
+    /// Files in `dir` when given, else memory.
+    pub fn open(dir: Option<&Path>) -> io::Result<Self> {
+        Ok(match dir {
+            Some(d) => AnyStorage::File(FileStorage::open(d)?),
+            None => AnyStorage::Mem(super::MemStorage::new()),
+        })
+    }
+
+    /// [`FileStorage::detach_sync`]; `None` for memory, which needs no sync.
+    pub fn detach_sync(&mut self) -> io::Result<Option<DetachedSync>> {
+        match self {
+            AnyStorage::Mem(_) => Ok(None),
+            AnyStorage::File(f) => f.detach_sync(),
+        }
+    }
+
+    /// [`FileStorage::detached_done`].
+    pub fn detached_done(&mut self, job: &DetachedSync, succeeded: bool) {
+        if let AnyStorage::File(f) = self {
+            f.detached_done(job, succeeded);
+        }
+    }
+}
+
+fn never(e: super::Infallible) -> io::Error {
+    match e {}
+}
+
+impl Storage for AnyStorage {
+    type Error = io::Error;
+    fn segments(&mut self) -> io::Result<Vec<u64>> {
+        match self {
+            AnyStorage::Mem(m) => m.segments().map_err(never),
+            AnyStorage::File(f) => f.segments(),
+        }
+    }
+    fn len(&mut self, base: u64) -> io::Result<u64> {
+        match self {
+            AnyStorage::Mem(m) => m.len(base).map_err(never),
+            AnyStorage::File(f) => f.len(base),
+        }
+    }
+    fn read(&mut self, base: u64, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            AnyStorage::Mem(m) => m.read(base, pos, buf).map_err(never),
+            AnyStorage::File(f) => f.read(base, pos, buf),
+        }
+    }
+    fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.write(base, pos, data).map_err(never),
+            AnyStorage::File(f) => f.write(base, pos, data),
+        }
+    }
+    fn sync(&mut self) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.sync().map_err(never),
+            AnyStorage::File(f) => f.sync(),
+        }
+    }
+    fn truncate(&mut self, base: u64, len: u64) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.truncate(base, len).map_err(never),
+            AnyStorage::File(f) => f.truncate(base, len),
+        }
+    }
+    fn remove(&mut self, base: u64) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.remove(base).map_err(never),
+            AnyStorage::File(f) => f.remove(base),
+        }
+    }
+    fn data_from(&mut self, base: u64, pos: u64) -> io::Result<Option<u64>> {
+        match self {
+            AnyStorage::Mem(m) => m.data_from(base, pos).map_err(never),
+            AnyStorage::File(f) => f.data_from(base, pos),
+        }
+    }
+    fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.quarantine(name, data).map_err(never),
+            AnyStorage::File(f) => f.quarantine(name, data),
+        }
+    }
+    fn log_end(&mut self) -> io::Result<Option<LogEnd>> {
+        match self {
+            AnyStorage::Mem(m) => m.log_end().map_err(never),
+            AnyStorage::File(f) => f.log_end(),
+        }
+    }
+    fn record_log_end(&mut self, end: u64, clean: bool) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.record_log_end(end, clean).map_err(never),
+            AnyStorage::File(f) => f.record_log_end(end, clean),
+        }
+    }
+    fn failed_at(&mut self) -> io::Result<Option<u64>> {
+        match self {
+            AnyStorage::Mem(m) => m.failed_at().map_err(never),
+            AnyStorage::File(f) => f.failed_at(),
+        }
+    }
+    fn log_start(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            AnyStorage::Mem(m) => m.log_start().map_err(never),
+            AnyStorage::File(f) => f.log_start(),
+        }
+    }
+    fn record_log_start(&mut self, record: &[u8]) -> io::Result<bool> {
+        match self {
+            AnyStorage::Mem(m) => m.record_log_start(record).map_err(never),
+            AnyStorage::File(f) => f.record_log_start(record),
+        }
+    }
+    fn close_segment(&mut self, base: u64) {
+        match self {
+            AnyStorage::Mem(m) => m.close_segment(base),
+            AnyStorage::File(f) => f.close_segment(base),
+        }
+    }
+}
