@@ -77,9 +77,6 @@ impl From<rocklet_core::Error<io::Error>> for JsFail {
             }
             rocklet_core::Error::Failed { reason } => JsFail::Failed(reason),
             e @ rocklet_core::Error::Encode(_) => JsFail::Encode(e.to_string()),
-            // The core's `Error` is non-exhaustive: a variant added later is a bug here until
-            // it is given its own kind.
-            other => JsFail::Internal(other.to_string()),
         }
     }
 }

@@ -6,8 +6,10 @@ use core::fmt;
 use crate::config::ConfigError;
 
 /// A failure of the broker itself. A client's mistake is a [`Reply::Error`](crate::Reply::Error).
+///
+/// Not `#[non_exhaustive]`, on purpose: every host maps each variant to its own code, and a
+/// new variant must break those mappings at compile time rather than fall into a wildcard.
 #[derive(Debug)]
-#[non_exhaustive]
 pub enum Error<E> {
     /// The storage failed; the request that hit it was not applied.
     Storage(E),

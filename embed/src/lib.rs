@@ -172,9 +172,6 @@ impl ErrorKind {
             rocklet_core::Error::Corrupted { .. } => ErrorKind::Corrupted,
             rocklet_core::Error::Encode(_) => ErrorKind::Encode,
             rocklet_core::Error::Failed { .. } => ErrorKind::Failed,
-            // `Error` is non-exhaustive: a variant added later is still reported.
-            #[allow(unreachable_patterns)]
-            _ => ErrorKind::Internal,
         }
     }
 

@@ -29,6 +29,7 @@
 //! core refuses while writing stops it and the new directory is removed.
 
 mod analyze;
+mod records;
 pub mod store;
 mod write;
 

@@ -23,7 +23,8 @@ use rocklet_core::{
     Broker, Config, Delay, FileStorage, FlushMode, Millis, NewMessage, Request, Resolution,
 };
 
-use super::analyze::{self, prop, refused_record, Kind, Plan};
+use super::analyze::{refused_record, Plan};
+use super::records::{self, prop, Kind};
 use super::store::Store;
 use super::{ImportError, Options, Report};
 use crate::driver::{answer, CoreFailure};
@@ -215,7 +216,7 @@ impl Writer<'_> {
     }
 
     fn record(&mut self, off: u64, r: &RecordView<'_>, opts: &Options) -> Res<()> {
-        match analyze::kind(r.topic) {
+        match records::kind(r.topic) {
             Kind::User => self.user(off, r, opts),
             Kind::Half if self.plan.pending_halves.contains(&off) => {
                 self.pending_half(off, r, opts)
@@ -236,7 +237,7 @@ impl Writer<'_> {
         }
         let (t, qid) = (r.topic, r.header.queue_id);
         if r.header.sys_flag & sys_flag::INNER_BATCH != 0 {
-            let inner = analyze::split_inner(&body).map_err(|why| refused_record(off, r, &why))?;
+            let inner = records::split_inner(&body).map_err(|why| refused_record(off, r, &why))?;
             let mut messages = Vec::with_capacity(inner.len());
             for i in &inner {
                 let (m, extra) = message(t, qid, i.body.to_vec(), i.flag, i.props, r);
