@@ -25,7 +25,10 @@ async function api(path, body) {
     headers: { 'Content-Type': 'application/json', 'X-Rocklet-Console': '1' },
     body: JSON.stringify(body),
   };
-  const r = await fetch(path, opts);
+  // From the origin, not the page's URL: a page opened as http://user:secret@host/ has
+  // credentials in its URL, and fetch refuses a URL that holds them (the browser still sends
+  // the credentials it was given, for the origin).
+  const r = await fetch(new URL(path, location.origin), opts);
   const text = await r.text();
   let v;
   try { v = JSON.parse(text); } catch { v = { error: text }; }
@@ -59,6 +62,8 @@ function confirmAction(text) {
 }
 
 // ---- charts -----------------------------------------------------------------------------------
+// `opts.max`: the top of the scale; `opts.threshold`: [value, label], an alert threshold
+// drawn as a red line (above the samples: noted at the top when it is far off the scale).
 function chart(svg, lines, opts = {}) {
   const W = 600, H = 160, L = 44, B = 18, T = 6;
   const all = lines.flat();
@@ -70,7 +75,11 @@ function chart(svg, lines, opts = {}) {
   }
   // Every chart spans the whole series, gaps included, so their times line up.
   const x0 = Math.min(...all.map((p) => p[0])), x1 = Math.max(...all.map((p) => p[0]), x0 + 1);
-  const ymax = opts.max ?? Math.max(1, ...pts.map((p) => p[1])) * 1.1;
+  const top = Math.max(1, ...pts.map((p) => p[1]));
+  const [limit, label] = opts.threshold ?? [null, ''];
+  // A threshold within twice the samples' top is drawn to scale; one further off is named.
+  const inScale = limit !== null && limit <= top * 2;
+  const ymax = opts.max ?? Math.max(top, inScale ? limit : 0) * 1.1;
   const X = (x) => L + ((x - x0) / (x1 - x0)) * (W - L - 4);
   const Y = (y) => H - B - (y / ymax) * (H - B - T);
   for (const f of [0, 0.5, 1]) {
@@ -78,17 +87,35 @@ function chart(svg, lines, opts = {}) {
     out += `<text x="${L - 4}" y="${Y(v) + 3}" text-anchor="end">${v >= 100 ? Math.round(v) : v.toFixed(v < 1 ? 2 : 1)}</text>`;
   }
   out += `<text x="${L}" y="${H - 4}">${new Date(x0).toLocaleTimeString()}</text><text x="${W}" y="${H - 4}" text-anchor="end">${new Date(x1).toLocaleTimeString()}</text>`;
+  if (limit !== null) {
+    if (inScale || opts.max !== undefined) {
+      out += `<line class="threshold" x1="${L}" y1="${Y(limit).toFixed(1)}" x2="${W}" y2="${Y(limit).toFixed(1)}"/><text class="threshold-label" x="${W - 4}" y="${(Y(limit) - 3).toFixed(1)}" text-anchor="end">${esc(label)}</text>`;
+    } else {
+      out += `<text class="threshold-label" x="${W - 4}" y="${T + 10}" text-anchor="end">${esc(label)} (off the scale)</text>`;
+    }
+  }
   lines.forEach((line, i) => {
     let d = '';
-    let pen = false;
-    for (const [x, y] of line) {
-      if (y === null || y === undefined) { pen = false; continue; }
-      d += `${pen ? 'L' : 'M'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`;
-      pen = true;
-    }
-    out += `<path class="l${i}" d="${d}"/>`;
+    let dots = '';
+    const has = (j) => line[j] && line[j][1] !== null && line[j][1] !== undefined;
+    line.forEach(([x, y], j) => {
+      if (!has(j)) return;
+      d += `${has(j - 1) ? 'L' : 'M'}${X(x).toFixed(1)},${Y(y).toFixed(1)}`;
+      // A sample with no neighbour draws no line: it is drawn as a dot.
+      if (!has(j - 1) && !has(j + 1)) dots += `<circle class="dot${i}" cx="${X(x).toFixed(1)}" cy="${Y(y).toFixed(1)}" r="2.5"/>`;
+    });
+    out += `<path class="l${i}" d="${d}"/>${dots}`;
   });
   svg.innerHTML = out;
+}
+
+// The alerts the broker's rules say are pending or firing now (the same rules as
+// rocklet-alerts.yml, evaluated by the broker over this series).
+function showAlerts(alerts, now) {
+  const box = $('alerts');
+  box.hidden = !alerts.length;
+  const value = (a) => (a.threshold < 1 ? `${(a.value * 100).toFixed(1)} %` : `${Math.round(a.value)}`);
+  box.innerHTML = alerts.length ? `<b>Alerts</b><ul>${alerts.map((a) => `<li class="${esc(a.state)}" data-alert="${esc(a.alert)}">${esc(a.alert)} (${esc(a.state)} for ${esc(ms(now - a.since))}): ${esc(value(a))} ${esc(a.what)}; runbook: docs/runbooks.md#${esc(a.runbook)}</li>`).join('')}</ul>` : '';
 }
 
 // ---- views ------------------------------------------------------------------------------------
@@ -119,8 +146,10 @@ async function overview() {
   $('cards').innerHTML = cards.map(([id, v, label]) => `<div class="card" id="card-${id}"><b>${esc(v)}</b><span>${esc(label)}</span></div>`).join('');
   const S = o.series;
   chart($('chart-throughput'), [S.map((x) => [x.at, x.stored_per_s]), S.map((x) => [x.at, x.committed_per_s])]);
-  chart($('chart-backlog'), [S.map((x) => [x.at, x.half_backlog])]);
-  chart($('chart-checks'), [S.map((x) => [x.at, x.check_success])], { max: 1 });
+  const th = o.thresholds;
+  chart($('chart-backlog'), [S.map((x) => [x.at, x.half_backlog])], { threshold: [th.RockletHalfBacklogHigh, `alert above ${th.RockletHalfBacklogHigh}`] });
+  chart($('chart-checks'), [S.map((x) => [x.at, x.check_success])], { max: 1, threshold: [1 - th.RockletTransactionCheckTimeoutRateHigh, `alert below ${Math.round((1 - th.RockletTransactionCheckTimeoutRateHigh) * 100)} %`] });
+  showAlerts(o.alerts, o.now);
   chart($('chart-latency'), [S.map((x) => [x.at, x.end_transaction_mean_ms]), S.map((x) => [x.at, x.end_transaction_p99_ms])]);
 }
 

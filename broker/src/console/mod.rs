@@ -5,7 +5,7 @@
 //!
 //! The folder: `mod.rs` (the listener, the name and access checks, routing), `views.rs` (the
 //! read-only API below), `actions.rs` (resolve, resend), `series.rs` (the overview's time
-//! series), `story.rs` (a message's story). A request flows: [`crate::http`] reads it →
+//! series), `alerts.rs` (the alert rules that would fire now, over that series), `story.rs` (a message's story). A request flows: [`crate::http`] reads it →
 //! `Console::route` (names, then access) → `get` (`views.rs`) or `post` (`actions.rs`) → JSON.
 //!
 //! - Names: a request is answered only when its `Host` names the console (the address the
@@ -31,7 +31,7 @@
 //!
 //! | method | path | what |
 //! |---|---|---|
-//! | GET | `/api/overview` | counters, backlogs and the last hour's [`series`] |
+//! | GET | `/api/overview` | counters, backlogs, the last hour's [`series`], the [`alerts`] pending or firing and their thresholds |
 //! | GET | `/api/topics?after&limit` or `?name=` | topics, queues, consumer groups with lag |
 //! | GET | `/api/pending?after&limit` | pending transactions: age, checks, next check, group |
 //! | POST | `/api/resolve` `{resolution, transactions:[id]}` | commit or roll back |
@@ -42,6 +42,7 @@
 //! | POST | `/api/dlq/resend` `{topic, offsets:[queue offset]}` | resend to the original topic |
 
 mod actions;
+pub mod alerts;
 pub mod series;
 pub mod story;
 mod views;

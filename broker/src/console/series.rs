@@ -32,6 +32,10 @@ pub struct Sample {
     /// Checks issued and answered during the step.
     pub checks_sent: u64,
     pub checks_answered: u64,
+    /// Checks that failed during the step: unanswered before the next was due, and answered
+    /// UNKNOWN (`rocklet_transaction_check_failures_total{reason="no_answer"|"unknown"}`).
+    pub checks_unanswered: u64,
+    pub checks_unknown: u64,
     /// Answered / issued during the step (`None`: no check was issued).
     pub check_success: Option<f64>,
     /// END_TRANSACTION calls during the step and their mean and ~p99 latency in ms.
@@ -135,6 +139,8 @@ fn sample(p: &Reading, r: &Reading) -> Sample {
         delay_backlog: r.delays,
         checks_sent,
         checks_answered,
+        checks_unanswered: d(p.stats.checks_unanswered, r.stats.checks_unanswered),
+        checks_unknown: d(p.stats.checks_unknown, r.stats.checks_unknown),
         check_success: (checks_sent > 0)
             .then(|| (checks_answered as f64 / checks_sent as f64).min(1.0)),
         end_transactions: n,

@@ -32,6 +32,8 @@ impl Console {
             })
             .await?;
         let now = self.clock.now();
+        let series = self.series.samples();
+        let step_ms = self.series.step_ms();
         Ok(json!({
             "now": now,
             "uptime_ms": now.saturating_sub(self.started),
@@ -59,8 +61,13 @@ impl Console {
             "transaction_timeout_ms": cfg.0,
             "transaction_check_interval_ms": cfg.1,
             "transaction_check_max": cfg.2,
-            "step_ms": self.series.step_ms(),
-            "series": self.series.samples(),
+            "step_ms": step_ms,
+            "alerts": super::alerts::active(&series, step_ms),
+            "thresholds": super::alerts::RULES
+                .iter()
+                .map(|r| (r.alert, r.threshold))
+                .collect::<std::collections::BTreeMap<_, _>>(),
+            "series": series,
         }))
     }
 

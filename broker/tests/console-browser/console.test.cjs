@@ -4,7 +4,9 @@
 //   2. the pending view shows them parked (their producer went away); one is committed by
 //      hand, with the confirmation, and two more rolled back at once by selecting them;
 //   3. a consumer (Python, started before the commit) receives it;
-//   4. the message search finds it by key and shows its history (half, commit, delivery, ack).
+//   4. the message search finds it by key and shows its history (half, commit, delivery, ack);
+//   5. charts draw a lone sample and the alert thresholds, the alert banner lists alerts;
+//   6. the console opened as http://ak:sk@host/ (credentials in the URL) works.
 // Screenshots of each step go to the artifacts directory.
 //   NODE_PATH=... node console.test.cjs <console-url> <grpc-addr> <ak> <sk> <python> <artifacts>
 const path = require('node:path');
@@ -143,7 +145,51 @@ async function main() {
     await page.click('a[data-view=overview]');
     await page.waitForTimeout(2500);
     await page.screenshot({ path: path.join(art, 'console.png') });
+
+    // 5. A sample with no neighbour is drawn (a dot); the thresholds are drawn; the banner.
+    const drawn = await page.evaluate(() => {
+      const svg = document.createElementNS('http://www.w3.org/2000/svg', 'svg');
+      chart(svg, [[[0, 1], [1000, null], [2000, 3], [3000, 4], [4000, null], [5000, 2]]], { threshold: [5, 'alert above 5'] });
+      return { dots: svg.querySelectorAll('circle').length, line: svg.querySelectorAll('line.threshold').length, label: svg.querySelector('text.threshold-label')?.textContent };
+    });
+    assert.deepEqual(drawn, { dots: 2, line: 1, label: 'alert above 5' }, 'lone samples and the threshold are drawn');
+    assert.match(await page.locator('#chart-backlog text.threshold-label').textContent(), /alert above 10000/);
+    // The producer left its checks unanswered: the check timeout alert is pending (its 5
+    // minutes have not passed), and the banner says so.
+    const o = await page.evaluate(async () => (await fetch('/api/overview')).json());
+    console.log(`   alerts: ${JSON.stringify(o.alerts)}`);
+    assert.equal(o.thresholds.RockletHalfBacklogHigh, 10000);
+    const timeout = o.alerts.find((a) => a.alert === 'RockletTransactionCheckTimeoutRateHigh');
+    assert.equal(timeout?.state, 'pending', 'unanswered checks make the timeout alert pending');
+    await page.locator('#alerts li.pending[data-alert=RockletTransactionCheckTimeoutRateHigh]').waitFor({ timeout: 10000 });
+    assert.match(await page.locator('#alerts').textContent(), /of the transaction checks of the last 5 minutes went unanswered/);
+    await page.evaluate((now) => showAlerts([{ alert: 'RockletHalfBacklogHigh', state: 'firing', value: 12000, threshold: 10000, what: 'transactions pending', runbook: 'the-half-message-backlog-grows', since: now - 400000 }], now), Date.now());
+    assert.match(await page.locator('#alerts li.firing[data-alert=RockletHalfBacklogHigh]').textContent(), /firing for 6\.7 min\): 12000 transactions pending/);
     assert.deepEqual(errors, [], 'the page logged errors');
+
+    // 6. Opened with the credentials in its URL (no stored credentials): every call works.
+    const u = new URL(url);
+    u.username = ak;
+    u.password = sk;
+    const bare = await chromium.launch({
+      executablePath: process.env.CHROMIUM ?? '/usr/bin/chromium',
+      headless: true,
+      args: ['--headless', '--no-sandbox', '--disable-gpu', '--no-first-run'],
+    });
+    try {
+      const p2 = await bare.newPage();
+      const errors2 = [];
+      p2.on('pageerror', (e) => errors2.push(e.message));
+      p2.on('console', (m) => m.type() === 'error' && errors2.push(m.text()));
+      await p2.goto(`${u.href}#overview`);
+      await p2.waitForSelector('#card-half-backlog b', { timeout: 20000 });
+      await p2.click('a[data-view=pending]');
+      await p2.locator('#pending-table tbody tr', { hasText: 'order-2' }).waitFor({ timeout: 20000 });
+      assert.equal(await p2.locator('#error').isHidden(), true, await p2.locator('#error').textContent());
+      assert.deepEqual(errors2, [], 'the page opened with credentials in its URL logged errors');
+    } finally {
+      await bare.close();
+    }
     console.log(`console browser test: ok; screenshots in ${art}`);
   } finally {
     if (consumer) consumer.p.kill();
