@@ -17,6 +17,8 @@ const state = {
   lastSearch: null,
   dlqOpen: null,
   timer: null,
+  // Cluster mode: this node's broker group (the overview's `cluster`), else null.
+  cluster: null,
 };
 
 async function api(path, body) {
@@ -118,6 +120,23 @@ function showAlerts(alerts, now) {
   box.innerHTML = alerts.length ? `<b>Alerts</b><ul>${alerts.map((a) => `<li class="${esc(a.state)}" data-alert="${esc(a.alert)}">${esc(a.alert)} (${esc(a.state)} for ${esc(ms(now - a.since))}): ${esc(value(a))} ${esc(a.what)}; runbook: docs/runbooks.md#${esc(a.runbook)}</li>`).join('')}</ul>` : '';
 }
 
+// Cluster mode: the node's broker group (role, master, epoch, SyncStateSet, lag). On a
+// replica, actions are carried out by the master (the broker forwards them).
+function showCluster(c) {
+  state.cluster = c;
+  const box = $('cluster');
+  box.hidden = !c;
+  if (!c) return;
+  const m = c.master ? `node ${esc(c.master.node)} at ${esc(c.master.advertise)}, epoch ${esc(c.master.epoch)}` : 'none (an election is due)';
+  const lag = c.replicas.length
+    ? c.replicas.map((r) => `node ${esc(r.node)}: ${esc(r.lag_bytes)} B / ${esc(ms(r.lag_ms))} behind${r.in_sync ? ', in sync' : ''}`).join('; ')
+    : '–';
+  const note = c.role === 'replica'
+    ? ` <span class="note">Actions on this page are carried out by the master; checks run there.</span>`
+    : '';
+  box.innerHTML = `Broker group <b>${esc(c.broker_name)}</b> · this node: ${esc(c.node)} (<span class="role" data-role="${esc(c.role)}">${esc(c.role)}</span>) · master: <span id="cluster-master">${m}</span> · SyncStateSet: ${c.sync_state_set ? esc(c.sync_state_set.join(', ')) : '–'} (min ${esc(c.min_in_sync_replicas)}) · lag (${esc(c.lag_from)}): ${lag}.${note}`;
+}
+
 // ---- views ------------------------------------------------------------------------------------
 async function overview() {
   const o = await api('/api/overview');
@@ -150,6 +169,7 @@ async function overview() {
   chart($('chart-backlog'), [S.map((x) => [x.at, x.half_backlog])], { threshold: [th.RockletHalfBacklogHigh, `alert above ${th.RockletHalfBacklogHigh}`] });
   chart($('chart-checks'), [S.map((x) => [x.at, x.check_success])], { max: 1, threshold: [1 - th.RockletTransactionCheckTimeoutRateHigh, `alert below ${Math.round((1 - th.RockletTransactionCheckTimeoutRateHigh) * 100)} %`] });
   showAlerts(o.alerts, o.now);
+  showCluster(o.cluster);
   chart($('chart-latency'), [S.map((x) => [x.at, x.end_transaction_mean_ms]), S.map((x) => [x.at, x.end_transaction_p99_ms])]);
 }
 
@@ -184,7 +204,7 @@ async function pending() {
     <td>${esc(t.producer_group)}</td><td>${esc(t.topic)} <small>q${t.queue_id}</small></td>
     <td>${(t.keys || []).map((k) => `<span class="tag">${esc(k)}</span>`).join('')}</td>
     <td class="num">${ms(t.age_ms)}</td><td class="num">${t.checks}</td>
-    <td class="num">${t.next_check_in_ms === null ? '–' : ms(t.next_check_in_ms)}</td>
+    <td class="num">${state.cluster?.role === 'replica' ? 'on the master' : t.next_check_in_ms === null ? '–' : ms(t.next_check_in_ms)}</td>
     <td><span class="tag state state-${esc(t.state)}">${t.state === 'parked' ? 'parked (no producer online)' : 'waiting for check'}</span></td>
     <td><button class="commit">Commit</button> <button class="rollback">Roll back</button></td></tr>`).join('') || '<tr><td colspan="10" class="empty">no pending transaction</td></tr>';
   for (const tr of $('pending-table').tBodies[0].rows) {
@@ -321,4 +341,6 @@ $('search').onsubmit = (e) => {
 };
 $('topic-find').onsubmit = (e) => { e.preventDefault(); state.topicName = new FormData(e.target).get('name').trim(); refresh(); };
 $('topic-all').onclick = () => { state.topicName = ''; state.pages.topics = []; state.cursor.topics = null; refresh(); };
+// The broker group is shown on every view: read once now, then with each overview.
+api('/api/overview').then((o) => showCluster(o.cluster), () => {});
 show(location.hash.slice(1) || 'overview');

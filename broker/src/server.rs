@@ -368,6 +368,9 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
                 cfg.console_sample_ms,
                 cfg.console_hosts()?,
             );
+            if let (Some(cc), Some((view, _))) = (&cfg.cluster, &cluster) {
+                c.set_cluster(crate::console::cluster::ClusterLink::new(cc, view.clone()));
+            }
             let running = c.serve(l, tls.clone());
             info!(console = %running.addr, "serving the operator console");
             Some(running)

@@ -9,6 +9,10 @@
 #      time-series step; broker/tests/console-browser/console.test.cjs: the overview sees the
 #      backlog grow, a parked transaction is committed by hand, the consumer receives it, the
 #      message is found by key with its history; the audit record is in the broker's log
+#   4. broker/tests/cluster_console.rs: a 3-node group on etcd (Debian's etcd-server); a
+#      replica's console shows the master, the SyncStateSet and the lag, and a transaction
+#      committed from the replica's page (chromium: console-browser/cluster.test.cjs) and
+#      API is carried out by the master
 # Screenshots: target/console-artifacts/ (printed at the end). Run from anywhere; needs root
 # for apt-get (skipped when chromium is there).
 set -euo pipefail
@@ -111,6 +115,13 @@ grep "transaction resolved by an operator from the console" "$WORK/broker.log" |
   || { echo "expected 2 audited rollbacks in the broker's log"; exit 1; }
 grep "transaction resolved by an operator from the console" "$WORK/broker.log"
 cp "$WORK/broker.log" "$ART/broker.log"
+
+step "cluster: a replica's console on a 3-node group (etcd), in headless chromium"
+if ! command -v etcd >/dev/null; then
+  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq etcd-server >/dev/null
+fi
+ROCKLET_CONSOLE_NODE_PATH="$TOOLS/node_modules" nice -n 10 cargo test -q -p rocklet-broker \
+  --test cluster_console -- --include-ignored --nocapture
 
 step "done: screenshots in $ART"
 ls "$ART"

@@ -8,15 +8,11 @@ use rocklet_core::{NewMessage, Resolution, TxnId};
 use serde_json::{json, Value};
 use tracing::{info, warn};
 
-use super::{dlq_topic, ApiError, Console, MAX_ACTION_ITEMS};
+use super::{dlq_topic, ApiError, Console, Operator, MAX_ACTION_ITEMS};
 
 impl Console {
-    pub(super) async fn resolve(
-        &self,
-        body: &Value,
-        who: &str,
-        peer: SocketAddr,
-    ) -> Result<Value, ApiError> {
+    pub(super) async fn resolve(&self, body: &Value, op: &Operator<'_>) -> Result<Value, ApiError> {
+        let (who, peer) = (op.name, op.peer);
         let resolution = match body.get("resolution").and_then(Value::as_str) {
             Some("commit") => Resolution::Commit,
             Some("rollback") => Resolution::Rollback,
@@ -30,7 +26,7 @@ impl Console {
         let ids = string_list(body, "transactions")?;
         let mut results = Vec::new();
         for id in ids {
-            let r = self.resolve_one(&id, resolution).await;
+            let r = self.resolve_one(&id, resolution, op).await;
             match &r {
                 Ok(duplicate) => info!(
                     target: "rocklet::audit",
@@ -69,8 +65,21 @@ impl Console {
         Ok(json!({"resolution": resolution.as_str(), "results": results}))
     }
 
-    async fn resolve_one(&self, id: &str, resolution: Resolution) -> Result<bool, String> {
+    async fn resolve_one(
+        &self,
+        id: &str,
+        resolution: Resolution,
+        op: &Operator<'_>,
+    ) -> Result<bool, String> {
         let txn: TxnId = id.parse().map_err(|e| format!("{e}"))?;
+        // A replica's page: the master carries it out.
+        if let Some(link) = self.cluster.get() {
+            if let Some(m) = link.master_elsewhere() {
+                return self
+                    .resolve_on_master(&m, txn, resolution, op.credentials)
+                    .await;
+            }
+        }
         crate::ops::resolve(&self.core, txn, resolution)
             .await
             .map_err(|e| e.to_string())

@@ -5,7 +5,8 @@
 //!
 //! The folder: `mod.rs` (the listener, the name and access checks, routing), `views.rs` (the
 //! read-only API below), `actions.rs` (resolve, resend), `series.rs` (the overview's time
-//! series), `alerts.rs` (the alert rules that would fire now, over that series), `story.rs` (a message's story). A request flows: [`crate::http`] reads it →
+//! series), `alerts.rs` (the alert rules that would fire now, over that series), `cluster.rs` (the
+//! broker group as this node sees it; actions on a replica carried out by the master), `story.rs` (a message's story). A request flows: [`crate::http`] reads it →
 //! `Console::route` (names, then access) → `get` (`views.rs`) or `post` (`actions.rs`) → JSON.
 //!
 //! - Names: a request is answered only when its `Host` names the console (the address the
@@ -43,6 +44,7 @@
 
 mod actions;
 pub mod alerts;
+pub mod cluster;
 pub mod series;
 pub mod story;
 mod views;
@@ -93,6 +95,8 @@ pub struct Console {
     stories: Arc<Stories>,
     started: Millis,
     hosts: AllowedHosts,
+    /// Cluster mode: the node's broker group ([`Console::set_cluster`]).
+    cluster: std::sync::OnceLock<cluster::ClusterLink>,
 }
 
 /// A running console.
@@ -135,7 +139,14 @@ impl Console {
             series: Arc::new(Series::new(sample_ms)),
             stories,
             hosts,
+            cluster: std::sync::OnceLock::new(),
         })
+    }
+
+    /// Cluster mode: the overview shows the broker group, and actions on a replica are
+    /// carried out by the master. Set once, before serving.
+    pub fn set_cluster(&self, link: cluster::ClusterLink) {
+        let _ = self.cluster.set(link);
     }
 
     /// Serves on `listener` and samples the series until stopped.
@@ -163,7 +174,7 @@ impl Console {
         if let Err(r) = self.check_names(req, peer, local) {
             return r;
         }
-        let who = match self.check_access(req, peer) {
+        let (who, credentials) = match self.check_access(req, peer) {
             Ok(w) => w,
             Err(r) => return r,
         };
@@ -189,7 +200,12 @@ impl Console {
                     Ok(v) => v,
                     Err(e) => return json_error(400, &format!("the body is not JSON: {e}")),
                 };
-                json_result(self.post(path, &body, who.name(), peer).await)
+                let operator = Operator {
+                    name: who.name(),
+                    peer,
+                    credentials: credentials.as_ref(),
+                };
+                json_result(self.post(path, &body, &operator).await)
             }
             ("GET" | "POST", _) => json_error(404, &format!("no page {}", req.path)),
             _ => json_error(405, &format!("method {} is not served", req.method)),
@@ -209,9 +225,14 @@ impl Console {
         })
     }
 
-    fn check_access(&self, req: &HttpRequest, peer: SocketAddr) -> Result<Identity, Response> {
+    /// The operator's identity, and (authentication on) the credentials they gave.
+    fn check_access(
+        &self,
+        req: &HttpRequest,
+        peer: SocketAddr,
+    ) -> Result<(Identity, Option<(String, String)>), Response> {
         if !self.auth.enabled() {
-            return Ok(Identity::Open);
+            return Ok((Identity::Open, None));
         }
         let challenge = |msg: &str| {
             let mut r = json_error(401, msg);
@@ -238,7 +259,7 @@ impl Console {
                 .refused(Protocol::Admin, &r, id.name(), Some(peer.ip()));
             json_error(403, &r.message)
         })?;
-        Ok(id)
+        Ok((id, Some((ak, sk))))
     }
 
     async fn get(&self, path: &str, req: &HttpRequest) -> Result<Value, ApiError> {
@@ -254,16 +275,10 @@ impl Console {
         }
     }
 
-    async fn post(
-        &self,
-        path: &str,
-        body: &Value,
-        who: &str,
-        peer: SocketAddr,
-    ) -> Result<Value, ApiError> {
+    async fn post(&self, path: &str, body: &Value, op: &Operator<'_>) -> Result<Value, ApiError> {
         match path {
-            "/api/resolve" => self.resolve(body, who, peer).await,
-            "/api/dlq/resend" => self.resend(body, who, peer).await,
+            "/api/resolve" => self.resolve(body, op).await,
+            "/api/dlq/resend" => self.resend(body, op.name, op.peer).await,
             _ => Err(ApiError(404, format!("no API {path}"))),
         }
     }
@@ -323,6 +338,13 @@ impl Handler for Console {
     fn refusal(&self, status: u16, msg: &str) -> Response {
         json_error(status, msg)
     }
+}
+
+/// Who takes an action, from where, with what credentials (authentication on).
+pub(super) struct Operator<'a> {
+    pub(super) name: &'a str,
+    pub(super) peer: SocketAddr,
+    pub(super) credentials: Option<&'a (String, String)>,
 }
 
 /// An API error: HTTP status and message.

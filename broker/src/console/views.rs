@@ -34,6 +34,10 @@ impl Console {
         let now = self.clock.now();
         let series = self.series.samples();
         let step_ms = self.series.step_ms();
+        let cluster = match self.cluster.get() {
+            Some(link) => link.json().await,
+            None => Value::Null,
+        };
         Ok(json!({
             "now": now,
             "uptime_ms": now.saturating_sub(self.started),
@@ -62,6 +66,7 @@ impl Console {
             "transaction_check_interval_ms": cfg.1,
             "transaction_check_max": cfg.2,
             "step_ms": step_ms,
+            "cluster": cluster,
             "alerts": super::alerts::active(&series, step_ms),
             "thresholds": super::alerts::RULES
                 .iter()
