@@ -62,7 +62,7 @@ impl ClusterLink {
 
     /// The group's SyncStateSet and lag report in etcd (a replica's page; a replica's own
     /// view does not follow the SyncStateSet).
-    async fn from_etcd(&self) -> Option<(Option<SyncStateSet>, Option<LagReport>)> {
+    async fn read_etcd(&self) -> Option<(Option<SyncStateSet>, Option<LagReport>)> {
         let keys = cluster::Keys::new(&self.prefix, &self.broker_name);
         let read = async {
             let mut c = cluster::etcd::Etcd::connect(&self.etcd, 0).await.ok()?;
@@ -88,7 +88,7 @@ impl ClusterLink {
                 "this node",
             )
         } else {
-            match self.from_etcd().await {
+            match self.read_etcd().await {
                 Some((set, lag)) => (
                     set,
                     lag.map(|r| r.replicas).unwrap_or_default(),
