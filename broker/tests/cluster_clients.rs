@@ -11,7 +11,11 @@
 //! master's check resolves them, and some checks must have come) — must be
 //! delivered by the last master, and no message a producer rolled back ever is. The failover
 //! time per kill and client (its last acknowledgement before the kill to its first after) is
-//! printed as p50 and max.
+//! printed as p50 and max, and must stay under 3 s (max) for each client, with a p50 under
+//! 1 s for v4 and 2 s for Python (issue #32). The v4 client polls routes at its default
+//! (30 s): it fails over through the restarted old master, which passes its writes and
+//! heartbeats on to the new master (`cluster::forward_remoting`), and its transaction checks
+//! back.
 //!
 //! `#[ignore]`d in a plain `cargo test`: it needs etcd, Python with the client
 //! (`ROCKLET_PYTHON`) and a JDK with the client's jars (`ROCKLET_V4_CLASSPATH`), which
@@ -325,17 +329,22 @@ async fn kill_the_master_official_clients() {
                 0
             };
         assert!(checks > 0, "{}: no transaction was checked", p.name);
-        // The issue's target with default settings (a replica that held its refusals made
-        // the v4 client wait out its 3 s send timeout at every kill).
+        // Issue #32's target, over every kill: p50 under 1 s, max under 3 s. (A replica
+        // that answered a v4 send with code 13, MESSAGE_ILLEGAL, made that client wait for
+        // its route refresh: p50 12.8 s, max 27 s; one that held its refusals made it wait
+        // out its 3 s send timeout at every kill. Without forwarding the Python client would
+        // wait for its route refresh, 30 s.)
+        // (The Python client's own retry waits about a second at some kills: p50 under 2 s
+        // for it.)
+        let p50_max = if p.name == "v4" { 1_000 } else { 2_000 };
         assert!(
-            p50 < 3_000,
-            "{}: failover p50 {p50} ms, not under 3 s",
+            p50 < p50_max,
+            "{}: failover p50 {p50} ms, not under {p50_max} ms",
             p.name
         );
-        // Without forwarding the Python client would wait for its route refresh (30 s).
         assert!(
-            max < 15_000,
-            "{}: a failover of {max} ms (the route refresh, not the election)",
+            max < 3_000,
+            "{}: a failover of {max} ms, not under 3 s",
             p.name
         );
     }

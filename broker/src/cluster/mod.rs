@@ -41,6 +41,7 @@
 pub mod directory;
 pub mod etcd;
 pub mod forward;
+pub mod forward_remoting;
 pub mod node;
 pub mod replication;
 pub mod reply;
@@ -67,7 +68,7 @@ pub const DEFAULT_LEASE_TTL_S: u64 = 2;
 /// Default `min_in_sync_replicas`: 2 of 3, the master included.
 pub const DEFAULT_MIN_IN_SYNC: u32 = 2;
 /// Default lag after which the master drops a replica from the SyncStateSet.
-pub const DEFAULT_REPLICA_MAX_LAG_MS: u64 = 3_000;
+pub const DEFAULT_REPLICA_MAX_LAG_MS: u64 = 2_000;
 /// Default key prefix in etcd.
 pub const DEFAULT_PREFIX: &str = "/rocklet";
 
@@ -283,6 +284,9 @@ pub struct ClusterView {
     pub min_in_sync_replicas: AtomicU64,
     /// Channels to the master, for writes that reach a replica ([`forward`]).
     pub forward: forward::Forwarder,
+    /// Connections to the master, for RocketMQ 4 remoting writes that reach a replica
+    /// ([`forward_remoting`]).
+    pub forward_remoting: forward_remoting::RemotingForwarder,
     /// Topic placements and the other groups' masters ([`directory`]), set when the node
     /// starts.
     pub directory: std::sync::OnceLock<directory::Directory>,

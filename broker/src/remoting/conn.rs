@@ -335,6 +335,9 @@ pub(crate) fn lock<T>(m: &Mutex<T>) -> std::sync::MutexGuard<'_, T> {
 
 /// The connection closed: it no longer answers checks nor consumes.
 pub fn closed(ctx: &Ctx, conn: &Conn) {
+    if let Some(view) = &ctx.cluster {
+        view.forward_remoting.closed(conn.id);
+    }
     if !lock(&conn.groups).is_empty() {
         ctx.core.producer_down(conn.id);
     }

@@ -33,9 +33,14 @@ public class V4Producer {
         File stop = new File(args[3]);
         TransactionMQProducer p = new TransactionMQProducer("ClusterV4Producer");
         p.setNamesrvAddr(ns);
-        // The client's own knobs: routes every 500 ms (30 s by default), 3 s per send, and
-        // two more tries after a failure.
-        p.setPollNameServerInterval(500);
+        // The client's own knobs: 3 s per send, and two more tries after a failure. Routes
+        // are polled at the client's default, every 30 s, unless POLL_NS_MS says otherwise:
+        // after a failover its sends reach the old master's address, a replica that passes
+        // them on to the new master (broker/src/cluster/forward_remoting.rs).
+        String poll = System.getenv("POLL_NS_MS");
+        if (poll != null) {
+            p.setPollNameServerInterval(Integer.parseInt(poll));
+        }
         p.setSendMsgTimeout(3000);
         p.setRetryTimesWhenSendFailed(2);
         p.setTransactionListener(new TransactionListener() {

@@ -18,66 +18,99 @@ pub fn free_port() -> u16 {
         .port()
 }
 
-/// etcd on two free ports in a temporary directory; killed when dropped.
+/// etcd on free ports in a temporary directory, one member or several; killed when dropped.
 pub struct Etcd {
-    child: Child,
+    children: Vec<Child>,
+    /// The client URLs, comma-joined (what `--cluster etcd=…` takes).
     pub url: String,
     _dir: tempfile::TempDir,
 }
 
 impl Etcd {
+    /// One member.
     pub fn start() -> Self {
+        Self::start_members(1)
+    }
+
+    /// A cluster of `n` members (`n` = 3: any one may fail, a majority of two goes on).
+    pub fn start_members(n: usize) -> Self {
         let bin = std::env::var("ROCKLET_ETCD").unwrap_or_else(|_| "etcd".into());
         let dir = tempfile::tempdir().unwrap();
-        let (client, peer) = (free_port(), free_port());
-        let url = format!("http://127.0.0.1:{client}");
-        let peer_url = format!("http://127.0.0.1:{peer}");
-        let child = Command::new(&bin)
-            .arg("--data-dir")
-            .arg(dir.path().join("etcd"))
-            .args(["--name", "default"])
-            .args([
-                "--listen-client-urls",
-                &url,
-                "--advertise-client-urls",
-                &url,
-            ])
-            .args(["--listen-peer-urls", &peer_url])
-            .args(["--initial-advertise-peer-urls", &peer_url])
-            .args(["--initial-cluster", &format!("default={peer_url}")])
-            .stdout(Stdio::null())
-            .stderr(Stdio::null())
-            .spawn()
-            .unwrap_or_else(|e| {
-                panic!(
-                    "cannot start `{bin}` (install Debian's etcd-server, or set ROCKLET_ETCD): {e}"
-                )
-            });
+        let ports: Vec<(u16, u16)> = (0..n).map(|_| (free_port(), free_port())).collect();
+        let initial = ports
+            .iter()
+            .enumerate()
+            .map(|(i, (_, peer))| format!("e{i}=http://127.0.0.1:{peer}"))
+            .collect::<Vec<_>>()
+            .join(",");
+        let mut children = Vec::new();
+        let mut urls = Vec::new();
+        for (i, &(client, peer)) in ports.iter().enumerate() {
+            let url = format!("http://127.0.0.1:{client}");
+            let peer_url = format!("http://127.0.0.1:{peer}");
+            let child = Command::new(&bin)
+                .arg("--data-dir")
+                .arg(dir.path().join(format!("etcd{i}")))
+                .args(["--name", &format!("e{i}")])
+                .args([
+                    "--listen-client-urls",
+                    &url,
+                    "--advertise-client-urls",
+                    &url,
+                ])
+                .args(["--listen-peer-urls", &peer_url])
+                .args(["--initial-advertise-peer-urls", &peer_url])
+                .args(["--initial-cluster", &initial])
+                .args(["--initial-cluster-state", "new"])
+                .stdout(Stdio::null())
+                .stderr(Stdio::null())
+                .spawn()
+                .unwrap_or_else(|e| {
+                    panic!(
+                        "cannot start `{bin}` (install Debian's etcd-server, or set ROCKLET_ETCD): {e}"
+                    )
+                });
+            children.push(child);
+            urls.push(url);
+        }
         let deadline = Instant::now() + Duration::from_secs(20);
-        while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
-            assert!(Instant::now() < deadline, "etcd did not listen on {url}");
-            std::thread::sleep(Duration::from_millis(50));
+        for &(client, _) in &ports {
+            while std::net::TcpStream::connect(("127.0.0.1", client)).is_err() {
+                assert!(Instant::now() < deadline, "etcd did not listen on {client}");
+                std::thread::sleep(Duration::from_millis(50));
+            }
         }
         Etcd {
-            child,
-            url,
+            children,
+            url: urls.join(","),
             _dir: dir,
         }
     }
 }
 
 impl Etcd {
+    /// Sends `sig` (`-STOP`, `-CONT`, …) to every member.
     pub fn signal(&self, sig: &str) {
-        let _ = Command::new("kill")
-            .args([sig, &self.child.id().to_string()])
-            .status();
+        for c in &self.children {
+            let _ = Command::new("kill")
+                .args([sig, &c.id().to_string()])
+                .status();
+        }
+    }
+
+    /// SIGKILLs member `i` (the others go on while they are a majority).
+    pub fn kill_member(&mut self, i: usize) {
+        let _ = self.children[i].kill();
+        let _ = self.children[i].wait();
     }
 }
 
 impl Drop for Etcd {
     fn drop(&mut self) {
-        let _ = self.child.kill();
-        let _ = self.child.wait();
+        for c in &mut self.children {
+            let _ = c.kill();
+            let _ = c.wait();
+        }
     }
 }
 
@@ -373,4 +406,130 @@ pub async fn consume_ids(at: SocketAddr, topic: &str, group: &str) -> Vec<String
         .iter()
         .map(|m| m.system_properties.as_ref().unwrap().message_id.clone())
         .collect()
+}
+
+/// The state of one replica's replication link through a [`LinkProxy`].
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Link {
+    Up,
+    /// Nothing passes either way and the sockets stay open: a paused peer's kernel, or a
+    /// network that drops packets instead of resetting. The bytes are held, not lost.
+    Stalled,
+    /// The connection is dropped, and new ones from that replica are closed at once.
+    Cut,
+}
+
+/// A TCP proxy in front of one node's replication listener (`--replication-advertise` names
+/// it) that tells its connections apart by replica: each opens with a HELLO frame naming its
+/// node (`cluster::replication`), so the test can stall or cut the link of one replica and
+/// leave the other's alone. Stops when dropped.
+pub struct LinkProxy {
+    pub addr: SocketAddr,
+    links: std::sync::Arc<
+        std::sync::Mutex<std::collections::HashMap<u32, tokio::sync::watch::Sender<Link>>>,
+    >,
+    task: tokio::task::JoinHandle<()>,
+}
+
+impl LinkProxy {
+    /// A proxy on a free 127.0.0.1 port to `to` (which need not listen yet).
+    pub async fn start(to: SocketAddr) -> Self {
+        use rocklet_broker::cluster::replication::{read_frame, write_frame, Hello, HELLO};
+        let l = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        let addr = l.local_addr().unwrap();
+        let links = std::sync::Arc::new(std::sync::Mutex::new(std::collections::HashMap::<
+            u32,
+            tokio::sync::watch::Sender<Link>,
+        >::new()));
+        let map = links.clone();
+        let task = tokio::spawn(async move {
+            loop {
+                let Ok((mut down, _)) = l.accept().await else {
+                    continue;
+                };
+                let map = map.clone();
+                tokio::spawn(async move {
+                    let Ok(Ok((HELLO, hello))) = tokio::time::timeout(
+                        Duration::from_secs(5),
+                        read_frame(&mut down, 1 << 20),
+                    )
+                    .await
+                    else {
+                        return;
+                    };
+                    let Ok(h) = serde_json::from_slice::<Hello>(&hello) else {
+                        return;
+                    };
+                    let link = map
+                        .lock()
+                        .unwrap()
+                        .entry(h.node)
+                        .or_insert_with(|| tokio::sync::watch::channel(Link::Up).0)
+                        .subscribe();
+                    if *link.borrow() == Link::Cut {
+                        return;
+                    }
+                    let Ok(mut up) = tokio::net::TcpStream::connect(to).await else {
+                        return;
+                    };
+                    let _ = down.set_nodelay(true);
+                    let _ = up.set_nodelay(true);
+                    if write_frame(&mut up, HELLO, &[&hello]).await.is_err() {
+                        return;
+                    }
+                    let (dr, dw) = down.into_split();
+                    let (ur, uw) = up.into_split();
+                    tokio::select! {
+                        () = pump(dr, uw, link.clone()) => {}
+                        () = pump(ur, dw, link) => {}
+                    }
+                    // Both ends dropped here: the peers see the connection end.
+                });
+            }
+        });
+        LinkProxy { addr, links, task }
+    }
+
+    /// Sets the link of replica `node` (its connections now and later).
+    pub fn set(&self, node: u32, to: Link) {
+        self.links
+            .lock()
+            .unwrap()
+            .entry(node)
+            .or_insert_with(|| tokio::sync::watch::channel(Link::Up).0)
+            .send_replace(to);
+    }
+}
+
+impl Drop for LinkProxy {
+    fn drop(&mut self) {
+        self.task.abort();
+    }
+}
+
+/// Copies `r` to `w` while the link is up; holds what it read while the link is stalled;
+/// ends when it is cut or either side closes.
+async fn pump(
+    mut r: impl tokio::io::AsyncRead + Unpin,
+    mut w: impl tokio::io::AsyncWrite + Unpin,
+    mut link: tokio::sync::watch::Receiver<Link>,
+) {
+    use tokio::io::{AsyncReadExt, AsyncWriteExt};
+    let mut buf = vec![0u8; 64 << 10];
+    loop {
+        let n = tokio::select! {
+            n = r.read(&mut buf) => match n {
+                Ok(0) | Err(_) => return,
+                Ok(n) => n,
+            },
+            _ = link.wait_for(|l| *l == Link::Cut) => return,
+        };
+        let up = matches!(
+            link.wait_for(|l| *l != Link::Stalled).await.as_deref(),
+            Ok(Link::Up)
+        );
+        if !up || w.write_all(&buf[..n]).await.is_err() {
+            return;
+        }
+    }
 }

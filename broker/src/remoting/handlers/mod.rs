@@ -63,6 +63,23 @@ pub async fn handle(
         ctx.stats.count(req.code, false);
         return Some(refusal);
     }
+    // Cluster mode: a write reaching a replica goes to the master (`cluster::forward_remoting`).
+    if let Some(view) = &ctx.cluster {
+        let me = ctx.cfg.cluster.as_ref().map_or(0, |c| c.node_id);
+        if let Some(at) = crate::cluster::forward_remoting::target(view, me, &req) {
+            let resp = match view.forward_remoting.forward(conn, at, &req).await {
+                Ok(r) => r,
+                Err(e) => Some(fail(
+                    &req,
+                    status::SERVICE_NOT_AVAILABLE,
+                    format!("NOT_MASTER: the broker group's master {at} did not answer a forwarded request ({e}); retry"),
+                )),
+            };
+            let ok = resp.as_ref().is_none_or(|r| r.code == status::SUCCESS);
+            ctx.stats.count(req.code, ok);
+            return resp;
+        }
+    }
     let r = match req.code {
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
         code::HEART_BEAT => heartbeat(ctx, conn, checks, &req).await,
