@@ -100,18 +100,11 @@ fn split_exponent(rest: &str, marks: [u8; 2], required: bool) -> Option<&str> {
 }
 
 fn parse_decimal(s: &str) -> Option<f64> {
-    let (int, frac, rest) = split_mantissa(s, false)?;
-    let exp = split_exponent(rest, [b'e', b'E'], false)?;
-    // Rebuilt in a form Rust's (correctly rounded) parser takes, whatever parts are missing.
-    let mut text = alloc::string::String::with_capacity(s.len() + 4);
-    text.push_str(if int.is_empty() { "0" } else { int });
-    text.push('.');
-    text.push_str(if frac.is_empty() { "0" } else { frac });
-    if !exp.is_empty() {
-        text.push('e');
-        text.push_str(exp);
-    }
-    text.parse().ok()
+    let (_, _, rest) = split_mantissa(s, false)?;
+    split_exponent(rest, [b'e', b'E'], false)?;
+    // Checked against Java's grammar above; Rust's (correctly rounded) parser takes every form
+    // of it (`1.`, `.5`, `1.e5`) once the type suffix is off.
+    s.trim_end_matches(['f', 'F', 'd', 'D']).parse().ok()
 }
 
 /// A hexadecimal floating-point number after its `0x` (the binary exponent is required),

@@ -94,15 +94,16 @@ impl Sql92 {
     /// Whether a message with these properties passes: `props(name)` is the value of the
     /// message's property `name` (`TAGS` and `KEYS` included), `None` if it has none.
     #[must_use]
-    pub fn matches<'a>(&'a self, props: impl Fn(&str) -> Option<&'a str>) -> bool {
+    pub fn matches<'m>(&self, props: impl Fn(&str) -> Option<&'m str>) -> bool {
         self.evaluate(props) == Outcome::True
     }
 
     /// What the expression evaluates to for a message (see [`Outcome`]); only
     /// [`Outcome::True`] delivers.
     #[must_use]
-    pub fn evaluate<'a>(&'a self, props: impl Fn(&str) -> Option<&'a str>) -> Outcome {
-        match eval(&self.root, &props) {
+    pub fn evaluate<'m>(&self, props: impl Fn(&str) -> Option<&'m str>) -> Outcome {
+        // The values met during evaluation borrow from both the expression and the message.
+        match eval(&self.root, &|name| props(name)) {
             Ok(Val::Bool(true)) => Outcome::True,
             Ok(Val::Bool(false)) => Outcome::False,
             Ok(Val::Null) => Outcome::Unknown,
