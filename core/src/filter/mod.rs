@@ -21,6 +21,7 @@
 //! expression's length, and its recursion bounded by [`MAX_DEPTH`].
 
 mod java;
+mod parse;
 mod sql92;
 
 pub use sql92::{Outcome, Sql92};

@@ -37,13 +37,11 @@
 //! evaluates to TRUE: FALSE, NULL (unknown) and a failure all mean "not delivered".
 
 use alloc::boxed::Box;
-use alloc::collections::VecDeque;
-use alloc::string::{String, ToString};
 use alloc::vec::Vec;
 use core::cmp::Ordering;
 
 use super::java;
-use super::{FilterError, FilterErrorKind as K, MAX_DEPTH, MAX_EXPR_LEN, MAX_IN_LIST};
+use super::{FilterError, FilterErrorKind as K, MAX_EXPR_LEN};
 
 /// A parsed SQL92 filter expression. See the [module docs](super) for the bounds on its cost.
 #[derive(Clone, Debug, PartialEq)]
@@ -78,17 +76,9 @@ impl Sql92 {
                 position: MAX_EXPR_LEN,
             });
         }
-        let mut p = Parser {
-            src: expr,
-            pos: 0,
-            ahead: VecDeque::new(),
-            depth: 0,
-        };
-        let top = p.or_expr()?;
-        // RocketMQ stops here: the token after the expression was read (so it must be a valid
-        // token) but nothing requires it to be the end.
-        let top = p.condition(top)?;
-        Ok(Sql92 { root: top.node })
+        Ok(Sql92 {
+            root: super::parse::parse(expr)?,
+        })
     }
 
     /// Whether a message with these properties passes: `props(name)` is the value of the
@@ -120,7 +110,7 @@ impl Sql92 {
 
 /// A literal that is not a condition (Java's plain `ConstantExpression`).
 #[derive(Clone, Debug, PartialEq)]
-enum Lit {
+pub(super) enum Lit {
     Str(Box<str>),
     Int(i32),
     Long(i64),
@@ -128,7 +118,7 @@ enum Lit {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum CmpOp {
+pub(super) enum CmpOp {
     Gt,
     Ge,
     Lt,
@@ -136,14 +126,14 @@ enum CmpOp {
 }
 
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum TextOp {
+pub(super) enum TextOp {
     Contains,
     StartsWith,
     EndsWith,
 }
 
 #[derive(Clone, Debug, PartialEq)]
-enum Node {
+pub(super) enum Node {
     Lit(Lit),
     /// TRUE, FALSE or NULL (`None`): Java's `BooleanConstantExpression`, a literal and a
     /// condition at once.
@@ -174,11 +164,11 @@ enum Node {
 
 impl Node {
     /// Java's `ConstantExpression` (TRUE, FALSE and NULL included).
-    fn is_literal(&self) -> bool {
+    pub(super) fn is_literal(&self) -> bool {
         matches!(self, Node::Lit(_) | Node::BoolLit(_))
     }
     /// Java's `BooleanExpression`: a condition.
-    fn is_condition(&self) -> bool {
+    pub(super) fn is_condition(&self) -> bool {
         match self {
             Node::BoolLit(_)
             | Node::Cast(_)
@@ -194,19 +184,11 @@ impl Node {
     }
 }
 
-/// A parsed piece: its node, the height of its tree, and its span in the source.
-struct Sub {
-    node: Node,
-    height: usize,
-    start: usize,
-    end: usize,
-}
-
 // ---------------------------------------------------------------------------------------------
 // Evaluation
 
 #[derive(Clone, Copy, Debug, PartialEq)]
-enum Val<'a> {
+pub(super) enum Val<'a> {
     Null,
     Bool(bool),
     Int(i32),
@@ -217,7 +199,7 @@ enum Val<'a> {
 
 /// Java threw during evaluation (NumberFormatException, ClassCastException).
 #[derive(Debug)]
-struct Failed;
+pub(super) struct Failed;
 
 fn eval<'a, F: Fn(&str) -> Option<&'a str>>(n: &'a Node, props: &F) -> Result<Val<'a>, Failed> {
     Ok(match n {
@@ -328,7 +310,7 @@ fn java_equals(a: Val<'_>, b: Val<'_>) -> bool {
 /// RocketMQ's `ComparisonExpression.__compare` (with string conversion on, as its parser
 /// sets it): numbers widen to the wider type; a string meeting a number or boolean converts to
 /// that type; unrelated types are "less". `Err` where Java throws.
-fn compare(a: Val<'_>, b: Val<'_>) -> Result<Ordering, Failed> {
+pub(super) fn compare(a: Val<'_>, b: Val<'_>) -> Result<Ordering, Failed> {
     use Val::{Bool, Double, Int, Long, Null, Str};
     let dbl = java::compare_double;
     #[allow(clippy::cast_precision_loss)] // Java widens long to double the same way
@@ -363,722 +345,38 @@ fn compare(a: Val<'_>, b: Val<'_>) -> Result<Ordering, Failed> {
     })
 }
 
-// ---------------------------------------------------------------------------------------------
-// Lexer
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use alloc::string::{String, ToString};
+    use std::collections::HashMap;
 
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-enum Tok<'s> {
-    Not,
-    And,
-    Or,
-    Between,
-    In,
-    True,
-    False,
-    Null,
-    Is,
-    Contains,
-    StartsWith,
-    EndsWith,
-    Decimal(&'s str),
-    Float(&'s str),
-    /// A string literal's text between its quotes, `''` not yet decoded.
-    Str(&'s str),
-    Id(&'s str),
-    Eq,
-    Ne,
-    Gt,
-    Ge,
-    Lt,
-    Le,
-    LParen,
-    Comma,
-    RParen,
-    Plus,
-    Minus,
-    Eof,
-}
-
-#[derive(Clone, Copy, Debug)]
-struct Spanned<'s> {
-    tok: Tok<'s>,
-    start: usize,
-    end: usize,
-}
-
-const KEYWORDS: [(&str, Tok<'static>); 12] = [
-    ("NOT", Tok::Not),
-    ("AND", Tok::And),
-    ("OR", Tok::Or),
-    ("BETWEEN", Tok::Between),
-    ("IN", Tok::In),
-    ("TRUE", Tok::True),
-    ("FALSE", Tok::False),
-    ("NULL", Tok::Null),
-    ("IS", Tok::Is),
-    ("CONTAINS", Tok::Contains),
-    ("STARTSWITH", Tok::StartsWith),
-    ("ENDSWITH", Tok::EndsWith),
-];
-
-fn describe(t: Tok<'_>) -> String {
-    let quoted = |s: &str| {
-        let mut q = String::from("'");
-        q.push_str(s);
-        q.push('\'');
-        q
-    };
-    match t {
-        Tok::Decimal(s) | Tok::Float(s) => s.to_string(),
-        Tok::Str(s) => quoted(s),
-        Tok::Id(s) => {
-            let mut d = String::from("property ");
-            d.push_str(s);
-            d
-        }
-        Tok::Eof => String::from("end of expression"),
-        _ => {
-            let text = KEYWORDS
-                .iter()
-                .find(|(_, k)| *k == t)
-                .map(|(s, _)| *s)
-                .unwrap_or(match t {
-                    Tok::Eq => "=",
-                    Tok::Ne => "<>",
-                    Tok::Gt => ">",
-                    Tok::Ge => ">=",
-                    Tok::Lt => "<",
-                    Tok::Le => "<=",
-                    Tok::LParen => "(",
-                    Tok::Comma => ",",
-                    Tok::RParen => ")",
-                    Tok::Plus => "+",
-                    Tok::Minus => "-",
-                    _ => "?",
-                });
-            quoted(text)
-        }
-    }
-}
-
-struct Parser<'s> {
-    src: &'s str,
-    /// Where the lexer reads next.
-    pos: usize,
-    /// Tokens read ahead (at most two: RocketMQ's parser looks two ahead, never more).
-    ahead: VecDeque<Spanned<'s>>,
-    /// Parser recursion: parentheses and unary operators.
-    depth: usize,
-}
-
-fn err<T>(kind: K, position: usize) -> Result<T, FilterError> {
-    Err(FilterError { kind, position })
-}
-
-impl<'s> Parser<'s> {
-    /// The next token from the source. Tokens are read only as the grammar asks for them, as
-    /// RocketMQ's lexer does, so a bad character after a complete expression's next token is
-    /// never seen.
-    fn lex(&mut self) -> Result<Spanned<'s>, FilterError> {
-        let src = self.src;
-        let b = src.as_bytes();
-        // Whitespace and comments.
-        loop {
-            while self.pos < b.len() && matches!(b[self.pos], b' ' | b'\t' | b'\n' | b'\r' | 0x0c) {
-                self.pos += 1;
-            }
-            let rest = &src[self.pos..];
-            if rest.starts_with("--") {
-                // A line comment needs its line end; without one, `--` is two minus signs.
-                match rest.find(['\n', '\r']) {
-                    Some(i) => {
-                        self.pos += i + 1;
-                        continue;
-                    }
-                    None => break,
-                }
-            }
-            if let Some(body) = rest.strip_prefix("/*") {
-                match body.find("*/") {
-                    Some(i) => {
-                        self.pos += 2 + i + 2;
-                        continue;
-                    }
-                    None => return err(K::UnterminatedComment, self.pos),
-                }
-            }
-            break;
-        }
-        let start = self.pos;
-        let Some(&c) = b.get(start) else {
-            return Ok(Spanned {
-                tok: Tok::Eof,
-                start,
-                end: start,
-            });
-        };
-        let (tok, len) = match c {
-            b'\'' => {
-                let mut i = start + 1;
-                loop {
-                    match src[i..].find('\'') {
-                        None => return err(K::UnterminatedString, start),
-                        Some(q) if b.get(i + q + 1) == Some(&b'\'') => i += q + 2,
-                        Some(q) => {
-                            i += q;
-                            break;
-                        }
-                    }
-                }
-                (Tok::Str(&src[start + 1..i]), i + 1 - start)
-            }
-            b'0'..=b'9' | b'.' => return self.number(start),
-            b'a'..=b'z' | b'A'..=b'Z' | b'_' | b'$' => {
-                let len = b[start..]
-                    .iter()
-                    .take_while(|&&c| c.is_ascii_alphanumeric() || c == b'_' || c == b'$')
-                    .count();
-                let word = &src[start..start + len];
-                let tok = KEYWORDS
-                    .iter()
-                    .find(|(k, _)| k.eq_ignore_ascii_case(word))
-                    .map_or(Tok::Id(word), |(_, t)| *t);
-                (tok, len)
-            }
-            b'=' => (Tok::Eq, 1),
-            b'<' => match b.get(start + 1) {
-                Some(b'>') => (Tok::Ne, 2),
-                Some(b'=') => (Tok::Le, 2),
-                _ => (Tok::Lt, 1),
-            },
-            b'>' => match b.get(start + 1) {
-                Some(b'=') => (Tok::Ge, 2),
-                _ => (Tok::Gt, 1),
-            },
-            b'(' => (Tok::LParen, 1),
-            b',' => (Tok::Comma, 1),
-            b')' => (Tok::RParen, 1),
-            b'+' => (Tok::Plus, 1),
-            b'-' => (Tok::Minus, 1),
-            _ => {
-                let ch = src[start..].chars().next().unwrap_or('\u{fffd}');
-                return err(K::UnexpectedChar(ch), start);
-            }
-        };
-        self.pos = start + len;
-        Ok(Spanned {
-            tok,
-            start,
-            end: self.pos,
-        })
+    #[test]
+    fn an_error_names_the_problem_and_where() {
+        let e = Sql92::parse("a = 'x' AND 5").expect_err("5 is no condition");
+        assert_eq!(e.kind, K::NotCondition("5".into()));
+        assert_eq!(e.position, 12);
+        assert_eq!(
+            e.to_string(),
+            "5 is not a condition (true, false or unknown) (at byte 12)"
+        );
+        let e = Sql92::parse("a IN ('x', 3)").expect_err("3 is no string");
+        assert_eq!(e.position, 11);
+        assert!(
+            e.to_string().contains("expected a string literal, found 3"),
+            "{e}"
+        );
     }
 
-    /// A number: the longest of `0`, `[1-9][0-9]*[lL]?` and the float forms.
-    fn number(&mut self, start: usize) -> Result<Spanned<'s>, FilterError> {
-        let b = self.src.as_bytes();
-        let digits = |from: usize| b[from..].iter().take_while(|c| c.is_ascii_digit()).count();
-        let int = digits(start);
-        let mut end = start + int;
-        let mut float = false;
-        if b.get(end) == Some(&b'.') {
-            let frac = digits(end + 1);
-            if int == 0 && frac == 0 {
-                return err(K::UnexpectedChar('.'), start);
-            }
-            end += 1 + frac;
-            float = true;
-        }
-        if matches!(b.get(end), Some(b'e' | b'E')) {
-            let sign = usize::from(matches!(b.get(end + 1), Some(b'+' | b'-')));
-            let n = digits(end + 1 + sign);
-            if n > 0 {
-                end += 1 + sign + n;
-                float = true;
-            }
-        }
-        let tok = if float {
-            Tok::Float(&self.src[start..end])
-        } else if b[start] == b'0' {
-            end = start + 1;
-            Tok::Decimal("0")
-        } else {
-            if matches!(b.get(end), Some(b'l' | b'L')) {
-                end += 1;
-            }
-            Tok::Decimal(&self.src[start..end])
-        };
-        self.pos = end;
-        Ok(Spanned { tok, start, end })
-    }
-
-    fn peek(&mut self, k: usize) -> Result<Spanned<'s>, FilterError> {
-        while self.ahead.len() <= k {
-            let t = self.lex()?;
-            self.ahead.push_back(t);
-        }
-        Ok(self.ahead[k])
-    }
-
-    fn next(&mut self) -> Result<Spanned<'s>, FilterError> {
-        let t = self.peek(0)?;
-        self.ahead.pop_front();
-        Ok(t)
-    }
-
-    fn expect(
-        &mut self,
-        want: Tok<'static>,
-        expected: &'static str,
-    ) -> Result<Spanned<'s>, FilterError> {
-        let t = self.next()?;
-        if t.tok == want {
-            Ok(t)
-        } else {
-            err(
-                K::Unexpected {
-                    found: describe(t.tok),
-                    expected,
-                },
-                t.start,
-            )
-        }
-    }
-
-    fn text(&self, s: &Sub) -> String {
-        self.src[s.start..s.end].to_string()
-    }
-
-    /// One more level of parser recursion.
-    fn enter(&mut self, at: usize) -> Result<(), FilterError> {
-        self.depth += 1;
-        if self.depth > MAX_DEPTH {
-            return err(K::TooDeep, at);
-        }
-        Ok(())
-    }
-
-    /// A new node over children at most `below` high, refused if the tree gets deeper than
-    /// [`MAX_DEPTH`].
-    fn node(&self, node: Node, below: usize, start: usize, end: usize) -> Result<Sub, FilterError> {
-        let height = below + 1;
-        if height > MAX_DEPTH {
-            return err(K::TooDeep, start);
-        }
-        Ok(Sub {
-            node,
-            height,
-            start,
-            end,
-        })
-    }
-
-    // Grammar ------------------------------------------------------------------------------
-
-    fn or_expr(&mut self) -> Result<Sub, FilterError> {
-        let mut left = self.and_expr()?;
-        while self.peek(0)?.tok == Tok::Or {
-            self.next()?;
-            let right = self.and_expr()?;
-            left = self.logic(left, right, true)?;
-        }
-        Ok(left)
-    }
-
-    fn and_expr(&mut self) -> Result<Sub, FilterError> {
-        let mut left = self.equality()?;
-        while self.peek(0)?.tok == Tok::And {
-            self.next()?;
-            let right = self.equality()?;
-            left = self.logic(left, right, false)?;
-        }
-        Ok(left)
-    }
-
-    /// `left AND right` or `left OR right`, flattened into one chain.
-    fn logic(&self, left: Sub, right: Sub, or: bool) -> Result<Sub, FilterError> {
-        let left = self.condition(left)?;
-        let right = self.condition(right)?;
-        let (start, end) = (left.start, right.end);
-        let height = left.height.max(right.height + 1).max(2);
-        let mut items = Vec::new();
-        for s in [left, right] {
-            match s.node {
-                Node::Or(xs) if or => items.extend(xs),
-                Node::And(xs) if !or => items.extend(xs),
-                n => items.push(n),
-            }
-        }
-        if height > MAX_DEPTH {
-            return err(K::TooDeep, start);
-        }
-        let node = if or {
-            Node::Or(items)
-        } else {
-            Node::And(items)
-        };
-        Ok(Sub {
-            node,
-            height,
-            start,
-            end,
-        })
-    }
-
-    /// RocketMQ's `asBooleanExpression`: a condition as it is, a property as a condition.
-    fn condition(&self, s: Sub) -> Result<Sub, FilterError> {
-        match s.node {
-            Node::Prop(name) => Ok(Sub {
-                node: Node::Cast(name),
-                ..s
-            }),
-            ref n if n.is_condition() => Ok(s),
-            _ => err(K::NotCondition(self.text(&s)), s.start),
-        }
-    }
-
-    fn equality(&mut self) -> Result<Sub, FilterError> {
-        let mut left = self.comparison()?;
-        loop {
-            let t = self.peek(0)?;
-            left = match t.tok {
-                Tok::Eq | Tok::Ne => {
-                    self.next()?;
-                    let right = self.comparison()?;
-                    let eq = self.equal(left, right)?;
-                    if t.tok == Tok::Ne {
-                        self.not(eq)?
-                    } else {
-                        eq
-                    }
-                }
-                Tok::Is => {
-                    let is_null = self.peek(1)?.tok == Tok::Null;
-                    self.next()?;
-                    if !is_null {
-                        self.expect(Tok::Not, "NULL or NOT NULL after IS")?;
-                    }
-                    let null = self.expect(Tok::Null, "NULL after IS NOT")?;
-                    let (start, end) = (left.start, null.end);
-                    let eq = self.node(
-                        Node::Eq(Box::new(left.node), Box::new(Node::BoolLit(None))),
-                        left.height,
-                        start,
-                        end,
-                    )?;
-                    if is_null {
-                        eq
-                    } else {
-                        self.not(eq)?
-                    }
-                }
-                _ => return Ok(left),
-            };
-        }
-    }
-
-    fn not(&self, s: Sub) -> Result<Sub, FilterError> {
-        let (start, end) = (s.start, s.end);
-        let h = s.height;
-        self.node(Node::Not(Box::new(s.node)), h, start, end)
-    }
-
-    /// `left = right`, with RocketMQ's checks: no NULL literal on either side, and a boolean
-    /// literal on the left only against another boolean literal.
-    fn equal(&self, left: Sub, right: Sub) -> Result<Sub, FilterError> {
-        for s in [&left, &right] {
-            if s.node == Node::BoolLit(None) {
-                return err(K::NotComparable(self.text(s)), s.start);
-            }
-        }
-        if matches!(left.node, Node::BoolLit(_)) && matches!(right.node, Node::Lit(_)) {
-            return err(
-                K::IncompatibleLiterals {
-                    left: self.text(&left),
-                    right: self.text(&right),
-                },
-                left.start,
-            );
-        }
-        let (start, end) = (left.start, right.end);
-        let below = left.height.max(right.height);
-        self.node(
-            Node::Eq(Box::new(left.node), Box::new(right.node)),
-            below,
-            start,
-            end,
-        )
-    }
-
-    /// `left op right` for `>`, `>=`, `<`, `<=`: neither side a non-number literal nor a
-    /// condition.
-    fn ordered(&self, left: Sub, op: CmpOp, right: Sub) -> Result<Sub, FilterError> {
-        for s in [&left, &right] {
-            let number = matches!(
-                s.node,
-                Node::Lit(Lit::Int(_) | Lit::Long(_) | Lit::Double(_))
-            );
-            if (s.node.is_literal() && !number) || s.node.is_condition() {
-                return err(K::NotComparable(self.text(s)), s.start);
-            }
-        }
-        let (start, end) = (left.start, right.end);
-        let below = left.height.max(right.height);
-        self.node(
-            Node::Cmp(Box::new(left.node), op, Box::new(right.node)),
-            below,
-            start,
-            end,
-        )
-    }
-
-    fn comparison(&mut self) -> Result<Sub, FilterError> {
-        let mut left = self.unary()?;
-        loop {
-            let t = self.peek(0)?;
-            let op = match t.tok {
-                Tok::Gt => Some(CmpOp::Gt),
-                Tok::Ge => Some(CmpOp::Ge),
-                Tok::Lt => Some(CmpOp::Lt),
-                Tok::Le => Some(CmpOp::Le),
-                _ => None,
-            };
-            if let Some(op) = op {
-                self.next()?;
-                let right = self.unary()?;
-                left = self.ordered(left, op, right)?;
-                continue;
-            }
-            let not = t.tok == Tok::Not;
-            let t2 = if not { self.peek(1)? } else { t };
-            left = match t2.tok {
-                Tok::Contains | Tok::StartsWith | Tok::EndsWith => {
-                    self.next()?;
-                    if not {
-                        self.next()?;
-                    }
-                    let (search, end) = self.string()?;
-                    let op = match t2.tok {
-                        Tok::Contains => TextOp::Contains,
-                        Tok::StartsWith => TextOp::StartsWith,
-                        _ => TextOp::EndsWith,
-                    };
-                    let start = left.start;
-                    let h = left.height;
-                    let node = Node::Text {
-                        left: Box::new(left.node),
-                        op,
-                        search: search.into_boxed_str(),
-                        not,
-                    };
-                    self.node(node, h, start, end)?
-                }
-                Tok::Between => {
-                    self.next()?;
-                    if not {
-                        self.next()?;
-                    }
-                    let low = self.unary()?;
-                    self.expect(Tok::And, "AND between the bounds of BETWEEN")?;
-                    let high = self.unary()?;
-                    self.between(left, low, high, not)?
-                }
-                Tok::In => {
-                    self.next()?;
-                    if not {
-                        self.next()?;
-                    }
-                    self.in_list(left, not)?
-                }
-                _ if not => {
-                    return err(
-                        K::Unexpected {
-                            found: describe(t2.tok),
-                            expected: "CONTAINS, STARTSWITH, ENDSWITH, BETWEEN or IN after NOT",
-                        },
-                        t2.start,
-                    )
-                }
-                _ => return Ok(left),
-            };
-        }
-    }
-
-    /// `value BETWEEN low AND high` is `value >= low AND value <= high`; `NOT BETWEEN` is
-    /// `value < low OR value > high`. RocketMQ refuses literal bounds that are NULL or out of
-    /// order for BETWEEN (not for NOT BETWEEN).
-    fn between(&self, value: Sub, low: Sub, high: Sub, not: bool) -> Result<Sub, FilterError> {
-        if !not && low.node.is_literal() && high.node.is_literal() {
-            for s in [&low, &high] {
-                if s.node == Node::BoolLit(None) {
-                    return err(K::NotComparable(self.text(s)), s.start);
-                }
-            }
-            let num = |n: &Node| match n {
-                Node::Lit(Lit::Int(i)) => Some(Val::Int(*i)),
-                Node::Lit(Lit::Long(l)) => Some(Val::Long(*l)),
-                Node::Lit(Lit::Double(d)) => Some(Val::Double(*d)),
-                _ => None,
-            };
-            if let (Some(l), Some(h)) = (num(&low.node), num(&high.node)) {
-                if compare(h, l).is_ok_and(Ordering::is_lt) {
-                    return err(
-                        K::BetweenBounds {
-                            low: self.text(&low),
-                            high: self.text(&high),
-                        },
-                        low.start,
-                    );
-                }
-            }
-        }
-        let copy = Sub {
-            node: value.node.clone(),
-            ..value
-        };
-        let (first, second) = if not {
-            (
-                self.ordered(copy, CmpOp::Lt, low)?,
-                self.ordered(value, CmpOp::Gt, high)?,
-            )
-        } else {
-            (
-                self.ordered(copy, CmpOp::Ge, low)?,
-                self.ordered(value, CmpOp::Le, high)?,
-            )
-        };
-        self.logic(first, second, not)
-    }
-
-    fn in_list(&mut self, left: Sub, not: bool) -> Result<Sub, FilterError> {
-        self.expect(Tok::LParen, "( after IN")?;
-        let mut items = Vec::new();
-        let end = loop {
-            let at = self.peek(0)?.start;
-            if items.len() == MAX_IN_LIST {
-                return err(K::TooManyInItems, at);
-            }
-            items.push(self.string()?.0.into_boxed_str());
-            let t = self.next()?;
-            match t.tok {
-                Tok::Comma => {}
-                Tok::RParen => break t.end,
-                other => {
-                    return err(
-                        K::Unexpected {
-                            found: describe(other),
-                            expected: ", or ) in the IN list",
-                        },
-                        t.start,
-                    )
-                }
-            }
-        };
-        let Node::Prop(prop) = left.node else {
-            return err(K::InNeedsProperty, left.start);
-        };
-        items.sort_unstable();
-        items.dedup();
-        let node = Node::In { prop, items, not };
-        self.node(node, left.height, left.start, end)
-    }
-
-    /// A string literal, decoded (`''` is one quote), and where it ends.
-    fn string(&mut self) -> Result<(String, usize), FilterError> {
-        let t = self.next()?;
-        let Tok::Str(raw) = t.tok else {
-            return err(
-                K::Unexpected {
-                    found: describe(t.tok),
-                    expected: "a string literal",
-                },
-                t.start,
-            );
-        };
-        Ok((raw.replace("''", "'"), t.end))
-    }
-
-    fn unary(&mut self) -> Result<Sub, FilterError> {
-        let t = self.peek(0)?;
-        match t.tok {
-            Tok::Plus | Tok::Minus | Tok::Not => {
-                self.next()?;
-                self.enter(t.start)?;
-                let inner = self.unary()?;
-                self.depth -= 1;
-                match t.tok {
-                    Tok::Plus => Ok(Sub {
-                        start: t.start,
-                        ..inner
-                    }),
-                    Tok::Minus => {
-                        let end = inner.end;
-                        let h = inner.height;
-                        self.node(Node::Negate(Box::new(inner.node)), h, t.start, end)
-                    }
-                    _ => {
-                        let c = self.condition(inner)?;
-                        let s = self.not(c)?;
-                        Ok(Sub {
-                            start: t.start,
-                            ..s
-                        })
-                    }
-                }
-            }
-            _ => self.primary(),
-        }
-    }
-
-    fn primary(&mut self) -> Result<Sub, FilterError> {
-        let t = self.next()?;
-        let node = match t.tok {
-            Tok::Str(raw) => Node::Lit(Lit::Str(raw.replace("''", "'").into_boxed_str())),
-            Tok::Decimal(text) => {
-                let digits = text.trim_end_matches(['l', 'L']);
-                let v: i64 = digits.parse().map_err(|_| FilterError {
-                    kind: K::IntegerOutOfRange(text.to_string()),
-                    position: t.start,
-                })?;
-                Node::Lit(i32::try_from(v).map_or(Lit::Long(v), Lit::Int))
-            }
-            Tok::Float(text) => match java::parse_double(text) {
-                Some(v) if v.is_finite() && v >= f64::from_bits(1) => Node::Lit(Lit::Double(v)),
-                _ => return err(K::FloatOutOfRange(text.to_string()), t.start),
-            },
-            Tok::True => Node::BoolLit(Some(true)),
-            Tok::False => Node::BoolLit(Some(false)),
-            Tok::Null => Node::BoolLit(None),
-            Tok::Id(name) => Node::Prop(Box::from(name)),
-            Tok::LParen => {
-                self.enter(t.start)?;
-                let inner = self.or_expr()?;
-                let close = self.expect(Tok::RParen, ")")?;
-                self.depth -= 1;
-                return Ok(Sub {
-                    start: t.start,
-                    end: close.end,
-                    ..inner
-                });
-            }
-            other => {
-                return err(
-                    K::Unexpected {
-                        found: describe(other),
-                        expected: "a literal, a property name, NOT, a sign or (",
-                    },
-                    t.start,
-                )
-            }
-        };
-        Ok(sub_of(node, t.start, t.end))
-    }
-}
-
-fn sub_of(node: Node, start: usize, end: usize) -> Sub {
-    Sub {
-        node,
-        height: 1,
-        start,
-        end,
+    #[test]
+    fn properties_may_live_shorter_or_longer_than_the_expression() {
+        let f = Sql92::parse("TAGS = 'a' AND KEYS STARTSWITH 'k'").expect("parses");
+        let message: HashMap<String, String> = [("TAGS", "a"), ("KEYS", "k1")]
+            .into_iter()
+            .map(|(k, v)| (k.to_string(), v.to_string()))
+            .collect();
+        assert!(f.matches(|n| message.get(n).map(String::as_str)));
+        assert!(!f.matches(|n| (n == "TAGS").then_some("a")));
+        assert_eq!(f.evaluate(|n| (n == "TAGS").then_some("b")), Outcome::False);
     }
 }
