@@ -3,8 +3,8 @@
 //!
 //! A property value is always a string; comparing it with a number literal converts it with the
 //! literal's Java type, and a value that does not convert makes the whole evaluation fail (the
-//! message is not delivered). These follow the JDK's documented grammars; the one difference:
-//! only ASCII digits are digits (Java's `parseInt` also takes other Unicode decimal digits).
+//! message is not delivered). These follow the JDK 17's grammars: `parseInt` reads any
+//! decimal digit of the Basic Multilingual Plane, `Double.valueOf` ASCII digits only.
 
 use core::cmp::Ordering;
 
@@ -18,25 +18,44 @@ pub(super) fn parse_long(s: &str) -> Option<i64> {
     i64::try_from(parse_signed(s)?).ok()
 }
 
-/// Optional `+`/`-` then at least one ASCII digit, as an i128 (enough for a 64-bit range check;
-/// longer digit strings are out of range anyway).
+/// Optional `+`/`-` then at least one decimal digit, as an i128 (enough for a 64-bit range
+/// check; longer digit strings are out of range anyway).
 fn parse_signed(s: &str) -> Option<i128> {
     let (neg, digits) = match s.as_bytes().first()? {
         b'-' => (true, &s[1..]),
         b'+' => (false, &s[1..]),
         _ => (false, s),
     };
-    if digits.is_empty() || !digits.bytes().all(|b| b.is_ascii_digit()) {
+    if digits.is_empty() {
         return None;
     }
     let mut v: i128 = 0;
-    for b in digits.bytes() {
-        v = v * 10 + i128::from(b - b'0');
+    for c in digits.chars() {
+        v = v * 10 + i128::from(digit(c)?);
         if v > i128::from(u64::MAX) {
             return None;
         }
     }
     Some(if neg { -v } else { v })
+}
+
+/// The zero of each run of ten decimal digits in the Basic Multilingual Plane (Unicode category
+/// Nd), as Java 17's `Character.digit(char, 10)` reads them: `parseInt` and `parseLong` take
+/// `١٢` for 12. (Printed by Java itself; digits beyond the BMP are two `char`s to Java, and not
+/// digits to `parseInt`.)
+const DIGIT_ZEROS: [u32; 37] = [
+    0x0030, 0x0660, 0x06F0, 0x07C0, 0x0966, 0x09E6, 0x0A66, 0x0AE6, 0x0B66, 0x0BE6, 0x0C66, 0x0CE6,
+    0x0D66, 0x0DE6, 0x0E50, 0x0ED0, 0x0F20, 0x1040, 0x1090, 0x17E0, 0x1810, 0x1946, 0x19D0, 0x1A80,
+    0x1A90, 0x1B50, 0x1BB0, 0x1C40, 0x1C50, 0xA620, 0xA8D0, 0xA900, 0xA9D0, 0xA9F0, 0xAA50, 0xABF0,
+    0xFF10,
+];
+
+/// `Character.digit(c, 10)`.
+fn digit(c: char) -> Option<u32> {
+    let c = u32::from(c);
+    let run = DIGIT_ZEROS.partition_point(|&z| z <= c).checked_sub(1)?;
+    let d = c - DIGIT_ZEROS[run];
+    (d < 10).then_some(d)
 }
 
 /// `Boolean.valueOf(s)`: true exactly when `s` is "true" in any case; never fails.
@@ -234,6 +253,10 @@ mod tests {
         assert_eq!(parse_int(" 1"), None);
         assert_eq!(parse_int("1.0"), None);
         assert_eq!(parse_int("-"), None);
+        assert_eq!(parse_int("\u{661}\u{662}"), Some(12));
+        assert_eq!(parse_int("\u{ff11}0"), Some(10));
+        assert_eq!(parse_int("\u{65f}"), None);
+        assert_eq!(parse_int("\u{1d7ce}"), None);
         assert_eq!(parse_long("9223372036854775807"), Some(i64::MAX));
         assert_eq!(parse_long("-9223372036854775808"), Some(i64::MIN));
         assert_eq!(parse_long("9223372036854775808"), None);
