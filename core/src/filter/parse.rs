@@ -369,7 +369,17 @@ impl<'s> Parser<'s> {
         let left = self.condition(left)?;
         let right = self.condition(right)?;
         let (start, end) = (left.start, right.end);
-        let height = left.height.max(right.height + 1).max(2);
+        // A chain of the same operator is extended, not nested.
+        let chain = |s: &Sub| match s.node {
+            Node::Or(_) => or,
+            Node::And(_) => !or,
+            _ => false,
+        };
+        let height = [&left, &right]
+            .map(|s| s.height + usize::from(!chain(s)))
+            .into_iter()
+            .max()
+            .unwrap_or(1);
         let mut items = Vec::new();
         for s in [left, right] {
             match s.node {
@@ -482,15 +492,8 @@ impl<'s> Parser<'s> {
     /// `left op right` for `>`, `>=`, `<`, `<=`: neither side a non-number literal nor a
     /// condition.
     fn ordered(&self, left: Sub, op: CmpOp, right: Sub) -> Result<Sub, FilterError> {
-        for s in [&left, &right] {
-            let number = matches!(
-                s.node,
-                Node::Lit(Lit::Int(_) | Lit::Long(_) | Lit::Double(_))
-            );
-            if (s.node.is_literal() && !number) || s.node.is_condition() {
-                return err(K::NotComparable(self.text(s)), s.start);
-            }
-        }
+        self.orderable(&left)?;
+        self.orderable(&right)?;
         let (start, end) = (left.start, right.end);
         let below = left.height.max(right.height);
         self.node(
@@ -499,6 +502,18 @@ impl<'s> Parser<'s> {
             start,
             end,
         )
+    }
+
+    /// RocketMQ's `checkLessThanOperand`: no literal but a number, no condition.
+    fn orderable(&self, s: &Sub) -> Result<(), FilterError> {
+        let number = matches!(
+            s.node,
+            Node::Lit(Lit::Int(_) | Lit::Long(_) | Lit::Double(_))
+        );
+        if (s.node.is_literal() && !number) || s.node.is_condition() {
+            return err(K::NotComparable(self.text(s)), s.start);
+        }
+        Ok(())
     }
 
     fn comparison(&mut self) -> Result<Sub, FilterError> {
@@ -601,22 +616,20 @@ impl<'s> Parser<'s> {
                 }
             }
         }
-        let copy = Sub {
-            node: value.node.clone(),
-            ..value
+        // RocketMQ builds `value >= low AND value <= high` (`value < low OR value > high`) and
+        // checks those comparisons' operands; one node reads the value once for both.
+        self.orderable(&value)?;
+        self.orderable(&low)?;
+        self.orderable(&high)?;
+        let below = value.height.max(low.height).max(high.height) + 1;
+        let (start, end) = (value.start, high.end);
+        let node = Node::Between {
+            value: Box::new(value.node),
+            low: Box::new(low.node),
+            high: Box::new(high.node),
+            not,
         };
-        let (first, second) = if not {
-            (
-                self.ordered(copy, CmpOp::Lt, low)?,
-                self.ordered(value, CmpOp::Gt, high)?,
-            )
-        } else {
-            (
-                self.ordered(copy, CmpOp::Ge, low)?,
-                self.ordered(value, CmpOp::Le, high)?,
-            )
-        };
-        self.logic(first, second, not)
+        self.node(node, below, start, end)
     }
 
     fn in_list(&mut self, left: Sub, not: bool) -> Result<Sub, FilterError> {
