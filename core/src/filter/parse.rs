@@ -20,6 +20,7 @@ pub(super) fn parse(expr: &str) -> Result<Node, FilterError> {
         src: expr,
         pos: 0,
         ahead: VecDeque::new(),
+        no_line_end_from: usize::MAX,
         depth: 0,
     };
     let top = p.or_expr()?;
@@ -91,44 +92,37 @@ const KEYWORDS: [(&str, Tok<'static>); 12] = [
     ("ENDSWITH", Tok::EndsWith),
 ];
 
+/// A token as an error message names it: as written (keywords in capitals), or what it is.
 fn describe(t: Tok<'_>) -> String {
-    let quoted = |s: &str| {
-        let mut q = String::from("'");
-        q.push_str(s);
-        q.push('\'');
-        q
-    };
-    match t {
-        Tok::Decimal(s) | Tok::Float(s) => s.to_string(),
-        Tok::Str(s) => quoted(s),
-        Tok::Id(s) => {
-            let mut d = String::from("property ");
-            d.push_str(s);
-            d
-        }
-        Tok::Eof => String::from("end of expression"),
-        _ => {
-            let text = KEYWORDS
-                .iter()
-                .find(|(_, k)| *k == t)
-                .map(|(s, _)| *s)
-                .unwrap_or(match t {
-                    Tok::Eq => "=",
-                    Tok::Ne => "<>",
-                    Tok::Gt => ">",
-                    Tok::Ge => ">=",
-                    Tok::Lt => "<",
-                    Tok::Le => "<=",
-                    Tok::LParen => "(",
-                    Tok::Comma => ",",
-                    Tok::RParen => ")",
-                    Tok::Plus => "+",
-                    Tok::Minus => "-",
-                    _ => "?",
-                });
-            quoted(text)
-        }
-    }
+    String::from(match t {
+        Tok::Decimal(s) | Tok::Float(s) => s,
+        Tok::Str(s) => return ["'", s, "'"].concat(),
+        Tok::Id(s) => return ["property ", s].concat(),
+        Tok::Eof => "end of expression",
+        Tok::Not => "NOT",
+        Tok::And => "AND",
+        Tok::Or => "OR",
+        Tok::Between => "BETWEEN",
+        Tok::In => "IN",
+        Tok::True => "TRUE",
+        Tok::False => "FALSE",
+        Tok::Null => "NULL",
+        Tok::Is => "IS",
+        Tok::Contains => "CONTAINS",
+        Tok::StartsWith => "STARTSWITH",
+        Tok::EndsWith => "ENDSWITH",
+        Tok::Eq => "=",
+        Tok::Ne => "<>",
+        Tok::Gt => ">",
+        Tok::Ge => ">=",
+        Tok::Lt => "<",
+        Tok::Le => "<=",
+        Tok::LParen => "(",
+        Tok::Comma => ",",
+        Tok::RParen => ")",
+        Tok::Plus => "+",
+        Tok::Minus => "-",
+    })
 }
 
 struct Parser<'s> {
@@ -137,6 +131,8 @@ struct Parser<'s> {
     pos: usize,
     /// Tokens read ahead (at most two: RocketMQ's parser looks two ahead, never more).
     ahead: VecDeque<Spanned<'s>>,
+    /// Where the source has no line end left (searched once).
+    no_line_end_from: usize,
     /// Parser recursion: parentheses and unary operators.
     depth: usize,
 }
@@ -159,13 +155,22 @@ impl<'s> Parser<'s> {
             }
             let rest = &src[self.pos..];
             if rest.starts_with("--") {
-                // A line comment needs its line end; without one, `--` is two minus signs.
-                match rest.find(['\n', '\r']) {
+                // A line comment needs its line end; without one, `--` is two minus signs
+                // (and the rest is not searched again: lexing stays linear).
+                let line_end = if self.pos < self.no_line_end_from {
+                    rest.find(['\n', '\r'])
+                } else {
+                    None
+                };
+                match line_end {
                     Some(i) => {
                         self.pos += i + 1;
                         continue;
                     }
-                    None => break,
+                    None => {
+                        self.no_line_end_from = self.no_line_end_from.min(self.pos);
+                        break;
+                    }
                 }
             }
             if let Some(body) = rest.strip_prefix("/*") {
