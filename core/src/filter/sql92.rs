@@ -1,4 +1,5 @@
-//! RocketMQ's SQL92 property filter: lexer, parser and evaluator.
+//! RocketMQ's SQL92 property filter: the expression tree and its evaluation (the lexer and
+//! parser are in `parse.rs`).
 //!
 //! # Grammar (RocketMQ 5.5.0's `SelectorParser`, lowest precedence first)
 //!
@@ -35,6 +36,16 @@
 //! evaluation fail (the message is not delivered, whatever the rest of the expression says).
 //! Two strings are ordered (`>`, `<`, …) as doubles. A message matches when the expression
 //! evaluates to TRUE: FALSE, NULL (unknown) and a failure all mean "not delivered".
+//!
+//! RocketMQ's rules that surprise, kept (each has cases in the table):
+//! - `=` is asymmetric: NULL on the left is NULL, NULL on the right only is FALSE, and two
+//!   NULLs are equal (`a = b` is TRUE when both are missing; `'x' <> a` is TRUE when `a` is).
+//! - `CONTAINS`, `STARTSWITH`, `ENDSWITH` and their `NOT` forms are FALSE on a missing property
+//!   or an empty search string, never NULL.
+//! - A property used as a condition (`a AND …`, `NOT a`) is NULL when missing and FALSE
+//!   otherwise (a string is never a boolean); `'true' = TRUE` converts, `TRUE = a` fails.
+//! - A float literal of zero (`0.0`) is refused, and an integer literal is an `Integer` when it
+//!   fits, a `Long` otherwise: `a = 5` fails on `a = '7.5'` and on `a = '3000000000'`.
 
 use alloc::boxed::Box;
 use alloc::vec::Vec;
@@ -65,7 +76,8 @@ pub enum Outcome {
 
 impl Sql92 {
     /// Parses an expression, refusing it with the problem and its position if RocketMQ's parser
-    /// refuses it, or if it exceeds [`MAX_EXPR_LEN`], [`MAX_DEPTH`] or [`MAX_IN_LIST`].
+    /// refuses it, or if it exceeds [`MAX_EXPR_LEN`], [`MAX_DEPTH`](super::MAX_DEPTH) or
+    /// [`MAX_IN_LIST`](super::MAX_IN_LIST).
     ///
     /// # Errors
     /// The first problem found, with its byte offset.
