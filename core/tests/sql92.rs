@@ -72,11 +72,21 @@ fn expression(case: &Value) -> String {
 
 #[test]
 fn every_case_of_the_shared_table() {
-    let path = concat!(env!("CARGO_MANIFEST_DIR"), "/../tests/vectors/sql92.json");
-    let table: Value = serde_json::from_str(&std::fs::read_to_string(path).expect("read table"))
+    run_table("sql92.json", 150);
+}
+
+/// Random expressions (`tests/sql92/random_cases.py`) whose outcomes Apache gave.
+#[test]
+fn every_case_of_the_random_table() {
+    run_table("sql92-random.json", 1000);
+}
+
+fn run_table(name: &str, at_least: usize) {
+    let path = format!("{}/../tests/vectors/{name}", env!("CARGO_MANIFEST_DIR"));
+    let table: Value = serde_json::from_str(&std::fs::read_to_string(&path).expect("read table"))
         .expect("the table is JSON");
     let cases = table["cases"].as_array().expect("cases");
-    assert!(cases.len() >= 150, "the table has {} cases", cases.len());
+    assert!(cases.len() >= at_least, "{name} has {} cases", cases.len());
     let mut failures = Vec::new();
     for (i, case) in cases.iter().enumerate() {
         let expr = expression(case);
