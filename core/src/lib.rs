@@ -21,6 +21,7 @@ pub mod broker;
 pub mod config;
 mod crc;
 pub mod error;
+pub mod filter;
 mod log;
 pub mod record;
 #[cfg(test)]

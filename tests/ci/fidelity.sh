@@ -13,7 +13,11 @@
 #     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
 #     producerConnection, consumerConnection, consumerProgress, queryMsgById,
 #     queryMsgByKey, queryMsgByOffset, resetOffsetByTime (group online and offline) and
-#     deleteTopic, each command's output checked.
+#     deleteTopic, each command's output checked;
+#   - SQL92 filters (issue #34): Apache's own filter module (Maven org.apache.rocketmq:rocketmq-filter
+#     5.5.0, tests/sql92/Sql92Check.java) evaluates every case of tests/vectors/sql92.json and
+#     sql92-random.json and must give what they say, as core/tests/sql92.rs does for Rocklet
+#     (run by rust.sh).
 # Installs into .tools/fidelity (gitignored), idempotently: Go modules and build cache, the
 # Maven repository and the jars (about 80 MB), the compiled Java tests.
 # Run from anywhere: bash tests/ci/fidelity.sh
@@ -55,6 +59,26 @@ if ! cmp -s "$POM" "$JARS/.pom" 2>/dev/null; then
 fi
 rm -rf "$TOOLS/classes"
 javac -d "$TOOLS/classes" -cp "$JARS/*" broker/tests/v4-java/src/*.java
+
+echo "== java: SQL92 table against Apache RocketMQ's filter module"
+SQL_JARS=$TOOLS/sql92-jars
+SQL_POM=tests/sql92/pom.xml
+if ! cmp -s "$SQL_POM" "$SQL_JARS/.pom" 2>/dev/null; then
+  rm -rf "$SQL_JARS"
+  (cd tests/sql92 && mvn -q -B -Dmaven.repo.local="$TOOLS/m2" dependency:copy-dependencies \
+    -DoutputDirectory="$SQL_JARS" -DincludeScope=runtime)
+  cp "$SQL_POM" "$SQL_JARS/.pom"
+fi
+rm -rf "$TOOLS/sql92-classes"
+javac -d "$TOOLS/sql92-classes" -cp "$SQL_JARS/*" tests/sql92/Sql92Check.java
+echo "-- SQL92: tests/vectors/sql92.json and sql92-random.json with rocketmq-filter 5.5.0"
+if timeout 120 java -cp "$SQL_JARS/*:$TOOLS/sql92-classes" Sql92Check tests/vectors/sql92.json \
+  tests/vectors/sql92-random.json; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: SQL92 table against Apache RocketMQ's filter module"
+fi
+
 java_test() { timeout 300 java -cp "$JARS/*:$TOOLS/classes" V4JavaTest "$NS" "$@"; }
 # mqadmin writes its logs and message body files under user.home.
 mqadmin_test() { timeout 300 java -Duser.home="$DIR" -cp "$JARS/*:$TOOLS/classes" AdminTest "$NS"; }
