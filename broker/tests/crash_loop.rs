@@ -523,7 +523,7 @@ async fn crash_loop(sync: bool, mut cut: Cut<'_>) -> Outcome {
         &cfg,
         format!(
             "file_reserved_time_hours = 0.0001\ndelete_when = \"{}\"\nretention_check_interval_ms = 50\n\
-             disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}",
+             disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\ndisk_space_warning_level_ratio = 1.0\n{core}",
             hours.join(";")
         ),
     )
@@ -532,7 +532,7 @@ async fn crash_loop(sync: bool, mut cut: Cut<'_>) -> Outcome {
     let keep = tmp.path().join("keep.toml");
     std::fs::write(
         &keep,
-        format!("disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}"),
+        format!("disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\ndisk_space_warning_level_ratio = 1.0\n{core}"),
     )
     .unwrap();
     let mut retention_runs = 0;

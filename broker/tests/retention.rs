@@ -54,7 +54,7 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
         &cfg,
         format!(
             "file_reserved_time_hours = 0.0001\ndelete_when = \"{}\"\n\
-             retention_check_interval_ms = 20\ndisk_max_used_space_ratio = 1.0\n\
+             retention_check_interval_ms = 20\ndisk_space_warning_level_ratio = 1.0\ndisk_max_used_space_ratio = 1.0\n\
              disk_space_clean_forcibly_ratio = 1.0\n{core}",
             hours.join(";")
         ),
@@ -65,7 +65,7 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
     let keep = tmp.path().join("keep.toml");
     std::fs::write(
         &keep,
-        format!("disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}"),
+        format!("disk_space_warning_level_ratio = 1.0\ndisk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}"),
     )
     .unwrap();
     let keep = keep.to_str().unwrap();

@@ -174,6 +174,7 @@ fn official_clients_read_across_a_retention_boundary_with_the_right_offsets() {
     let data = tmp.path().join("data");
     let common = format!(
         "disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n\
+         disk_space_warning_level_ratio = 1.0\n\
          [core]\nflush = \"sync\"\nsegment_size = 65536\nmax_message_size = 8192\n\
          max_batch_size = 8192\n[[topics]]\nname = \"{TOPIC}\"\nqueues = 1\n"
     );

@@ -20,14 +20,20 @@ import org.apache.rocketmq.common.message.Message;
 import org.apache.rocketmq.common.message.MessageExt;
 
 public class V4Retention {
-    public static void main(String[] args) throws Exception {
+    public static void main(String[] args) {
         String ns = args[0];
-        switch (args[1]) {
-            case "send": send(ns, args[2], Integer.parseInt(args[3]), args[4], Integer.parseInt(args[5])); break;
-            case "pull": pull(ns, args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5])); break;
-            default:
-                System.out.println("FAIL: unknown command " + args[1]);
-                System.exit(1);
+        try {
+            switch (args[1]) {
+                case "send": send(ns, args[2], Integer.parseInt(args[3]), args[4], Integer.parseInt(args[5])); break;
+                case "pull": pull(ns, args[2], args[3], Integer.parseInt(args[4]), Long.parseLong(args[5])); break;
+                default:
+                    System.out.println("FAIL: unknown command " + args[1]);
+                    System.exit(1);
+            }
+        } catch (Exception e) {
+            // The client's threads would keep the JVM up: exit, failing.
+            e.printStackTrace();
+            System.exit(1);
         }
         System.exit(0);
     }
