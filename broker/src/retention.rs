@@ -131,15 +131,37 @@ pub async fn run_once(
     Ok(retention)
 }
 
+/// The environment variable of the crash tests' hook: with it set to N, each run's deletion
+/// stops for N ms — after its first unlink, or before it when the run retired one segment —
+/// and logs `retention paused mid-deletion` first, so a test can kill the broker where
+/// `LOG_START` names the new start and retired files are still on disk
+/// (tests/crash_loop.rs). Unset (as always outside tests), nothing waits.
+pub const PAUSE_ENV: &str = "ROCKLET_TEST_RETENTION_PAUSE_MS";
+
+fn pause_ms() -> Option<u64> {
+    static PAUSE: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *PAUSE.get_or_init(|| std::env::var(PAUSE_ENV).ok()?.parse().ok())
+}
+
 /// Deletes the retired segment files, on a blocking thread (a memory log's were dropped
-/// on the core thread: nothing slow about them).
+/// on the core thread: nothing slow about them). A backup copying one of them holds it
+/// open (it opened its segments with its point, on the core thread, before this run
+/// retired them), so its copy still reads every byte (backup/mod.rs).
 async fn delete(dir: Option<PathBuf>, r: &Retention) -> Result<(), String> {
     let Some(dir) = dir else {
         return Ok(());
     };
     let bases = r.retired.clone();
+    let pause_at = bases.len().min(2) - 1;
     tokio::task::spawn_blocking(move || {
-        for base in bases {
+        for (i, base) in bases.into_iter().enumerate() {
+            if let (Some(ms), true) = (pause_ms(), i == pause_at) {
+                warn!(
+                    before = base,
+                    ms, "retention paused mid-deletion ({PAUSE_ENV})"
+                );
+                std::thread::sleep(Duration::from_millis(ms));
+            }
             let path = dir.join(format!("{base:020}"));
             match std::fs::remove_file(&path) {
                 Ok(()) => {}

@@ -552,3 +552,242 @@ async fn a_backup_after_retention_keeps_where_the_log_starts() {
     assert_eq!(offsets(r.core.clone()).await.1, 101);
     r.stop().await;
 }
+
+/// Backup and retention together (issue 31): retention retires segments before the backup
+/// (the backup holds a `LOG_START` and carried records) and again while the backup copies,
+/// under load. The run while it copies deletes segment files the copy has not reached yet:
+/// the backup must still read them (it holds them open), and its restore is the broker at the
+/// backup's point — the pending transactions pending and checked, the delays (carried twice)
+/// once and not early, the group's offsets, every message acknowledged before the backup
+/// whose segment was still there at its point, and nothing twice.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_backup_while_retention_deletes_segments_restores_what_was_owed() {
+    const SMALL: u64 = 128 * 1024;
+    let mut a = TestBroker::start_with(|c| {
+        c.core.segment_size = SMALL;
+        c.core.max_message_size = 40_000;
+        c.core.max_batch_size = 40_000;
+    })
+    .await;
+    let addr = a.addr();
+    let (core, metrics) = {
+        let r = a.broker.as_ref().unwrap();
+        (r.core.clone(), r.metrics.clone())
+    };
+    let retention = rocklet_broker::config::RetentionConfig {
+        file_reserved_time_hours: 0.0,
+        disk_max_used_space_ratio: 1.0,
+        disk_space_clean_forcibly_ratio: 1.0,
+        ..rocklet_broker::config::RetentionConfig::default()
+    };
+    let c = &mut a.client;
+    let work = tempfile::tempdir().unwrap();
+    let dir = work.path().join("backup");
+
+    // Owed from the first segment on: three pending halves, three delays not yet due.
+    let mut txns = BTreeSet::new();
+    for i in 0..3 {
+        let m = msg(
+            "RtTxn",
+            b"half",
+            pb::MessageType::Transaction,
+            &format!("T{i}"),
+        );
+        txns.insert(send_ok(c, m).await.transaction_id);
+    }
+    let due = wall_ms() + 20_000;
+    for i in 0..3 {
+        let mut m = msg(
+            "RtDelay",
+            b"later",
+            pb::MessageType::Delay,
+            &format!("D{i}"),
+        );
+        m.system_properties.as_mut().unwrap().delivery_timestamp = Some(prost_types::Timestamp {
+            seconds: (due / 1000) as i64,
+            nanos: ((due % 1000) * 1_000_000) as i32,
+        });
+        send_ok(c, m).await;
+    }
+    // 30 KB messages, four a segment.
+    let body = vec![b'o'; 30_000];
+    let fill = |c: &mut Client, topic: &'static str, prefix: &'static str, n: usize| {
+        let mut c = c.clone();
+        let body = body.clone();
+        async move {
+            let mut ids = Vec::new();
+            for i in 0..n {
+                let id = format!("{prefix}{i:04}");
+                send_ok(&mut c, msg(topic, &body, pb::MessageType::Normal, &id)).await;
+                ids.push(id);
+            }
+            ids
+        }
+    };
+    fill(c, "RtOld", "O", 120).await;
+    // The first run: the old segments go, the halves and delays are carried.
+    let first =
+        rocklet_broker::retention::run_once(&core, &SystemClock, &metrics, &retention, true)
+            .await
+            .unwrap();
+    assert!(first.retired.len() >= 20 && first.carried >= 6, "{first:?}");
+
+    // What the backup must hold: a group's progress over RtKeep (acks 20 of 40), then
+    // enough segments that the copy runs long enough for a retention run to land in it.
+    let keep = fill(c, "RtKeep", "K", 40).await;
+    let mut acked = BTreeSet::new();
+    while acked.len() < 20 {
+        let want = (20 - acked.len()).min(16) as i32;
+        for m in receive(c, "RtKeep", "g1", want, 60_000, 1_000)
+            .await
+            .messages
+        {
+            assert_eq!(ack(c, "RtKeep", "g1", &m).await.code, OK);
+            acked.insert(id_of(&m));
+        }
+    }
+    let bulk = fill(c, "RtBulk", "B", 600).await;
+
+    // Load through the backup.
+    let stop = Arc::new(AtomicBool::new(false));
+    let load: Arc<Mutex<HashMap<String, Instant>>> = Arc::default();
+    let loader = {
+        let (stop, load) = (stop.clone(), load.clone());
+        let mut lc = connect(addr).await;
+        tokio::spawn(async move {
+            let mut i = 0u64;
+            while !stop.load(Ordering::SeqCst) {
+                let id = format!("L{i:06}");
+                i += 1;
+                let m = msg("RtLoad", &[b'l'; 2000], pb::MessageType::Normal, &id);
+                let r = send(&mut lc, vec![m]).await;
+                if r.status.is_some_and(|s| s.code == OK) {
+                    load.lock().unwrap().insert(id, Instant::now());
+                }
+            }
+        })
+    };
+    tokio::time::sleep(Duration::from_millis(200)).await;
+
+    // The backup starts; once its copy has begun (its first segment is in DIR: the point
+    // and the segment list were taken), a retention run retires and deletes what it copies.
+    let started = Instant::now();
+    let running = tokio::spawn({
+        let dir = dir.clone();
+        async move { backup(addr, &dir).await }
+    });
+    let first_copied = dir.join(format!("{:020}", first.start));
+    let wait_until = Instant::now() + Duration::from_secs(30);
+    while !first_copied.exists() {
+        assert!(Instant::now() < wait_until, "the backup's copy never began");
+        tokio::time::sleep(Duration::from_millis(1)).await;
+    }
+    let during =
+        rocklet_broker::retention::run_once(&core, &SystemClock, &metrics, &retention, true)
+            .await
+            .unwrap();
+    assert!(
+        !dir.join("BACKUP_MANIFEST").exists(),
+        "the backup ended before retention deleted its segments: the test proves nothing"
+    );
+    assert!(
+        during.retired.len() >= 100 && during.retired[0] == first.start,
+        "the run during the copy deletes the segments it copies: {during:?}"
+    );
+    let printed = running.await.unwrap().unwrap_or_else(|e| {
+        panic!("the backup failed when retention deleted segments it copies: {e}")
+    });
+    let acked_before: BTreeSet<String> = load
+        .lock()
+        .unwrap()
+        .iter()
+        .filter(|(_, &t)| t < started)
+        .map(|(id, _)| id.clone())
+        .collect();
+    assert!(!acked_before.is_empty(), "the load ran");
+    stop.store(true, Ordering::SeqCst);
+    loader.await.unwrap();
+    let segments_deleted = a.dir.path().join(format!("{:020}", first.start));
+    assert!(!segments_deleted.exists(), "retention deleted the file");
+    a.stop().await;
+
+    let restored = work.path().join("restored");
+    let out = restore(&dir, &restored).await.unwrap();
+    assert!(
+        out.contains(&format!("restored log offset {}", printed.log_offset)),
+        "{out}"
+    );
+    let mut cfg = test_config(&restored);
+    cfg.core.segment_size = SMALL;
+    cfg.core.max_message_size = 40_000;
+    cfg.core.max_batch_size = 40_000;
+    let b = server::start(cfg, Arc::new(SystemClock)).await.unwrap();
+    let mut c = connect(b.addr).await;
+    assert_eq!(
+        b.core
+            .inspect(|b| b.pending_transaction_count())
+            .await
+            .unwrap(),
+        3,
+        "the transactions are still pending"
+    );
+    let early = receive(&mut c, "RtDelay", "gd", 16, 60_000, 300)
+        .await
+        .messages;
+    assert!(
+        wall_ms() >= due || early.is_empty(),
+        "a delayed message fired early: {early:?}"
+    );
+    let mut producer = Telemetry::producer(&mut c, &["RtTxn"]).await;
+    let check = producer
+        .next_check(Duration::from_secs(5))
+        .await
+        .expect("a pending transaction is checked");
+    assert!(txns.contains(&check.transaction_id), "{check:?}");
+    drop(producer);
+    // The group resumes where it was; the backup's segments were all there at its point.
+    let left: BTreeSet<String> = drain_ids(&mut c, "RtKeep", "g1")
+        .await
+        .into_iter()
+        .collect();
+    let expected: BTreeSet<String> = keep
+        .iter()
+        .filter(|id| !acked.contains(*id))
+        .cloned()
+        .collect();
+    assert_eq!(left, expected, "group g1 resumes where it was");
+    let mut got = drain_ids(&mut c, "RtBulk", "fresh").await;
+    got.sort();
+    assert!(
+        got == bulk,
+        "every message of the segments retention deleted during the copy, once: {} of {} came",
+        got.len(),
+        bulk.len()
+    );
+    let loaded: BTreeSet<String> = drain_ids(&mut c, "RtLoad", "fresh")
+        .await
+        .into_iter()
+        .collect();
+    let missing: Vec<_> = acked_before.difference(&loaded).collect();
+    assert!(
+        missing.is_empty(),
+        "acknowledged before the backup, missing: {missing:?}"
+    );
+    // RtOld's segments but the one taking appends then went before the backup's point.
+    let mut old = drain_ids(&mut c, "RtOld", "fresh").await;
+    old.sort();
+    let newest: Vec<String> = (120 - old.len()..120).map(|i| format!("O{i:04}")).collect();
+    assert!(
+        old.len() < 20 && old == newest,
+        "what the first run retired is gone, the rest is there once: {old:?}"
+    );
+    // The delays fire once, when due.
+    while wall_ms() < due + 1_000 {
+        tokio::time::sleep(Duration::from_millis(200)).await;
+    }
+    let mut fired = early.iter().map(id_of).collect::<Vec<_>>();
+    fired.extend(drain_ids(&mut c, "RtDelay", "gd").await);
+    fired.sort();
+    assert_eq!(fired, vec!["D0", "D1", "D2"]);
+    b.stop().await;
+}

@@ -54,7 +54,7 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
         &cfg,
         format!(
             "file_reserved_time_hours = 0.0001\ndelete_when = \"{}\"\n\
-             retention_check_interval_ms = 20\ndisk_max_used_space_ratio = 1.0\n\
+             retention_check_interval_ms = 20\ndisk_space_warning_level_ratio = 1.0\ndisk_max_used_space_ratio = 1.0\n\
              disk_space_clean_forcibly_ratio = 1.0\n{core}",
             hours.join(";")
         ),
@@ -65,7 +65,7 @@ async fn kill9_while_retention_retires_segments_loses_nothing_owed() {
     let keep = tmp.path().join("keep.toml");
     std::fs::write(
         &keep,
-        format!("disk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}"),
+        format!("disk_space_warning_level_ratio = 1.0\ndisk_max_used_space_ratio = 1.0\ndisk_space_clean_forcibly_ratio = 1.0\n{core}"),
     )
     .unwrap();
     let keep = keep.to_str().unwrap();
@@ -290,4 +290,84 @@ async fn consumers_below_the_new_first_offset_get_rocketmq_s_answers() {
     let d = metrics.disk.read(&core).await.unwrap();
     assert_eq!(d.oldest_base, Some(start));
     b.stop().await;
+}
+
+/// Committed and delivered messages a queue keeps after its first retained offset are
+/// carried forward when their record goes. A group that acked them before the run must not
+/// get them again after a restart, and a new group gets each once.
+#[tokio::test]
+async fn carried_delivered_delays_are_not_delivered_again_after_a_restart() {
+    let setup = |c: &mut rocklet_broker::config::BrokerConfig| {
+        c.core.segment_size = 65536;
+        c.core.max_message_size = 8192;
+        c.core.max_batch_size = 8192;
+        c.topics = vec![rocklet_broker::config::TopicDecl {
+            name: "Dl".into(),
+            queues: Some(1),
+            message_types: None,
+        }];
+    };
+    let mut b = TestBroker::start_with(setup).await;
+    let due = wall_ms() + 1_500;
+    for i in 0..5 {
+        let mut d = msg("Dl", b"later", pb::MessageType::Delay, &format!("D{i}"));
+        d.system_properties.as_mut().unwrap().delivery_timestamp = Some(prost_types::Timestamp {
+            seconds: (due / 1000) as i64,
+            nanos: ((due % 1000) * 1_000_000) as i32,
+        });
+        send_ok(&mut b.client, d).await;
+    }
+    for i in 0..100 {
+        let m = msg(
+            "Fill",
+            &vec![b'f'; 3000],
+            pb::MessageType::Normal,
+            &format!("F{i}"),
+        );
+        send_ok(&mut b.client, m).await;
+    }
+    send_ok(
+        &mut b.client,
+        msg("Dl", b"now", pb::MessageType::Normal, "N0"),
+    )
+    .await;
+    while wall_ms() < due + 500 {
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    let mut first = drain_ids(&mut b.client, "Dl", "G").await;
+    first.sort();
+    assert_eq!(first, ["D0", "D1", "D2", "D3", "D4", "N0"]);
+    let r = b.broker.as_ref().unwrap();
+    let cfg = RetentionConfig {
+        file_reserved_time_hours: 0.0,
+        disk_max_used_space_ratio: 1.0,
+        disk_space_clean_forcibly_ratio: 1.0,
+        ..RetentionConfig::default()
+    };
+    let ran = rocklet_broker::retention::run_once(&r.core, &SystemClock, &r.metrics, &cfg, true)
+        .await
+        .unwrap();
+    assert!(ran.retired.len() >= 2 && ran.carried >= 5, "{ran:?}");
+    assert!(drain_ids(&mut b.client, "Dl", "G").await.is_empty());
+    let dir = b.stop().await;
+    let mut c = rocklet_broker::config::BrokerConfig::default();
+    c = {
+        let mut t = test_config(dir.path());
+        setup(&mut t);
+        let _ = &mut c;
+        t
+    };
+    let r = rocklet_broker::server::start(c, std::sync::Arc::new(SystemClock))
+        .await
+        .unwrap();
+    let mut client = connect(r.addr).await;
+    let again = drain_ids(&mut client, "Dl", "G").await;
+    let mut fresh = drain_ids(&mut client, "Dl", "Fresh").await;
+    fresh.sort();
+    r.stop().await;
+    assert!(
+        again.is_empty(),
+        "acked before the restart, delivered again: {again:?}"
+    );
+    assert_eq!(fresh, ["D0", "D1", "D2", "D3", "D4", "N0"]);
 }

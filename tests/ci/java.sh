@@ -7,6 +7,15 @@
 # attempt, the next one following; kill -9 of the broker during a FIFO run loses nothing and
 # keeps the order. The program starts and kills the broker itself.
 #
+# Then the official clients across a retention boundary (issue 31,
+# broker/tests/retention_clients.rs): the v4 Java client (rocketmq-client 5.5.0,
+# broker/tests/v4-java/src/V4Retention.java; its jars are fetched into .tools/fidelity/jars as
+# tests/ci/fidelity.sh fetches them, so that part reuses them) and the RocketMQ 5 Python
+# client (rocketmq-python-client 5.1.2, broker/tests/v4-python/v5_client.py, in
+# .tools/java/v5venv) read a one-queue topic whose first segments retention retired: groups
+# below the new first offset start there, caught-up groups lose nothing and get nothing
+# twice, every message id and queue offset is the one its send returned.
+#
 # Installs a JDK (17 or later) and Maven with apt when missing; Maven's repository is
 # .tools/java/m2 (gitignored), so later runs download nothing. About 40 MB on the first run.
 # Run from anywhere: bash tests/ci/java.sh   (ROCKLET_JAVA_SCENARIOS="order retry" for some)
@@ -52,4 +61,30 @@ if ! java -Drocketmq.log.root="$RUN/client-logs" -cp "$OUT/classes:$(cat "$OUT/c
   grep -h ' ERROR ' "$RUN"/client-logs/*.log 2>/dev/null | tail -n 30 || true
   exit 1
 fi
+echo "== java + python: the official v4 Java and v5 Python clients across a retention boundary"
+PY=${PYTHON:-python3}
+V5=$TOOLS/v5venv
+if ! [ -x "$V5/bin/python" ] || ! "$V5/bin/python" -c 'from rocketmq import SimpleConsumer' 2>/dev/null; then
+  if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then
+    apt-get update -qq && apt-get install -y -qq python3-venv >/dev/null
+  fi
+  [ -x "$V5/bin/python" ] || "$PY" -m venv "$V5"
+  "$V5/bin/python" -m pip install -q "rocketmq-python-client==5.1.2"
+fi
+command -v javac >/dev/null || { echo "javac is needed"; exit 1; }
+JARS=$ROOT/.tools/fidelity/jars
+POM=broker/tests/v4-java/pom.xml
+# The jars are fetched again only when the pom changes (fidelity.sh's rule and folder).
+if ! cmp -s "$POM" "$JARS/.pom" 2>/dev/null; then
+  rm -rf "$JARS"
+  (cd broker/tests/v4-java && nice -n 10 mvn -q -B -Dmaven.repo.local="$ROOT/.tools/fidelity/m2" \
+    dependency:copy-dependencies -DoutputDirectory="$JARS" -DincludeScope=runtime)
+  cp "$POM" "$JARS/.pom"
+fi
+CLASSES=$TOOLS/v4-retention-classes
+rm -rf "$CLASSES"
+javac -nowarn -d "$CLASSES" -cp "$JARS/*" broker/tests/v4-java/src/V4Retention.java 2>&1 | { grep -v '^Note:' || true; }
+ROCKLET_PYTHON=$V5/bin/python ROCKLET_V4_CLASSPATH="$JARS/*:$CLASSES" \
+  nice -n 10 cargo test -p rocklet-broker --test retention_clients -- --include-ignored --nocapture 2>&1 |
+  grep -vE "^\s+(at |[0-9]+: )"
 echo "java: done in $(( $(date +%s) - t0 ))s"

@@ -92,6 +92,7 @@ pub(super) fn sync_dir(dir: &Path) -> io::Result<()> {
 /// Brings one file into the backup directory: held, appended to, or copied whole (see the
 /// module doc). Returns its entry and the bytes written (`None`: held as it was).
 fn back_up_file(
+    src: &File,
     src_path: &Path,
     to: &Path,
     name: &str,
@@ -100,8 +101,6 @@ fn back_up_file(
     buf: &mut [u8],
 ) -> io::Result<(Entry, Option<u64>)> {
     let ctx = |e: io::Error, what: &str| io::Error::new(e.kind(), format!("{what}: {e}"));
-    let src =
-        File::open(src_path).map_err(|e| ctx(e, &format!("cannot open {}", src_path.display())))?;
     let size = src.metadata()?.len();
     let data = data.unwrap_or(size);
     if data > size {
@@ -119,7 +118,7 @@ fn back_up_file(
         let same_log = p.size == size
             && held_len == Some(p.size)
             && p.data <= data
-            && head_crc(&src, src_path, p.data, buf)? == p.head;
+            && head_crc(src, src_path, p.data, buf)? == p.head;
         if same_log && p.data == data {
             return Ok((p.clone(), None));
         }
@@ -127,12 +126,12 @@ fn back_up_file(
             // The broker's file grew since (the live segment then): append the new bytes.
             let dst = OpenOptions::new().write(true).open(&dst_path)?;
             let mut crc = crc32fast::Hasher::new_with_initial_len(p.crc, p.data);
-            let n = copy_range(&src, src_path, Some(&dst), p.data, data, &mut crc, buf)?;
+            let n = copy_range(src, src_path, Some(&dst), p.data, data, &mut crc, buf)?;
             dst.sync_all()?;
             let head = if p.data >= HEAD {
                 p.head
             } else {
-                head_crc(&src, src_path, data, buf)?
+                head_crc(src, src_path, data, buf)?
             };
             let entry = Entry {
                 name: name.to_string(),
@@ -154,7 +153,7 @@ fn back_up_file(
         .open(&tmp)
         .map_err(|e| ctx(e, &format!("cannot create {}", tmp.display())))?;
     let mut crc = crc32fast::Hasher::new();
-    let n = copy_range(&src, src_path, Some(&dst), 0, data, &mut crc, buf)?;
+    let n = copy_range(src, src_path, Some(&dst), 0, data, &mut crc, buf)?;
     dst.set_len(size)?;
     dst.sync_all()?;
     drop(dst);
@@ -164,19 +163,25 @@ fn back_up_file(
         size,
         data,
         crc: crc.finalize(),
-        head: head_crc(&src, src_path, data, buf)?,
+        head: head_crc(src, src_path, data, buf)?,
     };
     Ok((entry, Some(n)))
 }
 
-/// The backup's copy (a blocking thread): the segments below `point`, `auth.json`, the
-/// quarantine, then — once `still_there` says the log below the point is the one copied —
-/// the manifest.
+/// Opens `path` for a copy.
+fn open(path: &Path) -> io::Result<File> {
+    File::open(path)
+        .map_err(|e| io::Error::new(e.kind(), format!("cannot open {}: {e}", path.display())))
+}
+
+/// The backup's copy (a blocking thread): the segments below `point` (each with its file,
+/// opened when the point was taken), `auth.json`, the quarantine, then — once `still_there`
+/// says the log below the point is the one copied — the manifest.
 pub(super) fn write_backup(
     data_dir: &Path,
     to: &Path,
     point: u64,
-    bases: &[u64],
+    segments: &[(u64, File)],
     log_start: Option<&[u8]>,
     now: u64,
     still_there: impl FnOnce(&Path) -> Result<(), String>,
@@ -219,10 +224,12 @@ pub(super) fn write_backup(
         }
         files.push(entry);
     };
-    for (i, &base) in bases.iter().enumerate() {
-        let end = bases.get(i + 1).copied().unwrap_or(point);
+    for (i, (base, src)) in segments.iter().enumerate() {
+        let base = *base;
+        let end = segments.get(i + 1).map_or(point, |s| s.0);
         let name = segment_name(base);
         let r = back_up_file(
+            src,
             &data_dir.join(&name),
             to,
             &name,
@@ -248,15 +255,19 @@ pub(super) fn write_backup(
     }
     let auth = data_dir.join(crate::auth::STORE_FILE);
     if auth.exists() {
-        let r = back_up_file(
-            &auth,
-            to,
-            crate::auth::STORE_FILE,
-            None,
-            prior_entry(crate::auth::STORE_FILE),
-            &mut buf,
-        )
-        .map_err(fail(format!("cannot back up {}", auth.display())))?;
+        let r = open(&auth)
+            .and_then(|src| {
+                back_up_file(
+                    &src,
+                    &auth,
+                    to,
+                    crate::auth::STORE_FILE,
+                    None,
+                    prior_entry(crate::auth::STORE_FILE),
+                    &mut buf,
+                )
+            })
+            .map_err(fail(format!("cannot back up {}", auth.display())))?;
         add(r, &mut report);
     }
     let q = data_dir.join(rocklet_core::QUARANTINE_DIR);
@@ -275,7 +286,11 @@ pub(super) fn write_backup(
                 tracing::warn!(file = %q.join(&n).display(), "not a quarantine file name: left out of the backup");
                 continue;
             }
-            let r = back_up_file(&q.join(&n), to, &name, None, prior_entry(&name), &mut buf)
+            let path = q.join(&n);
+            let r = open(&path)
+                .and_then(|src| {
+                    back_up_file(&src, &path, to, &name, None, prior_entry(&name), &mut buf)
+                })
                 .map_err(fail(format!("cannot back up {}", q.join(&n).display())))?;
             add(r, &mut report);
         }

@@ -51,6 +51,13 @@
 //! `size` is the file's length, `data` how many of its first bytes matter (the rest reads as
 //! zeros), `crc` the CRC-32 of those bytes, `head` the CRC-32 of the first [`HEAD`] of them.
 //!
+//! **Retention meanwhile.** The inspection that takes the point also opens every segment
+//! file below it. Retention retires segments on the core thread too and deletes their files
+//! only after (retention.rs), so each file the inspection names is still there; held open,
+//! a segment retention retires and unlinks while the copy runs keeps its bytes until the
+//! copy is done with it (its space comes free then), and the backup is the log at its
+//! point. The file descriptors are one per segment below the point, for the copy's length.
+//!
 //! **Incremental.** A second backup into the same DIR reads its manifest. A file listed
 //! there with the same name and length as the broker's, whose copy in DIR still has that
 //! length, and whose first [`HEAD`] bytes on the broker have the recorded `head` CRC (the
@@ -71,7 +78,7 @@
 //! holds one [`BUF`] buffer; the manifest has a line per file of DIR. DIR must not be in the
 //! data directory, nor hold it.
 
-use std::fs;
+use std::fs::{self, File};
 use std::io;
 use std::path::{Component, Path, PathBuf};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -89,6 +96,7 @@ mod restore;
 mod tests;
 
 use copy::write_backup;
+use manifest::segment_name;
 
 pub use manifest::{read_manifest, Entry, Manifest};
 pub use restore::{refuse_backup_dir, restore, Restored};
@@ -167,25 +175,33 @@ impl Backups {
         // the log starts and what replay from there cannot rebuild; a few KiB of live state),
         // taken here because a retention run replaces it on this thread: the copy then
         // matches the point, never a later start whose carried records lie past it.
-        let (dir, point, bases, epochs, core_time, log_start) = core
+        // The segment files are opened in the same inspection: retention retires segments on
+        // this thread too and deletes their files after it, so each file named here is still
+        // there, and held open it keeps its bytes for the copy when retention unlinks it
+        // meanwhile (the space comes free when the copy closes it).
+        let (dir, point, segments, epochs, core_time, log_start) = core
             .read_log(|b| {
                 let t = Instant::now();
                 let point = b.log_end();
                 let epochs = b.epochs().to_vec();
-                let bases: Vec<u64> = b
-                    .segment_bases()
-                    .iter()
-                    .copied()
-                    .filter(|&s| s < point)
-                    .collect();
                 let dir = match b.storage_mut() {
                     AnyStorage::File(f) => Some(f.dir().to_path_buf()),
                     AnyStorage::Mem(_) => None,
                 };
+                let segments: Vec<(u64, io::Result<File>)> = match &dir {
+                    Some(d) => b
+                        .segment_bases()
+                        .iter()
+                        .copied()
+                        .filter(|&s| s < point)
+                        .map(|s| (s, File::open(d.join(segment_name(s)))))
+                        .collect(),
+                    None => Vec::new(),
+                };
                 let log_start = dir
                     .as_ref()
                     .map(|d| fs::read(d.join(rocklet_core::LOG_START_FILE)));
-                (dir, point, bases, epochs, t.elapsed(), log_start)
+                (dir, point, segments, epochs, t.elapsed(), log_start)
             })
             .await
             .map_err(|e| format!("the broker cannot serve a backup: {e}"))?;
@@ -218,6 +234,16 @@ impl Backups {
                 ));
             }
             tokio::time::sleep(Duration::from_millis(2)).await;
+        }
+        let mut opened = Vec::with_capacity(segments.len());
+        for (base, f) in segments {
+            let f = f.map_err(|e| {
+                format!(
+                    "cannot open segment {}: {e}",
+                    dir.join(segment_name(base)).display()
+                )
+            })?;
+            opened.push((base, f));
         }
         let log_start = match log_start {
             Some(Err(e)) if e.kind() == io::ErrorKind::NotFound => None,
@@ -259,7 +285,7 @@ impl Backups {
                 &dir,
                 &to,
                 point,
-                &bases,
+                &opened,
                 log_start.as_deref(),
                 now,
                 still_there,

@@ -3,12 +3,18 @@ named `rocketmq`), driven by the v4 tests for cross-protocol checks. Prints JSON
 
     v5_client.py send ADDR TOPIC TAG BODY...
     v5_client.py receive ADDR TOPIC GROUP COUNT
+
+`receive` acks what it gets and prints each message's body, tag, keys and message id.
 """
 import json
 import sys
 import time
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+
+
+def view(m):
+    return {"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys), "id": str(m.message_id)}
 
 
 def main():
@@ -39,11 +45,11 @@ def main():
             deadline = time.time() + 30
             while len(got) < count and time.time() < deadline:
                 for m in c.receive(16, 30):
-                    got.append({"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys)})
+                    got.append(view(m))
                     c.ack(m)
             # Anything extra would show up now.
             for m in c.receive(16, 30):
-                got.append({"body": m.body.decode(), "tag": m.tag, "keys": list(m.keys)})
+                got.append(view(m))
             print(json.dumps(got))
         finally:
             c.shutdown()
