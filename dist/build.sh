@@ -232,7 +232,7 @@ if [ "${DIST_CROSS:-1}" != 0 ]; then
   step "release build for x86_64 musl, static (Debian rustc, -Zbuild-std)"
   "${XENV[@]}" RUSTFLAGS="-Clink-self-contained=no" \
     nice -n 10 cargo zigbuild --release --locked --target "$M" "${BUILD_STD[@]}" -p rocklet-broker
-  file "$T/$M/release/rocklet" | grep -q 'statically linked' \
+  file "$T/$M/release/rocklet" | grep 'statically linked' >/dev/null \
     || { file "$T/$M/release/rocklet"; echo "the musl broker is not statically linked" >&2; exit 1; }
   tarball x86_64-linux-musl "$T/$M/release/rocklet" "Linux x86_64, any libc (a static binary: Alpine too)"
 
@@ -266,7 +266,8 @@ ls "$OUT"/rocklet-"$V"-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl 
 
 step "sdist (maturin sdist): pip builds it from source where no wheel fits"
 "$VENV/bin/maturin" sdist -m bindings-python/Cargo.toml -o "$OUT"
-tar -tzf "$OUT/rocklet-$V.tar.gz" | grep -qx "rocklet-$V/build_backend/rocklet_build.py" \
+# (grep without -q: it reads to the end, so tar never dies of SIGPIPE under pipefail)
+tar -tzf "$OUT/rocklet-$V.tar.gz" | grep -x "rocklet-$V/build_backend/rocklet_build.py" >/dev/null \
   || { echo "the sdist lacks the build backend its pyproject.toml names" >&2; exit 1; }
 
 step "checksums and sizes"

@@ -60,7 +60,11 @@ CLIENT_VENV=$TOOLS/dist-client
 # qemu-user for aarch64 ELF files: binfmt_misc mounted, qemu-aarch64 registered (F: the
 # interpreter is opened now, so it works inside a chroot that lacks it).
 [ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-[ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --import qemu-aarch64
+if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
+  # Imported when qemu-user-static was installed, but enabled only if binfmt_misc was mounted.
+  update-binfmts --import qemu-aarch64 >/dev/null 2>&1 || true
+  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64
+fi
 grep -q '^flags:.*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
   || { echo "qemu-aarch64 is not registered with the F flag"; cat /proc/sys/fs/binfmt_misc/qemu-aarch64; exit 1; }
 # The arm64 Debian root (bookworm, minbase, python3 + venv, nodejs), made once, from the
