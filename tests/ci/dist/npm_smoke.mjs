@@ -1,6 +1,6 @@
 // The npm tarballs, installed in a fresh project: rocklet loads its addon from the
 // per-platform package (napi's layout), from CommonJS and ESM. Run in that project:
-//   node npm_smoke.mjs
+//   node npm_smoke.mjs [TRIPLE]     (the addon package expected: default linux-x64-gnu)
 import { createRequire } from 'node:module';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -12,8 +12,9 @@ assert.equal(esm.Broker, cjs.Broker, 'ESM and CommonJS give the same Broker');
 const main = require.resolve('rocklet');
 assert.ok(main.includes('node_modules/rocklet/'), main);
 assert.ok(!fs.existsSync(new URL('./node_modules/rocklet/rocklet.node', import.meta.url)), 'the main package ships no addon');
-const addon = require.resolve('rocklet-linux-x64-gnu');
-assert.ok(addon.endsWith('rocklet.linux-x64-gnu.node'), addon);
+const triple = process.argv[2] ?? 'linux-x64-gnu';
+const addon = require.resolve(`rocklet-${triple}`);
+assert.ok(addon.endsWith(`rocklet.${triple}.node`), addon);
 
 const broker = new esm.Broker({ clock: 'manual' });
 broker.setChecker('PG', async () => 'commit');
@@ -23,4 +24,4 @@ await broker.advance(6000);                                      // the check co
 const got = broker.receive('G', 'T', { invisibleMs: 1000 }).map((m) => m.body.toString());
 assert.deepEqual(got, ['from-the-tarball']);
 assert.throws(() => broker.send('', 'x'), (e) => e instanceof esm.ClientError && e.code === 'INVALID_TOPIC');
-console.log(`npm OK: rocklet from ${main}, addon from ${addon}`);
+console.log(`npm OK (${process.arch}, node ${process.version}): rocklet from ${main}, addon from ${addon}`);
