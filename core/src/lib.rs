@@ -45,9 +45,7 @@ pub use broker::{
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
 pub use log::{Cut, Quarantined, RecoveryReport};
+pub use storage::{check_side_name, LogEnd, MemStorage, Storage, QUARANTINE_DIR};
 #[cfg(feature = "std")]
-pub use storage::{
-    AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE, QUARANTINE_DIR,
-};
-pub use storage::{LogEnd, MemStorage, Storage};
+pub use storage::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE};
 pub use types::*;
