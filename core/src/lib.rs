@@ -19,6 +19,8 @@ extern crate std;
 
 pub mod broker;
 pub mod config;
+#[cfg(test)]
+mod cq_tests;
 mod crc;
 pub mod error;
 mod log;

@@ -374,7 +374,11 @@ impl Storage for MemStorage {
     }
     fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> Result<(), Infallible> {
         debug_assert!(check_side_name(name).is_ok(), "side file name {name}");
-        let f = self.side.entry(String::from(name)).or_default();
+        // No key allocated for a file that exists (the consume queues' appends).
+        if !self.side.contains_key(name) {
+            self.side.insert(String::from(name), Vec::new());
+        }
+        let f = self.side.get_mut(name).expect("inserted");
         let pos = pos as usize;
         if f.len() < pos + data.len() {
             f.resize(pos + data.len(), 0);

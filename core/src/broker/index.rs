@@ -135,7 +135,7 @@ impl<S: Storage> Broker<S> {
             let Some((q, qoff)) = self.visible_place(off)? else {
                 continue;
             };
-            let Some(unit) = self.queues[q as usize].unit(qoff) else {
+            let Some(unit) = self.unit_at(q, qoff)? else {
                 continue;
             };
             let Some(m) = self.read_message(q, qoff, unit)? else {
@@ -178,9 +178,13 @@ impl<S: Storage> Broker<S> {
             Some(qoff) => self.queue_index(&topic_name, queue_id).map(|q| (q, qoff)),
             None => self.moved.get(offset),
         };
-        Ok(place.filter(|&(q, qoff)| {
-            let queue = &self.queues[q as usize];
-            qoff < queue.visible_end() && queue.unit(qoff).is_some_and(|u| u.offset == offset)
-        }))
+        let Some((q, qoff)) = place else {
+            return Ok(None);
+        };
+        if qoff >= self.queues[q as usize].visible_end() {
+            return Ok(None);
+        }
+        let unit = self.unit_at(q, qoff)?;
+        Ok(unit.filter(|u| u.offset == offset).map(|_| (q, qoff)))
     }
 }
