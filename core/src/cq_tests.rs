@@ -5,7 +5,7 @@ use alloc::string::String;
 use alloc::vec;
 use alloc::vec::Vec;
 
-use crate::broker::{CQ_FILE_UNITS, CQ_UNIT_BYTES};
+use crate::broker::{CQ_FILE_UNITS, CQ_UNIT_BYTES, INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS};
 use crate::testing::CrashStorage;
 use crate::*;
 
@@ -247,4 +247,151 @@ fn consume_queue_memory_does_not_grow_with_messages_stored() {
         early <= bound && late <= bound,
         "11x the messages: {early} then {late} bytes, bound {bound}"
     );
+}
+
+// ---- the key index --------------------------------------------------------------------
+
+fn send_keyed<S: Storage>(b: &mut Broker<S>, topic: &str, key: &str, body: &str) -> SendResult {
+    let m = NewMessage {
+        queue_id: Some(0),
+        keys: vec![key.into(), "shared".into()],
+        message_id: Some(alloc::format!("ID-{key}")),
+        ..NewMessage::new(topic, body.as_bytes().to_vec())
+    };
+    match b.execute(0, Request::Send { messages: vec![m] }).unwrap() {
+        Reply::Sent(mut r) => r.remove(0),
+        other => panic!("send failed: {other:?}"),
+    }
+}
+
+fn index_files(b: &mut Broker<impl Storage>) -> Vec<String> {
+    b.storage_mut().side_list(INDEX_DIR).unwrap()
+}
+
+#[test]
+fn the_key_index_lives_in_files_and_finds_keys_and_ids_across_them() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    // Three entries a message (two keys and its id): several files of INDEX_ENTRIES.
+    let n = INDEX_ENTRIES as usize * 2;
+    let sent: Vec<SendResult> = (0..n)
+        .map(|i| {
+            send_keyed(
+                &mut b,
+                "T",
+                &alloc::format!("k{i}"),
+                &alloc::format!("m{i}"),
+            )
+        })
+        .collect();
+    let files = index_files(&mut b);
+    assert!(files.len() >= 5, "{files:?}");
+    assert_eq!(files[0], "index/00000000000000000000");
+    // The oldest, a middle one and the newest (still pending, not yet written).
+    for i in [0, n / 2, n - 1] {
+        let found = b.messages_by_key("T", &alloc::format!("k{i}"), 10).unwrap();
+        assert_eq!(found.len(), 1, "k{i}");
+        assert_eq!(found[0].offset, sent[i].offset);
+        let by_id = b.messages_by_key("T", &sent[i].msg_id, 10).unwrap();
+        assert_eq!(by_id.len(), 1);
+        assert_eq!(by_id[0].offset, sent[i].offset);
+    }
+    assert!(
+        b.messages_by_key("U", "k1", 10).unwrap().is_empty(),
+        "another topic"
+    );
+    // A key every message has: newest first, across files, at most `max`.
+    let shared = b.messages_by_key("T", "shared", 5).unwrap();
+    let offsets: Vec<u64> = shared.iter().map(|m| m.offset).collect();
+    let newest: Vec<u64> = sent.iter().rev().take(5).map(|s| s.offset).collect();
+    assert_eq!(offsets, newest);
+    // A sealed file holds its slots and its entries in the layout the module doc gives.
+    let f = b.storage().side_file(&files[0]).unwrap();
+    assert_eq!(
+        f.len() as u64,
+        u64::from(INDEX_SLOTS) * 4 + u64::from(INDEX_ENTRIES) * 16
+    );
+    let at = INDEX_SLOTS as usize * 4;
+    assert_eq!(
+        &f[at + 4..at + 8],
+        &0u32.to_be_bytes(),
+        "the first entry ends its chain"
+    );
+    assert_eq!(&f[at + 8..at + 16], &sent[0].offset.to_be_bytes());
+    // A reopen rebuilds the files from the log, the same.
+    let before: Vec<(String, Vec<u8>)> = files
+        .iter()
+        .take(files.len() - 1)
+        .map(|n| (n.clone(), b.storage().side_file(n).unwrap().to_vec()))
+        .collect();
+    let mut mem = b.into_storage();
+    mem.set_side_file(&files[1], Some(vec![0xff; 64]));
+    let mut b = Broker::open(cfg(), mem, 0).unwrap();
+    for (name, bytes) in &before {
+        assert_eq!(b.storage().side_file(name), Some(&bytes[..]), "{name}");
+    }
+    let found = b
+        .messages_by_key("T", &alloc::format!("k{}", n / 2), 10)
+        .unwrap();
+    assert_eq!(found[0].offset, sent[n / 2].offset);
+}
+
+#[test]
+fn key_index_memory_does_not_grow_with_messages_stored() {
+    let mut b = Broker::open(cfg(), MemStorage::new(), 0).unwrap();
+    for i in 0..INDEX_ENTRIES {
+        send_keyed(&mut b, "T", &alloc::format!("k{i}"), "m");
+    }
+    let early = b.index_bytes();
+    for i in 0..INDEX_ENTRIES * 6 {
+        send_keyed(&mut b, "T", &alloc::format!("r{i}"), "m");
+    }
+    let late = b.index_bytes();
+    // The newest file's slots, the entries not yet written (and their encoding), the files'
+    // list (16 bytes a file). On main every entry was 16 bytes in memory: 21 *
+    // INDEX_ENTRIES entries here.
+    let bound = INDEX_SLOTS as usize * 4 + (32 << 10);
+    assert!(
+        early <= bound && late <= bound,
+        "7x the messages: {early} then {late} bytes of index, bound {bound}"
+    );
+}
+
+#[test]
+fn retention_removes_index_files_wholly_below_the_log_start() {
+    let small = Config {
+        segment_size: 48 << 10,
+        ..cfg()
+    };
+    let mut b = Broker::open(small.clone(), MemStorage::new(), 0).unwrap();
+    let body = "x".repeat(200);
+    let n = INDEX_ENTRIES as usize;
+    let sent: Vec<SendResult> = (0..n)
+        .map(|i| send_keyed(&mut b, "T", &alloc::format!("k{i}"), &body))
+        .collect();
+    b.sync().unwrap();
+    let files = index_files(&mut b);
+    assert!(files.len() >= 3, "{files:?}");
+    let cut = b.segment_bases()[b.segment_bases().len() - 2];
+    let r = b.retain(0, cut).unwrap();
+    assert!(r.start > 0, "{r:?}");
+    let left = index_files(&mut b);
+    assert!(left.len() < files.len(), "{left:?} of {files:?}");
+    assert_eq!(left.last(), files.last(), "the newest file stays");
+    // What is retained is still found; what went is not.
+    let last = n - 1;
+    let found = b
+        .messages_by_key("T", &alloc::format!("k{last}"), 1)
+        .unwrap();
+    assert_eq!(found[0].offset, sent[last].offset);
+    assert!(b.messages_by_key("T", "k0", 1).unwrap().is_empty());
+    // Every file left holds an entry at or after the log start: the newest in the oldest
+    // one left is at or after it.
+    let oldest_left = b.storage().side_file(&left[0]).unwrap().to_vec();
+    let at = INDEX_SLOTS as usize * 4;
+    let newest = oldest_left[at..]
+        .chunks_exact(16)
+        .map(|e| u64::from_be_bytes(e[8..16].try_into().unwrap()))
+        .max()
+        .unwrap();
+    assert!(newest >= r.start, "{newest} < {}", r.start);
 }

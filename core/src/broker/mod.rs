@@ -33,6 +33,7 @@ mod state;
 mod topics;
 mod transactions;
 
+pub use index::{INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS, MAX_CHAIN};
 pub use message::offset_msg_id;
 use message::*;
 pub use pages::{GroupLag, Page, MAX_PAGE};
@@ -311,6 +312,7 @@ impl<S: Storage> Broker<S> {
         };
         // The consume queues are rebuilt from the log (see `Queue`): their old files go.
         b.clear_consume_queues()?;
+        b.clear_index()?;
         // Retention retired the oldest segments: the log starts where its record says, with
         // what replaying from there cannot rebuild.
         let start = match b.log.storage.log_start().map_err(Error::Storage)? {

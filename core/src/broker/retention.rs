@@ -244,6 +244,10 @@ impl<S: Storage> Broker<S> {
                 return Err(e);
             }
         }
+        if let Err(e) = self.retire_index(cut) {
+            self.fail(format!("dropping message index files failed: {e}"));
+            return Err(e);
+        }
         self.moved.ascending.retain(|e| e.0 >= cut);
         self.moved.rest.retain(|&o, _| o >= cut);
         self.carried_keys.retain(|&r, _| r >= cut);
