@@ -174,6 +174,49 @@ fn a_crash_after_unsynced_consume_queue_writes_loses_nothing_acknowledged() {
 }
 
 #[test]
+fn a_consume_queue_file_that_cannot_be_written_keeps_its_units_until_it_can() {
+    let mut b = Broker::open(cfg(), CrashStorage::new(), 0).unwrap();
+    let mut sent: Vec<u64> = (0..300)
+        .map(|i| send(&mut b, "T", 1, &alloc::format!("m{i}")).offset)
+        .collect();
+    // A full disk for the side files only (the log's segment has room): sends go on, the
+    // units wait in memory and are read from there.
+    b.storage_mut().fail_side_writes = true;
+    sent.extend((0..1_000).map(|i| send(&mut b, "T", 1, &alloc::format!("f{i}")).offset));
+    assert!(b.failed().is_none());
+    let read = |b: &mut Broker<CrashStorage>| -> Vec<u64> {
+        b.consume_queue("T", 1, 0, 100_000)
+            .unwrap()
+            .iter()
+            .map(|u| u.offset)
+            .collect()
+    };
+    assert_eq!(read(&mut b), sent);
+    // Room again: the next try (within 256 more units) writes them all.
+    b.storage_mut().fail_side_writes = false;
+    sent.extend((0..256).map(|i| send(&mut b, "T", 1, &alloc::format!("a{i}")).offset));
+    let file = b.storage().live();
+    let file = file
+        .side_file("consumequeue/T/1/00000000000000000000")
+        .unwrap();
+    assert!(file.len() >= 1_300 * 20, "{}", file.len());
+    assert_eq!(read(&mut b), sent);
+    // A disk that stays full: past CQ_TAIL_MAX units held, the broker fails by name.
+    b.storage_mut().fail_side_writes = true;
+    let mut i = 0;
+    while b.failed().is_none() {
+        send(&mut b, "T", 1, "x");
+        i += 1;
+        assert!(i <= 70_000, "never failed");
+    }
+    assert!(
+        b.failed().unwrap().contains("consume queue"),
+        "{:?}",
+        b.failed()
+    );
+}
+
+#[test]
 fn retention_drops_the_consume_queue_files_below_a_queues_new_first_offset() {
     let small = Config {
         segment_size: 48 << 10,

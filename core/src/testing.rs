@@ -46,6 +46,8 @@ pub struct CrashStorage {
     pub fail_appends: bool,
     /// Fail syncs while this is set (EIO).
     pub fail_syncs: bool,
+    /// Fail side-file writes while this is set (ENOSPC for the files beside the log only).
+    pub fail_side_writes: bool,
     /// Byte ranges a failed sync lost: (segment, from, to). No sync makes them durable.
     lost: Vec<(u64, u64, u64)>,
     /// [`Storage::log_start`]: what reads see, and what a crash leaves (the record is
@@ -233,7 +235,7 @@ impl Storage for CrashStorage {
         Ok(self.live.side_read(name, pos, buf).unwrap_or(0))
     }
     fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> Result<(), Injected> {
-        if self.fail_appends {
+        if self.fail_appends || self.fail_side_writes {
             return Err(Injected("no space left on device".into()));
         }
         crate::storage::check_side_name(name).map_err(|why| Injected(why.into()))?;

@@ -22,6 +22,8 @@ const ENTRY_BYTES: u64 = 16;
 const SLOTS_BYTES: u64 = INDEX_SLOTS as u64 * 4;
 /// Entries held before they are written (one write for them all).
 const PENDING: usize = 512;
+/// Entries held at most while the newest file cannot be written (a full disk): 1 MiB.
+const PENDING_MAX: usize = 65_536;
 
 /// The index (see the module doc).
 #[derive(Default)]
@@ -100,8 +102,15 @@ impl KeyIndex {
         if let Some(f) = self.files.last_mut() {
             f.1 = f.1.max(offset);
         }
-        if self.pending.len() >= PENDING {
-            self.flush(storage)?;
+        // Full: to the file. After a failed write, tried again each PENDING more entries.
+        if self.pending.len() % PENDING == 0 {
+            // A failed write (a full disk) keeps the entries for the next try; past
+            // PENDING_MAX of them the error goes up (and the broker fails).
+            if let Err(e) = self.flush(storage) {
+                if self.pending.len() >= PENDING_MAX {
+                    return Err(e);
+                }
+            }
         }
         Ok(())
     }

@@ -77,6 +77,9 @@ pub const CQ_UNIT_BYTES: u64 = 20;
 pub const CQ_FILE_UNITS: u64 = 300_000;
 /// Units a queue holds in memory before they go to its file (see [`Queue`]).
 pub(super) const CQ_TAIL_UNITS: usize = 256;
+/// Units a queue holds in memory at most while its file cannot be written (a full disk):
+/// 1 MiB. Past it the broker fails.
+pub(super) const CQ_TAIL_MAX: usize = 65_536;
 /// Units in one block of the read cache (a block never spans two files).
 pub(super) const CQ_BLOCK_UNITS: u64 = 1_000;
 /// The directory under the storage's side files that holds the consume queues.
@@ -306,13 +309,16 @@ impl<S: Storage> Broker<S> {
         }
         queue.tail.push(unit);
         queue.end += 1;
-        if queue.tail.len() >= CQ_TAIL_UNITS {
+        // Full: to the file. After a failed write, tried again each CQ_TAIL_UNITS more units.
+        if queue.tail.len() % CQ_TAIL_UNITS == 0 {
             self.flush_tail(q);
         }
     }
 
-    /// Writes a queue's tail to its file(s). A failed write fails the broker (the units
-    /// stay in the tail; the log holds every message, and the next open rebuilds the file).
+    /// Writes a queue's tail to its file(s). A failed write (a full disk) leaves what it did
+    /// not write in the tail, tried again when it is [`CQ_TAIL_UNITS`] longer; past
+    /// [`CQ_TAIL_MAX`] units
+    /// the broker fails (the log holds every message, and the next open rebuilds the file).
     pub(super) fn flush_tail(&mut self, q: u32) {
         let queue = &self.queues[q as usize];
         if queue.tail.is_empty() || self.failed.is_some() {
@@ -320,6 +326,7 @@ impl<S: Storage> Broker<S> {
         }
         let mut at = queue.flushed_end();
         let mut i = 0;
+        let mut failed = None;
         while i < queue.tail.len() {
             let in_file = (CQ_FILE_UNITS - at % CQ_FILE_UNITS) as usize;
             let n = in_file.min(queue.tail.len() - i);
@@ -333,13 +340,20 @@ impl<S: Storage> Broker<S> {
                 .storage
                 .side_write(&self.cq_name, pos, &self.cq_buf)
             {
-                let what = alloc::format!("writing consume queue file {}", self.cq_name);
-                return self.queue_failed(&what, Error::Storage(e));
+                failed = Some(e);
+                break;
             }
             i += n;
             at += n as u64;
         }
-        self.queues[q as usize].tail.clear();
+        let tail = &mut self.queues[q as usize].tail;
+        tail.drain(..i);
+        if let Some(e) = failed {
+            if tail.len() >= CQ_TAIL_MAX {
+                let what = alloc::format!("writing consume queue file {}", self.cq_name);
+                self.queue_failed(&what, Error::Storage(e));
+            }
+        }
     }
 
     /// A consume-queue read or write failed where no error can be returned (applying a
