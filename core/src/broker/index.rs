@@ -103,7 +103,7 @@ impl KeyIndex {
             f.1 = f.1.max(offset);
         }
         // Full: to the file. After a failed write, tried again each PENDING more entries.
-        if self.pending.len() % PENDING == 0 {
+        if self.pending.len().is_multiple_of(PENDING) {
             // A failed write (a full disk) keeps the entries for the next try; past
             // PENDING_MAX of them the error goes up (and the broker fails).
             if let Err(e) = self.flush(storage) {

@@ -310,7 +310,7 @@ impl<S: Storage> Broker<S> {
         queue.tail.push(unit);
         queue.end += 1;
         // Full: to the file. After a failed write, tried again each CQ_TAIL_UNITS more units.
-        if queue.tail.len() % CQ_TAIL_UNITS == 0 {
+        if queue.tail.len().is_multiple_of(CQ_TAIL_UNITS) {
             self.flush_tail(q);
         }
     }
