@@ -570,10 +570,12 @@ impl JsBroker {
     ) -> Result<Unknown<'e>> {
         self.guard(env, |b| {
             let topic: String = read("topic", Some(topic))?;
+            let queue_id = read("queueId", Some(queue_id))?;
             let units = b
                 .host
-                .core()?
-                .consume_queue(&topic, read("queueId", Some(queue_id))?);
+                .core_mut()?
+                .consume_queue(&topic, queue_id, 0, usize::MAX)
+                .map_err(embed::Fail::Host)?;
             out(env, view::node_consume_queue(&units))
         })
     }

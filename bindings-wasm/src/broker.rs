@@ -349,10 +349,15 @@ impl WasmBroker {
     /// The consume-queue units of a queue: `[{offset, size, tagHash, bytes}]`, `bytes` being
     /// the 20 bytes of RocketMQ's ConsumeQueue entry.
     #[wasm_bindgen(js_name = consumeQueue, unchecked_return_type = "CqUnit[]")]
-    pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
-        convert::to_js(&view::consume_queue(
-            &self.core()?.consume_queue(topic, queue_id),
-        ))
+    pub fn consume_queue(&mut self, topic: &str, queue_id: u32) -> Result<JsValue, JsValue> {
+        let units = self
+            .host
+            .core_mut()
+            .map_err(fail)?
+            .consume_queue(topic, queue_id, 0, usize::MAX)
+            .map_err(|e| error::core(&e))?;
+        let view = view::consume_queue(&units);
+        convert::to_js(&view)
     }
 
     /// Commit-log records from log offset `from` (at most `max`), each decoded field by field:

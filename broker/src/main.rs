@@ -156,6 +156,7 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     });
     a.broker_pid = c.broker_pid;
     a.rss_every = c.rss_every;
+    a.rss_max_per_million = c.rss_max_per_million;
     a.retain_every = c.retain_every;
     a.segment_size = c.segment_size;
     Ok(a)

@@ -94,6 +94,10 @@ pub struct Config {
     /// [`Broker::messages_by_key`](crate::Broker::messages_by_key), as RocketMQ's
     /// messageIndexEnable: 16 bytes a key in memory.
     pub index_keys: bool,
+    /// Blocks of consume-queue units (1,000 units, 20,000 bytes of file, a block) the
+    /// broker keeps in memory to serve reads below each queue's recent tail: 16,000 bytes
+    /// a block. The units themselves live in files beside the log (`consumequeue/`).
+    pub cq_cache_blocks: u32,
 }
 
 /// STOREHOST as configured: an IPv4 or IPv6 address and a port (RocketMQ's brokerIP1 and
@@ -182,6 +186,7 @@ impl Default for Config {
             max_scan_units: 800,
             replicated_acks: false,
             index_keys: true,
+            cq_cache_blocks: 64,
         }
     }
 }
@@ -272,6 +277,9 @@ impl Config {
         }
         if self.max_topics == 0 {
             return err("max_topics", "must be at least 1".into());
+        }
+        if self.cq_cache_blocks == 0 {
+            return err("cq_cache_blocks", "must be at least 1".into());
         }
         if self.max_scan_units == 0 {
             return err("max_scan_units", "must be at least 1".into());

@@ -28,7 +28,8 @@ pub trait Storage {
     /// the bytes at `pos` must read as before (zero, or nothing): the storage undoes what it
     /// wrote of them.
     fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> Result<(), Self::Error>;
-    /// Makes every written byte durable.
+    /// Makes every written byte durable: the segments' and the side files' (their
+    /// creation and removal included).
     fn sync(&mut self) -> Result<(), Self::Error>;
     /// Cuts a segment's data at `len` bytes: nothing after it reads as data any more (a
     /// preallocated file keeps its length and holds zeros from there on).
@@ -94,7 +95,65 @@ pub trait Storage {
         let _ = record;
         Ok(false)
     }
+
+    // ---- side files ---------------------------------------------------------------------
+    //
+    // Files the core keeps beside the log: data derived from it (consume queues, the key
+    // index) that it reads back instead of holding in memory. A side file is named by a
+    // relative `/`-separated path of at least two parts ([`check_side_name`]), as
+    // `consumequeue/<topic>/<queue id>/<20-digit offset>`. Its writes become durable at the
+    // next [`Storage::sync`], as the segments' do.
+
+    /// Length in bytes of a side file; `None` when there is none.
+    fn side_len(&mut self, name: &str) -> Result<Option<u64>, Self::Error>;
+    /// Reads up to `buf.len()` bytes at `pos` of a side file; returns how many were read
+    /// (fewer only at its end; 0 when there is no such file).
+    fn side_read(&mut self, name: &str, pos: u64, buf: &mut [u8]) -> Result<usize, Self::Error>;
+    /// Writes bytes at `pos` of a side file, creating it (and the directories it is in) if
+    /// it does not exist; a gap before `pos` reads as zeros.
+    fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> Result<(), Self::Error>;
+    /// Cuts a side file to `len` bytes (nothing when there is no such file).
+    fn side_truncate(&mut self, name: &str, len: u64) -> Result<(), Self::Error>;
+    /// Deletes a side file (nothing when there is none).
+    fn side_remove(&mut self, name: &str) -> Result<(), Self::Error>;
+    /// Names of every side file under the directory `dir` (a side-file path without its
+    /// last part, as `consumequeue` or `consumequeue/T/0`), at any depth, ascending.
+    fn side_list(&mut self, dir: &str) -> Result<Vec<String>, Self::Error>;
 }
+
+/// Why `name` is not a side-file name, or `Ok`: a relative path of at least two
+/// `/`-separated parts (a side file always lives in a directory of its own, never beside
+/// the segments and the storage's own files), each of 1..=255 bytes, none `.` or `..`,
+/// no `\\` or NUL, and not under [`QUARANTINE_DIR`].
+pub fn check_side_name(name: &str) -> Result<(), &'static str> {
+    if name.starts_with('/') {
+        return Err("an absolute path");
+    }
+    if name.contains(['\\', '\0']) {
+        return Err("a backslash or NUL in it");
+    }
+    let mut parts = 0;
+    for part in name.split('/') {
+        if part.is_empty() || part.len() > 255 {
+            return Err("an empty or over-long path part");
+        }
+        if part == "." || part == ".." {
+            return Err("a `.` or `..` path part");
+        }
+        if parts == 0 && part == QUARANTINE_DIR {
+            return Err("under the quarantine directory");
+        }
+        parts += 1;
+    }
+    if parts < 2 {
+        return Err("not in a directory (a side file is `<dir>/<name>` at least)");
+    }
+    Ok(())
+}
+
+/// Where a storage keeps what recovery took out of the log (for files: a directory of
+/// that name beside the segments).
+pub const QUARANTINE_DIR: &str = "quarantine";
 
 /// How far the log reached, kept durably beside the segments (for files: `LOG_END`), so
 /// recovery can tell a log that ends where it should from one whose newest segment went
@@ -119,6 +178,8 @@ pub struct MemStorage {
     spare: Vec<Vec<u8>>,
     /// [`Storage::log_start`].
     log_start: Option<Vec<u8>>,
+    /// Side files: name → bytes.
+    side: BTreeMap<String, Vec<u8>>,
 }
 
 impl fmt::Debug for MemStorage {
@@ -182,6 +243,33 @@ impl MemStorage {
     /// Replaces a segment's bytes (tests use this to corrupt a log).
     pub fn set_segment(&mut self, base: u64, bytes: Vec<u8>) {
         self.segments.insert(base, bytes);
+    }
+    /// The bytes of a side file.
+    #[must_use]
+    pub fn side_file(&self, name: &str) -> Option<&[u8]> {
+        self.side.get(name).map(Vec::as_slice)
+    }
+    /// Bytes the side files hold, all together.
+    #[must_use]
+    pub fn side_bytes(&self) -> u64 {
+        self.side.values().map(|s| s.len() as u64).sum()
+    }
+    /// Replaces (or, with `None`, deletes) a side file's bytes: tests use this to damage
+    /// one, and the crash storage to copy what a sync made durable.
+    pub fn set_side_file(&mut self, name: &str, bytes: Option<Vec<u8>>) {
+        match bytes {
+            Some(b) => {
+                self.side.insert(String::from(name), b);
+            }
+            None => {
+                self.side.remove(name);
+            }
+        }
+    }
+    /// Every side file: name → bytes.
+    #[must_use]
+    pub fn side_files(&self) -> &BTreeMap<String, Vec<u8>> {
+        &self.side
     }
     /// The quarantine: entry name → bytes.
     #[must_use]
@@ -272,12 +360,60 @@ impl Storage for MemStorage {
         self.log_start = Some(record.to_vec());
         Ok(true)
     }
+    fn side_len(&mut self, name: &str) -> Result<Option<u64>, Infallible> {
+        Ok(self.side.get(name).map(|f| f.len() as u64))
+    }
+    fn side_read(&mut self, name: &str, pos: u64, buf: &mut [u8]) -> Result<usize, Infallible> {
+        let Some(f) = self.side.get(name) else {
+            return Ok(0);
+        };
+        let pos = usize::try_from(pos).unwrap_or(usize::MAX).min(f.len());
+        let n = buf.len().min(f.len() - pos);
+        buf[..n].copy_from_slice(&f[pos..pos + n]);
+        Ok(n)
+    }
+    fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> Result<(), Infallible> {
+        debug_assert!(check_side_name(name).is_ok(), "side file name {name}");
+        // No key allocated for a file that exists (the consume queues' appends).
+        if !self.side.contains_key(name) {
+            self.side.insert(String::from(name), Vec::new());
+        }
+        let f = self.side.get_mut(name).expect("inserted");
+        let pos = pos as usize;
+        if f.len() < pos + data.len() {
+            f.resize(pos + data.len(), 0);
+        }
+        f[pos..pos + data.len()].copy_from_slice(data);
+        Ok(())
+    }
+    fn side_truncate(&mut self, name: &str, len: u64) -> Result<(), Infallible> {
+        if let Some(f) = self.side.get_mut(name) {
+            f.truncate(len as usize);
+        }
+        Ok(())
+    }
+    fn side_remove(&mut self, name: &str) -> Result<(), Infallible> {
+        self.side.remove(name);
+        Ok(())
+    }
+    fn side_list(&mut self, dir: &str) -> Result<Vec<String>, Infallible> {
+        let prefix = alloc::format!("{dir}/");
+        Ok(self
+            .side
+            .range(prefix.clone()..)
+            .map(|(k, _)| k)
+            .take_while(|k| k.starts_with(&prefix))
+            .cloned()
+            .collect())
+    }
 }
 
 #[cfg(feature = "std")]
-pub use file::{
-    AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE, QUARANTINE_DIR,
-};
+pub use file::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE};
 
 #[cfg(feature = "std")]
 mod file;
+
+#[cfg(test)]
+#[path = "storage/side_tests.rs"]
+mod side_tests;

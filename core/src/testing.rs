@@ -46,6 +46,8 @@ pub struct CrashStorage {
     pub fail_appends: bool,
     /// Fail syncs while this is set (EIO).
     pub fail_syncs: bool,
+    /// Fail side-file writes while this is set (ENOSPC for the files beside the log only).
+    pub fail_side_writes: bool,
     /// Byte ranges a failed sync lost: (segment, from, to). No sync makes them durable.
     lost: Vec<(u64, u64, u64)>,
     /// [`Storage::log_start`]: what reads see, and what a crash leaves (the record is
@@ -105,6 +107,10 @@ impl CrashStorage {
     /// segment the durable image already holds more of (a later sync completed first) stays.
     pub fn complete_sync(&mut self, mut image: MemStorage) {
         self.syncs += 1;
+        // Side files: the image's are what the sync wrote.
+        for (name, bytes) in image.side_files() {
+            self.durable.set_side_file(name, Some(bytes.clone()));
+        }
         for base in image.segments().unwrap_or_default() {
             let newer = image.segment(base).unwrap_or_default();
             if self
@@ -187,6 +193,16 @@ impl Storage for CrashStorage {
                 let bytes = self.without_lost(base, live.segment(base).unwrap_or_default());
                 durable.set_segment(base, bytes);
             }
+            // Side-file writes after a power cut never reached the disk: the durable image
+            // keeps the side files it had.
+            let side = if self.power_cut() {
+                self.durable.side_files().clone()
+            } else {
+                live.side_files().clone()
+            };
+            for (name, bytes) in side {
+                durable.set_side_file(&name, Some(bytes));
+            }
             self.durable = durable;
         }
         Ok(())
@@ -208,6 +224,34 @@ impl Storage for CrashStorage {
     }
     fn log_start(&mut self) -> Result<Option<Vec<u8>>, Injected> {
         Ok(self.log_start.clone())
+    }
+    // Side files: written to the live image; a sync makes them durable (before a power cut),
+    // a crash leaves what the last sync made durable. Truncations and removals reach the
+    // durable image at the next sync too.
+    fn side_len(&mut self, name: &str) -> Result<Option<u64>, Injected> {
+        Ok(self.live.side_len(name).unwrap_or(None))
+    }
+    fn side_read(&mut self, name: &str, pos: u64, buf: &mut [u8]) -> Result<usize, Injected> {
+        Ok(self.live.side_read(name, pos, buf).unwrap_or(0))
+    }
+    fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> Result<(), Injected> {
+        if self.fail_appends || self.fail_side_writes {
+            return Err(Injected("no space left on device".into()));
+        }
+        crate::storage::check_side_name(name).map_err(|why| Injected(why.into()))?;
+        let _ = self.live.side_write(name, pos, data);
+        Ok(())
+    }
+    fn side_truncate(&mut self, name: &str, len: u64) -> Result<(), Injected> {
+        let _ = self.live.side_truncate(name, len);
+        Ok(())
+    }
+    fn side_remove(&mut self, name: &str) -> Result<(), Injected> {
+        let _ = self.live.side_remove(name);
+        Ok(())
+    }
+    fn side_list(&mut self, dir: &str) -> Result<Vec<String>, Injected> {
+        Ok(self.live.side_list(dir).unwrap_or_default())
     }
     fn record_log_start(&mut self, record: &[u8]) -> Result<bool, Injected> {
         if self.fail_syncs {

@@ -1135,7 +1135,7 @@ fn a_copy_names_the_topic_the_message_was_in_not_a_producers_retry_topic_propert
 }
 
 #[cfg(feature = "std")]
-fn temp_dir(tag: &str) -> std::path::PathBuf {
+pub(crate) fn temp_dir(tag: &str) -> std::path::PathBuf {
     let dir = std::env::temp_dir().join(alloc::format!(
         "rocklet-{tag}-{}-{}",
         std::process::id(),

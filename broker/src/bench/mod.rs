@@ -226,6 +226,9 @@ pub struct BenchArgs {
     /// Embedded runs: every this many stored messages, print the messages stored so far and
     /// the process's resident set, and at the end the bytes of it per stored message.
     pub rss_every: Option<u64>,
+    /// With `rss_every`: the run fails when the resident set grows by more than this many
+    /// bytes per million stored messages (the slope without the bench's ledger).
+    pub rss_max_per_million: Option<u64>,
     /// Embedded runs on file storage: every this many stored messages, retire every sealed
     /// segment (`Broker::retain`, as a retention run does; the files are deleted on another
     /// thread), so the latencies include retention's cost.
@@ -279,6 +282,7 @@ impl BenchArgs {
             tls: None,
             broker_pid: None,
             rss_every: None,
+            rss_max_per_million: None,
             retain_every: None,
             segment_size: None,
         }
@@ -339,6 +343,9 @@ impl BenchArgs {
                     "--rss-every measures this process's memory: use it with --embedded".into(),
                 );
             }
+        }
+        if self.rss_max_per_million.is_some() && self.rss_every.is_none() {
+            return Err("--rss-max-per-million bounds what --rss-every measures: give both".into());
         }
         if let Some(n) = self.retain_every {
             if n == 0 {

@@ -293,6 +293,10 @@ pub(crate) struct BenchCli {
     /// per-message ledger.
     #[arg(long, value_name = "N")]
     pub(crate) rss_every: Option<u64>,
+    /// With --rss-every: fail the run when the resident memory per million stored messages
+    /// (the slope, without the bench's own ledger) is above BYTES.
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) rss_max_per_million: Option<u64>,
     /// With --embedded --storage file: every N stored messages retire every sealed segment
     /// (log retention, forced; the files are deleted on another thread), so the latencies
     /// include its cost.

@@ -517,8 +517,7 @@ impl<S: Storage> Broker<S> {
                 let queue = &mut self.queues[q as usize];
                 // Only an empty queue moves (start_queue_at checks; a forged record does not).
                 if queue.next == 0 && queue.base == 0 {
-                    queue.base = offset;
-                    queue.next = offset;
+                    queue.start_at(offset);
                 }
             }
             StateOp::TopicDeleted { name } => {
@@ -527,6 +526,7 @@ impl<S: Storage> Broker<S> {
                 if topic::classify(name) == TopicKind::User {
                     if let Some(t) = self.topic_ids.remove(name) {
                         self.topics[t as usize].deleted = true;
+                        *self.deleted_names.entry(name.into()).or_default() += 1;
                     }
                 }
             }
@@ -578,7 +578,7 @@ impl<S: Storage> Broker<S> {
                 // is ignored: deliveries exist only for stored messages.
                 let queue = &self.queues[q as usize];
                 let stored = queue.stored_end();
-                if next > stored || entries.iter().any(|&(qoff, _)| queue.unit(qoff).is_none()) {
+                if next > stored || entries.iter().any(|&(qoff, _)| !queue.holds(qoff)) {
                     return;
                 }
                 let pq = self.pops.entry((g, q)).or_default();
@@ -606,7 +606,7 @@ impl<S: Storage> Broker<S> {
                     } else {
                         TraceKind::Received
                     };
-                    let unit_off = self.queues[q as usize].unit(qoff).map_or(off, |u| u.offset);
+                    let unit_off = self.traced_unit_offset(q, qoff, off);
                     self.trace_txn(
                         kind,
                         unit_off,
@@ -642,9 +642,7 @@ impl<S: Storage> Broker<S> {
                             // A FIFO queue's batch is done: its next messages may go out.
                             self.mark_notify(q);
                         }
-                        let unit_off = self.queues[q as usize]
-                            .unit(queue_offset)
-                            .map_or(off, |u| u.offset);
+                        let unit_off = self.traced_unit_offset(q, queue_offset, off);
                         self.trace_txn(TraceKind::Acked, unit_off, q, String::from(group));
                     }
                 }
@@ -706,22 +704,20 @@ impl<S: Storage> Broker<S> {
         let Some((q, qo)) = self.moved.get(from) else {
             return;
         };
-        let Some(queue) = self.queues.get_mut(q as usize) else {
-            return;
-        };
-        let Some(i) = qo
-            .checked_sub(queue.base)
-            .and_then(|i| usize::try_from(i).ok())
-            .filter(|&i| queue.units.get(i).is_some_and(|u| u.offset == from))
-        else {
-            return;
+        // Replaying, the unit is in the tail or the file this run wrote.
+        let old = match self.unit_at(q, qo) {
+            Ok(Some(u)) if u.offset == from => u,
+            Ok(_) => return,
+            Err(e) => return self.queue_failed("reading a consume queue unit", e),
         };
         let unit = CqUnit {
             offset: off,
             size: r.total_size,
-            tag_hash: queue.units[i].tag_hash,
+            tag_hash: old.tag_hash,
         };
-        queue.units[i] = unit;
+        if let Err(e) = self.replace_unit(q, qo, unit) {
+            return self.queue_failed("rewriting a consume queue unit", e);
+        }
         self.moved.insert(off, (q, qo));
         self.carried_units.insert(key, (q, unit));
     }
@@ -747,9 +743,8 @@ impl<S: Storage> Broker<S> {
     }
 
     pub(super) fn push_unit(&mut self, q: u32, unit: CqUnit) {
-        let queue = &mut self.queues[q as usize];
-        queue.units.push(unit);
-        queue.next += 1;
+        self.store_unit(q, unit);
+        self.queues[q as usize].next += 1;
         if self.recovering {
             return;
         }
@@ -757,7 +752,7 @@ impl<S: Storage> Broker<S> {
             self.unsynced.push_back((self.log.end(), q));
         } else {
             let queue = &mut self.queues[q as usize];
-            queue.visible = queue.units.len();
+            queue.visible = queue.len();
             self.mark_notify(q);
         }
     }
@@ -794,6 +789,18 @@ impl<S: Storage> Broker<S> {
                 topic: topic_name.into(),
                 detail,
             }));
+        }
+    }
+
+    /// For a trace event: the log offset of the message at a queue offset (`or` when tracing
+    /// is off, or its unit cannot be read: the event then names the record at `or`).
+    fn traced_unit_offset(&mut self, q: u32, queue_offset: u64, or: u64) -> u64 {
+        if !self.cfg.trace || self.recovering {
+            return or;
+        }
+        match self.unit_at(q, queue_offset) {
+            Ok(Some(u)) => u.offset,
+            _ => or,
         }
     }
 

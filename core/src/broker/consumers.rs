@@ -107,7 +107,7 @@ impl<S: Storage> Broker<S> {
         let mut scanned = 0u64;
         while at < visible && messages.len() < max as usize && scanned < scan_limit {
             scanned += 1;
-            let Some(unit) = self.queues[q as usize].unit(at) else {
+            let Some(unit) = self.unit_at(q, at)? else {
                 break;
             };
             if let TagFilter::Tags(tags) = filter {
@@ -255,26 +255,31 @@ impl<S: Storage> Broker<S> {
                 continue;
             }
             let redeliver_only = fifo && !pq.ready.is_empty();
-            let queue = &self.queues[q as usize];
             // Expired deliveries first, then new messages.
-            let ready: Vec<u64> = pq.ready.iter().copied().take(max - out.len()).collect();
-            for qoff in ready {
-                let size = queue.unit(qoff).map_or(0, |u| u64::from(u.size));
+            let ready: Vec<(u64, u32)> = pq
+                .ready
+                .iter()
+                .take(max - out.len())
+                .map(|&qoff| (qoff, pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1)))
+                .collect();
+            let pq_next = pq.next;
+            for (qoff, attempt) in ready {
+                let size = self.unit_at(q, qoff)?.map_or(0, |u| u64::from(u.size));
                 if out.len() + entries.len() > 0 && bytes + size > cap {
                     full = true;
                     break;
                 }
                 bytes += size;
-                let attempt = pq.inflight.get(&qoff).map_or(1, |i| i.attempt + 1);
                 entries.push((qoff, attempt));
             }
-            let old_next = pq.next.max(queue.base);
+            let queue = &self.queues[q as usize];
+            let old_next = pq_next.max(queue.base);
             let mut next = old_next;
             let visible = queue.visible_end();
             let mut msgs = Vec::new();
             for &(qoff, _) in &entries {
                 // In-flight entries only ever name existing units (apply_state checks).
-                let Some(unit) = self.queues[q as usize].unit(qoff) else {
+                let Some(unit) = self.unit_at(q, qoff)? else {
                     msgs.push(None);
                     continue;
                 };
@@ -286,7 +291,7 @@ impl<S: Storage> Broker<S> {
                     break;
                 }
                 scanned += 1;
-                let Some(unit) = self.queues[q as usize].unit(next) else {
+                let Some(unit) = self.unit_at(q, next)? else {
                     break;
                 };
                 // The tag hash in the consume queue rules most messages out unread.
@@ -589,7 +594,7 @@ impl<S: Storage> Broker<S> {
     /// Copies a received message to `%DLQ%<group>` and retires its delivery, in one atomic
     /// group of two records.
     pub(super) fn dead_letter(&mut self, g: u32, q: u32, qoff: u64, gen: u64) -> Res<(), S> {
-        let Some(unit) = self.queues[q as usize].unit(qoff) else {
+        let Some(unit) = self.unit_at(q, qoff)? else {
             return Ok(());
         };
         let group = self.groups[g as usize].name.clone();

@@ -33,11 +33,12 @@ mod state;
 mod topics;
 mod transactions;
 
+pub use index::{INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS, MAX_CHAIN};
 pub use message::offset_msg_id;
 use message::*;
 pub use pages::{GroupLag, Page, MAX_PAGE};
 use queue::*;
-pub use queue::{tag_hash, CqUnit};
+pub use queue::{tag_hash, CqUnit, CQ_DIR, CQ_FILE_UNITS, CQ_UNIT_BYTES};
 pub use replication::{common_prefix, ReplicationError, Role};
 pub use retention::{Retention, RetentionHold, MAX_CARRY_BYTES};
 use state::*;
@@ -148,6 +149,18 @@ pub struct Broker<S: Storage> {
     /// Records of carried-forward halves and delays that were then committed or delivered:
     /// record → key, so a later run knows the key of the unit reading them.
     carried_keys: BTreeMap<u64, u64>,
+    /// User topics deleted, by name: how many times. A topic made again under a deleted
+    /// name keeps its consume queues apart from the deleted one's (which pending halves
+    /// and delays may still name): `consumequeue/<name>~<times>/`.
+    deleted_names: HashMap<String, u32>,
+    /// Blocks of consume-queue units read back from their files.
+    cq_cache: CqCache,
+    /// Units encoded for a consume-queue file, and its name (reused).
+    cq_buf: Vec<u8>,
+    cq_name: String,
+    /// The first failed consume-queue read or write where no error could be returned (the
+    /// broker failed on it): what an open returns.
+    side_error: Option<Error<S::Error>>,
 }
 
 impl<S: Storage> fmt::Debug for Broker<S> {
@@ -248,6 +261,7 @@ impl<S: Storage> Broker<S> {
     fn open_with(cfg: Config, storage: S, now: Millis, repair: bool) -> Res<Self, S> {
         cfg.validate()?;
         let max_record = cfg.max_message_size.max(4 << 20).saturating_add(1 << 16);
+        let cq_cache = CqCache::new(cfg.cq_cache_blocks as usize);
         let mut b = Broker {
             log: Log::new(storage, cfg.segment_size, max_record),
             cfg,
@@ -290,7 +304,15 @@ impl<S: Storage> Broker<S> {
             carried_total: 0,
             carried_units: BTreeMap::new(),
             carried_keys: BTreeMap::new(),
+            deleted_names: HashMap::new(),
+            cq_cache,
+            cq_buf: Vec::new(),
+            cq_name: String::new(),
+            side_error: None,
         };
+        // The consume queues are rebuilt from the log (see `Queue`): their old files go.
+        b.clear_consume_queues()?;
+        b.clear_index()?;
         // Retention retired the oldest segments: the log starts where its record says, with
         // what replaying from there cannot rebuild.
         let start = match b.log.storage.log_start().map_err(Error::Storage)? {
@@ -314,11 +336,14 @@ impl<S: Storage> Broker<S> {
             }
         }
         b.report = b.log.finish_recovery(rec);
+        if let Some(e) = b.side_error.take() {
+            return Err(e);
+        }
         b.recovering = false;
         // What a previous run of this master acknowledged was replicated then.
         b.replicated = b.log.end();
         for q in &mut b.queues {
-            q.visible = q.units.len();
+            q.visible = q.len();
         }
         b.unsynced.clear();
         b.notify.clear();
@@ -657,6 +682,10 @@ impl<S: Storage> Broker<S> {
     /// it was closed cleanly ([`Storage::record_log_end`]), so the next open knows no write
     /// of this run failed unseen. Append nothing after it; open the storage again to go on.
     pub fn close(&mut self) -> Res<(), S> {
+        self.flush_tails();
+        if let Some(e) = self.side_error.take() {
+            return Err(e);
+        }
         self.sync()?;
         if let Err(e) = self.log.close() {
             self.fail(alloc::format!("closing the log failed: {e}"));
@@ -693,7 +722,7 @@ impl<S: Storage> Broker<S> {
             }
             self.unsynced.pop_front();
             let queue = &mut self.queues[q as usize];
-            if queue.visible < queue.units.len() {
+            if queue.visible < queue.len() {
                 queue.visible += 1;
                 self.mark_notify(q);
             }

@@ -238,7 +238,7 @@ impl<S: Storage> Broker<S> {
         let Some((q, qoff)) = self.visible_place(offset)? else {
             return Ok(None);
         };
-        let Some(unit) = self.queues[q as usize].unit(qoff) else {
+        let Some(unit) = self.unit_at(q, qoff)? else {
             return Ok(None);
         };
         self.read_message(q, qoff, unit)

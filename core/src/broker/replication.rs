@@ -204,7 +204,7 @@ impl<S: Storage> Broker<S> {
         self.tick(now);
         self.role = Role::Master;
         for q in &mut self.queues {
-            q.visible = q.units.len();
+            q.visible = q.len();
         }
         self.replicated = self.log.end();
         self.write_state(&StateOp::Epoch { epoch })?;

@@ -149,7 +149,7 @@ impl<S: Storage> Broker<S> {
             start: self.log.start(),
             ..Retention::default()
         };
-        let (mut cut, held) = self.retention_cut(before);
+        let (mut cut, held) = self.retention_cut(before)?;
         out.held = held;
         if cut <= self.log.start() {
             return Ok(out);
@@ -164,6 +164,7 @@ impl<S: Storage> Broker<S> {
                 .iter()
                 .map(|(&k, &(_, u))| (u.offset, k))
                 .collect();
+            let moved = self.moved_to_carry(cut)?;
             let mut owed: Vec<(u64, u32, Owed)> = self
                 .txns
                 .iter()
@@ -175,7 +176,7 @@ impl<S: Storage> Broker<S> {
                         .filter(|d| d.record < cut)
                         .map(|d| (d.record, d.size, Owed::Delay(d.offset))),
                 )
-                .chain(self.moved_to_carry(cut).into_iter().map(|(r, _, _, n)| {
+                .chain(moved.into_iter().map(|(r, _, _, n)| {
                     let key = self
                         .carried_keys
                         .get(&r)
@@ -217,8 +218,8 @@ impl<S: Storage> Broker<S> {
         // 2. Durable.
         self.sync()?;
         // 3. The record of where the log starts.
-        let starts = self.queue_starts(cut);
-        let record = self.log_start_record(cut, &starts, out.carried_bytes);
+        let starts = self.queue_starts(cut)?;
+        let record = self.log_start_record(cut, &starts, out.carried_bytes)?;
         let bytes = postcard::to_allocvec(&record).expect("postcard to a Vec cannot fail");
         match self.log.storage.record_log_start(&bytes) {
             Ok(true) => {}
@@ -237,14 +238,15 @@ impl<S: Storage> Broker<S> {
         self.retired_total = record.retired_total;
         self.carried_total = record.carried_total;
         for (q, first) in starts {
-            let queue = &mut self.queues[q as usize];
-            let drop = usize::try_from(first.saturating_sub(queue.base))
-                .unwrap_or(usize::MAX)
-                .min(queue.units.len());
-            queue.units.drain(..drop);
-            queue.visible = queue.visible.saturating_sub(drop);
-            queue.base = first.max(queue.base);
-            queue.next = queue.next.max(queue.base);
+            // The log start is recorded: a failure here leaves files a reopen rebuilds.
+            if let Err(e) = self.drop_units_below(q, first) {
+                self.fail(format!("dropping consume queue files failed: {e}"));
+                return Err(e);
+            }
+        }
+        if let Err(e) = self.retire_index(cut) {
+            self.fail(format!("dropping message index files failed: {e}"));
+            return Err(e);
         }
         self.moved.ascending.retain(|e| e.0 >= cut);
         self.moved.rest.retain(|&o, _| o >= cut);
@@ -257,8 +259,25 @@ impl<S: Storage> Broker<S> {
     /// Where a retention run asked to go to `before` may cut: a segment base, at most the
     /// durable (and replicated) point, never the segment taking appends, below every record
     /// that is not carried and still read.
-    fn retention_cut(&self, before: u64) -> (u64, Option<RetentionHold>) {
-        let bases = self.log.segment_bases();
+    fn retention_cut(&mut self, before: u64) -> Res<(u64, Option<RetentionHold>), S> {
+        // Messages out on receive: redelivered after their invisible time, so still read.
+        let out_on_receive: Vec<(u32, u64)> = self
+            .pops
+            .iter()
+            .flat_map(|(&(_, q), pq)| {
+                pq.inflight
+                    .keys()
+                    .chain(pq.ready.iter())
+                    .map(move |&qoff| (q, qoff))
+            })
+            .collect();
+        let mut still_read = Vec::with_capacity(out_on_receive.len());
+        for (q, qoff) in out_on_receive {
+            if let Some(u) = self.unit_at(q, qoff)? {
+                still_read.push(u.offset);
+            }
+        }
+        let bases = self.log.segment_bases().to_vec();
         let floor = |at: u64| -> u64 {
             let i = bases.partition_point(|&b| b <= at);
             if i == 0 {
@@ -285,18 +304,8 @@ impl<S: Storage> Broker<S> {
             durable.min(active),
             RetentionHold::NotDurable { upto: durable },
         );
-        // Messages out on receive: redelivered after their invisible time, so still read.
-        for (&(_, q), pq) in &self.pops {
-            let queue = &self.queues[q as usize];
-            for qoff in pq.inflight.keys().chain(pq.ready.iter()) {
-                if let Some(u) = queue.unit(*qoff) {
-                    hold(
-                        &mut limit,
-                        u.offset,
-                        RetentionHold::InFlight { offset: u.offset },
-                    );
-                }
-            }
+        for offset in still_read {
+            hold(&mut limit, offset, RetentionHold::InFlight { offset });
         }
         if self.role == Role::Replica {
             for t in self.txns.iter() {
@@ -320,20 +329,20 @@ impl<S: Storage> Broker<S> {
         let mut cut = floor(limit);
         if self.role == Role::Replica {
             // Each step lowers the cut below the record found: it ends.
-            while let Some(&(o, ..)) = self.moved_to_carry(cut).first() {
+            while let Some(&(o, ..)) = self.moved_to_carry(cut)?.first() {
                 hold(&mut limit, o, RetentionHold::Moved { offset: o });
                 cut = floor(limit);
             }
         }
-        (cut, held)
+        Ok((cut, held))
     }
 
     /// Committed or delivered messages a queue holds at or after its first retained offset
     /// whose record is below `cut`: (record, queue, queue offset, size), oldest record first.
-    fn moved_to_carry(&self, cut: u64) -> Vec<(u64, u32, u64, u32)> {
-        let starts = self.queue_starts(cut);
+    fn moved_to_carry(&mut self, cut: u64) -> Res<Vec<(u64, u32, u64, u32)>, S> {
+        let starts = self.queue_starts(cut)?;
         let first = |q: u32| starts.iter().find(|s| s.0 == q).map_or(0, |s| s.1);
-        let mut out: Vec<(u64, u32, u64, u32)> = self
+        let candidates: Vec<(u64, u32, u64)> = self
             .moved
             .ascending
             .iter()
@@ -346,35 +355,73 @@ impl<S: Storage> Broker<S> {
                     .map(|(&o, &(q, qo))| (o, q, qo)),
             )
             .filter(|&(_, q, qo)| qo >= first(q))
-            .filter_map(|(o, q, qo)| {
-                // Stale entries (a unit that reads a newer copy now) are skipped.
-                let u = self.queues.get(q as usize)?.unit(qo)?;
-                (u.offset == o).then_some((o, q, qo, u.size))
-            })
             .collect();
+        let mut out = Vec::with_capacity(candidates.len());
+        for (o, q, qo) in candidates {
+            // Stale entries (a unit that reads a newer copy now) are skipped.
+            if let Some(u) = self.unit_at(q, qo)? {
+                if u.offset == o {
+                    out.push((o, q, qo, u.size));
+                }
+            }
+        }
         out.sort_unstable();
-        out
+        Ok(out)
     }
 
     /// Per queue that holds messages below `cut`: its first queue offset whose message's
     /// record is at or after the cut (its end when there is none).
-    fn queue_starts(&self, cut: u64) -> Vec<(u32, u64)> {
+    ///
+    /// Reads each such queue's units from its first to the first at or after the cut: the
+    /// units retention drops, and one more.
+    fn queue_starts(&mut self, cut: u64) -> Res<Vec<(u32, u64)>, S> {
         let mut out = Vec::new();
-        for (q, queue) in self.queues.iter().enumerate() {
-            if queue.units.first().is_none_or(|u| u.offset >= cut) {
-                continue;
+        for q in 0..self.queues.len() as u32 {
+            let (base, end) = (self.queues[q as usize].base, self.queues[q as usize].end);
+            let mut at = base;
+            while at < end {
+                match self.unit_at(q, at)? {
+                    Some(u) if u.offset < cut => at += 1,
+                    _ => break,
+                }
             }
-            let i = queue
-                .units
-                .iter()
-                .position(|u| u.offset >= cut)
-                .unwrap_or(queue.units.len());
-            out.push((q as u32, queue.base + i as u64));
+            if at > base {
+                out.push((q, at));
+            }
         }
-        out
+        Ok(out)
     }
 
-    fn log_start_record(&self, cut: u64, starts: &[(u32, u64)], carried: u64) -> LogStart {
+    fn log_start_record(
+        &mut self,
+        cut: u64,
+        starts: &[(u32, u64)],
+        carried: u64,
+    ) -> Res<LogStart, S> {
+        // Carried-forward messages still in their queue's retained part: their unit (found
+        // through `moved`, which names every unit reading a moved record) reads their record.
+        let mut kept_units = Vec::new();
+        let carried_units: Vec<(u64, u32, CqUnit)> = self
+            .carried_units
+            .iter()
+            .map(|(&k, &(q, u))| (k, q, u))
+            .collect();
+        for (k, q, u) in carried_units {
+            let first = starts
+                .iter()
+                .find(|s| s.0 == q)
+                .map_or(self.queues[q as usize].base, |s| s.1);
+            let Some((mq, qo)) = self.moved.get(u.offset) else {
+                continue;
+            };
+            if u.offset >= cut
+                && mq == q
+                && qo >= first
+                && self.unit_at(q, qo)?.is_some_and(|x| x.offset == u.offset)
+            {
+                kept_units.push((k, q, u));
+            }
+        }
         let retired = self
             .log
             .segment_bases()
@@ -433,24 +480,10 @@ impl<S: Storage> Broker<S> {
             })
             .collect();
         // Only those still in their queue's retained part.
-        let units = self
-            .carried_units
-            .iter()
-            .filter(|(_, (q, u))| {
-                let queue = &self.queues[*q as usize];
-                let first = starts
-                    .iter()
-                    .find(|s| s.0 == *q)
-                    .map_or(queue.base, |s| s.1);
-                u.offset >= cut
-                    && queue.units[usize::try_from(first.saturating_sub(queue.base))
-                        .unwrap_or(usize::MAX)
-                        .min(queue.units.len())..]
-                        .iter()
-                        .any(|x| x.offset == u.offset)
-            })
-            .map(|(&k, (q, u))| {
-                let queue = &self.queues[*q as usize];
+        let units = kept_units
+            .into_iter()
+            .map(|(k, q, u)| {
+                let queue = &self.queues[q as usize];
                 (
                     k,
                     self.topics[queue.topic as usize].name.clone(),
@@ -461,7 +494,7 @@ impl<S: Storage> Broker<S> {
                 )
             })
             .collect();
-        LogStart {
+        Ok(LogStart {
             version: LOG_START_VERSION,
             start: cut,
             topics,
@@ -472,7 +505,7 @@ impl<S: Storage> Broker<S> {
             epochs: self.epochs.clone(),
             retired_total: self.retired_total + retired,
             carried_total: self.carried_total + carried,
-        }
+        })
     }
 
     /// Writes the record at `record` (a half or delayed message of key `key`) again at the
@@ -581,9 +614,7 @@ impl<S: Storage> Broker<S> {
             }
             let t = self.topic_with(name, queue_id + 1, false);
             let q = self.queue_of(t, *queue_id);
-            let queue = &mut self.queues[q as usize];
-            queue.base = *first;
-            queue.next = *first;
+            self.queues[q as usize].start_at(*first);
         }
         for (group, name, queue_id, offset) in &rec.offsets {
             if *queue_id >= MAX_QUEUES {

@@ -91,7 +91,7 @@ impl<S: Storage> Broker<S> {
                     "queue {queue_id} of `{topic_name}` already starts at {} and holds {} \
                      messages: only an empty queue can be started at an offset",
                     queue.base,
-                    queue.units.len()
+                    queue.len()
                 ))));
             }
         }
@@ -111,13 +111,29 @@ impl<S: Storage> Broker<S> {
             .map(|&t| self.topics[t as usize].queues.len() as u32)
     }
 
-    /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file would hold), from
-    /// its first offset ([`Broker::queue_min_offset`]) on.
-    #[must_use]
-    pub fn consume_queue(&self, topic: &str, queue_id: u32) -> Vec<CqUnit> {
-        self.queue_index(topic, queue_id)
-            .map(|q| self.queues[q as usize].units.clone())
-            .unwrap_or_default()
+    /// The consume-queue units of a queue (what RocketMQ's ConsumeQueue file holds) from
+    /// queue offset `from` (at least its first, [`Broker::queue_min_offset`]) on, at most
+    /// `max`.
+    pub fn consume_queue(
+        &mut self,
+        topic: &str,
+        queue_id: u32,
+        from: u64,
+        max: usize,
+    ) -> Res<Vec<CqUnit>, S> {
+        let Some(q) = self.queue_index(topic, queue_id) else {
+            return Ok(Vec::new());
+        };
+        let mut at = from.max(self.queues[q as usize].base);
+        let mut out = Vec::new();
+        while out.len() < max {
+            let Some(u) = self.unit_at(q, at)? else {
+                break;
+            };
+            out.push(u);
+            at += 1;
+        }
+        Ok(out)
     }
 
     /// Visible messages of a queue from `from` on (at most `max`), for tools and test
@@ -136,7 +152,7 @@ impl<S: Storage> Broker<S> {
         let mut out = Vec::new();
         let mut at = from.max(self.queues[q as usize].base);
         while at < visible && out.len() < max {
-            let Some(unit) = self.queues[q as usize].unit(at) else {
+            let Some(unit) = self.unit_at(q, at)? else {
                 break;
             };
             if let Some(m) = self.read_message(q, at, unit)? {
@@ -318,15 +334,12 @@ impl<S: Storage> Broker<S> {
         while (self.topics[t as usize].queues.len() as u32) < min_queues {
             let queue_id = self.topics[t as usize].queues.len() as u32;
             let q = self.queues.len() as u32;
-            self.queues.push(Queue {
-                base: 0,
-                topic: t,
-                queue_id,
-                units: Vec::new(),
-                next: 0,
-                visible: 0,
-                notify: false,
-            });
+            let name = &self.topics[t as usize].name;
+            let queue = match self.deleted_names.get(name) {
+                None => Queue::new(t, name, queue_id),
+                Some(n) => Queue::new(t, &format!("{name}~{n}"), queue_id),
+            };
+            self.queues.push(queue);
             self.topics[t as usize].queues.push(q);
         }
         if !self.recent_topics.contains(&t) {

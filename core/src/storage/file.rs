@@ -1,6 +1,6 @@
 //! Segment files in a directory ([`FileStorage`]), the host's storage for servers.
 
-use super::{LogEnd, Storage};
+use super::{check_side_name, LogEnd, Storage, QUARANTINE_DIR};
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -44,8 +44,18 @@ pub struct FileStorage {
     failed_at: Option<u64>,
     /// `LOG_END` said the last stop was clean.
     was_clean: bool,
+    /// Side files held open, least recently used first (at most [`SIDE_HANDLES`]).
+    pub(super) side_open: Vec<(String, File)>,
+    /// Side files written since their last sync, with the write count of their last write.
+    pub(super) side_dirty: Vec<(String, u64)>,
+    /// Directories under this one whose entries changed (a side file or directory created
+    /// or removed) since their last sync, with the write count then.
+    pub(super) side_dirs: Vec<(PathBuf, u64)>,
     _lock: File,
 }
+
+/// Side files a [`FileStorage`] holds open at most; others are opened when used.
+pub const SIDE_HANDLES: usize = 32;
 
 /// A sync of what a [`FileStorage`] holds now, to run off the thread that owns the
 /// storage (`fdatasync` on duplicated handles), so appends go on while it runs. Take it
@@ -55,6 +65,8 @@ pub struct FileStorage {
 pub struct DetachedSync {
     files: Vec<(u64, u64, File)>,
     dir: Option<(u64, PathBuf)>,
+    pub(super) side: Vec<(String, u64, File)>,
+    pub(super) side_dirs: Vec<(PathBuf, u64)>,
 }
 
 impl DetachedSync {
@@ -62,6 +74,12 @@ impl DetachedSync {
     pub fn run(&self) -> io::Result<()> {
         for (_, _, f) in &self.files {
             f.sync_data()?;
+        }
+        for (_, _, f) in &self.side {
+            f.sync_data()?;
+        }
+        for (d, _) in &self.side_dirs {
+            File::open(d)?.sync_all()?;
         }
         if let Some((_, d)) = &self.dir {
             File::open(d)?.sync_all()?;
@@ -108,6 +126,9 @@ impl FileStorage {
             log_end,
             failed_at,
             was_clean,
+            side_open: Vec::new(),
+            side_dirty: Vec::new(),
+            side_dirs: Vec::new(),
             _lock: lock,
         };
         match log_end {
@@ -225,10 +246,22 @@ impl FileStorage {
             }
         }
         let dir = (self.dir_dirty > 0).then(|| (self.dir_dirty, self.dir.clone()));
-        if files.is_empty() && dir.is_none() {
+        let mut side = Vec::with_capacity(self.side_dirty.len());
+        for (name, at) in self.side_dirty.clone() {
+            if let Some(f) = self.side_file(&name, false)? {
+                side.push((name, at, f.try_clone()?));
+            }
+        }
+        let side_dirs = self.side_dirs.clone();
+        if files.is_empty() && dir.is_none() && side.is_empty() && side_dirs.is_empty() {
             return Ok(None);
         }
-        Ok(Some(DetachedSync { files, dir }))
+        Ok(Some(DetachedSync {
+            files,
+            dir,
+            side,
+            side_dirs,
+        }))
     }
 
     /// Takes back a detached sync: when it succeeded, what it covered and no append has
@@ -240,10 +273,98 @@ impl FileStorage {
         for (base, at, _) in &job.files {
             self.dirty.retain(|(b, w)| !(b == base && w == at));
         }
+        for (name, at, _) in &job.side {
+            self.side_dirty.retain(|(n, w)| !(n == name && w == at));
+        }
+        for (dir, at) in &job.side_dirs {
+            self.side_dirs.retain(|(d, w)| !(d == dir && w == at));
+        }
         if let Some((at, _)) = &job.dir {
             if self.dir_dirty == *at {
                 self.dir_dirty = 0;
             }
+        }
+    }
+
+    /// The path of a side file, once its name is checked ([`check_side_name`]).
+    fn side_path(&self, name: &str) -> io::Result<PathBuf> {
+        check_side_name(name).map_err(|why| {
+            io::Error::new(
+                io::ErrorKind::InvalidInput,
+                format!("`{}` is not a side file name: {why}", name.escape_debug()),
+            )
+        })?;
+        Ok(self.dir.join(name))
+    }
+
+    /// A directory's entries changed: it is synced with the next sync.
+    fn touch_side_dir(&mut self, dir: PathBuf) {
+        self.writes += 1;
+        let at = self.writes;
+        match self.side_dirs.iter_mut().find(|(d, _)| *d == dir) {
+            Some(d) => d.1 = at,
+            None => self.side_dirs.push((dir, at)),
+        }
+    }
+
+    /// A side file's handle, opened (and with `create`, created with the directories it is
+    /// in) when it is not held; `None` when there is no such file and not `create`.
+    fn side_file(&mut self, name: &str, create: bool) -> io::Result<Option<&File>> {
+        if let Some(i) = self.side_open.iter().position(|(n, _)| n == name) {
+            let held = self.side_open.remove(i);
+            self.side_open.push(held);
+            return Ok(self.side_open.last().map(|(_, f)| f));
+        }
+        let path = self.side_path(name)?;
+        let file = match OpenOptions::new().read(true).write(true).open(&path) {
+            Ok(f) => f,
+            Err(e) if e.kind() == io::ErrorKind::NotFound && !create => return Ok(None),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => {
+                // Every directory created, and the one that held the first of them, has a
+                // new entry to sync.
+                let parent = path.parent().unwrap_or(&self.dir).to_path_buf();
+                let mut missing = Vec::new();
+                let mut p = parent.as_path();
+                while !p.exists() && p != self.dir {
+                    missing.push(p.to_path_buf());
+                    p = p.parent().unwrap_or(&self.dir);
+                }
+                let existing = p.to_path_buf();
+                fs::create_dir_all(&parent)?;
+                let f = OpenOptions::new()
+                    .read(true)
+                    .write(true)
+                    .create(true)
+                    .truncate(false)
+                    .open(&path)?;
+                if missing.is_empty() {
+                    self.touch_side_dir(parent);
+                } else {
+                    for d in missing {
+                        self.touch_side_dir(d);
+                    }
+                }
+                if existing == self.dir {
+                    self.touch_dir();
+                } else {
+                    self.touch_side_dir(existing);
+                }
+                f
+            }
+            Err(e) => return Err(e),
+        };
+        if self.side_open.len() >= SIDE_HANDLES {
+            self.side_open.remove(0);
+        }
+        self.side_open.push((String::from(name), file));
+        Ok(self.side_open.last().map(|(_, f)| f))
+    }
+
+    fn side_written(&mut self, name: &str) {
+        self.writes += 1;
+        match self.side_dirty.iter_mut().find(|(n, _)| n == name) {
+            Some(d) => d.1 = self.writes,
+            None => self.side_dirty.push((String::from(name), self.writes)),
         }
     }
 
@@ -328,16 +449,7 @@ impl Storage for FileStorage {
         let Some(f) = self.file(base, false)? else {
             return Ok(0);
         };
-        let mut done = 0;
-        while done < buf.len() {
-            match f.read_at(&mut buf[done..], pos + done as u64) {
-                Ok(0) => break,
-                Ok(n) => done += n,
-                Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(e),
-            }
-        }
-        Ok(done)
+        read_full_at(f, pos, buf)
     }
 
     fn write(&mut self, base: u64, pos: u64, data: &[u8]) -> io::Result<()> {
@@ -369,6 +481,16 @@ impl Storage for FileStorage {
                 f.sync_data()?;
             }
             self.dirty.remove(0);
+        }
+        while let Some((name, _)) = self.side_dirty.first().cloned() {
+            if let Some(f) = self.side_file(&name, false)? {
+                f.sync_data()?;
+            }
+            self.side_dirty.remove(0);
+        }
+        while let Some((dir, _)) = self.side_dirs.first() {
+            File::open(dir)?.sync_all()?;
+            self.side_dirs.remove(0);
         }
         if self.dir_dirty > 0 {
             File::open(&self.dir)?.sync_all()?;
@@ -460,6 +582,78 @@ impl Storage for FileStorage {
         }
     }
 
+    fn side_len(&mut self, name: &str) -> io::Result<Option<u64>> {
+        match self.side_file(name, false)? {
+            Some(f) => Ok(Some(f.metadata()?.len())),
+            None => Ok(None),
+        }
+    }
+
+    fn side_read(&mut self, name: &str, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        let Some(f) = self.side_file(name, false)? else {
+            return Ok(0);
+        };
+        read_full_at(f, pos, buf)
+    }
+
+    fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> io::Result<()> {
+        let f = self.side_file(name, true)?.expect("created");
+        f.write_all_at(data, pos)?;
+        self.side_written(name);
+        Ok(())
+    }
+
+    fn side_truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        if let Some(f) = self.side_file(name, false)? {
+            f.set_len(len)?;
+            self.side_written(name);
+        }
+        Ok(())
+    }
+
+    fn side_remove(&mut self, name: &str) -> io::Result<()> {
+        let path = self.side_path(name)?;
+        self.side_open.retain(|(n, _)| n != name);
+        self.side_dirty.retain(|(n, _)| n != name);
+        match fs::remove_file(&path) {
+            Ok(()) => {
+                self.touch_side_dir(path.parent().unwrap_or(&self.dir).to_path_buf());
+                Ok(())
+            }
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(()),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn side_list(&mut self, dir: &str) -> io::Result<Vec<String>> {
+        // A directory name is checked as a side file in it would be.
+        let root = self.side_path(&format!("{dir}/x"))?;
+        let root = root.parent().unwrap_or(&self.dir).to_path_buf();
+        let mut out = Vec::new();
+        let mut todo = alloc::vec![(root, String::from(dir))];
+        while let Some((path, name)) = todo.pop() {
+            let entries = match fs::read_dir(&path) {
+                Ok(e) => e,
+                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+                Err(e) => return Err(e),
+            };
+            for entry in entries {
+                let entry = entry?;
+                let Some(part) = entry.file_name().to_str().map(String::from) else {
+                    continue;
+                };
+                let full = format!("{name}/{part}");
+                if entry.file_type()?.is_dir() {
+                    todo.push((entry.path(), full));
+                } else {
+                    out.push(full);
+                }
+            }
+        }
+        out.sort_unstable();
+        Ok(out)
+    }
+
     fn quarantine(&mut self, name: &str, data: &[u8]) -> io::Result<()> {
         if name.is_empty() || name.contains(['/', '\\']) || name.starts_with('.') {
             return Err(io::Error::new(
@@ -485,8 +679,19 @@ impl Storage for FileStorage {
     }
 }
 
-/// Where a [`FileStorage`] keeps what recovery took out of the log, in its directory.
-pub const QUARANTINE_DIR: &str = "quarantine";
+/// Reads up to `buf.len()` bytes at `pos`, fewer only at the file's end.
+fn read_full_at(f: &File, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+    let mut done = 0;
+    while done < buf.len() {
+        match f.read_at(&mut buf[done..], pos + done as u64) {
+            Ok(0) => break,
+            Ok(n) => done += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(done)
+}
 
 /// The file in a [`FileStorage`]'s directory that holds its [`LogEnd`]: four lines of
 /// text (`rocklet-log-end 1`, `segment <base>|none`, `end <offset>`, `clean true|false`).
@@ -700,6 +905,42 @@ impl Storage for AnyStorage {
         match self {
             AnyStorage::Mem(m) => m.close_segment(base),
             AnyStorage::File(f) => f.close_segment(base),
+        }
+    }
+    fn side_len(&mut self, name: &str) -> io::Result<Option<u64>> {
+        match self {
+            AnyStorage::Mem(m) => m.side_len(name).map_err(never),
+            AnyStorage::File(f) => f.side_len(name),
+        }
+    }
+    fn side_read(&mut self, name: &str, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
+        match self {
+            AnyStorage::Mem(m) => m.side_read(name, pos, buf).map_err(never),
+            AnyStorage::File(f) => f.side_read(name, pos, buf),
+        }
+    }
+    fn side_write(&mut self, name: &str, pos: u64, data: &[u8]) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.side_write(name, pos, data).map_err(never),
+            AnyStorage::File(f) => f.side_write(name, pos, data),
+        }
+    }
+    fn side_truncate(&mut self, name: &str, len: u64) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.side_truncate(name, len).map_err(never),
+            AnyStorage::File(f) => f.side_truncate(name, len),
+        }
+    }
+    fn side_remove(&mut self, name: &str) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.side_remove(name).map_err(never),
+            AnyStorage::File(f) => f.side_remove(name),
+        }
+    }
+    fn side_list(&mut self, dir: &str) -> io::Result<Vec<String>> {
+        match self {
+            AnyStorage::Mem(m) => m.side_list(dir).map_err(never),
+            AnyStorage::File(f) => f.side_list(dir),
         }
     }
 }

@@ -269,11 +269,27 @@ pub fn run(args: &BenchArgs) -> Result<Outcomes, String> {
         match (p.summary(), p.per_message()) {
             (Some(line), Some((all, broker))) => {
                 notes.push(line);
+                let per_million = broker * 1e6;
+                notes.push(format!(
+                    "rss per million stored messages: {:.2} MiB ({per_million:.0} bytes, without the bench's own ledger)",
+                    per_million / f64::from(1 << 20)
+                ));
                 fields.push(("rss_bytes_per_message".into(), format!("{all:.2}")));
                 fields.push((
                     "rss_bytes_per_message_without_ledger".into(),
                     format!("{broker:.2}"),
                 ));
+                fields.push((
+                    "rss_bytes_per_million_messages".into(),
+                    format!("{per_million:.0}"),
+                ));
+                if let Some(max) = args.rss_max_per_million {
+                    if per_million > max as f64 {
+                        return Err(format!(
+                            "resident memory grows by {per_million:.0} bytes per million stored messages, above --rss-max-per-million {max}: memory grows with the log's history"
+                        ));
+                    }
+                }
             }
             _ => notes.push(format!(
                 "rss per stored message: fewer than three samples of --rss-every {} (store more messages)",
