@@ -576,3 +576,90 @@ fn a_large_pending_backlog_is_carried_over_several_runs() {
     assert_eq!(pending, ids);
     assert!(sim.broker.log_start() > 0);
 }
+
+/// A message committed or delivered just before a run, whose half or schedule record is
+/// below the cut, is the last of its queue (the rest of the traffic went to another queue):
+/// it is carried, not retired with the segment — the queue's first offset stops before it.
+#[test]
+fn a_message_committed_or_delivered_last_in_its_queue_is_carried_not_retired() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    send(&mut sim, "T", 0, body(0));
+    let txn = match sim
+        .request(Request::Prepare {
+            group: "G".into(),
+            message: NewMessage {
+                queue_id: Some(0),
+                ..NewMessage::new("T", "committed late")
+            },
+            check_immunity_ms: Some(3_600_000),
+        })
+        .unwrap()
+    {
+        Reply::Sent(r) => r[0].txn.unwrap(),
+        other => panic!("{other:?}"),
+    };
+    let m = NewMessage {
+        queue_id: Some(0),
+        ..NewMessage::new("T", "delivered late").with_delay(Delay::At(sim.now + 5_000))
+    };
+    sim.request(Request::Send { messages: vec![m] }).unwrap();
+    // Enough traffic on queue 1 for several segments.
+    for i in 1..400 {
+        send(&mut sim, "T", 1, body(i));
+    }
+    // Now the delay comes due and the transaction commits: the last two units of queue 0,
+    // their records in the first segment.
+    sim.advance(10_000).unwrap();
+    let r = sim
+        .request(Request::EndTransaction {
+            txn,
+            resolution: Resolution::Commit,
+            group: Some("G".into()),
+            from_check: false,
+        })
+        .unwrap();
+    assert!(matches!(r, Reply::Ended { .. }), "{r:?}");
+    sim.broker.sync().unwrap();
+    let (before, end) = pull(&mut sim, 0);
+    assert_eq!(before, [0, 1, 2], "queue 0 before: {before:?}");
+    let bases = sim.broker.segment_bases().to_vec();
+    let cut = bases[bases.len() - 2];
+    let r = sim.broker.retain(sim.now, cut).unwrap();
+    assert_eq!(r.start, cut, "{r:?}");
+    for b in &r.retired {
+        sim.broker.storage_mut().remove(*b).unwrap();
+    }
+    let bodies = |sim: &mut Sim<MemStorage>| {
+        let min = sim.broker.queue_min_offset("T", 0).unwrap();
+        let req = Request::Pull {
+            group: "reader".into(),
+            topic: "T".into(),
+            queue_id: 0,
+            offset: Some(min),
+            max: 1000,
+            filter: TagFilter::All,
+            auto_commit: false,
+        };
+        let Reply::Pulled { messages, .. } = sim.request(req).unwrap() else {
+            panic!()
+        };
+        let got: Vec<(u64, String)> = messages
+            .iter()
+            .map(|m| (m.queue_offset, String::from_utf8_lossy(&m.body).into_owned()))
+            .collect();
+        (min, got)
+    };
+    let expected = (
+        1,
+        vec![
+            (1, String::from("delivered late")),
+            (2, String::from("committed late")),
+        ],
+    );
+    assert_eq!(bodies(&mut sim), expected, "after retention");
+    assert_eq!(pull(&mut sim, 1).1, end);
+    let now = sim.now;
+    let storage = sim.broker.into_storage();
+    let mut sim = Sim::with_storage(cfg(), storage, now).unwrap();
+    assert_eq!(bodies(&mut sim), expected, "reopened");
+}

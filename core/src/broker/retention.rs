@@ -369,8 +369,16 @@ impl<S: Storage> Broker<S> {
         Ok(out)
     }
 
-    /// Per queue that holds messages below `cut`: its first queue offset whose message's
-    /// record is at or after the cut (its end when there is none).
+    /// Per queue that holds messages below `cut`: its new first queue offset, just after
+    /// the last message retired with its record.
+    ///
+    /// The units before the first one at or after the cut all read records below it; of
+    /// those, a message sent to the queue went with its segment, but a moved one (a
+    /// committed half, a delivered delay: its record was written before it became visible)
+    /// may have become visible after the cut's records were written — RocketMQ, which
+    /// writes a commit copy, would keep it. So the queue starts after the last sent message
+    /// below the cut; the moved ones after it are carried forward ([`Self::moved_to_carry`]),
+    /// and a moved message made visible last in its queue is never retired unread.
     ///
     /// Reads each such queue's units from its first to the first at or after the cut: the
     /// units retention drops, and one more.
@@ -378,15 +386,20 @@ impl<S: Storage> Broker<S> {
         let mut out = Vec::new();
         for q in 0..self.queues.len() as u32 {
             let (base, end) = (self.queues[q as usize].base, self.queues[q as usize].end);
-            let mut at = base;
+            let (mut at, mut start) = (base, base);
             while at < end {
                 match self.unit_at(q, at)? {
-                    Some(u) if u.offset < cut => at += 1,
+                    Some(u) if u.offset < cut => {
+                        if self.moved.get(u.offset) != Some((q, at)) {
+                            start = at + 1;
+                        }
+                        at += 1;
+                    }
                     _ => break,
                 }
             }
-            if at > base {
-                out.push((q, at));
+            if start > base {
+                out.push((q, start));
             }
         }
         Ok(out)
