@@ -689,6 +689,10 @@ impl<S: Storage> Broker<S> {
             return;
         }
         if let Some(&(q, unit)) = self.carried_units.get(&key) {
+            // Put in already from the record of where the log starts (it headed its queue).
+            if self.moved.get(unit.offset).is_some_and(|(mq, _)| mq == q) {
+                return;
+            }
             self.push_moved(q, unit);
         }
     }

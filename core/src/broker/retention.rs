@@ -110,10 +110,69 @@ pub(super) struct LogStart {
     /// Segments retired and bytes carried forward, all runs together.
     pub(super) retired_total: u64,
     pub(super) carried_total: u64,
+    /// Receiving groups (pop): (group, topic, queue id, next queue offset to hand out). Their
+    /// receive records below the cut go with it, so a reopen would start them again at the
+    /// queue's first offset and deliver what they acked once more (version 2 on).
+    pub(super) pops: Vec<(String, String, u32, u64)>,
+    /// Where each carried unit of `units` sits: (key, queue offset) (version 2 on). Those at
+    /// the head of their queue's retained part go back in on open, before replay: the op
+    /// that committed or delivered them may be below the cut, never to be replayed.
+    pub(super) places: Vec<(u64, u64)>,
 }
 
-/// The [`LogStart`] layout this build writes and reads.
-pub(super) const LOG_START_VERSION: u32 = 1;
+/// Version 1 of [`LogStart`]: the same fields but `pops`.
+#[derive(serde::Deserialize)]
+struct LogStartV1 {
+    version: u32,
+    start: u64,
+    topics: Vec<(String, u32)>,
+    groups: Vec<(String, bool)>,
+    offsets: Vec<(String, String, u32, u64)>,
+    queues: Vec<(String, u32, u64)>,
+    epochs: Vec<(u64, u64)>,
+    units: Vec<(u64, String, u32, u64, u32, i32)>,
+    retired_total: u64,
+    carried_total: u64,
+}
+
+impl From<LogStartV1> for LogStart {
+    fn from(v: LogStartV1) -> Self {
+        LogStart {
+            version: v.version,
+            start: v.start,
+            topics: v.topics,
+            groups: v.groups,
+            offsets: v.offsets,
+            queues: v.queues,
+            epochs: v.epochs,
+            units: v.units,
+            retired_total: v.retired_total,
+            carried_total: v.carried_total,
+            pops: Vec::new(),
+            places: Vec::new(),
+        }
+    }
+}
+
+/// Reads a [`LogStart`] of any version this build knows.
+pub(super) fn decode_log_start(bytes: &[u8]) -> Result<LogStart, String> {
+    let unreadable =
+        |e| format!("the record of where the log starts (LOG_START) is unreadable: {e}");
+    let (version, _) = postcard::take_from_bytes::<u32>(bytes).map_err(unreadable)?;
+    match version {
+        1 => Ok(postcard::from_bytes::<LogStartV1>(bytes)
+            .map_err(unreadable)?
+            .into()),
+        LOG_START_VERSION => postcard::from_bytes(bytes).map_err(unreadable),
+        v => Err(format!(
+            "the record of where the log starts (LOG_START) is version {v}; this build reads \
+             versions 1 to {LOG_START_VERSION}"
+        )),
+    }
+}
+
+/// The [`LogStart`] layout this build writes; it reads this one and version 1.
+pub(super) const LOG_START_VERSION: u32 = 2;
 
 impl<S: Storage> Broker<S> {
     /// Where the log starts: the base of its oldest segment once retention retired the ones
@@ -432,7 +491,7 @@ impl<S: Storage> Broker<S> {
                 && qo >= first
                 && self.unit_at(q, qo)?.is_some_and(|x| x.offset == u.offset)
             {
-                kept_units.push((k, q, u));
+                kept_units.push((k, q, u, qo));
             }
         }
         let retired = self
@@ -493,9 +552,10 @@ impl<S: Storage> Broker<S> {
             })
             .collect();
         // Only those still in their queue's retained part.
+        let places = kept_units.iter().map(|&(k, _, _, qo)| (k, qo)).collect();
         let units = kept_units
             .into_iter()
-            .map(|(k, q, u)| {
+            .map(|(k, q, u, _)| {
                 let queue = &self.queues[q as usize];
                 (
                     k,
@@ -507,8 +567,24 @@ impl<S: Storage> Broker<S> {
                 )
             })
             .collect();
+        let pops = self
+            .pops
+            .iter()
+            .filter(|(_, pq)| pq.next > 0)
+            .map(|(&(g, q), pq)| {
+                let queue = &self.queues[q as usize];
+                (
+                    self.groups[g as usize].name.clone(),
+                    self.topics[queue.topic as usize].name.clone(),
+                    queue.queue_id,
+                    pq.next,
+                )
+            })
+            .collect();
         Ok(LogStart {
             version: LOG_START_VERSION,
+            pops,
+            places,
             start: cut,
             topics,
             groups,
@@ -602,16 +678,7 @@ impl<S: Storage> Broker<S> {
     /// On open: what the record of where the log starts says, before the segments from
     /// there on are replayed. `Err`: a record this build cannot read.
     pub(super) fn apply_log_start(&mut self, bytes: &[u8]) -> Result<u64, String> {
-        let rec: LogStart = postcard::from_bytes(bytes).map_err(|e| {
-            format!("the record of where the log starts (LOG_START) is unreadable: {e}")
-        })?;
-        if rec.version != LOG_START_VERSION {
-            return Err(format!(
-                "the record of where the log starts (LOG_START) is version {}; this build reads \
-                 version {LOG_START_VERSION}",
-                rec.version
-            ));
-        }
+        let rec = decode_log_start(bytes)?;
         for (name, queues) in &rec.topics {
             if *queues <= MAX_QUEUES {
                 self.topic_with(name, *queues, false);
@@ -651,9 +718,60 @@ impl<S: Storage> Broker<S> {
             };
             self.carried_units.insert(*key, (q, unit));
         }
+        // Carried units at the head of their queue's retained part go back in now, in queue
+        // order (replay puts in the others, when it meets the op that made them visible).
+        let mut places = rec.places.clone();
+        places.sort_unstable_by_key(|&(_, qo)| qo);
+        for (key, qo) in places {
+            if let Some(&(q, unit)) = self.carried_units.get(&key) {
+                if self.queues[q as usize].next == qo {
+                    self.push_moved(q, unit);
+                }
+            }
+        }
+        for (group, name, queue_id, next) in &rec.pops {
+            if *queue_id >= MAX_QUEUES {
+                continue;
+            }
+            let g = self.group(group);
+            let t = self.topic_with(name, queue_id + 1, false);
+            let q = self.queue_of(t, *queue_id);
+            let pq = self.pops.entry((g, q)).or_default();
+            pq.next = pq.next.max(*next);
+        }
         self.epochs.clone_from(&rec.epochs);
         self.retired_total = rec.retired_total;
         self.carried_total = rec.carried_total;
         Ok(rec.start)
+    }
+}
+
+#[cfg(test)]
+mod log_start_tests {
+    use super::*;
+
+    #[test]
+    fn a_version_1_record_still_reads_and_an_unknown_version_is_named() {
+        // Version 1's fields in order, as a build before `pops` wrote them.
+        let v1 = postcard::to_allocvec(&(
+            1u32,
+            1024u64,
+            alloc::vec![(String::from("T"), 4u32)],
+            alloc::vec![(String::from("G"), true)],
+            alloc::vec![(String::from("G"), String::from("T"), 0u32, 7u64)],
+            alloc::vec![(String::from("T"), 0u32, 5u64)],
+            alloc::vec![(1u64, 0u64)],
+            Vec::<(u64, String, u32, u64, u32, i32)>::new(),
+            1u64,
+            0u64,
+        ))
+        .unwrap();
+        let r = decode_log_start(&v1).unwrap();
+        assert_eq!((r.version, r.start, r.offsets.len()), (1, 1024, 1));
+        assert!(r.pops.is_empty());
+        let mut v9 = v1.clone();
+        v9[0] = 9;
+        let e = decode_log_start(&v9).err().unwrap();
+        assert!(e.contains("version 9"), "{e}");
     }
 }
