@@ -3,7 +3,7 @@
 //! Java client (broker/tests/cluster-clients, unmodified), each node stopped with SIGTERM
 //! and started again in turn — the replicas first, the master last (`ROCKLET_ROLLING_ROUNDS`
 //! rounds, default 1) — then `rocklet admin cluster handoff` once. A replica that stops
-//! leaves the SyncStateSet at once (its connection closes); the master hands mastership to
+//! stops following and campaigning first; the master hands mastership to
 //! an in-sync replica before it stops (`cluster::node::before_stop`), without waiting for
 //! its lease.
 //!

@@ -40,8 +40,7 @@ const HANDOFF_ELECTION: Duration = Duration::from_secs(3);
 pub struct HandoffSlot {
     asked: std::sync::Mutex<Option<HandoffAsk>>,
     notify: Notify,
-    /// The process stops: a replica stops following (its master drops it from the
-    /// SyncStateSet at once, not after `replica_max_lag_ms`) and never campaigns.
+    /// The process stops: a replica stops following and campaigning.
     leaving: std::sync::atomic::AtomicBool,
 }
 
@@ -300,7 +299,8 @@ impl Node {
                         v.clone_from(&set);
                     }
                     let eligible = set.as_ref().is_none_or(|s| s.members.contains(&me));
-                    if eligible {
+                    // A node that stops (SIGTERM) does not take over on its way out.
+                    if eligible && !self.view.handoff.leaving.load(Ordering::SeqCst) {
                         if let Some((epoch, lease, sent)) = self.campaign(c).await? {
                             // Never returns: the master serves until it fences itself.
                             self.lead(c, epoch, lease, sent).await;
@@ -753,9 +753,15 @@ impl Node {
                         None => info!(to = target, "handed mastership over: this node passes what clients send on to the new master until it is restarted (it then follows as a replica)"),
                     }
                     // Never master again in this process: its core holds a log the new
-                    // master goes on from, so it must start again to follow.
+                    // master goes on from, so it must start again to follow. Until then it
+                    // keeps learning the master, for what it passes on.
                     loop {
-                        std::future::pending::<()>().await;
+                        tokio::time::sleep(POLL).await;
+                        if let Ok(m) = self.master(c).await {
+                            if let Ok(mut v) = self.view.master.write() {
+                                *v = m.map(|m| m.0).filter(|m| m.node != me);
+                            }
+                        }
                     }
                 }
                 if let Some((_, reply)) = here {
@@ -895,10 +901,8 @@ fn replica_lag_ms(acked: u64, caught_up_at: Instant, log_end: u64, now: Instant)
 
 /// The master's next SyncStateSet, from what it knows of its replicas now.
 ///
-/// A member stays while it is connected and keeps up: it held the whole log within `max_lag`
-/// (a replica that stopped acknowledging with its connection open goes once that runs out;
-/// one whose connection closed, as a replica that stops does, goes at once: every write
-/// would wait for it). A replica
+/// A member stays while it keeps up: it held the whole log within `max_lag` (a replica that
+/// stopped acknowledging, its connection open or not, goes once that runs out). A replica
 /// comes (back) in only when it is connected, holds everything acknowledged so far
 /// (`released`) *and* keeps up by the same rule. Without the last condition a stalled member
 /// came back at once: its own stalled acknowledgement held `released` where it was, so it
@@ -919,7 +923,7 @@ fn next_sync_state_set(
     let mut next: Vec<u32> = set
         .iter()
         .copied()
-        .filter(|&n| n == me || table.get(&n).is_some_and(|s| s.connected && keeps_up(s)))
+        .filter(|&n| n == me || table.get(&n).is_some_and(keeps_up))
         .collect();
     let mut ids: Vec<u32> = table.keys().copied().collect();
     ids.sort_unstable();
@@ -965,18 +969,6 @@ mod sync_state_set_tests {
         assert_eq!(next, [1, 3], "node 2 must leave and not come straight back");
         // Once out it stays out while it is behind, even holding everything released.
         let next = next_sync_state_set(&[1, 3], 1, &table, 1_000, 50_000, now, LAG);
-        assert_eq!(next, [1, 3]);
-    }
-
-    #[test]
-    fn a_member_whose_connection_closed_leaves_at_once() {
-        let now = Instant::now();
-        // Node 2 acknowledged the whole log a moment ago, then its connection closed (it
-        // stopped): it leaves now, not once `max_lag` runs out.
-        let mut gone = replica(50_000, Duration::from_millis(10), now);
-        gone.connected = false;
-        let table = HashMap::from([(2, gone), (3, replica(50_000, Duration::ZERO, now))]);
-        let next = next_sync_state_set(&[1, 2, 3], 1, &table, 50_000, 50_100, now, LAG);
         assert_eq!(next, [1, 3]);
     }
 
