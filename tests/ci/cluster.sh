@@ -26,8 +26,8 @@
 #   rolling restart with SIGTERM, the replicas first, the master last (it hands mastership to
 #   an in-sync replica before it stops), then `rocklet admin cluster handoff`; nothing
 #   acknowledged lost, nothing rolled back delivered, the longest gap between acknowledgements
-#   printed per client and asserted (admin handoff < 1 s; rolling restart v4 < 1 s, Python
-#   < 2 s: its gRPC reconnect backoff after the old master's address refuses).
+#   printed per client and asserted (v4 < 1 s; Python < 2 s: its gRPC reconnect backoff
+#   after the restarting node's address refuses).
 # - broker/tests/cluster_backup.rs: `rocklet admin backup` against a replica's listener, the
 #   backup restored into a standalone broker that serves every acknowledged message.
 # Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
