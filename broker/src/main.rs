@@ -16,8 +16,8 @@ use tracing_subscriber::EnvFilter;
 mod cli;
 
 use cli::{
-    AclCmd, AdminCmd, BenchCli, BenchMode, BenchStorage, BrokerArgs, Cli, Cmd, Flush, ImportArgs,
-    ReadArgs, Replication, SendArgs, UserCmd,
+    AclCmd, AdminCmd, BenchCli, BenchMode, BenchStorage, BrokerArgs, Cli, ClusterCmd, Cmd, Flush,
+    ImportArgs, ReadArgs, Replication, SendArgs, UserCmd,
 };
 
 fn send_cmd(a: SendArgs) -> Result<Vec<rocklet_broker::client::Outgoing>, String> {
@@ -427,10 +427,32 @@ fn main() -> ExitCode {
                 }
                 AdminCmd::Acl(AclCmd::List { user }) => sec::acl_list(&broker, &user).await?,
                 AdminCmd::Topics => admin::client::topics(&broker).await?,
-                AdminCmd::Cluster { cluster, prefix } => {
+                AdminCmd::Cluster {
+                    action:
+                        Some(ClusterCmd::Handoff {
+                            cluster,
+                            prefix,
+                            broker_name,
+                            to,
+                        }),
+                    ..
+                } => {
+                    let etcd = rocklet_broker::cluster::ClusterConfig::parse_endpoints(&cluster)?;
+                    rocklet_broker::cluster::handoff(&etcd, &prefix, &broker_name, to).await?
+                }
+                AdminCmd::Cluster {
+                    cluster: Some(cluster),
+                    prefix,
+                    action: None,
+                } => {
                     let etcd = rocklet_broker::cluster::ClusterConfig::parse_endpoints(&cluster)?;
                     rocklet_broker::cluster::describe(&etcd, &prefix).await?
                 }
+                AdminCmd::Cluster {
+                    cluster: None,
+                    action: None,
+                    ..
+                } => return Err("rocklet admin cluster: --cluster etcd=URL is required".into()),
                 AdminCmd::Pending { limit } => admin::client::pending(&broker, limit).await?,
                 AdminCmd::Group {
                     name,

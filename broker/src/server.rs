@@ -463,7 +463,12 @@ impl RunningBroker {
 
     /// Stops accepting, lets in-flight calls finish (long polls are cut short), flushes the
     /// log and stops the core thread.
-    pub async fn stop(mut self) {
+    pub async fn stop(self) {
+        self.stop_within(STREAMS_GRACE).await;
+    }
+
+    /// [`RunningBroker::stop`], waiting at most `grace` for open gRPC calls and streams.
+    pub async fn stop_within(mut self, grace: std::time::Duration) {
         if let Some(t) = self.metrics_task.take() {
             t.abort();
         }
@@ -490,10 +495,13 @@ impl RunningBroker {
         }
         if let Some(server) = self.server.take() {
             // Telemetry streams never end by themselves: give the server a moment, then go on.
-            match tokio::time::timeout(std::time::Duration::from_secs(2), server).await {
+            match tokio::time::timeout(grace, server).await {
                 Ok(Ok(Err(e))) => warn!(error = %e, "gRPC server stopped with an error"),
                 Ok(_) => {}
-                Err(_) => info!("open streams did not close within 2 s; stopping anyway"),
+                Err(_) => info!(
+                    ?grace,
+                    "open streams did not close in time; stopping anyway"
+                ),
             }
         }
         self.core.shutdown().await;
@@ -524,6 +532,14 @@ pub fn store_host(addr: SocketAddr, configured: StoreHost) -> StoreHost {
     }
 }
 
+/// How long a stop waits for open gRPC calls and streams.
+const STREAMS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
+
+/// The same wait on a master that has just handed mastership over: what it has not
+/// answered yet it never will (the new master has what it released), and every client
+/// waiting on it waits until this node serves again (restarted, as a replica).
+const HANDED_OVER_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
+
 /// How long the stop after a [`Fatal`] failure may take before the process exits anyway.
 const FATAL_STOP_LIMIT: std::time::Duration = std::time::Duration::from_secs(5);
 
@@ -542,8 +558,20 @@ pub async fn run_until_signal(cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Resul
     };
     match fatal {
         None => {
+            // Cluster mode: a master first hands mastership to an in-sync replica, so the
+            // group goes on without waiting for its lease to expire.
+            let handed_over = match &running.cluster {
+                Some((view, _)) => crate::cluster::node::before_stop(view).await,
+                None => false,
+            };
             info!("signal received: flushing and stopping");
-            running.stop().await;
+            running
+                .stop_within(if handed_over {
+                    HANDED_OVER_GRACE
+                } else {
+                    STREAMS_GRACE
+                })
+                .await;
             info!("stopped");
             Ok(())
         }

@@ -256,6 +256,19 @@ pub fn put(key: &str, value: Vec<u8>, lease: i64) -> pb::RequestOp {
     }
 }
 
+/// Deletes `key`, inside a transaction.
+#[must_use]
+pub fn delete(key: &str) -> pb::RequestOp {
+    pb::RequestOp {
+        request: Some(pb::request_op::Request::RequestDeleteRange(
+            pb::DeleteRangeRequest {
+                key: key.as_bytes().to_vec(),
+                ..Default::default()
+            },
+        )),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

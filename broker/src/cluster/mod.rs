@@ -209,6 +209,10 @@ impl ClusterConfig {
 #[derive(Clone, Debug)]
 pub struct Keys {
     pub lag: String,
+    /// A handoff asked of the master (`rocklet admin cluster handoff`).
+    pub handoff: String,
+    /// The master's answer to the last handoff asked.
+    pub handoff_result: String,
     pub epoch: String,
     pub master: String,
     pub sync_state_set: String,
@@ -221,6 +225,8 @@ impl Keys {
         let g = format!("{}/groups/{group}", prefix.trim_end_matches('/'));
         Keys {
             lag: format!("{g}/lag"),
+            handoff: format!("{g}/handoff"),
+            handoff_result: format!("{g}/handoff_result"),
             epoch: format!("{g}/epoch"),
             master: format!("{g}/master"),
             sync_state_set: format!("{g}/sync_state_set"),
@@ -287,6 +293,8 @@ pub struct ClusterView {
     /// Connections to the master, for RocketMQ 4 remoting writes that reach a replica
     /// ([`forward_remoting`]).
     pub forward_remoting: forward_remoting::RemotingForwarder,
+    /// A handoff asked of this node as master by its own process (SIGTERM).
+    pub handoff: node::HandoffSlot,
     /// Topic placements and the other groups' masters ([`directory`]), set when the node
     /// starts.
     pub directory: std::sync::OnceLock<directory::Directory>,
@@ -523,6 +531,124 @@ pub async fn describe(etcd: &[String], prefix: &str) -> Result<String, String> {
         }
     }
     Ok(out)
+}
+
+/// `rocklet admin cluster handoff`: asks group `group`'s master, through etcd, to hand
+/// mastership to `to` (or the most advanced member of its SyncStateSet) and waits for its
+/// answer and the new master. Refuses at once when `to` is not an in-sync replica.
+pub async fn handoff(
+    etcd: &[String],
+    prefix: &str,
+    group: &str,
+    to: Option<u32>,
+) -> Result<String, String> {
+    use std::time::{Duration, Instant};
+    let keys = Keys::new(prefix, group);
+    let mut c = etcd::Etcd::connect(etcd, 0)
+        .await
+        .map_err(|e| e.to_string())?;
+    let master: MasterInfo = match c.get(&keys.master).await.map_err(|e| e.to_string())? {
+        Some(kv) => serde_json::from_slice(&kv.value)
+            .map_err(|e| format!("group `{group}`: unreadable master key: {e}"))?,
+        None => {
+            return Err(format!(
+                "group `{group}` has no master under {prefix} now (no such group, or an election is due): nothing to hand over"
+            ))
+        }
+    };
+    let set: Vec<u32> = match c
+        .get(&keys.sync_state_set)
+        .await
+        .map_err(|e| e.to_string())?
+    {
+        Some(kv) => serde_json::from_slice::<SyncStateSet>(&kv.value)
+            .map(|s| s.members)
+            .unwrap_or_default(),
+        None => Vec::new(),
+    };
+    match to {
+        Some(n) if n == master.node => {
+            return Err(format!("group `{group}`: node {n} is the master already"))
+        }
+        Some(n) if !set.contains(&n) => {
+            return Err(format!(
+                "group `{group}`: node {n} is not in the SyncStateSet {set:?}: only an in-sync replica holds every acknowledged write"
+            ))
+        }
+        None if !set.iter().any(|&n| n != master.node) => {
+            return Err(format!(
+                "group `{group}`: the SyncStateSet {set:?} has no replica to hand over to"
+            ))
+        }
+        _ => {}
+    }
+    let id = format!(
+        "{}-{}",
+        std::process::id(),
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map_or(0, |d| d.as_nanos())
+    );
+    let req = node::HandoffRequest {
+        id: id.clone(),
+        epoch: master.epoch,
+        to,
+    };
+    c.put(
+        &keys.handoff,
+        serde_json::to_vec(&req).expect("serializes"),
+        0,
+    )
+    .await
+    .map_err(|e| e.to_string())?;
+    let within = node::HANDOFF_CATCH_UP + Duration::from_secs(8);
+    let deadline = Instant::now() + within;
+    let answer = loop {
+        if let Ok(Some(kv)) = c.get(&keys.handoff_result).await {
+            if let Ok(r) = serde_json::from_slice::<node::HandoffResult>(&kv.value) {
+                if r.id == id {
+                    break r;
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            // Withdrawn, unless the master has taken it meanwhile.
+            let when = vec![etcd::value_is(
+                &keys.handoff,
+                &serde_json::to_vec(&req).expect("serializes"),
+            )];
+            let _ = c.txn(when, vec![etcd::delete(&keys.handoff)]).await;
+            return Err(format!(
+                "group `{group}`: no answer from the master (node {}, epoch {}) within {within:?}; the request is withdrawn",
+                master.node, master.epoch
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    };
+    let target = answer
+        .result
+        .map_err(|e| format!("group `{group}`: node {} stays master: {e}", answer.from))?;
+    // The new master, elected in the next epoch.
+    let deadline = Instant::now() + Duration::from_secs(5);
+    loop {
+        if let Ok(Some(kv)) = c.get(&keys.master).await {
+            if let Ok(m) = serde_json::from_slice::<MasterInfo>(&kv.value) {
+                if m.epoch > master.epoch {
+                    return Ok(format!(
+                        "group {group}: node {} handed mastership to node {target}; node {} is master in epoch {}\n",
+                        master.node, m.node, m.epoch
+                    ));
+                }
+            }
+        }
+        if Instant::now() >= deadline {
+            return Err(format!(
+                "group `{group}`: node {} handed mastership to node {target}, but no new master is in etcd after 5 s",
+                master.node
+            ));
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 #[cfg(test)]

@@ -6,7 +6,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+use serde::{Deserialize, Serialize};
 use tokio::net::TcpListener;
+use tokio::sync::{oneshot, Notify};
 use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
@@ -25,6 +27,84 @@ pub const FENCED_EXIT: i32 = 3;
 
 /// How often a replica looks at the master key.
 const POLL: Duration = Duration::from_millis(100);
+
+/// How long a master handing over waits for the replica it chose to hold its whole log
+/// before it gives up and stays master.
+pub const HANDOFF_CATCH_UP: Duration = Duration::from_secs(2);
+/// How long the old master waits for the new one to appear in etcd after a handoff.
+const HANDOFF_ELECTION: Duration = Duration::from_secs(3);
+
+/// A handoff asked of this node as master by its own process (SIGTERM), with where the
+/// answer goes.
+#[derive(Debug, Default)]
+pub struct HandoffSlot {
+    asked: std::sync::Mutex<Option<HandoffAsk>>,
+    notify: Notify,
+    /// The process stops: a replica stops following and campaigning.
+    leaving: std::sync::atomic::AtomicBool,
+}
+
+type HandoffAsk = (Option<u32>, oneshot::Sender<Result<u32, String>>);
+
+/// `rocklet admin cluster handoff`'s request, the handoff key's value: only the master of
+/// `epoch` acts on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffRequest {
+    pub id: String,
+    pub epoch: u64,
+    /// The replica to hand over to (default: the most advanced member of the SyncStateSet).
+    pub to: Option<u32>,
+}
+
+/// The master's answer to a [`HandoffRequest`], the handoff_result key's value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffResult {
+    pub id: String,
+    pub from: u32,
+    pub epoch: u64,
+    /// The node that takes over, or why the master stays.
+    pub result: Result<u32, String>,
+}
+
+/// Asks this node, if it is master, to hand mastership to an in-sync replica (SIGTERM);
+/// the node taking over, or why none does.
+pub async fn hand_off(view: &super::ClusterView, to: Option<u32>) -> Result<u32, String> {
+    if !view.is_master() {
+        return Err("this node is not the master".into());
+    }
+    let (tx, rx) = oneshot::channel();
+    *view.handoff.asked.lock().expect("not poisoned") = Some((to, tx));
+    view.handoff.notify.notify_one();
+    let within = HANDOFF_CATCH_UP + HANDOFF_ELECTION + Duration::from_secs(2);
+    match tokio::time::timeout(within, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the master's task ended without an answer".into()),
+        Err(_) => Err(format!(
+            "no answer from the master's task within {within:?}"
+        )),
+    }
+}
+
+/// Before the process stops (SIGTERM): a master hands mastership to an in-sync replica; a
+/// replica stops following and campaigning. Whether mastership was handed over.
+pub async fn before_stop(view: &super::ClusterView) -> bool {
+    if view.is_master() {
+        info!("stopping the master: handing mastership over first");
+        match hand_off(view, None).await {
+            Ok(n) => {
+                info!(to = n, "mastership handed over");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "no handoff: the group elects a master once this one's lease expires");
+                false
+            }
+        }
+    } else {
+        view.handoff.leaving.store(true, Ordering::SeqCst);
+        false
+    }
+}
 
 /// A master's deadline: it releases nothing at or past it.
 #[derive(Debug)]
@@ -202,6 +282,12 @@ impl Node {
     async fn roles(&self, c: &mut Etcd) -> EtcdResult<()> {
         let me = self.cfg.node_id;
         loop {
+            if self.view.handoff.leaving.load(Ordering::SeqCst) {
+                info!("stopping: no longer following nor campaigning");
+                loop {
+                    std::future::pending::<()>().await;
+                }
+            }
             let master = self.master(c).await?;
             if let Ok(mut v) = self.view.master.write() {
                 *v = master.as_ref().map(|m| m.0.clone());
@@ -213,7 +299,8 @@ impl Node {
                         v.clone_from(&set);
                     }
                     let eligible = set.as_ref().is_none_or(|s| s.members.contains(&me));
-                    if eligible {
+                    // A node that stops (SIGTERM) does not take over on its way out.
+                    if eligible && !self.view.handoff.leaving.load(Ordering::SeqCst) {
                         if let Some((epoch, lease, sent)) = self.campaign(c).await? {
                             // Never returns: the master serves until it fences itself.
                             self.lead(c, epoch, lease, sent).await;
@@ -257,6 +344,9 @@ impl Node {
             tokio::select! {
                 _ = &mut stream => {}
                 () = tokio::time::sleep(POLL) => {}
+            }
+            if self.view.handoff.leaving.load(Ordering::SeqCst) {
+                break Ok(());
             }
             match self.master(c).await {
                 Ok(Some((now, _))) if now == m => {}
@@ -332,6 +422,149 @@ impl Node {
             let _ = c.revoke(lease).await;
             Ok(None)
         }
+    }
+
+    /// Hands mastership to `to`, or to the most advanced replica of `set`: this master stops
+    /// acknowledging (the caller, the lead loop, releases nothing meanwhile), waits until the
+    /// replica holds its whole log (at most [`HANDOFF_CATCH_UP`]), then one etcd transaction
+    /// — *if* the master key and the epoch are still this master's — deletes the master key
+    /// and makes the replica the SyncStateSet alone, so it is the only node that may be
+    /// elected, in a new epoch. `Err`: why it stays master (acknowledging again).
+    async fn hand_over(
+        &self,
+        c: &mut Etcd,
+        info: &MasterInfo,
+        set: &[u32],
+        to: Option<u32>,
+    ) -> Result<u32, String> {
+        let me = self.cfg.node_id;
+        let acked = |n: u32| {
+            self.replicas
+                .table
+                .lock()
+                .expect("not poisoned")
+                .get(&n)
+                .map_or(0, |s| s.acked)
+        };
+        let target = match to {
+            Some(n) if n == me => return Err(format!("node {n} is the master already")),
+            Some(n) if !set.contains(&n) => {
+                return Err(format!(
+                    "node {n} is not in the SyncStateSet {set:?}: only an in-sync replica holds every acknowledged write"
+                ))
+            }
+            Some(n) => n,
+            None => set
+                .iter()
+                .copied()
+                .filter(|&n| n != me)
+                .max_by_key(|&n| (acked(n), std::cmp::Reverse(n)))
+                .ok_or_else(|| {
+                    format!("the SyncStateSet {set:?} has no replica: no other node holds every acknowledged write")
+                })?,
+        };
+        let end = self
+            .core
+            .inspect(|b| b.log_end())
+            .await
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + HANDOFF_CATCH_UP;
+        loop {
+            let held = acked(target);
+            if held >= end {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "node {target} holds the log to {held}, not to its end {end}, after {HANDOFF_CATCH_UP:?}"
+                ));
+            }
+            tokio::select! {
+                () = self.replicas.changed.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+        let set = SyncStateSet {
+            epoch: info.epoch,
+            members: vec![target],
+        };
+        let when = vec![
+            etcd::value_is(
+                &self.keys.master,
+                &serde_json::to_vec(info).expect("serializes"),
+            ),
+            etcd::value_is(&self.keys.epoch, info.epoch.to_string().as_bytes()),
+        ];
+        let then = vec![
+            etcd::delete(&self.keys.master),
+            etcd::put(
+                &self.keys.sync_state_set,
+                serde_json::to_vec(&set).expect("serializes"),
+                0,
+            ),
+        ];
+        match c.txn(when, then).await {
+            Ok(true) => Ok(target),
+            Ok(false) => self.fence("the master key is no longer this node's"),
+            // Whether the transaction ran is unknown: look.
+            Err(e) => match self.master(c).await {
+                Ok(Some((m, _))) if m == *info => Err(format!("etcd: {e}")),
+                _ => self.fence("a handoff transaction may have run"),
+            },
+        }
+    }
+
+    /// After [`Node::hand_over`] to `target`: releases what `target` holds (it keeps all of
+    /// it as the next master's log) until it stops following, and learns the new master
+    /// (at most [`HANDOFF_ELECTION`]), so writes that reach this node go there.
+    async fn after_hand_over(&self, c: &mut Etcd, target: u32, fence: &Fence, mut released: u64) {
+        // The replication streams stay open (they end when `master_epoch` changes) until the
+        // new master is known: `target` goes on taking what clients still send here.
+        if let Ok(mut v) = self.view.master.write() {
+            *v = None;
+        }
+        let deadline = Instant::now() + HANDOFF_ELECTION;
+        let mut last_look = Instant::now();
+        while Instant::now() < deadline {
+            tokio::select! {
+                () = self.replicas.changed.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            let held = self
+                .replicas
+                .table
+                .lock()
+                .expect("not poisoned")
+                .get(&target)
+                .map_or(0, |s| s.acked);
+            if held > released && fence.valid() {
+                let ok = self
+                    .core
+                    .with_mut(move |b| {
+                        b.replicated_to(held);
+                        true
+                    })
+                    .await;
+                if ok == Ok(true) {
+                    released = held;
+                }
+            }
+            if last_look.elapsed() >= Duration::from_millis(50) {
+                last_look = Instant::now();
+                if let Ok(Some((m, _))) = self.master(c).await {
+                    if m.node != self.cfg.node_id {
+                        info!(node = m.node, epoch = m.epoch, "the new master");
+                        if let Ok(mut v) = self.view.master.write() {
+                            *v = Some(m);
+                        }
+                        self.view.master_epoch.store(0, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        }
+        warn!(node = target, "no new master in etcd yet");
+        self.view.master_epoch.store(0, Ordering::SeqCst);
     }
 
     /// Stops this process: it can no longer be sure it is the only master.
@@ -434,7 +667,7 @@ impl Node {
             })
         };
         // The watchdog: past the deadline the process ends.
-        {
+        let watchdog = {
             let (fence, node) = (fence.clone(), self.clone());
             tokio::spawn(async move {
                 loop {
@@ -443,21 +676,98 @@ impl Node {
                         node.fence("the lease was not renewed in time: another master may be elected once it expires");
                     }
                 }
-            });
-        }
+            })
+        };
         let mut end_rx = self.core.log_end_watch();
         let mut released = released;
         let mut last_check = Instant::now();
         let mut last_lag = Instant::now();
+        let mut last_handoff_check = Instant::now();
         let max_lag = Duration::from_millis(self.cfg.replica_max_lag_ms);
         loop {
             tokio::select! {
                 () = self.replicas.changed.notified() => {}
                 _ = end_rx.changed() => {}
                 () = tokio::time::sleep(Duration::from_millis(100)) => {}
+                () = self.view.handoff.notify.notified() => {}
             }
             if keeper.is_finished() {
                 self.fence("the lease renewal stopped");
+            }
+            // A handoff asked by this process (SIGTERM) or, through etcd, by an operator.
+            let here = self.view.handoff.asked.lock().expect("not poisoned").take();
+            let mut there = None;
+            if here.is_none() && last_handoff_check.elapsed() >= Duration::from_millis(200) {
+                last_handoff_check = Instant::now();
+                if let Ok(Some(kv)) = c.get(&self.keys.handoff).await {
+                    match serde_json::from_slice::<HandoffRequest>(&kv.value) {
+                        Ok(r) if r.epoch == epoch => there = Some((r, kv.mod_revision)),
+                        // Asked of an earlier master, or unreadable: not for this one.
+                        _ => {
+                            let when =
+                                vec![etcd::mod_revision_is(&self.keys.handoff, kv.mod_revision)];
+                            let _ = c.txn(when, vec![etcd::delete(&self.keys.handoff)]).await;
+                        }
+                    }
+                }
+            }
+            if here.is_some() || there.is_some() {
+                let to = match (&here, &there) {
+                    (Some((to, _)), _) => *to,
+                    (None, Some((r, _))) => r.to,
+                    (None, None) => None,
+                };
+                let result = self.hand_over(c, &info, &set, to).await;
+                match &result {
+                    Ok(n) => info!(epoch, to = n, "handing mastership over: the master key is deleted, node {n} is the SyncStateSet"),
+                    Err(e) => warn!(epoch, error = %e, "no handoff; staying master"),
+                }
+                if let Some((r, rev)) = &there {
+                    let answer = HandoffResult {
+                        id: r.id.clone(),
+                        from: me,
+                        epoch,
+                        result: result.clone(),
+                    };
+                    let when = vec![etcd::mod_revision_is(&self.keys.handoff, *rev)];
+                    let then = vec![
+                        etcd::delete(&self.keys.handoff),
+                        etcd::put(
+                            &self.keys.handoff_result,
+                            serde_json::to_vec(&answer).expect("serializes"),
+                            0,
+                        ),
+                    ];
+                    let _ = c.txn(when, then).await;
+                }
+                if let Ok(target) = result {
+                    watchdog.abort();
+                    self.after_hand_over(c, target, &fence, released).await;
+                    keeper.abort();
+                    let _ = c.revoke(lease).await;
+                    match here {
+                        // The process stops (SIGTERM).
+                        Some((_, reply)) => {
+                            let _ = reply.send(Ok(target));
+                        }
+                        None => info!(to = target, "handed mastership over: this node passes what clients send on to the new master until it is restarted (it then follows as a replica)"),
+                    }
+                    // Never master again in this process: its core holds a log the new
+                    // master goes on from, so it must start again to follow. Until then it
+                    // keeps learning the master, for what it passes on.
+                    loop {
+                        tokio::time::sleep(POLL).await;
+                        if let Ok(m) = self.master(c).await {
+                            if let Ok(mut v) = self.view.master.write() {
+                                *v = m.map(|m| m.0).filter(|m| m.node != me);
+                            }
+                        }
+                    }
+                }
+                if let Some((_, reply)) = here {
+                    let _ = reply.send(result);
+                }
+                continue;
             }
             let log_end = *end_rx.borrow_and_update();
             // Now and then: is the master key still this node's?

@@ -514,13 +514,38 @@ pub(crate) enum AdminCmd {
     Acl(AclCmd),
     /// Cluster mode: every broker group in etcd — master, epoch, SyncStateSet, live nodes and
     /// replica lag (read from etcd, not from --broker).
+    #[command(subcommand_negates_reqs = true)]
     Cluster {
+        /// etcd: `etcd=http://HOST:2379[,…]` as `rocklet broker --cluster` takes it.
+        #[arg(long, value_name = "etcd=URL[,URL…]", required = true)]
+        cluster: Option<String>,
+        /// Key prefix the brokers use.
+        #[arg(long, default_value = rocklet_broker::cluster::DEFAULT_PREFIX)]
+        prefix: String,
+        #[command(subcommand)]
+        action: Option<ClusterCmd>,
+    },
+}
+
+#[derive(Debug, Subcommand)]
+pub(crate) enum ClusterCmd {
+    /// The group's master hands mastership to an in-sync replica at once (no wait for its
+    /// lease): the most advanced member of the SyncStateSet, or --to. The old master then
+    /// passes what clients send on to the new one until it is restarted (it then follows as a
+    /// replica). SIGTERM on a master hands over the same way before it stops.
+    Handoff {
         /// etcd: `etcd=http://HOST:2379[,…]` as `rocklet broker --cluster` takes it.
         #[arg(long, value_name = "etcd=URL[,URL…]")]
         cluster: String,
         /// Key prefix the brokers use.
         #[arg(long, default_value = rocklet_broker::cluster::DEFAULT_PREFIX)]
         prefix: String,
+        /// The broker group.
+        #[arg(long, value_name = "G")]
+        broker_name: String,
+        /// The node to take over; it must be in the SyncStateSet.
+        #[arg(long, value_name = "N")]
+        to: Option<u32>,
     },
 }
 

@@ -2,10 +2,13 @@
 //! a broker group as `rocklet` processes, and finding the master through routes.
 #![allow(dead_code)]
 
+use std::collections::HashSet;
+use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
-use std::time::{Duration, Instant};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant, SystemTime, UNIX_EPOCH};
 
 use crate::common::{res, BrokerProc, Client};
 use rocklet_broker::pb::v2 as pb;
@@ -532,4 +535,130 @@ async fn pump(
             return;
         }
     }
+}
+
+/// The official clients' producers (broker/tests/cluster-clients) and what their ledgers
+/// tell.
+pub fn now_ms() -> u64 {
+    SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64
+}
+
+/// One producer process and the ledger lines it wrote.
+pub struct Producer {
+    pub name: &'static str,
+    child: Child,
+    lines: Arc<Mutex<Vec<String>>>,
+}
+
+impl Producer {
+    pub fn spawn(name: &'static str, mut cmd: Command) -> Self {
+        let mut child = cmd
+            .stdout(Stdio::piped())
+            .stderr(Stdio::null())
+            .spawn()
+            .unwrap_or_else(|e| panic!("cannot start the {name} producer {cmd:?}: {e}"));
+        let out = child.stdout.take().unwrap();
+        let lines = Arc::new(Mutex::new(Vec::new()));
+        let l = lines.clone();
+        std::thread::spawn(move || {
+            for line in BufReader::new(out).lines().map_while(Result::ok) {
+                l.lock().unwrap().push(line);
+            }
+        });
+        Producer { name, child, lines }
+    }
+
+    /// Times (Unix ms) of its acknowledgements: ACK, COMMIT and HALF lines.
+    pub fn ack_times(&self) -> Vec<u64> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.split(' ');
+                match w.next() {
+                    Some("ACK" | "COMMIT" | "HALF") => w.nth(1).and_then(|t| t.parse().ok()),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    /// The outage a kill at `killed_at` caused this client: its longest time without an
+    /// acknowledgement, from its last one before the kill on. (Replies the old master
+    /// released just before it died arrive after the kill, so "the first acknowledgement
+    /// after the kill" would often measure nothing.)
+    pub fn outage(&self, killed_at: u64) -> Option<u64> {
+        let mut t = self.ack_times();
+        t.sort_unstable();
+        let from = t.iter().rposition(|&x| x <= killed_at)?;
+        t[from..].windows(2).map(|w| w[1] - w[0]).max()
+    }
+
+    pub fn count(&self, kind: &str) -> usize {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter(|l| l.split(' ').next() == Some(kind))
+            .count()
+    }
+
+    /// Ids it acknowledged (or decided to commit once its half was acknowledged).
+    pub fn must_deliver(&self) -> HashSet<String> {
+        self.lines
+            .lock()
+            .unwrap()
+            .iter()
+            .filter_map(|l| {
+                let mut w = l.split(' ');
+                match w.next() {
+                    Some("ACK" | "COMMIT" | "HALF") => w.next().map(str::to_string),
+                    _ => None,
+                }
+            })
+            .collect()
+    }
+
+    pub fn tail(&self) -> String {
+        let l = self.lines.lock().unwrap();
+        l[l.len().saturating_sub(20)..].join("\n")
+    }
+}
+
+impl Drop for Producer {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+/// Every body the group `group` can receive from `master` (acked as received).
+pub async fn consume_bodies(master: SocketAddr, topic: &str, group: &str) -> Vec<String> {
+    let mut c = crate::common::connect(master).await;
+    crate::common::receive_all(&mut c, topic, group)
+        .await
+        .iter()
+        .map(|m| String::from_utf8_lossy(&m.body).into_owned())
+        .collect()
+}
+
+pub fn percentile(v: &mut [u64], p: f64) -> u64 {
+    v.sort_unstable();
+    v[((v.len() as f64 - 1.0) * p).round() as usize]
+}
+
+pub async fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool) {
+    let deadline = Instant::now() + within;
+    while !ok() {
+        assert!(Instant::now() < deadline, "{what}: not within {within:?}");
+        tokio::time::sleep(Duration::from_millis(20)).await;
+    }
+}
+
+pub fn nodes_addrs(nodes: &[Node]) -> Vec<SocketAddr> {
+    nodes.iter().filter_map(Node::addr).collect()
 }
