@@ -1,0 +1,233 @@
+//! Planned master change: `rocklet admin cluster handoff` and SIGTERM on a master hand
+//! mastership to an in-sync replica at once (see [`Node::hand_over`]).
+
+use super::*;
+
+/// How long a master handing over waits for the replica it chose to hold its whole log
+/// before it gives up and stays master.
+pub const HANDOFF_CATCH_UP: Duration = Duration::from_secs(2);
+/// How long the old master waits for the new one to appear in etcd after a handoff.
+pub(super) const HANDOFF_ELECTION: Duration = Duration::from_secs(3);
+
+/// A handoff asked of this node as master by its own process (SIGTERM), with where the
+/// answer goes.
+#[derive(Debug, Default)]
+pub struct HandoffSlot {
+    pub(super) asked: std::sync::Mutex<Option<HandoffAsk>>,
+    pub(super) notify: Notify,
+    /// The process stops: a replica stops following and campaigning.
+    pub(super) leaving: std::sync::atomic::AtomicBool,
+}
+
+pub(super) type HandoffAsk = (Option<u32>, oneshot::Sender<Result<u32, String>>);
+
+/// `rocklet admin cluster handoff`'s request, the handoff key's value: only the master of
+/// `epoch` acts on it.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffRequest {
+    pub id: String,
+    pub epoch: u64,
+    /// The replica to hand over to (default: the most advanced member of the SyncStateSet).
+    pub to: Option<u32>,
+}
+
+/// The master's answer to a [`HandoffRequest`], the handoff_result key's value.
+#[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
+pub struct HandoffResult {
+    pub id: String,
+    pub from: u32,
+    pub epoch: u64,
+    /// The node that takes over, or why the master stays.
+    pub result: Result<u32, String>,
+}
+
+/// Asks this node, if it is master, to hand mastership to an in-sync replica (SIGTERM);
+/// the node taking over, or why none does.
+pub async fn hand_off(view: &super::super::ClusterView, to: Option<u32>) -> Result<u32, String> {
+    if !view.is_master() {
+        return Err("this node is not the master".into());
+    }
+    let (tx, rx) = oneshot::channel();
+    *view.handoff.asked.lock().expect("not poisoned") = Some((to, tx));
+    view.handoff.notify.notify_one();
+    let within = HANDOFF_CATCH_UP + HANDOFF_ELECTION + Duration::from_secs(2);
+    match tokio::time::timeout(within, rx).await {
+        Ok(Ok(r)) => r,
+        Ok(Err(_)) => Err("the master's task ended without an answer".into()),
+        Err(_) => Err(format!(
+            "no answer from the master's task within {within:?}"
+        )),
+    }
+}
+
+/// Before the process stops (SIGTERM): a master hands mastership to an in-sync replica; a
+/// replica stops following and campaigning. Whether mastership was handed over.
+pub async fn before_stop(view: &super::super::ClusterView) -> bool {
+    if view.is_master() {
+        info!("stopping the master: handing mastership over first");
+        match hand_off(view, None).await {
+            Ok(n) => {
+                info!(to = n, "mastership handed over");
+                true
+            }
+            Err(e) => {
+                warn!(error = %e, "no handoff: the group elects a master once this one's lease expires");
+                false
+            }
+        }
+    } else {
+        view.handoff.leaving.store(true, Ordering::SeqCst);
+        false
+    }
+}
+
+impl Node {
+    /// Hands mastership to `to`, or to the most advanced replica of `set`: this master stops
+    /// acknowledging (the caller, the lead loop, releases nothing meanwhile), waits until the
+    /// replica holds its whole log (at most [`HANDOFF_CATCH_UP`]), then one etcd transaction
+    /// — *if* the master key and the epoch are still this master's — deletes the master key
+    /// and makes the replica the SyncStateSet alone, so it is the only node that may be
+    /// elected, in a new epoch. `Err`: why it stays master (acknowledging again).
+    pub(super) async fn hand_over(
+        &self,
+        c: &mut Etcd,
+        info: &MasterInfo,
+        set: &[u32],
+        to: Option<u32>,
+    ) -> Result<u32, String> {
+        let me = self.cfg.node_id;
+        let acked = |n: u32| {
+            self.replicas
+                .table
+                .lock()
+                .expect("not poisoned")
+                .get(&n)
+                .map_or(0, |s| s.acked)
+        };
+        let target = match to {
+            Some(n) if n == me => return Err(format!("node {n} is the master already")),
+            Some(n) if !set.contains(&n) => {
+                return Err(format!(
+                    "node {n} is not in the SyncStateSet {set:?}: only an in-sync replica holds every acknowledged write"
+                ))
+            }
+            Some(n) => n,
+            None => set
+                .iter()
+                .copied()
+                .filter(|&n| n != me)
+                .max_by_key(|&n| (acked(n), std::cmp::Reverse(n)))
+                .ok_or_else(|| {
+                    format!("the SyncStateSet {set:?} has no replica: no other node holds every acknowledged write")
+                })?,
+        };
+        let end = self
+            .core
+            .inspect(|b| b.log_end())
+            .await
+            .map_err(|e| e.to_string())?;
+        let deadline = Instant::now() + HANDOFF_CATCH_UP;
+        loop {
+            let held = acked(target);
+            if held >= end {
+                break;
+            }
+            if Instant::now() >= deadline {
+                return Err(format!(
+                    "node {target} holds the log to {held}, not to its end {end}, after {HANDOFF_CATCH_UP:?}"
+                ));
+            }
+            tokio::select! {
+                () = self.replicas.changed.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(10)) => {}
+            }
+        }
+        let set = SyncStateSet {
+            epoch: info.epoch,
+            members: vec![target],
+        };
+        let when = vec![
+            etcd::value_is(
+                &self.keys.master,
+                &serde_json::to_vec(info).expect("serializes"),
+            ),
+            etcd::value_is(&self.keys.epoch, info.epoch.to_string().as_bytes()),
+        ];
+        let then = vec![
+            etcd::delete(&self.keys.master),
+            etcd::put(
+                &self.keys.sync_state_set,
+                serde_json::to_vec(&set).expect("serializes"),
+                0,
+            ),
+        ];
+        match c.txn(when, then).await {
+            Ok(true) => Ok(target),
+            Ok(false) => self.fence("the master key is no longer this node's"),
+            // Whether the transaction ran is unknown: look.
+            Err(e) => match self.master(c).await {
+                Ok(Some((m, _))) if m == *info => Err(format!("etcd: {e}")),
+                _ => self.fence("a handoff transaction may have run"),
+            },
+        }
+    }
+
+    /// After [`Node::hand_over`] to `target`: releases what `target` holds (it keeps all of
+    /// it as the next master's log) until it stops following, and learns the new master
+    /// (at most [`HANDOFF_ELECTION`]), so writes that reach this node go there.
+    pub(super) async fn after_hand_over(
+        &self,
+        c: &mut Etcd,
+        target: u32,
+        fence: &Fence,
+        mut released: u64,
+    ) {
+        // The replication streams stay open (they end when `master_epoch` changes) until the
+        // new master is known: `target` goes on taking what clients still send here.
+        if let Ok(mut v) = self.view.master.write() {
+            *v = None;
+        }
+        let deadline = Instant::now() + HANDOFF_ELECTION;
+        let mut last_look = Instant::now();
+        while Instant::now() < deadline {
+            tokio::select! {
+                () = self.replicas.changed.notified() => {}
+                () = tokio::time::sleep(Duration::from_millis(20)) => {}
+            }
+            let held = self
+                .replicas
+                .table
+                .lock()
+                .expect("not poisoned")
+                .get(&target)
+                .map_or(0, |s| s.acked);
+            if held > released && fence.valid() {
+                let ok = self
+                    .core
+                    .with_mut(move |b| {
+                        b.replicated_to(held);
+                        true
+                    })
+                    .await;
+                if ok == Ok(true) {
+                    released = held;
+                }
+            }
+            if last_look.elapsed() >= Duration::from_millis(50) {
+                last_look = Instant::now();
+                if let Ok(Some((m, _))) = self.master(c).await {
+                    if m.node != self.cfg.node_id {
+                        info!(node = m.node, epoch = m.epoch, "the new master");
+                        if let Ok(mut v) = self.view.master.write() {
+                            *v = Some(m);
+                        }
+                        self.view.master_epoch.store(0, Ordering::SeqCst);
+                        return;
+                    }
+                }
+            }
+        }
+        warn!(node = target, "no new master in etcd yet");
+        self.view.master_epoch.store(0, Ordering::SeqCst);
+    }
+}
