@@ -368,7 +368,8 @@ impl FromStr for ReceiptHandle {
     }
 }
 
-/// Which tags a consumer wants: `*` or `TagA || TagB`.
+/// Which messages a consumer wants: `*`, a tag expression `TagA || TagB`, or a SQL92
+/// expression over the message's properties (RocketMQ's `MessageSelector.bySql`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum TagFilter {
     /// Every message.
@@ -376,7 +377,34 @@ pub enum TagFilter {
     All,
     /// Messages whose tag is one of these.
     Tags(Vec<String>),
+    /// Messages for which this SQL92 expression is TRUE.
+    Sql92(Sql92Filter),
 }
+
+/// A SQL92 filter parsed once, when the request came; equal when the expressions' texts are.
+#[derive(Clone, Debug)]
+pub struct Sql92Filter {
+    expr: String,
+    parsed: alloc::sync::Arc<crate::filter::Sql92>,
+}
+
+impl PartialEq for Sql92Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.expr == other.expr
+    }
+}
+impl Eq for Sql92Filter {}
+
+impl Sql92Filter {
+    /// The expression as the client sent it.
+    #[must_use]
+    pub fn expression(&self) -> &str {
+        &self.expr
+    }
+}
+
+/// RocketMQ's separator of a message's keys in its `KEYS` property.
+const KEY_SEPARATOR: &str = " ";
 
 impl TagFilter {
     /// Parses RocketMQ's tag expression (`*`, empty, or `a || b`).
@@ -393,12 +421,42 @@ impl TagFilter {
                 .collect(),
         )
     }
-    /// Whether a message with this tag passes.
+    /// Parses a SQL92 expression ([`crate::filter::Sql92::parse`]).
+    ///
+    /// # Errors
+    /// The parser's refusal: the problem and its byte offset.
+    pub fn sql92(expr: &str) -> Result<Self, crate::filter::FilterError> {
+        let parsed = crate::filter::Sql92::parse(expr)?;
+        Ok(TagFilter::Sql92(Sql92Filter {
+            expr: expr.into(),
+            parsed: alloc::sync::Arc::new(parsed),
+        }))
+    }
+    /// Whether a message with this tag passes a tag filter (a SQL92 filter also needs the
+    /// message's properties: see [`TagFilter::matches_message`]).
     #[must_use]
     pub fn matches(&self, tag: Option<&str>) -> bool {
         match self {
             TagFilter::All => true,
             TagFilter::Tags(tags) => tag.is_some_and(|t| tags.iter().any(|x| x == t)),
+            TagFilter::Sql92(_) => false,
+        }
+    }
+    /// Whether a message passes. A SQL92 expression sees the message's properties as RocketMQ
+    /// exposes them to it: `TAGS` (the tag), `KEYS` (the keys joined by a space) and the user
+    /// properties; a missing one is NULL.
+    #[must_use]
+    pub fn matches_message(&self, m: &Message) -> bool {
+        match self {
+            TagFilter::All | TagFilter::Tags(_) => self.matches(m.tag.as_deref()),
+            TagFilter::Sql92(f) => {
+                let keys = (!m.keys.is_empty()).then(|| m.keys.join(KEY_SEPARATOR));
+                f.parsed.matches(|name| match name {
+                    "TAGS" => m.tag.as_deref(),
+                    "KEYS" => keys.as_deref(),
+                    _ => m.property(name),
+                })
+            }
         }
     }
 }

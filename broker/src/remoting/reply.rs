@@ -199,6 +199,40 @@ pub(crate) fn filter_field<'a>(
     Ok(v)
 }
 
+/// A pull's or pop's filter: the expression in `expr_field`, of the type in `type_field`
+/// (`TAG` or none: a tag expression; `SQL92`: parsed here, once, and refused with the parser's
+/// message and position as Apache refuses it, `SUBSCRIPTION_PARSE_FAILED`; with
+/// `enable_property_filter` off, `SYSTEM_ERROR` as Apache's broker answers).
+pub(crate) fn request_filter(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    type_field: &str,
+    expr_field: &str,
+) -> Result<rocklet_core::TagFilter, RemotingCommand> {
+    use rocklet_core::TagFilter;
+    let expr = filter_field(ctx, req, expr_field)?;
+    match field(req, type_field) {
+        None | Some("" | "TAG") => Ok(TagFilter::parse(expr)),
+        Some("SQL92") if !ctx.cfg.enable_property_filter => Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            "The broker does not support consumer to filter message by SQL92 (enable_property_filter is off)",
+        )),
+        Some("SQL92") => TagFilter::sql92(expr).map_err(|e| {
+            fail(
+                req,
+                status::SUBSCRIPTION_PARSE_FAILED,
+                format!("SUBSCRIPTION_PARSE_FAILED: `{expr_field}`: {e}"),
+            )
+        }),
+        Some(other) => Err(fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            format!("filter type `{other}` is not supported: use TAG or SQL92"),
+        )),
+    }
+}
+
 pub(crate) type Answer = Result<RemotingCommand, RemotingCommand>;
 
 pub(crate) fn json_body(req: &RemotingCommand) -> Result<serde_json::Value, RemotingCommand> {

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{ClientError, TagFilter};
+use rocklet_core::ClientError;
 
 use crate::driver::Pulled;
 
@@ -25,7 +25,7 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
     let flags: i32 = number_or(req, "sysFlag", 0)?;
     let commit: i64 = number_or(req, "commitOffset", -1i64)?;
     let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
-    let filter = TagFilter::parse(filter_field(ctx, req, "subscription")?);
+    let filter = request_filter(ctx, req, "expressionType", "subscription")?;
     if flags & PULL_COMMIT_OFFSET != 0 {
         if let Ok(c) = u64::try_from(commit) {
             let r = ctx
