@@ -188,6 +188,12 @@ async fn bad_expressions_are_refused_with_the_parsers_message_and_position() {
     let r = pull_sql(&mut c, "SqlBad", &long, 32).await;
     assert_eq!(r.code, 23, "{:?}", r.remark);
     assert!(r.remark.unwrap().contains("longer than the limit of 16384"));
+    // CHECK_CLIENT_CONFIG (the v4 consumer asks at start): SUCCESS for a good expression,
+    // the parser's refusal for a bad one.
+    assert_eq!(check_config(&mut c, "a > 3").await.code, 0);
+    let r = check_config(&mut c, "a IN (1)").await;
+    assert_eq!(r.code, 23, "{:?}", r.remark);
+    assert!(r.remark.unwrap().contains("subscriptionData.subString"));
     // An unknown filter type is named.
     let r = c
         .call(
@@ -248,10 +254,21 @@ async fn property_filters_off_are_refused_as_apache_refuses_them() {
         "{}",
         s.message
     );
+    let r = check_config(&mut c, "a > 3").await;
+    assert_eq!(r.code, 1, "{:?}", r.remark);
     // Tag filters are unaffected.
     let r = pull(&mut c, "SqlOff", "TagA").await;
     assert_eq!(bodies(&r.body), ["m0", "m2"]);
     drop(b);
+}
+
+async fn check_config(c: &mut V4, expr: &str) -> RemotingCommand {
+    let body = serde_json::json!({
+        "clientId": "127.0.0.1@1",
+        "group": "SqlG",
+        "subscriptionData": {"topic": "SqlT", "subString": expr, "expressionType": "SQL92"},
+    });
+    c.call(46, &[], serde_json::to_vec(&body).unwrap()).await
 }
 
 async fn pull(c: &mut V4, topic: &str, tags: &str) -> RemotingCommand {
@@ -336,4 +353,76 @@ async fn a_filter_that_matches_little_stops_at_max_scan_units() {
     assert!(bodies(&r.body).is_empty(), "{:?}", r.remark);
     assert_eq!(r.ext["nextBeginOffset"], "2");
     drop(b);
+}
+
+/// `body|tag|keys|k=v,…`, the message form `V4Sql.java` sends.
+fn java_spec(body: &str, p: &[(&str, &str)]) -> String {
+    let get = |k: &str| p.iter().find(|(n, _)| *n == k).map_or("", |(_, v)| *v);
+    let user: Vec<String> = p
+        .iter()
+        .filter(|(k, _)| *k != "TAGS" && *k != "KEYS")
+        .map(|(k, v)| format!("{k}={v}"))
+        .collect();
+    format!("{body}|{}|{}|{}", get("TAGS"), get("KEYS"), user.join(","))
+}
+
+/// Runs `V4Sql` (the official v4 Java client: a producer, then one DefaultLitePullConsumer
+/// with `MessageSelector.bySql` per case) against the name server at `ns`; what each case got.
+pub fn java_v4_deliveries(classpath: &str, ns: &str, topic: &str) -> Vec<BTreeSet<String>> {
+    let mut args: Vec<String> = vec![
+        "-cp".into(),
+        classpath.into(),
+        "V4Sql".into(),
+        ns.into(),
+        topic.into(),
+        "4000".into(),
+        MESSAGES.len().to_string(),
+    ];
+    args.extend(MESSAGES.iter().map(|(b, p)| java_spec(b, p)));
+    args.extend(CASES.iter().map(|(e, _)| e.to_string()));
+    let out = std::process::Command::new("java")
+        .args(&args)
+        .output()
+        .expect("java runs");
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success() && !text.contains("REFUSED"),
+        "V4Sql failed:\n{text}\n{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    let mut got = vec![BTreeSet::new(); CASES.len()];
+    for l in text.lines() {
+        if let Some(rest) = l.strip_prefix("GOT ") {
+            let (i, body) = rest.split_once(' ').unwrap();
+            let fresh = got[i.parse::<usize>().unwrap()].insert(body.to_string());
+            assert!(fresh, "case {i} got {body} twice");
+        }
+    }
+    got
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs a JDK and the v4 client's jars: tests/ci/java.sh"]
+async fn the_official_v4_java_client_gets_what_the_expression_selects() {
+    let classpath = std::env::var("ROCKLET_V4_CLASSPATH")
+        .expect("ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Sql (tests/ci/java.sh)");
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.topics = vec![rocklet_broker::config::TopicDecl {
+            name: "SqlJava".into(),
+            queues: Some(2),
+            message_types: None,
+        }];
+    })
+    .await;
+    let ns = b.broker.as_ref().unwrap().namesrv_addr.unwrap().to_string();
+    let got = tokio::task::spawn_blocking(move || java_v4_deliveries(&classpath, &ns, "SqlJava"))
+        .await
+        .unwrap();
+    for ((expr, want), got) in CASES.iter().zip(&got) {
+        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        assert_eq!(*got, want, "bySql({expr})");
+    }
+    b.stop().await;
 }

@@ -251,3 +251,25 @@ pub(crate) async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         Err(e) => Err(core_failure(req, &e)),
     }
 }
+
+/// CHECK_CLIENT_CONFIG: whether this broker serves a subscription (the v4 push consumer asks
+/// at start for each non-TAG one): Apache's answers, the filter parsed as a pull would parse it.
+pub(crate) fn check_client_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let body = json_body(req)?;
+    let sub = body.get("subscriptionData");
+    let text = |k: &str| sub.and_then(|s| s.get(k)).and_then(|v| v.as_str());
+    let expr = filter_len_ok(
+        ctx,
+        req,
+        "subscriptionData.subString",
+        text("subString").unwrap_or("*"),
+    )?;
+    parse_filter(
+        ctx,
+        req,
+        text("expressionType"),
+        expr,
+        "subscriptionData.subString",
+    )?;
+    Ok(ok(req))
+}
