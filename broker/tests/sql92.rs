@@ -402,7 +402,7 @@ pub fn java_v4_deliveries(classpath: &str, ns: &str, topic: &str) -> Vec<BTreeSe
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-#[ignore = "needs a JDK and the v4 client's jars: tests/ci/java.sh"]
+#[ignore = "needs a JDK and the v4 client's jars: tests/ci/java.sh (and import.sh, with Apache)"]
 async fn the_official_v4_java_client_gets_what_the_expression_selects() {
     let classpath = std::env::var("ROCKLET_V4_CLASSPATH")
         .expect("ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Sql (tests/ci/java.sh)");
@@ -422,7 +422,24 @@ async fn the_official_v4_java_client_gets_what_the_expression_selects() {
         .unwrap();
     for ((expr, want), got) in CASES.iter().zip(&got) {
         let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        println!("rocklet: bySql({expr}) -> {got:?}");
         assert_eq!(*got, want, "bySql({expr})");
     }
     b.stop().await;
+    // The same program against Apache RocketMQ 5.5.0 (tests/ci/import.sh starts one with
+    // enablePropertyFilter=true): the same deliveries.
+    if let Ok(apache_ns) = std::env::var("ROCKLET_SQL92_APACHE_NS") {
+        let cp = std::env::var("ROCKLET_V4_CLASSPATH").unwrap();
+        let apache =
+            tokio::task::spawn_blocking(move || java_v4_deliveries(&cp, &apache_ns, "SqlJava"))
+                .await
+                .unwrap();
+        for (((expr, _), got), apache) in CASES.iter().zip(&got).zip(&apache) {
+            println!("apache:  bySql({expr}) -> {apache:?}");
+            assert_eq!(
+                got, apache,
+                "bySql({expr}): rocklet and Apache delivered differently"
+            );
+        }
+    }
 }
