@@ -443,3 +443,53 @@ async fn the_official_v4_java_client_gets_what_the_expression_selects() {
         }
     }
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "needs Python with rocketmq-python-client: tests/ci/java.sh"]
+async fn the_official_v5_python_client_gets_what_the_expression_selects() {
+    let python = std::env::var("ROCKLET_PYTHON")
+        .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/java.sh)");
+    let (b, remoting) = start(|_| {}).await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    send_all(&mut c, "SqlPy").await;
+    let addr = b.addr().to_string();
+    // One client process per expression, all at once.
+    let runs: Vec<_> = CASES
+        .iter()
+        .enumerate()
+        .map(|(i, (expr, _))| {
+            let (python, addr) = (python.clone(), addr.clone());
+            tokio::task::spawn_blocking(move || {
+                std::process::Command::new(python)
+                    .arg(concat!(
+                        env!("CARGO_MANIFEST_DIR"),
+                        "/tests/v4-python/v5_client.py"
+                    ))
+                    .args(["sqlreceive", &addr, "SqlPy", &format!("SqlPyG{i}"), expr])
+                    .output()
+                    .expect("python runs")
+            })
+        })
+        .collect();
+    for ((expr, want), run) in CASES.iter().zip(runs) {
+        let out = run.await.unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(
+            out.status.success(),
+            "v5_client.py sqlreceive {expr}: {text}\n{}",
+            String::from_utf8_lossy(&out.stderr)
+        );
+        let got: serde_json::Value =
+            serde_json::from_str(text.lines().last().unwrap_or("")).unwrap();
+        let got: BTreeSet<String> = got
+            .as_array()
+            .unwrap_or_else(|| panic!("{expr}: {got}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect();
+        let want: BTreeSet<String> = want.iter().map(|s| s.to_string()).collect();
+        println!("rocklet v5: SQL92({expr}) -> {got:?}");
+        assert_eq!(got, want, "FilterExpression({expr}, SQL92)");
+    }
+    drop(b);
+}
