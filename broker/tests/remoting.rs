@@ -1024,14 +1024,14 @@ async fn pop_ack_and_change_invisible_time() {
                 ("consumerGroup", "PopG"),
                 ("topic", "V4Pop"),
                 ("invisibleTime", "1000"),
-                ("expType", "SQL92"),
+                ("expType", "XPATH"),
                 ("exp", "a > 1"),
             ],
             Vec::new(),
         )
         .await;
     assert_eq!(r.code, 13);
-    assert!(r.remark.unwrap().contains("SQL92"));
+    assert!(r.remark.unwrap().contains("XPATH"));
     let r = c
         .call(
             200_050,

@@ -368,7 +368,8 @@ impl FromStr for ReceiptHandle {
     }
 }
 
-/// Which tags a consumer wants: `*` or `TagA || TagB`.
+/// Which messages a consumer wants: `*`, a tag expression `TagA || TagB`, or a SQL92
+/// expression over the message's properties (RocketMQ's `MessageSelector.bySql`).
 #[derive(Clone, Debug, PartialEq, Eq, Default)]
 pub enum TagFilter {
     /// Every message.
@@ -376,7 +377,34 @@ pub enum TagFilter {
     All,
     /// Messages whose tag is one of these.
     Tags(Vec<String>),
+    /// Messages for which this SQL92 expression is TRUE.
+    Sql92(Sql92Filter),
 }
+
+/// A SQL92 filter parsed once, when the request came; equal when the expressions' texts are.
+#[derive(Clone, Debug)]
+pub struct Sql92Filter {
+    expr: String,
+    parsed: alloc::sync::Arc<crate::filter::Sql92>,
+}
+
+impl PartialEq for Sql92Filter {
+    fn eq(&self, other: &Self) -> bool {
+        self.expr == other.expr
+    }
+}
+impl Eq for Sql92Filter {}
+
+impl Sql92Filter {
+    /// The expression as the client sent it.
+    #[must_use]
+    pub fn expression(&self) -> &str {
+        &self.expr
+    }
+}
+
+/// RocketMQ's separator of a message's keys in its `KEYS` property.
+const KEY_SEPARATOR: &str = " ";
 
 impl TagFilter {
     /// Parses RocketMQ's tag expression (`*`, empty, or `a || b`).
@@ -393,12 +421,47 @@ impl TagFilter {
                 .collect(),
         )
     }
-    /// Whether a message with this tag passes.
+    /// Parses a SQL92 expression ([`crate::filter::Sql92::parse`]).
+    ///
+    /// # Errors
+    /// The parser's refusal: the problem and its byte offset.
+    pub fn sql92(expr: &str) -> Result<Self, crate::filter::FilterError> {
+        let parsed = crate::filter::Sql92::parse(expr)?;
+        Ok(TagFilter::Sql92(Sql92Filter {
+            expr: expr.into(),
+            parsed: alloc::sync::Arc::new(parsed),
+        }))
+    }
+    /// Whether a message with this tag passes a tag filter (a SQL92 filter also needs the
+    /// message's properties: see [`TagFilter::matches_message`]).
     #[must_use]
     pub fn matches(&self, tag: Option<&str>) -> bool {
         match self {
             TagFilter::All => true,
             TagFilter::Tags(tags) => tag.is_some_and(|t| tags.iter().any(|x| x == t)),
+            TagFilter::Sql92(_) => false,
+        }
+    }
+    /// Whether a message passes. A SQL92 expression sees the message's properties as RocketMQ
+    /// exposes them to it: `TAGS` (the tag), `KEYS` (the keys joined by a space) and the user
+    /// properties; a missing one is NULL.
+    #[must_use]
+    pub fn matches_message(&self, m: &Message) -> bool {
+        match self {
+            TagFilter::All | TagFilter::Tags(_) => self.matches(m.tag.as_deref()),
+            TagFilter::Sql92(f) => {
+                // Joined only when the expression reads KEYS of a message with several.
+                let joined = core::cell::OnceCell::new();
+                f.parsed.matches(|name| match name {
+                    "TAGS" => m.tag.as_deref(),
+                    "KEYS" => match m.keys.as_slice() {
+                        [] => None,
+                        [one] => Some(one.as_str()),
+                        many => Some(joined.get_or_init(|| many.join(KEY_SEPARATOR)).as_str()),
+                    },
+                    _ => m.property(name),
+                })
+            }
         }
     }
 }
@@ -931,5 +994,53 @@ mod tests {
         ] {
             assert_eq!(OffsetMsgId::parse(bad), None, "{bad}");
         }
+    }
+}
+
+#[cfg(test)]
+mod filter_tests {
+    use super::{Message, TagFilter};
+    use crate::record::Host;
+    use alloc::string::ToString;
+    use alloc::vec;
+
+    fn message(keys: &[&str]) -> Message {
+        Message {
+            topic: "T".into(),
+            queue_id: 0,
+            queue_offset: 0,
+            offset: 0,
+            msg_id: "id".into(),
+            tag: Some("TagA".into()),
+            keys: keys.iter().map(ToString::to_string).collect(),
+            properties: vec![("a".into(), "5".into())],
+            body: vec![],
+            born_timestamp: 0,
+            store_timestamp: 0,
+            reconsume_times: 0,
+            flag: 0,
+            sys_flag: 0,
+            born_host: Host::V4([127, 0, 0, 1], 1),
+            store_host: Host::V4([127, 0, 0, 1], 2),
+        }
+    }
+
+    #[test]
+    fn sql92_sees_tags_keys_joined_by_a_space_and_user_properties() {
+        let f = |e: &str| TagFilter::sql92(e).unwrap();
+        let two = message(&["k1", "k2"]);
+        assert!(f("TAGS = 'TagA' AND a > 4").matches_message(&two));
+        assert!(f("KEYS = 'k1 k2'").matches_message(&two));
+        assert!(!f("KEYS = 'k1'").matches_message(&two));
+        assert!(f("KEYS = 'k1'").matches_message(&message(&["k1"])));
+        assert!(f("KEYS IS NULL").matches_message(&message(&[])));
+        assert!(
+            !f("b = 1").matches_message(&two),
+            "a missing property is NULL"
+        );
+        // Equal when the texts are; a refusal names where.
+        assert_eq!(f("a > 4"), f("a > 4"));
+        let e = TagFilter::sql92("a >").unwrap_err();
+        assert_eq!(e.position, 3);
     }
 }

@@ -18,6 +18,11 @@
 #      messages; every record of its segment files passes CommitLog.checkMessageAndReturnSize
 #      with forceVerifyPropCRC=true; a 5.5.0 broker started on those segment files serves the
 #      same normal messages as rocklet did.
+#   5. SQL92 filters side by side (issue #34): a 5.5.0 broker with enablePropertyFilter=true
+#      and rocklet (in process) get the same five messages from the official v4 Java client
+#      (broker/tests/v4-java/src/V4Sql.java) and read them with `MessageSelector.bySql` for
+#      each expression of broker/tests/sql92.rs's table: the deliveries must be equal (and
+#      the table's).
 # Installs into .tools/import (gitignored), idempotently: the Maven repository and jars
 # (about 95 MB), the compiled Java helpers. Each JVM is started only for its step and stopped
 # after it. Run from anywhere: bash tests/ci/import.sh
@@ -100,7 +105,8 @@ start_namesrv() {
   apache_wait_for "$WORK/ns/out.log" "boot success" 90
 }
 
-# Starts a 5.5.0 broker on store root $2 (commit-log files of $3 bytes), named $1.
+# Starts a 5.5.0 broker on store root $2 (commit-log files of $3 bytes), named $1, with extra
+# config lines $4.
 start_apache() {
   local name=$1 store=$2 size=$3 dir=$WORK/$1 port
   port=$(apache_free_port)
@@ -123,6 +129,7 @@ autoCreateSubscriptionGroup=true
 enabledAppendPropCRC=true
 transactionTimeOut=2000
 transactionCheckInterval=3000
+${4:-}
 EOF
   # shellcheck disable=SC2086
   java -Xmx512m -XX:MaxDirectMemorySize=256m $OPENS -Duser.home="$dir" -Drocketmq.home.dir="$dir" -cp "$CP" \
@@ -247,6 +254,16 @@ start_apache run3 "$WORK/store3" 1048576
 java_run "$WORK/dump-apache.log" ImportScenario dump "$NS" GoldenDump "$WORK/apache-golden.jsonl" GoldenTopic
 stop_apache KILL
 same "$WORK/rocklet-golden.jsonl" "$WORK/apache-golden.jsonl"
+
+step "SQL92: the official v4 Java client's bySql deliveries, Apache 5.5.0 and rocklet"
+t5=$(date +%s)
+javac -nowarn -d "$TOOLS/v4sql-classes" -cp "$JARS/*" broker/tests/v4-java/src/V4Sql.java 2>&1 | { grep -v '^Note:' || true; }
+start_apache run4 "$WORK/store4" 16777216 "enablePropertyFilter=true"
+ROCKLET_SQL92_APACHE_NS=$NS ROCKLET_V4_CLASSPATH="$JARS/*:$TOOLS/v4sql-classes" \
+  nice -n 10 cargo test -p rocklet-broker --test sql92 -- --ignored the_official_v4_java_client \
+  --nocapture 2>&1 | grep -E '^(rocklet|apache): |^test |test result|panicked|FAILED|REFUSED|left|right'
+stop_apache KILL
+echo "SQL92 side by side in $(( $(date +%s) - t5 ))s"
 
 kill "$NS_PID"
 wait "$NS_PID" 2>/dev/null || true

@@ -19,6 +19,7 @@
 //! | GET_MAX_OFFSET, GET_MIN_OFFSET | Get on the topic |
 //! | HEART_BEAT, LOCK_BATCH_MQ, UNLOCK_BATCH_MQ | Sub on each consumer group and its topics |
 //! | UNREGISTER_CLIENT | Sub on the consumer group, when named |
+//! | CHECK_CLIENT_CONFIG | Sub on the group and the subscription's topic (body) |
 //! | GET_CONSUMER_LIST_BY_GROUP | Sub or Get on the group |
 //! | CONSUMER_SEND_MSG_BACK | Sub on the group; the record at the offset must be a message delivered to the group (in its own retry or dead-letter topic, or in a topic the group consumes: a connected client subscribes to it or the group committed an offset in it), and Sub on the topic its content came from (`RETRY_TOPIC` of a retried message) |
 //! | mqadmin: UPDATE_AND_CREATE_TOPIC | Create or Update on the topic |
@@ -173,6 +174,14 @@ pub fn needs(req: &RemotingCommand) -> Vec<Need> {
         }
         code::GET_MAX_OFFSET | code::GET_MIN_OFFSET => topic_need(e, GET),
         code::HEART_BEAT | code::LOCK_BATCH_MQ | code::UNLOCK_BATCH_MQ => body_needs(req),
+        code::CHECK_CLIENT_CONFIG => {
+            let v = serde_json::from_slice::<serde_json::Value>(&req.body).unwrap_or_default();
+            let text = |v: Option<&serde_json::Value>| {
+                v.and_then(|s| s.as_str()).unwrap_or_default().to_string()
+            };
+            let topic = text(v.get("subscriptionData").and_then(|s| s.get("topic")));
+            group_topic(&text(v.get("group")), &topic, SUB)
+        }
         code::UNREGISTER_CLIENT => match field(e, "consumerGroup") {
             "" => Vec::new(),
             g => vec![Need::new(Resource::group(g), SUB)],

@@ -18,7 +18,8 @@
 //! max_inflight_receive_bytes = 268435456 # receive responses held until written (256 MiB)
 //! max_inflight_request_bytes = 268435456 # request bytes held, all clients together (256 MiB)
 //! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
-//! max_filter_expression_bytes = 65536 # a tag filter expression (receive, pull, pop)
+//! max_filter_expression_bytes = 65536 # a filter expression (receive, pull, pop; SQL92: 16384)
+//! enable_property_filter = true      # SQL92 filters (RocketMQ's enablePropertyFilter)
 //! max_name_bytes = 255               # a topic, group or client id name
 //! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
 //! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
@@ -267,6 +268,17 @@ pub struct BrokerConfig {
     /// [`DEFAULT_MAX_FILTER_EXPRESSION_BYTES`] (64 KiB: thousands of tags; 16 receives of
     /// 5.9 MB expressions took 1 GB of RSS).
     pub max_filter_expression_bytes: usize,
+    /// Whether consumers may filter by SQL92 expressions over message properties
+    /// (RocketMQ's `enablePropertyFilter`). Off: a SQL92 filter is refused as Apache refuses
+    /// it (gRPC `ILLEGAL_FILTER_EXPRESSION`, remoting `SYSTEM_ERROR` "The broker does not
+    /// support consumer to filter message by SQL92"). Default on, where Apache's is off:
+    /// Apache's off-default guards against an unbounded evaluator and its per-message bloom
+    /// bitmaps; rocklet's expressions are bounded when parsed (16 KiB, depth 64, IN lists of
+    /// 1,024) and a receive or pull looks at no more than `max_scan_units` messages, so a
+    /// filter costs bounded work per request, and clients that use `bySql` work unconfigured.
+    /// A SQL92 expression is held to the smaller of `max_filter_expression_bytes` and the
+    /// core's 16 KiB bound.
+    pub enable_property_filter: bool,
     /// Longest name the host keeps or holds for a client: a gRPC request's topic and group
     /// resources, a remoting heartbeat's client id and group names. Default
     /// [`DEFAULT_MAX_NAME_BYTES`] (255, RocketMQ's longest group name; topics are at most
@@ -388,6 +400,7 @@ impl BrokerConfig {
             max_filter_expression_bytes: f
                 .max_filter_expression_bytes
                 .unwrap_or(DEFAULT_MAX_FILTER_EXPRESSION_BYTES),
+            enable_property_filter: f.enable_property_filter.unwrap_or(true),
             max_name_bytes: f.max_name_bytes.unwrap_or(DEFAULT_MAX_NAME_BYTES),
             grpc_max_header_list_bytes: f
                 .grpc_max_header_list_bytes

@@ -20,6 +20,7 @@ pub mod code {
     pub const NOTIFY_CONSUMER_IDS_CHANGED: i32 = 40;
     pub const LOCK_BATCH_MQ: i32 = 41;
     pub const UNLOCK_BATCH_MQ: i32 = 42;
+    pub const CHECK_CLIENT_CONFIG: i32 = 46;
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     pub const SEND_MESSAGE_V2: i32 = 310;
     pub const SEND_BATCH_MESSAGE: i32 = 320;
@@ -73,7 +74,7 @@ pub mod status {
 }
 
 /// Every request code the remoting counters count (the handlers serve them) and its RocketMQ name; the last slot counts the rest.
-pub const COUNTED: [(i32, &str); 22] = [
+pub const COUNTED: [(i32, &str); 23] = [
     (code::SEND_MESSAGE, "SEND_MESSAGE"),
     (code::PULL_MESSAGE, "PULL_MESSAGE"),
     (code::QUERY_CONSUMER_OFFSET, "QUERY_CONSUMER_OFFSET"),
@@ -91,6 +92,7 @@ pub const COUNTED: [(i32, &str); 22] = [
     (code::CHECK_TRANSACTION_STATE, "CHECK_TRANSACTION_STATE"),
     (code::LOCK_BATCH_MQ, "LOCK_BATCH_MQ"),
     (code::UNLOCK_BATCH_MQ, "UNLOCK_BATCH_MQ"),
+    (code::CHECK_CLIENT_CONFIG, "CHECK_CLIENT_CONFIG"),
     (code::GET_ROUTEINFO_BY_TOPIC, "GET_ROUTEINFO_BY_TOPIC"),
     (code::SEND_MESSAGE_V2, "SEND_MESSAGE_V2"),
     (code::SEND_BATCH_MESSAGE, "SEND_BATCH_MESSAGE"),
@@ -106,7 +108,7 @@ pub const COUNTED: [(i32, &str); 22] = [
 
 /// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
 /// asked (mqadmin's other commands, name-server and controller requests).
-pub const UNSERVED: [(i32, &str); 59] = [
+pub const UNSERVED: [(i32, &str); 58] = [
     (13, "QUERY_BROKER_OFFSET"),
     (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
     (21, "GET_ALL_TOPIC_CONFIG"),
@@ -118,7 +120,6 @@ pub const UNSERVED: [(i32, &str); 59] = [
     (32, "GET_EARLIEST_MSG_STORETIME"),
     (43, "GET_ALL_CONSUMER_OFFSET"),
     (45, "GET_ALL_DELAY_OFFSET"),
-    (46, "CHECK_CLIENT_CONFIG"),
     (47, "GET_CLIENT_CONFIG"),
     (60, "GET_TIMER_CHECK_POINT"),
     (61, "GET_TIMER_METRICS"),

@@ -116,7 +116,7 @@ pub(crate) fn number_or<T: std::str::FromStr>(
 }
 
 /// Most body bytes of a request whose body is JSON (HEART_BEAT, LOCK_BATCH_MQ,
-/// UNLOCK_BATCH_MQ): a heartbeat of a client with thousands of subscriptions is far below it.
+/// UNLOCK_BATCH_MQ, CHECK_CLIENT_CONFIG): a heartbeat of a client with thousands of subscriptions is far below it.
 pub const MAX_JSON_BODY: usize = 4 << 20;
 
 /// Most body bytes a request of `request_code` may carry: sends their message or batch (as
@@ -129,7 +129,10 @@ pub fn max_body(cfg: &BrokerConfig, request_code: i32) -> usize {
         code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
             cfg.max_request_message_bytes()
         }
-        code::HEART_BEAT | code::LOCK_BATCH_MQ | code::UNLOCK_BATCH_MQ => MAX_JSON_BODY,
+        code::HEART_BEAT
+        | code::LOCK_BATCH_MQ
+        | code::UNLOCK_BATCH_MQ
+        | code::CHECK_CLIENT_CONFIG => MAX_JSON_BODY,
         c if super::stats::code_name(c) == "OTHER" => super::codec::MAX_FRAME,
         _ => 0,
     }
@@ -186,7 +189,16 @@ pub(crate) fn filter_field<'a>(
     req: &'a RemotingCommand,
     name: &str,
 ) -> Result<&'a str, RemotingCommand> {
-    let v = field(req, name).unwrap_or("*");
+    filter_len_ok(ctx, req, name, field(req, name).unwrap_or("*"))
+}
+
+/// `v`, the filter expression `name`, if at most `max_filter_expression_bytes` long.
+pub(crate) fn filter_len_ok<'a>(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    name: &str,
+    v: &'a str,
+) -> Result<&'a str, RemotingCommand> {
     let max = ctx.cfg.max_filter_expression_bytes;
     if v.len() > max {
         ctx.over_limit("max_filter_expression_bytes");
@@ -197,6 +209,51 @@ pub(crate) fn filter_field<'a>(
         ));
     }
     Ok(v)
+}
+
+/// A pull's or pop's filter: the expression in `expr_field`, of the type in `type_field`
+/// (`TAG` or none: a tag expression; `SQL92`: parsed here, once, and refused with the parser's
+/// message and position as Apache refuses it, `SUBSCRIPTION_PARSE_FAILED`; with
+/// `enable_property_filter` off, `SYSTEM_ERROR` as Apache's broker answers).
+pub(crate) fn request_filter(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    type_field: &str,
+    expr_field: &str,
+) -> Result<rocklet_core::TagFilter, RemotingCommand> {
+    let expr = filter_field(ctx, req, expr_field)?;
+    parse_filter(ctx, req, field(req, type_field), expr, expr_field)
+}
+
+/// A filter expression `expr` (named `name` in refusals) of type `ty`: see [`request_filter`].
+pub(crate) fn parse_filter(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    ty: Option<&str>,
+    expr: &str,
+    name: &str,
+) -> Result<rocklet_core::TagFilter, RemotingCommand> {
+    use rocklet_core::TagFilter;
+    match ty {
+        None | Some("" | "TAG") => Ok(TagFilter::parse(expr)),
+        Some("SQL92") if !ctx.cfg.enable_property_filter => Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            "The broker does not support consumer to filter message by SQL92 (enable_property_filter is off)",
+        )),
+        Some("SQL92") => TagFilter::sql92(expr).map_err(|e| {
+            fail(
+                req,
+                status::SUBSCRIPTION_PARSE_FAILED,
+                format!("SUBSCRIPTION_PARSE_FAILED: `{name}`: {e}"),
+            )
+        }),
+        Some(other) => Err(fail(
+            req,
+            status::MESSAGE_ILLEGAL,
+            format!("filter type `{other}` is not supported: use TAG or SQL92"),
+        )),
+    }
 }
 
 pub(crate) type Answer = Result<RemotingCommand, RemotingCommand>;

@@ -3,6 +3,10 @@ named `rocketmq`), driven by the v4 tests for cross-protocol checks. Prints JSON
 
     v5_client.py send ADDR TOPIC TAG BODY...
     v5_client.py receive ADDR TOPIC GROUP COUNT
+    v5_client.py sqlreceive ADDR TOPIC GROUP EXPRESSION
+
+`sqlreceive` subscribes with `FilterExpression(EXPRESSION, SQL92)`, acks what it gets until a
+receive of 2 s finds nothing, and prints the bodies (a refusal: `{"error": …}`).
 
 `receive` acks what it gets and prints each message's body, tag, keys and message id.
 """
@@ -11,6 +15,7 @@ import sys
 import time
 
 from rocketmq import ClientConfiguration, Credentials, FilterExpression, Message, Producer, SimpleConsumer
+from rocketmq.grpc_protocol import FilterType
 
 
 def view(m):
@@ -51,6 +56,24 @@ def main():
             for m in c.receive(16, 30):
                 got.append(view(m))
             print(json.dumps(got))
+        finally:
+            c.shutdown()
+    elif cmd == "sqlreceive":
+        group, expr = sys.argv[4], sys.argv[5]
+        c = SimpleConsumer(cfg, group, {topic: FilterExpression(expr, FilterType.SQL)}, await_duration=2)
+        c.startup()
+        try:
+            got = []
+            while True:
+                batch = c.receive(16, 30)
+                if not batch:
+                    break
+                for m in batch:
+                    got.append(m.body.decode())
+                    c.ack(m)
+            print(json.dumps(got))
+        except Exception as e:  # the broker's refusal, for the test to read
+            print(json.dumps({"error": str(e)}))
         finally:
             c.shutdown()
     else:

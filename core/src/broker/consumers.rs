@@ -117,7 +117,7 @@ impl<S: Storage> Broker<S> {
                 }
             }
             if let Some(m) = self.read_message(q, at, unit)? {
-                if filter.matches(m.tag.as_deref()) {
+                if filter.matches_message(&m) {
                     // Past the transfer cap: this message starts the next pull.
                     if !messages.is_empty() && bytes + u64::from(unit.size) > cap {
                         break;
@@ -303,7 +303,7 @@ impl<S: Storage> Broker<S> {
                 }
                 let m = self.read_message(q, next, unit)?;
                 if let Some(m) = m {
-                    if filter.matches(m.tag.as_deref()) {
+                    if filter.matches_message(&m) {
                         let size = u64::from(unit.size);
                         if entries.len() + out.len() > 0 && bytes + size > cap {
                             full = true;

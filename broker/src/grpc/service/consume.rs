@@ -33,10 +33,6 @@ impl Messaging {
         };
         let filter = match req.filter_expression.as_ref() {
             None => TagFilter::All,
-            Some(f) if f.r#type() == pb::FilterType::Sql => return one(status(
-                Code::IllegalFilterExpression,
-                "ILLEGAL_FILTER_EXPRESSION: SQL92 filters are not supported; use a tag expression",
-            )),
             Some(f) if f.expression.len() > self.cfg.max_filter_expression_bytes => {
                 self.metrics.over_limit("max_filter_expression_bytes");
                 return one(status(
@@ -47,6 +43,23 @@ impl Messaging {
                         self.cfg.max_filter_expression_bytes
                     ),
                 ));
+            }
+            Some(f) if f.r#type() == pb::FilterType::Sql => {
+                if !self.cfg.enable_property_filter {
+                    return one(status(
+                        Code::IllegalFilterExpression,
+                        "ILLEGAL_FILTER_EXPRESSION: The broker does not support consumer to filter message by SQL92 (enable_property_filter is off)",
+                    ));
+                }
+                match TagFilter::sql92(&f.expression) {
+                    Ok(filter) => filter,
+                    Err(e) => {
+                        return one(status(
+                            Code::IllegalFilterExpression,
+                            format!("ILLEGAL_FILTER_EXPRESSION: filter_expression.expression: {e}"),
+                        ))
+                    }
+                }
             }
             Some(f) => TagFilter::parse(&f.expression),
         };

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{ClientError, TagFilter};
+use rocklet_core::ClientError;
 
 use crate::driver::Pulled;
 
@@ -25,7 +25,7 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
     let flags: i32 = number_or(req, "sysFlag", 0)?;
     let commit: i64 = number_or(req, "commitOffset", -1i64)?;
     let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
-    let filter = TagFilter::parse(filter_field(ctx, req, "subscription")?);
+    let filter = request_filter(ctx, req, "expressionType", "subscription")?;
     if flags & PULL_COMMIT_OFFSET != 0 {
         if let Ok(c) = u64::try_from(commit) {
             let r = ctx
@@ -250,4 +250,26 @@ pub(crate) async fn send_back(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
+}
+
+/// CHECK_CLIENT_CONFIG: whether this broker serves a subscription (the v4 push consumer asks
+/// at start for each non-TAG one): Apache's answers, the filter parsed as a pull would parse it.
+pub(crate) fn check_client_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let body = json_body(req)?;
+    let sub = body.get("subscriptionData");
+    let text = |k: &str| sub.and_then(|s| s.get(k)).and_then(|v| v.as_str());
+    let expr = filter_len_ok(
+        ctx,
+        req,
+        "subscriptionData.subString",
+        text("subString").unwrap_or("*"),
+    )?;
+    parse_filter(
+        ctx,
+        req,
+        text("expressionType"),
+        expr,
+        "subscriptionData.subString",
+    )?;
+    Ok(ok(req))
 }

@@ -96,6 +96,7 @@ pub async fn handle(
         code::GET_MIN_OFFSET => min_offset(ctx, &req).await,
         code::GET_CONSUMER_LIST_BY_GROUP => consumer_list(ctx, &req),
         code::CONSUMER_SEND_MSG_BACK => send_back(ctx, &req).await,
+        code::CHECK_CLIENT_CONFIG => check_client_config(ctx, &req),
         code::LOCK_BATCH_MQ => lock_batch(ctx, conn, &req),
         code::UNLOCK_BATCH_MQ => unlock_batch(ctx, &req),
         code::POP_MESSAGE => pop_message(ctx, conn, &req).await,

@@ -3,7 +3,7 @@
 use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
-use rocklet_core::{ClientError, TagFilter};
+use rocklet_core::ClientError;
 
 use super::*;
 use crate::remoting::codec::RemotingCommand;
@@ -12,18 +12,6 @@ use crate::remoting::conn::{lock, Conn, Ctx};
 use crate::remoting::message::*;
 use crate::remoting::pop::{self};
 use crate::remoting::reply::*;
-
-/// Pop consumers' filter: a tag expression (`expType` TAG, or none).
-pub(crate) fn pop_filter(ctx: &Ctx, req: &RemotingCommand) -> Result<TagFilter, RemotingCommand> {
-    match field(req, "expType") {
-        None | Some("" | "TAG") => Ok(TagFilter::parse(filter_field(ctx, req, "exp")?)),
-        Some(other) => Err(fail(
-            req,
-            status::MESSAGE_ILLEGAL,
-            format!("filter type `{other}` is not supported: use a TAG expression"),
-        )),
-    }
-}
 
 /// The answer of a pop that found `msgs`: the records as pulls carry them (reconsume times
 /// = delivery attempt - 1), and in the header what clients build each extraInfo from.
@@ -77,7 +65,7 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
             "orderly pop (order = true) is not supported: use an orderly push consumer",
         ));
     }
-    let filter = pop_filter(ctx, req)?;
+    let filter = request_filter(ctx, req, "expType", "exp")?;
     let poll_ms: u64 = number_or(req, "pollTime", 0u64)?;
     let deadline = tokio::time::Instant::now()
         + Duration::from_millis(poll_ms.min(ctx.cfg.max_long_polling_ms));
