@@ -39,8 +39,11 @@ export interface BrokerConfig {
   maxTopics?: number;
   /** Consume-queue units one filtered pull or receive looks at, at most. */
   maxScanUnits?: number;
-  /** Index messages by key and message id (default true; about 16 bytes a key in memory). */
+  /** Index messages by key and message id (default true; the index is in files beside the log). */
   indexKeys?: boolean;
+  /** Blocks of consume-queue units (1,000 units, 16,000 bytes of memory a block) kept to serve
+   * reads below each queue's recent tail (default 64; the units live in files beside the log). */
+  cqCacheBlocks?: number;
 }
 
 export interface BrokerOptions extends BrokerConfig {

@@ -92,7 +92,7 @@ pub struct Config {
     pub replicated_acks: bool,
     /// Index messages by key (KEYS) and message id (UNIQ_KEY) for
     /// [`Broker::messages_by_key`](crate::Broker::messages_by_key), as RocketMQ's
-    /// messageIndexEnable: 16 bytes a key in memory.
+    /// messageIndexEnable (the index is in files beside the log: `index/`).
     pub index_keys: bool,
     /// Blocks of consume-queue units (1,000 units, 20,000 bytes of file, a block) the
     /// broker keeps in memory to serve reads below each queue's recent tail: 16,000 bytes
