@@ -2,7 +2,7 @@
 // code and docs) or Rocklet's own (no RocketMQ counterpart). No DOM: the Node tests import it.
 
 // Tags of the op records in RMQ_SYS_TRANS_OP_HALF_TOPIC, as rocklet-core writes them
-// (core/src/broker/mod.rs, `mod op`). Only "d" is RocketMQ's: TransactionalMessageUtil.REMOVE_TAG.
+// (core/src/broker/state.rs, `mod op`). Only "d" is RocketMQ's: TransactionalMessageUtil.REMOVE_TAG.
 export const OP_TAGS = {
   d: {
     origin: 'RocketMQ',

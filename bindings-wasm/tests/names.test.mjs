@@ -1,6 +1,6 @@
 // node --test bindings-wasm/tests/names.test.mjs
 // The playground names each op tag as RocketMQ's or as Rocklet's own, and knows every tag the
-// core writes (core/src/broker/mod.rs, `mod op`).
+// core writes (core/src/broker/state.rs, `mod op`).
 import test from 'node:test';
 import assert from 'node:assert/strict';
 import fs from 'node:fs';
@@ -22,9 +22,9 @@ test('"d" is RocketMQ\'s REMOVE_TAG; "c", "x", "e" are Rocklet\'s own', () => {
 });
 
 test('every op tag the core writes is labelled', () => {
-  const src = fs.readFileSync(path.join(root, 'core/src/broker/mod.rs'), 'utf8');
+  const src = fs.readFileSync(path.join(root, 'core/src/broker/state.rs'), 'utf8');
   const block = src.match(/mod op \{([\s\S]*?)\n\}/);
-  assert.ok(block, 'mod op not found in core/src/broker/mod.rs');
+  assert.ok(block, 'mod op not found in core/src/broker/state.rs');
   const tags = [...block[1].matchAll(/pub const \w+: &str = "([^"]+)";/g)].map((m) => m[1]);
   assert.deepEqual(tags.sort(), Object.keys(OP_TAGS).sort());
 });
