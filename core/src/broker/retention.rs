@@ -105,8 +105,11 @@ pub(super) struct LogStart {
     /// Replication epochs: (epoch, offset of its first record).
     pub(super) epochs: Vec<(u64, u64)>,
     /// Carried-forward committed or delivered messages the queues keep: (key of the
-    /// transaction or delay, topic, queue id, record, size, tag hash).
-    pub(super) units: Vec<(u64, String, u32, u64, u32, i32)>,
+    /// transaction or delay, topic, queue id, record, size, tag hash, queue offset). Those
+    /// at the head of their queue's retained part go back in on open, before replay: the op
+    /// that committed or delivered them may be below the cut, never to be replayed. (A
+    /// version 1 record has no queue offset: [`UNPLACED`].)
+    pub(super) units: Vec<(u64, String, u32, u64, u32, i32, u64)>,
     /// Segments retired and bytes carried forward, all runs together.
     pub(super) retired_total: u64,
     pub(super) carried_total: u64,
@@ -114,11 +117,11 @@ pub(super) struct LogStart {
     /// receive records below the cut go with it, so a reopen would start them again at the
     /// queue's first offset and deliver what they acked once more (version 2 on).
     pub(super) pops: Vec<(String, String, u32, u64)>,
-    /// Where each carried unit of `units` sits: (key, queue offset) (version 2 on). Those at
-    /// the head of their queue's retained part go back in on open, before replay: the op
-    /// that committed or delivered them may be below the cut, never to be replayed.
-    pub(super) places: Vec<(u64, u64)>,
 }
+
+/// The queue offset of a carried unit a version 1 record names (it kept none): replay puts
+/// the unit in, as that version's builds did.
+const UNPLACED: u64 = u64::MAX;
 
 /// Version 1 of [`LogStart`]: the same fields but `pops`.
 #[derive(serde::Deserialize)]
@@ -145,11 +148,14 @@ impl From<LogStartV1> for LogStart {
             offsets: v.offsets,
             queues: v.queues,
             epochs: v.epochs,
-            units: v.units,
+            units: v
+                .units
+                .into_iter()
+                .map(|(k, t, q, o, n, h)| (k, t, q, o, n, h, UNPLACED))
+                .collect(),
             retired_total: v.retired_total,
             carried_total: v.carried_total,
             pops: Vec::new(),
-            places: Vec::new(),
         }
     }
 }
@@ -552,10 +558,9 @@ impl<S: Storage> Broker<S> {
             })
             .collect();
         // Only those still in their queue's retained part.
-        let places = kept_units.iter().map(|&(k, _, _, qo)| (k, qo)).collect();
         let units = kept_units
             .into_iter()
-            .map(|(k, q, u, _)| {
+            .map(|(k, q, u, qo)| {
                 let queue = &self.queues[q as usize];
                 (
                     k,
@@ -564,6 +569,7 @@ impl<S: Storage> Broker<S> {
                     u.offset,
                     u.size,
                     u.tag_hash,
+                    qo,
                 )
             })
             .collect();
@@ -584,7 +590,6 @@ impl<S: Storage> Broker<S> {
         Ok(LogStart {
             version: LOG_START_VERSION,
             pops,
-            places,
             start: cut,
             topics,
             groups,
@@ -677,6 +682,16 @@ impl<S: Storage> Broker<S> {
 
     /// On open: what the record of where the log starts says, before the segments from
     /// there on are replayed. `Err`: a record this build cannot read.
+    /// The queue a record of where the log starts names, created as the record says
+    /// (`None`: a queue id no topic may have).
+    fn recorded_queue(&mut self, topic: &str, queue_id: u32) -> Option<u32> {
+        if queue_id >= MAX_QUEUES {
+            return None;
+        }
+        let t = self.topic_with(topic, queue_id + 1, false);
+        Some(self.queue_of(t, queue_id))
+    }
+
     pub(super) fn apply_log_start(&mut self, bytes: &[u8]) -> Result<u64, String> {
         let rec = decode_log_start(bytes)?;
         for (name, queues) in &rec.topics {
@@ -689,55 +704,42 @@ impl<S: Storage> Broker<S> {
             self.groups[g as usize].fifo = *fifo;
         }
         for (name, queue_id, first) in &rec.queues {
-            if *queue_id >= MAX_QUEUES {
-                continue;
+            if let Some(q) = self.recorded_queue(name, *queue_id) {
+                self.queues[q as usize].start_at(*first);
             }
-            let t = self.topic_with(name, queue_id + 1, false);
-            let q = self.queue_of(t, *queue_id);
-            self.queues[q as usize].start_at(*first);
         }
         for (group, name, queue_id, offset) in &rec.offsets {
-            if *queue_id >= MAX_QUEUES {
-                continue;
+            if let Some(q) = self.recorded_queue(name, *queue_id) {
+                let g = self.group(group);
+                self.offsets.insert((g, q), *offset);
             }
-            let g = self.group(group);
-            let t = self.topic_with(name, queue_id + 1, false);
-            let q = self.queue_of(t, *queue_id);
-            self.offsets.insert((g, q), *offset);
         }
-        for (key, name, queue_id, offset, size, tag_hash) in &rec.units {
-            if *queue_id >= MAX_QUEUES {
-                continue;
+        let mut places = Vec::new();
+        for (key, name, queue_id, offset, size, tag_hash, qo) in &rec.units {
+            if let Some(q) = self.recorded_queue(name, *queue_id) {
+                let unit = CqUnit {
+                    offset: *offset,
+                    size: *size,
+                    tag_hash: *tag_hash,
+                };
+                self.carried_units.insert(*key, (q, unit));
+                places.push((*qo, q, unit));
             }
-            let t = self.topic_with(name, queue_id + 1, false);
-            let q = self.queue_of(t, *queue_id);
-            let unit = CqUnit {
-                offset: *offset,
-                size: *size,
-                tag_hash: *tag_hash,
-            };
-            self.carried_units.insert(*key, (q, unit));
         }
         // Carried units at the head of their queue's retained part go back in now, in queue
         // order (replay puts in the others, when it meets the op that made them visible).
-        let mut places = rec.places.clone();
-        places.sort_unstable_by_key(|&(_, qo)| qo);
-        for (key, qo) in places {
-            if let Some(&(q, unit)) = self.carried_units.get(&key) {
-                if self.queues[q as usize].next == qo {
-                    self.push_moved(q, unit);
-                }
+        places.sort_unstable_by_key(|p| p.0);
+        for (qo, q, unit) in places {
+            if self.queues[q as usize].next == qo {
+                self.push_moved(q, unit);
             }
         }
         for (group, name, queue_id, next) in &rec.pops {
-            if *queue_id >= MAX_QUEUES {
-                continue;
+            if let Some(q) = self.recorded_queue(name, *queue_id) {
+                let g = self.group(group);
+                let pq = self.pops.entry((g, q)).or_default();
+                pq.next = pq.next.max(*next);
             }
-            let g = self.group(group);
-            let t = self.topic_with(name, queue_id + 1, false);
-            let q = self.queue_of(t, *queue_id);
-            let pq = self.pops.entry((g, q)).or_default();
-            pq.next = pq.next.max(*next);
         }
         self.epochs.clone_from(&rec.epochs);
         self.retired_total = rec.retired_total;
