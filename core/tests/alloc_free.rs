@@ -7,58 +7,15 @@
 //! run, never one per message. The test counts the sends that allocated at all and bounds
 //! them far below one per message; the same loop through `execute` and an owned `Request`
 //! allocates several times on every send (checked too, so the counter is known to count).
-// A `GlobalAlloc` cannot be written without `unsafe`: this test binary's allocator only.
-#![allow(unsafe_code)]
+mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use common::allocations;
+
 use std::hint::black_box;
 
 use rocklet_core::{
     Broker, Config, MemStorage, MessageRef, NewMessage, Reply, Request, Resolution,
 };
-
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // `try_with`: no count (rather than a panic) while the thread is being torn down.
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; counting touches a const-initialized
-// thread-local `Cell` with no destructor, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract is passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCS.with(Cell::get)
-}
 
 const WARM_UP: usize = 2_000;
 const SENDS: usize = 20_000;

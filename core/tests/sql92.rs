@@ -2,57 +2,14 @@
 //! evaluated over its properties, and the outcome must be the one the table expects (Apache
 //! RocketMQ's own filter module is held to the same table by `tests/sql92/Sql92Check.java`).
 //! Evaluating allocates nothing: a counting global allocator watches every evaluation.
-// A `GlobalAlloc` cannot be written without `unsafe`: this test binary's allocator only.
-#![allow(unsafe_code)]
+mod common;
 
-use std::alloc::{GlobalAlloc, Layout, System};
-use std::cell::Cell;
+use common::allocations;
+
 use std::collections::HashMap;
 
 use rocklet_core::filter::{Outcome, Sql92};
 use serde_json::Value;
-
-struct Counting;
-
-thread_local! {
-    static ALLOCS: Cell<u64> = const { Cell::new(0) };
-}
-
-fn count() {
-    // `try_with`: no count (rather than a panic) while the thread is being torn down.
-    let _ = ALLOCS.try_with(|c| c.set(c.get() + 1));
-}
-
-// SAFETY: every call is forwarded to `System` unchanged; counting touches a const-initialized
-// thread-local `Cell` with no destructor, which never allocates.
-unsafe impl GlobalAlloc for Counting {
-    unsafe fn alloc(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: the caller's contract is passed on.
-        unsafe { System.alloc(layout) }
-    }
-    unsafe fn alloc_zeroed(&self, layout: Layout) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.alloc_zeroed(layout) }
-    }
-    unsafe fn realloc(&self, ptr: *mut u8, layout: Layout, new_size: usize) -> *mut u8 {
-        count();
-        // SAFETY: as above.
-        unsafe { System.realloc(ptr, layout, new_size) }
-    }
-    unsafe fn dealloc(&self, ptr: *mut u8, layout: Layout) {
-        // SAFETY: as above.
-        unsafe { System.dealloc(ptr, layout) }
-    }
-}
-
-#[global_allocator]
-static GLOBAL: Counting = Counting;
-
-fn allocations() -> u64 {
-    ALLOCS.with(Cell::get)
-}
 
 fn expression(case: &Value) -> String {
     match case.get("build") {
