@@ -25,12 +25,9 @@ mod cluster_support;
 mod common;
 
 use std::collections::{HashMap, HashSet};
-use std::process::Command;
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use cluster_support::{
-    consume_bodies, find_master, nodes_addrs, now_ms, percentile, wait_for, Etcd, Node, Producer,
-};
+use cluster_support::{find_master, nodes_addrs, now_ms, percentile, wait_for, ClientsRun};
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs etcd, the Python and Java clients; run by tests/ci/cluster.sh"]
@@ -39,78 +36,26 @@ async fn kill_the_master_official_clients() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(10);
-    let python = std::env::var("ROCKLET_PYTHON")
-        .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)");
-    let classpath = std::env::var("ROCKLET_V4_CLASSPATH")
-        .expect("ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Producer (tests/ci/cluster.sh)");
-    let etcd = Etcd::start();
-    let root = tempfile::tempdir().unwrap();
-    // Checks come soon after a failover (6 s and 30 s by default).
-    let cfg = root.path().join("rocklet.toml");
-    std::fs::write(
-        &cfg,
-        "[core]\ntransaction_timeout_ms = 2000\ntransaction_check_interval_ms = 2000\n",
-    )
-    .unwrap();
-    let extra = vec!["--config".to_string(), cfg.display().to_string()];
-    let mut nodes: Vec<Node> = (1..=3)
-        .map(|i| Node::start_fixed(i, &root.path().join(format!("n{i}")), &etcd.url, &extra))
-        .collect();
     let topic = "ClusterClients";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while find_master(&nodes_addrs(&nodes), topic).await.is_none() {
-        assert!(Instant::now() < deadline, "no master elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ports: Vec<[u16; 3]> = nodes.iter().map(|n| n.ports.unwrap()).collect();
-    // One address: the Python client sends a list ("a;b;c") as the HTTP/2 `:authority`
-    // joined with commas, which the broker's HTTP/2 layer resets as a protocol error. Any
-    // node answers QueryRoute with the master.
-    let grpc = format!("127.0.0.1:{}", ports[0][0]);
-    let namesrv = ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p[2]))
-        .collect::<Vec<_>>()
-        .join(";");
-    let stop = root.path().join("stop");
-    let here = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster-clients");
-    let linger = "4";
-    let mut py = Command::new(&python);
-    py.arg(format!("{here}/producer.py"))
-        .args([&grpc, topic, "py"])
-        .arg(&stop)
-        .env("LINGER_S", linger);
-    let mut java = Command::new("java");
-    java.arg(format!(
-        "-Drocketmq.log.root={}",
-        root.path().join("logs").display()
-    ))
-    .args(["-cp", &classpath, "V4Producer", &namesrv, topic, "v4"])
-    .arg(&stop)
-    .env("LINGER_S", linger);
-    let producers = [Producer::spawn("python", py), Producer::spawn("v4", java)];
-    for p in &producers {
-        wait_for(
-            &format!("{}: 20 acknowledgements", p.name),
-            Duration::from_secs(90),
-            || p.ack_times().len() >= 20,
-        )
-        .await;
-    }
+    let mut run = ClientsRun::start(topic, "4").await;
     let mut failovers: HashMap<&str, Vec<u64>> = HashMap::new();
     for k in 0..kills {
-        let master = find_master(&nodes_addrs(&nodes), topic)
+        let master = find_master(&nodes_addrs(&run.nodes), topic)
             .await
             .expect("a master");
-        let i = nodes.iter().position(|n| n.addr() == Some(master)).unwrap();
-        let before: Vec<usize> = producers.iter().map(|p| p.ack_times().len()).collect();
+        let i = run
+            .nodes
+            .iter()
+            .position(|n| n.addr() == Some(master))
+            .unwrap();
+        let before: Vec<usize> = run.producers.iter().map(|p| p.ack_times().len()).collect();
         let killed_at = now_ms();
-        nodes[i].proc.as_mut().unwrap().kill9();
+        run.nodes[i].proc.as_mut().unwrap().kill9();
         // Restarted at once, as a supervisor does (crash-only), on its own addresses: a
         // client that still routes there reaches the new master through it
         // (`cluster::forward`) until its route refresh names the new master.
-        nodes[i].restart(&etcd.url);
-        for (p, &b) in producers.iter().zip(&before) {
+        run.nodes[i].restart(&run.etcd.url);
+        for (p, &b) in run.producers.iter().zip(&before) {
             wait_for(
                 &format!("after kill {k}: {} goes on", p.name),
                 Duration::from_secs(60),
@@ -122,50 +67,17 @@ async fn kill_the_master_official_clients() {
                 .expect("acknowledgements around the kill");
             eprintln!(
                 "kill {k}: node {} was master; {} failover {gap} ms",
-                nodes[i].id, p.name
+                run.nodes[i].id, p.name
             );
             failovers.entry(p.name).or_default().push(gap);
         }
         // The restarted node catches up and rejoins the SyncStateSet.
         tokio::time::sleep(Duration::from_millis(500)).await;
     }
-    std::fs::write(&stop, b"").unwrap();
-    for p in &producers {
-        wait_for(
-            &format!("{} producer done", p.name),
-            Duration::from_secs(60),
-            || p.count("DONE") == 1,
-        )
-        .await;
-    }
-    // The Python client 5.1.2 opens a telemetry stream again only when a settings write fails
-    // (every 300 s) or its route names a new address: once the master it streamed to died,
-    // checks cannot reach it. A producer process started again (as after a deploy) resolves
-    // what is left open: it sends nothing (STOP exists) and answers checks for a while.
-    let mut again = Command::new(&python);
-    again
-        .arg(format!("{here}/producer.py"))
-        .args([&grpc, topic, "py"])
-        .arg(&stop)
-        .env("LINGER_S", "8");
-    let resolver = Producer::spawn("python (again)", again);
-    wait_for(
-        "the second python producer done",
-        Duration::from_secs(60),
-        || resolver.count("DONE") == 1,
-    )
-    .await;
-    eprintln!(
-        "python (again): answered {} checks",
-        resolver.count("CHECK")
-    );
-    let master = find_master(&nodes_addrs(&nodes), topic)
-        .await
-        .expect("a master at the end");
-    let got = consume_bodies(master, topic, "ClusterClientsCheck").await;
+    let (got, resolved_checks) = run.finish("ClusterClientsCheck").await;
     let delivered: HashSet<&str> = got.iter().map(String::as_str).collect();
     let mut failed = false;
-    for p in &producers {
+    for p in &run.producers {
         let must = p.must_deliver();
         let mut lost: Vec<&String> = must
             .iter()
@@ -202,7 +114,7 @@ async fn kill_the_master_official_clients() {
         // (The Python producer started again answers for the first one's transactions.)
         let checks = p.count("CHECK")
             + if p.name == "python" {
-                resolver.count("CHECK")
+                resolved_checks
             } else {
                 0
             };

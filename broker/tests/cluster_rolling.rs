@@ -25,9 +25,7 @@ use std::collections::HashSet;
 use std::process::Command;
 use std::time::{Duration, Instant};
 
-use cluster_support::{
-    consume_bodies, find_master, nodes_addrs, now_ms, wait_for, Etcd, Node, Producer,
-};
+use cluster_support::{find_master, nodes_addrs, now_ms, wait_for, ClientsRun, Node, Producer};
 
 /// The longest client-visible gap between acknowledgements a rolling restart may cause.
 const MAX_GAP_MS: u64 = 1_000;
@@ -140,68 +138,14 @@ async fn rolling_restart_official_clients() {
         .ok()
         .and_then(|v| v.parse().ok())
         .unwrap_or(1);
-    let python = std::env::var("ROCKLET_PYTHON")
-        .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)");
-    let classpath = std::env::var("ROCKLET_V4_CLASSPATH")
-        .expect("ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Producer (tests/ci/cluster.sh)");
-    let etcd = Etcd::start();
-    let root = tempfile::tempdir().unwrap();
-    // Checks come soon (6 s and 30 s by default): transactions left open are resolved
-    // within the run.
-    let cfg = root.path().join("rocklet.toml");
-    std::fs::write(
-        &cfg,
-        "[core]\ntransaction_timeout_ms = 2000\ntransaction_check_interval_ms = 2000\n",
-    )
-    .unwrap();
-    let extra = vec!["--config".to_string(), cfg.display().to_string()];
-    let mut nodes: Vec<Node> = (1..=3)
-        .map(|i| Node::start_fixed(i, &root.path().join(format!("n{i}")), &etcd.url, &extra))
-        .collect();
     let topic = "ClusterRolling";
-    let deadline = Instant::now() + Duration::from_secs(30);
-    while find_master(&nodes_addrs(&nodes), topic).await.is_none() {
-        assert!(Instant::now() < deadline, "no master elected");
-        tokio::time::sleep(Duration::from_millis(100)).await;
-    }
-    let ports: Vec<[u16; 3]> = nodes.iter().map(|n| n.ports.unwrap()).collect();
-    // One gRPC address (see cluster_clients.rs): any node answers QueryRoute with the master.
-    let grpc = format!("127.0.0.1:{}", ports[0][0]);
-    let namesrv = ports
-        .iter()
-        .map(|p| format!("127.0.0.1:{}", p[2]))
-        .collect::<Vec<_>>()
-        .join(";");
-    let stop = root.path().join("stop");
-    let here = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster-clients");
-    let mut py = Command::new(&python);
-    py.arg(format!("{here}/producer.py"))
-        .args([&grpc, topic, "py"])
-        .arg(&stop)
-        .env("LINGER_S", "4");
-    let mut java = Command::new("java");
-    java.arg(format!(
-        "-Drocketmq.log.root={}",
-        root.path().join("logs").display()
-    ))
-    .args(["-cp", &classpath, "V4Producer", &namesrv, topic, "v4"])
-    .arg(&stop)
-    .env("LINGER_S", "4");
-    let producers = [Producer::spawn("python", py), Producer::spawn("v4", java)];
-    for p in &producers {
-        wait_for(
-            &format!("{}: 20 acknowledgements", p.name),
-            Duration::from_secs(90),
-            || p.ack_times().len() >= 20,
-        )
-        .await;
-    }
-    wait_all_in_sync(&etcd.url).await;
+    let mut run = ClientsRun::start(topic, "4").await;
+    wait_all_in_sync(&run.etcd.url).await;
     // Refusals first: a handoff to the master itself, or to a node outside the SyncStateSet.
-    let m = master_index(&nodes, topic).await;
-    let refused = handoff(&etcd.url, Some(nodes[m].id));
+    let m = master_index(&run.nodes, topic).await;
+    let refused = handoff(&run.etcd.url, Some(run.nodes[m].id));
     assert!(refused.contains("is the master already"), "{refused}");
-    let refused = handoff(&etcd.url, Some(9));
+    let refused = handoff(&run.etcd.url, Some(9));
     assert!(
         refused.contains("node 9 is not in the SyncStateSet"),
         "{refused}"
@@ -210,22 +154,22 @@ async fn rolling_restart_official_clients() {
     // master, which hands over before it stops.
     let started = now_ms();
     for round in 0..rounds {
-        let m = master_index(&nodes, topic).await;
-        for i in (0..nodes.len()).filter(|&i| i != m) {
+        let m = master_index(&run.nodes, topic).await;
+        for i in (0..run.nodes.len()).filter(|&i| i != m) {
             restart(
-                &mut nodes,
+                &mut run.nodes,
                 i,
-                &etcd.url,
-                &producers,
+                &run.etcd.url,
+                &run.producers,
                 &format!("round {round}"),
             )
             .await;
         }
         let log = restart(
-            &mut nodes,
+            &mut run.nodes,
             m,
-            &etcd.url,
-            &producers,
+            &run.etcd.url,
+            &run.producers,
             &format!("round {round} (master)"),
         )
         .await;
@@ -234,18 +178,19 @@ async fn rolling_restart_official_clients() {
             "the master did not hand over:\n{log}"
         );
     }
-    let rolling: Vec<u64> = producers
+    let rolling: Vec<u64> = run
+        .producers
         .iter()
         .map(|p| longest_gap(&p.ack_times(), started))
         .collect();
     // `rocklet admin cluster handoff`: the master hands over and stays up, passing what
     // clients send on to the new master.
-    let before: Vec<usize> = producers.iter().map(|p| p.ack_times().len()).collect();
+    let before: Vec<usize> = run.producers.iter().map(|p| p.ack_times().len()).collect();
     let at = now_ms();
-    let said = handoff(&etcd.url, None);
+    let said = handoff(&run.etcd.url, None);
     eprintln!("admin handoff in {} ms: {}", now_ms() - at, said.trim());
     assert!(said.contains("handed mastership to node"), "{said}");
-    for (p, &b) in producers.iter().zip(&before) {
+    for (p, &b) in run.producers.iter().zip(&before) {
         wait_for(
             &format!("after the handoff: {} goes on", p.name),
             Duration::from_secs(60),
@@ -253,42 +198,15 @@ async fn rolling_restart_official_clients() {
         )
         .await;
     }
-    let admin: Vec<u64> = producers
+    let admin: Vec<u64> = run
+        .producers
         .iter()
         .map(|p| longest_gap(&p.ack_times(), at))
         .collect();
-    std::fs::write(&stop, b"").unwrap();
-    for p in &producers {
-        wait_for(
-            &format!("{} producer done", p.name),
-            Duration::from_secs(60),
-            || p.count("DONE") == 1,
-        )
-        .await;
-    }
-    // The Python client 5.1.2 reopens its telemetry stream only when its route names a new
-    // address (see cluster_clients.rs): a producer started again answers the checks of what
-    // the first one left open.
-    let mut again = Command::new(&python);
-    again
-        .arg(format!("{here}/producer.py"))
-        .args([&grpc, topic, "py"])
-        .arg(&stop)
-        .env("LINGER_S", "8");
-    let resolver = Producer::spawn("python (again)", again);
-    wait_for(
-        "the second python producer done",
-        Duration::from_secs(60),
-        || resolver.count("DONE") == 1,
-    )
-    .await;
-    let master = find_master(&nodes_addrs(&nodes), topic)
-        .await
-        .expect("a master at the end");
-    let got = consume_bodies(master, topic, "ClusterRollingCheck").await;
+    let (got, _) = run.finish("ClusterRollingCheck").await;
     let delivered: HashSet<&str> = got.iter().map(String::as_str).collect();
     let mut lost_any = false;
-    for (k, p) in producers.iter().enumerate() {
+    for (k, p) in run.producers.iter().enumerate() {
         let must = p.must_deliver();
         let mut lost: Vec<&String> = must
             .iter()
@@ -310,7 +228,7 @@ async fn rolling_restart_official_clients() {
             lost_any = true;
         }
     }
-    for (k, p) in producers.iter().enumerate() {
+    for (k, p) in run.producers.iter().enumerate() {
         // 1 s for v4. 2 s for Python: in about half the runs one step costs it 1.2 s — at
         // the master's restart its gRPC channel finds its one address refused and waits out
         // gRPC's reconnect backoff (1 s ± 20 %), and at the admin handoff a write the old

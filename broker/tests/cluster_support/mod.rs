@@ -662,3 +662,129 @@ pub async fn wait_for(what: &str, within: Duration, mut ok: impl FnMut() -> bool
 pub fn nodes_addrs(nodes: &[Node]) -> Vec<SocketAddr> {
     nodes.iter().filter_map(Node::addr).collect()
 }
+
+/// A 3-node group on fixed ports (transaction checks after 2 s, so what a failover leaves
+/// open is resolved within a run) under load from the official producers of
+/// broker/tests/cluster-clients: the Python v5 client (`ROCKLET_PYTHON`) and the v4 Java
+/// client (`ROCKLET_V4_CLASSPATH`), each acknowledged 20 times before `start` returns.
+pub struct ClientsRun {
+    pub etcd: Etcd,
+    pub root: tempfile::TempDir,
+    pub nodes: Vec<Node>,
+    pub producers: [Producer; 2],
+    topic: String,
+    python: String,
+    grpc: String,
+    stop: PathBuf,
+}
+
+impl ClientsRun {
+    /// `linger`: how long (s) each producer answers checks after it stops sending.
+    pub async fn start(topic: &str, linger: &str) -> Self {
+        let python = std::env::var("ROCKLET_PYTHON")
+            .expect("ROCKLET_PYTHON: a Python with rocketmq-python-client (tests/ci/cluster.sh)");
+        let classpath = std::env::var("ROCKLET_V4_CLASSPATH").expect(
+            "ROCKLET_V4_CLASSPATH: the v4 client's jars and V4Producer (tests/ci/cluster.sh)",
+        );
+        let etcd = Etcd::start();
+        let root = tempfile::tempdir().unwrap();
+        let cfg = root.path().join("rocklet.toml");
+        std::fs::write(
+            &cfg,
+            "[core]\ntransaction_timeout_ms = 2000\ntransaction_check_interval_ms = 2000\n",
+        )
+        .unwrap();
+        let extra = vec!["--config".to_string(), cfg.display().to_string()];
+        let nodes: Vec<Node> = (1..=3)
+            .map(|i| Node::start_fixed(i, &root.path().join(format!("n{i}")), &etcd.url, &extra))
+            .collect();
+        let deadline = Instant::now() + Duration::from_secs(30);
+        while find_master(&nodes_addrs(&nodes), topic).await.is_none() {
+            assert!(Instant::now() < deadline, "no master elected");
+            tokio::time::sleep(Duration::from_millis(100)).await;
+        }
+        let ports: Vec<[u16; 3]> = nodes.iter().map(|n| n.ports.unwrap()).collect();
+        // One address: the Python client sends a list ("a;b;c") as the HTTP/2 `:authority`
+        // joined with commas, which the broker's HTTP/2 layer resets as a protocol error. Any
+        // node answers QueryRoute with the master.
+        let grpc = format!("127.0.0.1:{}", ports[0][0]);
+        let namesrv = ports
+            .iter()
+            .map(|p| format!("127.0.0.1:{}", p[2]))
+            .collect::<Vec<_>>()
+            .join(";");
+        let stop = root.path().join("stop");
+        let mut py = Command::new(&python);
+        py.arg(format!("{CLIENTS}/producer.py"))
+            .args([&grpc, topic, "py"])
+            .arg(&stop)
+            .env("LINGER_S", linger);
+        let mut java = Command::new("java");
+        java.arg(format!(
+            "-Drocketmq.log.root={}",
+            root.path().join("logs").display()
+        ))
+        .args(["-cp", &classpath, "V4Producer", &namesrv, topic, "v4"])
+        .arg(&stop)
+        .env("LINGER_S", linger);
+        let producers = [Producer::spawn("python", py), Producer::spawn("v4", java)];
+        for p in &producers {
+            wait_for(
+                &format!("{}: 20 acknowledgements", p.name),
+                Duration::from_secs(90),
+                || p.ack_times().len() >= 20,
+            )
+            .await;
+        }
+        ClientsRun {
+            etcd,
+            root,
+            nodes,
+            producers,
+            topic: topic.to_string(),
+            python,
+            grpc,
+            stop,
+        }
+    }
+
+    /// Stops the producers, then resolves what they left open: the Python client 5.1.2 opens
+    /// a telemetry stream again only when a settings write fails (every 300 s) or its route
+    /// names a new address, so once the master it streamed to died, checks cannot reach it;
+    /// a producer process started again (as after a deploy) sends nothing (the stop file
+    /// exists) and answers checks for a while. Returns the bodies consumer group `group`
+    /// then gets from the master, and how many checks the second producer answered.
+    pub async fn finish(&self, group: &str) -> (Vec<String>, usize) {
+        std::fs::write(&self.stop, b"").unwrap();
+        for p in &self.producers {
+            wait_for(
+                &format!("{} producer done", p.name),
+                Duration::from_secs(60),
+                || p.count("DONE") == 1,
+            )
+            .await;
+        }
+        let mut again = Command::new(&self.python);
+        again
+            .arg(format!("{CLIENTS}/producer.py"))
+            .args([&self.grpc, &self.topic, "py"])
+            .arg(&self.stop)
+            .env("LINGER_S", "8");
+        let resolver = Producer::spawn("python (again)", again);
+        wait_for(
+            "the second python producer done",
+            Duration::from_secs(60),
+            || resolver.count("DONE") == 1,
+        )
+        .await;
+        let checks = resolver.count("CHECK");
+        eprintln!("python (again): answered {checks} checks");
+        let master = find_master(&nodes_addrs(&self.nodes), &self.topic)
+            .await
+            .expect("a master at the end");
+        (consume_bodies(master, &self.topic, group).await, checks)
+    }
+}
+
+/// The official clients' producer programs.
+const CLIENTS: &str = concat!(env!("CARGO_MANIFEST_DIR"), "/tests/cluster-clients");
