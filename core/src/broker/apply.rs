@@ -574,13 +574,20 @@ impl<S: Storage> Broker<S> {
                 let g = self.group(group);
                 let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
-                // A record naming messages the queue does not hold (a damaged or forged log)
-                // is ignored: deliveries exist only for stored messages.
+                // A record naming messages past the queue's end (a damaged or forged log) is
+                // ignored: deliveries exist only for stored messages.
                 let queue = &self.queues[q as usize];
-                let stored = queue.stored_end();
-                if next > stored || entries.iter().any(|&(qoff, _)| !queue.holds(qoff)) {
+                let (base, stored) = (queue.base, queue.stored_end());
+                if next > stored || entries.iter().any(|&(qoff, _)| qoff >= stored) {
                     return;
                 }
+                // An entry below the queue's first retained message went with its segment:
+                // retention retires nothing out on receive, so it was acknowledged (or its
+                // group moved past it) before that run. The record's other entries stand.
+                let entries: Vec<(u64, u32)> = entries
+                    .into_iter()
+                    .filter(|&(qoff, _)| qoff >= base)
+                    .collect();
                 let pq = self.pops.entry((g, q)).or_default();
                 pq.next = pq.next.max(next);
                 for &(qoff, attempt) in &entries {
