@@ -12,6 +12,19 @@ impl<S: Storage> Broker<S> {
         self.offsets.get(&(g, q)).copied()
     }
 
+    /// Every consumer group, with whether it is FIFO ([`Broker::declare_group`]), by name.
+    #[must_use]
+    pub fn groups(&self) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = self
+            .group_ids
+            .values()
+            .map(|&g| &self.groups[g as usize])
+            .map(|g| (g.name.clone(), g.fifo))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Messages a consumer group has received and not yet acked in a topic.
     #[must_use]
     pub fn inflight_count(&self, group: &str, topic: &str) -> usize {
