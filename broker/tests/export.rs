@@ -219,11 +219,17 @@ fn export_then_import_serves_the_same_messages_offsets_groups_transactions_and_d
     let (mut halves, mut copies, mut ops) = (Vec::new(), Vec::new(), Vec::new());
     while let Ok(Decoded::Record(r)) = record::decode(&log[at..], 1 << 20) {
         match r.topic {
-            "RMQ_SYS_TRANS_HALF_TOPIC" => halves.push((
-                at as u64,
-                r.prop("UNIQ_KEY").unwrap().to_string(),
-                r.prop("PGROUP").map(String::from),
-            )),
+            "RMQ_SYS_TRANS_HALF_TOPIC" => {
+                // As TransactionalMessageBridge stores it: not prepared-type (RocketMQ's
+                // dispatch keeps prepared records out of every consume queue).
+                assert_eq!(r.header.sys_flag & 0xC, 0, "a half's transaction type");
+                assert_eq!(r.prop("TRAN_MSG"), Some("true"));
+                halves.push((
+                    at as u64,
+                    r.prop("UNIQ_KEY").unwrap().to_string(),
+                    r.prop("PGROUP").map(String::from),
+                ));
+            }
             "RMQ_SYS_TRANS_OP_HALF_TOPIC" => ops.push(String::from_utf8_lossy(r.body).into_owned()),
             "ExpTxn" if r.header.sys_flag & 0xC == 0x8 => {
                 assert_eq!(r.prop("REAL_TOPIC"), None);

@@ -8,7 +8,10 @@
 //!
 //! 1. **Half messages** (`RMQ_SYS_TRANS_HALF_TOPIC`, queue 0): every transaction's half,
 //!    resolved ones first, then the pending ones (with `TRANSACTION_CHECK_TIMES`, the checks
-//!    Rocklet made, and `PGROUP`, so RocketMQ's checker reaches the producer group).
+//!    Rocklet made, and `PGROUP`, so RocketMQ's checker reaches the producer group). As
+//!    TransactionalMessageBridge stores a half: sys flag TRANSACTION_NOT_TYPE (RocketMQ's
+//!    dispatch leaves a prepared-type record out of every consume queue, so its checker would
+//!    never see the half), TRAN_MSG, REAL_TOPIC and REAL_QID in the properties.
 //! 2. **Op records** (`RMQ_SYS_TRANS_OP_HALF_TOPIC`, tag `d`, body: the half's queue offset)
 //!    for every resolved half: committed, rolled back, or given up (check maximum, expired).
 //!    The checker's offsets (group `CID_RMQ_SYS_TRANS`) start after the resolved halves and
@@ -454,8 +457,7 @@ impl Exporter {
                     let header = Header {
                         queue_id: 0,
                         queue_offset,
-                        sys_flag: (r.header.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK)
-                            | sys_flag::TRANSACTION_PREPARED_TYPE,
+                        sys_flag: r.header.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK,
                         prepared_offset: 0,
                         ..r.header
                     };
@@ -494,8 +496,7 @@ impl Exporter {
             let header = Header {
                 queue_id: 0,
                 queue_offset,
-                sys_flag: (r.header.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK)
-                    | sys_flag::TRANSACTION_PREPARED_TYPE,
+                sys_flag: r.header.sys_flag & !sys_flag::TRANSACTION_TYPE_MASK,
                 prepared_offset: 0,
                 ..r.header
             };
