@@ -398,3 +398,59 @@ fn write_manifest(dir: &Path, point: u64) {
     };
     std::fs::write(dir.join("BACKUP_MANIFEST"), m.encode()).unwrap();
 }
+
+#[test]
+fn a_pop_group_resumes_at_its_first_message_not_acked() {
+    let tmp = tempfile::tempdir().unwrap();
+    let (data, store) = (tmp.path().join("data"), tmp.path().join("store"));
+    let mut b = open(&data, T0);
+    b.create_topic("ExpPop", 1).unwrap().unwrap();
+    for i in 0..5 {
+        send(&mut b, T0 + i, msg("ExpPop", 0, &format!("p{i}")));
+    }
+    b.sync().unwrap();
+    let r = b
+        .execute(
+            T0 + 10,
+            Request::Receive {
+                group: "PopGroup".into(),
+                topic: "ExpPop".into(),
+                queue_id: Some(0),
+                max: 4,
+                invisible_ms: 600_000,
+                filter: rocklet_core::TagFilter::All,
+            },
+        )
+        .unwrap();
+    let Reply::Received(got) = r else {
+        panic!("{r:?}")
+    };
+    assert_eq!(got.len(), 4);
+    // Acked: queue offsets 0 and 2; in flight: 1 and 3.
+    for i in [0, 2] {
+        let r = b
+            .execute(
+                T0 + 11,
+                Request::Ack {
+                    group: "PopGroup".into(),
+                    handle: got[i].handle.clone(),
+                },
+            )
+            .unwrap();
+        assert!(matches!(r, Reply::Acked), "{r:?}");
+    }
+    b.close().unwrap();
+    drop(b);
+    let report = export::run(&opts(&data, &store)).unwrap();
+    let offsets = std::fs::read_to_string(store.join("config/consumerOffset.json")).unwrap();
+    assert!(
+        offsets.contains(r#""ExpPop@PopGroup":{0:1}"#),
+        "the group resumes at its first message not acked: {offsets}"
+    );
+    assert!(
+        report.notes.iter().any(|n| n.contains(
+            "group PopGroup had 2 messages received (pop) and not acked in ExpPop:0: it resumes at queue offset 1, so they and 1 acked after them are delivered again"
+        )),
+        "{report}"
+    );
+}

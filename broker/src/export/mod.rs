@@ -35,9 +35,11 @@
 //! `consumeMessageOrderly`) and `config/consumerOffset.json`. No consume queue, index or
 //! checkpoint is written: RocketMQ rebuilds its consume queues from the commit log at start.
 //!
+//! Pop state (messages received and not acked) has no RocketMQ form here: such a group's
+//! offset is its first message not acked, so they are delivered again (noted in the report).
 //! What cannot be represented is named in the report with its count, never dropped
-//! silently: pop state (messages received and not acked), a unit whose record is not a
-//! message of its queue, a half without resolution that is not pending.
+//! silently: a unit whose record is not a message of its queue, a half without resolution
+//! that is not pending.
 
 mod apache;
 pub mod source;
@@ -729,18 +731,30 @@ impl Exporter {
         }
         let names: Vec<&str> = topics.keys().map(String::as_str).collect();
         for lag in self.broker.group_lags(&names) {
+            let mut at = lag.consumed;
             if lag.pop && lag.inflight > 0 {
-                self.report.leave_out(
-                    format!(
-                        "messages group {} received (pop) and had not acked in {}:{} (RocketMQ's pop state is not written: the group goes on after them)",
-                        lag.group, lag.topic, lag.queue_id
-                    ),
-                    lag.inflight,
-                );
+                // RocketMQ's pop state is not written: the group resumes at its first message
+                // not acked, so those in flight are delivered again (and with them the ones
+                // after it that were acked: at least once, never lost).
+                if let Some(first) = self
+                    .broker
+                    .first_unacked(&lag.group, &lag.topic, lag.queue_id)
+                {
+                    at = first;
+                    let again = lag.consumed.saturating_sub(first);
+                    self.report.notes.push(format!(
+                        "group {} had {} messages received (pop) and not acked in {}:{}: it resumes at queue offset {first}, so they and {} acked after them are delivered again",
+                        lag.group,
+                        lag.inflight,
+                        lag.topic,
+                        lag.queue_id,
+                        again.saturating_sub(lag.inflight)
+                    ));
+                }
             }
             let e = offsets.entry((lag.topic, lag.group)).or_default();
-            let o = e.entry(lag.queue_id).or_insert(lag.consumed);
-            *o = (*o).max(lag.consumed);
+            let o = e.entry(lag.queue_id).or_insert(at);
+            *o = (*o).min(at);
         }
         self.report.consumer_offsets = offsets
             .iter()
