@@ -327,13 +327,49 @@ fn a_running_broker_a_non_empty_target_and_overlaps_are_refused_and_nothing_is_w
     let why = refused(export::run(&opts(&apache, &tmp.path().join("s2"))));
     assert!(why.contains("Apache RocketMQ store"), "{why}");
 
-    // A commit-log file too small for the messages.
+    // A commit-log file size RocketMQ cannot map, or too small for a message.
     let why = refused(export::run(&Options {
         commitlog_file_size: 1000,
         ..opts(&data, &tmp.path().join("s3"))
     }));
-    assert!(why.contains("--commitlog-file-size"), "{why}");
+    assert!(why.contains("is outside 4096..=2147483647"), "{why}");
     assert!(!tmp.path().join("s3").exists());
+    let big = tmp.path().join("big");
+    let mut b = open(&big, T0);
+    let m = NewMessage {
+        queue_id: Some(0),
+        ..NewMessage::new("ExpBig", vec![b'x'; 5000])
+    };
+    send(&mut b, T0, m);
+    b.close().unwrap();
+    drop(b);
+    let why = refused(export::run(&Options {
+        commitlog_file_size: 4096,
+        ..opts(&big, &tmp.path().join("s4"))
+    }));
+    assert!(
+        why.contains("a message of topic ExpBig takes") && why.contains("--commitlog-file-size"),
+        "{why}"
+    );
+    assert!(!tmp.path().join("s4").exists(), "the new store is removed");
+
+    // Not a directory.
+    let file = tmp.path().join("file");
+    std::fs::write(&file, b"x").unwrap();
+    let why = refused(export::run(&opts(&file, &tmp.path().join("s5"))));
+    assert!(why.contains("is not a directory"), "{why}");
+
+    // A backup whose manifest does not check out.
+    let backup = tmp.path().join("backup");
+    std::fs::create_dir_all(&backup).unwrap();
+    std::fs::write(
+        backup.join("BACKUP_MANIFEST"),
+        b"rocklet-backup 1\ncrc 00000000\n",
+    )
+    .unwrap();
+    let why = refused(export::run(&opts(&backup, &tmp.path().join("s6"))));
+    assert!(why.contains("CRC"), "{why}");
+    assert!(!tmp.path().join("s6").exists());
 }
 
 #[test]
