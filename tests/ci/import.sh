@@ -14,6 +14,11 @@
 #      same consumer group (ImpGroup), with a producer of the pending transaction's group
 #      answering its check, reads Apache restarted on a copy of the store and rocklet on the
 #      imported data directory: the two outputs must be equal.
+#   3b. Export round trip (issue #34, item 1): the same scenario (keys prefixed rt-) against
+#      rocklet on the imported data directory, which is stopped and exported with `rocklet
+#      export` (the source must stay unchanged); group ImpGroup then reads Apache 5.5.0
+#      started on the export and rocklet on a copy of the data directory: the outputs must be
+#      equal, and Apache must check the pending transaction (the Java checker commits it).
 #   4. Rocklet -> RocketMQ: rocklet (1 MiB preallocated segments) takes the v4 client's
 #      messages; every record of its segment files passes CommitLog.checkMessageAndReturnSize
 #      with forceVerifyPropCRC=true; a 5.5.0 broker started on those segment files serves the
