@@ -38,6 +38,7 @@ pub mod console;
 pub mod disk;
 pub mod disk_full;
 pub mod driver;
+pub mod export;
 pub mod grpc;
 pub mod http;
 pub mod import;

@@ -16,8 +16,8 @@ use tracing_subscriber::EnvFilter;
 mod cli;
 
 use cli::{
-    AclCmd, AdminCmd, BenchCli, BenchMode, BenchStorage, BrokerArgs, Cli, ClusterCmd, Cmd, Flush,
-    ImportArgs, ReadArgs, Replication, SendArgs, UserCmd,
+    AclCmd, AdminCmd, BenchCli, BenchMode, BenchStorage, BrokerArgs, Cli, ClusterCmd, Cmd,
+    ExportArgs, Flush, ImportArgs, ReadArgs, Replication, SendArgs, UserCmd,
 };
 
 fn send_cmd(a: SendArgs) -> Result<Vec<rocklet_broker::client::Outgoing>, String> {
@@ -173,6 +173,29 @@ fn import(a: ImportArgs) -> Result<(), String> {
         core,
     };
     let report = rocklet_broker::import::run(&opts).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+        );
+    } else {
+        print!("{report}");
+    }
+    Ok(())
+}
+
+fn export(a: ExportArgs) -> Result<(), String> {
+    let core = match &a.config {
+        Some(p) => rocklet_broker::config::FileConfig::load(p)?.core,
+        None => rocklet_core::Config::default(),
+    };
+    let opts = rocklet_broker::export::Options {
+        from: a.from,
+        to: a.to_rocketmq,
+        core,
+        commitlog_file_size: a.commitlog_file_size,
+    };
+    let report = rocklet_broker::export::run(&opts).map_err(|e| e.to_string())?;
     if a.json {
         println!(
             "{}",
@@ -349,6 +372,7 @@ fn main() -> ExitCode {
             Err(e) => Err(e),
         },
         Cmd::Import(args) => import(args),
+        Cmd::Export(args) => export(args),
         Cmd::Send(a) => {
             let target = a.client.clone().target();
             match send_cmd(a) {

@@ -409,7 +409,10 @@ impl Storage for MemStorage {
 }
 
 #[cfg(feature = "std")]
-pub use file::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE};
+pub use file::{
+    read_failures, read_log_end, AnyStorage, DetachedSync, FileStorage, LOG_END_FILE,
+    LOG_START_FILE,
+};
 
 #[cfg(feature = "std")]
 mod file;

@@ -14,6 +14,11 @@
 #      same consumer group (ImpGroup), with a producer of the pending transaction's group
 #      answering its check, reads Apache restarted on a copy of the store and rocklet on the
 #      imported data directory: the two outputs must be equal.
+#   3b. Export round trip (issue #34, item 1): the same scenario (keys prefixed rt-) against
+#      rocklet on the imported data directory, which is stopped and exported with `rocklet
+#      export` (the source must stay unchanged); group ImpGroup then reads Apache 5.5.0
+#      started on the export and rocklet on a copy of the data directory: the outputs must be
+#      equal, and Apache must check the pending transaction (the Java checker commits it).
 #   4. Rocklet -> RocketMQ: rocklet (1 MiB preallocated segments) takes the v4 client's
 #      messages; every record of its segment files passes CommitLog.checkMessageAndReturnSize
 #      with forceVerifyPropCRC=true; a 5.5.0 broker started on those segment files serves the
@@ -179,6 +184,31 @@ same() {
   fi
 }
 
+# Apache may check a pending transaction again before the op record of the first answer is
+# written; answered commit twice, it writes the committed message twice (at-least-once, as
+# RocketMQ documents): the same message id at the next queue offset. Such a second copy is
+# one message, not a difference (counted and shown).
+drop_second_commits() {
+python3 - "$1" <<'PY'
+import re, sys
+# Lines sort by topic, queue and a zero-padded queue offset (not JSON numbers: read by regex).
+path = sys.argv[1]
+kept, seen, dropped = [], set(), []
+for line in open(path, encoding="utf-8"):
+    topic = re.search(r'"topic":"([^"]*)"', line).group(1)
+    msg_id = re.search(r'"msgId":"([^"]*)"', line).group(1)
+    place = re.search(r'"queueId":(\d+),"queueOffset":(\d+)', line).groups()
+    if '"PGROUP":' in line and (topic, msg_id) in seen:
+        dropped.append(f"{topic} queue {place[0]} offset {place[1]} {msg_id}")
+        continue
+    seen.add((topic, msg_id))
+    kept.append(line)
+open(path, "w", encoding="utf-8").writelines(kept)
+for d in dropped:
+    print("apache committed a transaction twice, second copy set aside:", d)
+PY
+}
+
 step "RocketMQ -> Rocklet: records written by RocketMQ's CommitLog, read by Rocklet's decoder"
 java_run "$WORK/golden-crc.log" Golden write "$WORK/golden-crc" true "$WORK/golden-crc.jsonl"
 java_run "$WORK/golden-nocrc.log" Golden write "$WORK/golden-nocrc" false "$WORK/golden-nocrc.jsonl"
@@ -215,29 +245,38 @@ start_rocklet "$WORK/data" "$(printf '[core]\ntransaction_timeout_ms = 1000\ntra
 java_run "$WORK/consume-rocklet.log" ImportScenario consume "$ROCKLET_NS" "$WORK/rocklet.jsonl"
 stop_rocklet
 grep '^consume: check' "$WORK/consume-apache.log" "$WORK/consume-rocklet.log" | sed "s|$WORK/||" || true
-# Apache may check a pending transaction again before the op record of the first answer is
-# written; answered commit twice, it writes the committed message twice (at-least-once, as
-# RocketMQ documents): the same message id at the next queue offset. Such a second copy is
-# one message, not a difference (counted and shown).
-python3 - "$WORK/apache.jsonl" <<'PY'
-import re, sys
-# Lines sort by topic, queue and a zero-padded queue offset (not JSON numbers: read by regex).
-path = sys.argv[1]
-kept, seen, dropped = [], set(), []
-for line in open(path, encoding="utf-8"):
-    topic = re.search(r'"topic":"([^"]*)"', line).group(1)
-    msg_id = re.search(r'"msgId":"([^"]*)"', line).group(1)
-    place = re.search(r'"queueId":(\d+),"queueOffset":(\d+)', line).groups()
-    if '"PGROUP":' in line and (topic, msg_id) in seen:
-        dropped.append(f"{topic} queue {place[0]} offset {place[1]} {msg_id}")
-        continue
-    seen.add((topic, msg_id))
-    kept.append(line)
-open(path, "w", encoding="utf-8").writelines(kept)
-for d in dropped:
-    print("apache committed a transaction twice, second copy set aside:", d)
-PY
+drop_second_commits "$WORK/apache.jsonl"
 same "$WORK/apache.jsonl" "$WORK/rocklet.jsonl"
+
+step "export round trip: traffic on rocklet (the imported store), rocklet export, Apache 5.5.0 on the export"
+# The scenario again against rocklet on the imported data directory, every key prefixed rt-:
+# sends, a committed, a rolled-back and a pending transaction, delays delivered and waiting,
+# group ImpGroup 5 messages short of each queue's end.
+start_rocklet "$WORK/data" "$(printf '[core]\ntransaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000')"
+java_run "$WORK/rt-produce.log" ImportScenario produce "$ROCKLET_NS" rt-
+stop_rocklet
+cp -a --sparse=always "$WORK/data" "$WORK/data-copy"
+(cd "$WORK/data" && find . -type f ! -name LOCK -exec sha256sum {} + | sort) > "$WORK/data.sum"
+"$BIN" export --from "$WORK/data" --to-rocketmq "$WORK/exported" --commitlog-file-size 16777216 | tee "$WORK/export.txt"
+(cd "$WORK/data" && find . -type f ! -name LOCK -exec sha256sum {} + | sort) | cmp -s - "$WORK/data.sum" \
+  || { echo "FAILED: rocklet export changed its source"; exit 1; }
+echo "ok: the data directory is unchanged"
+grep -q 'pending .* of group ImpTxnGroup' "$WORK/export.txt" \
+  || { echo "FAILED: the export names no pending transaction of ImpTxnGroup"; exit 1; }
+# What ImpGroup reads from its committed offsets on, with a producer of ImpTxnGroup answering
+# the pending transaction's check: from Apache started on the export, and from rocklet on a
+# copy of the data directory it was exported from.
+start_apache run5 "$WORK/exported" 16777216
+java_run "$WORK/rt-consume-apache.log" ImportScenario consume "$NS" "$WORK/rt-apache.jsonl" rt-
+stop_apache KILL
+start_rocklet "$WORK/data-copy" "$(printf '[core]\ntransaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000')"
+java_run "$WORK/rt-consume-rocklet.log" ImportScenario consume "$ROCKLET_NS" "$WORK/rt-rocklet.jsonl" rt-
+stop_rocklet
+grep -q '^consume: check of rt-pending-1, .*: commit' "$WORK/rt-consume-apache.log" \
+  || { echo "FAILED: Apache did not check the exported pending transaction (rt-pending-1)"; exit 1; }
+echo "ok: Apache checked the pending transaction rt-pending-1 and the Java checker answered"
+drop_second_commits "$WORK/rt-apache.jsonl"
+same "$WORK/rt-apache.jsonl" "$WORK/rt-rocklet.jsonl"
 
 step "Rocklet -> RocketMQ: rocklet's segment files in RocketMQ's CommitLog and a 5.5.0 broker"
 start_rocklet "$WORK/rdata" "$(printf '[core]\nsegment_size = 1048576\nmax_message_size = 262144\nmax_batch_size = 262144\n\n[[topics]]\nname = "GoldenTopic"\nqueues = 4')"

@@ -258,7 +258,7 @@ fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, ImportError> {
 /// `path` as an absolute path without symbolic links, `.` or `..`, whether or not it
 /// exists yet: its deepest existing ancestor canonicalized, then the rest (which, not
 /// existing, holds no link).
-fn resolve(path: &Path) -> std::io::Result<PathBuf> {
+pub(crate) fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     let abs = std::path::absolute(path)?;
     let mut base = abs.as_path();
     let mut rest = Vec::new();
@@ -288,7 +288,7 @@ fn resolve(path: &Path) -> std::io::Result<PathBuf> {
     Ok(out)
 }
 
-fn clean_data_dir(dir: &Path, created: bool) {
+pub(crate) fn clean_data_dir(dir: &Path, created: bool) {
     if created {
         let _ = std::fs::remove_dir_all(dir);
     } else if let Ok(entries) = std::fs::read_dir(dir) {

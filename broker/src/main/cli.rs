@@ -31,6 +31,11 @@ pub(crate) enum Cmd {
     /// is only read): messages keep their topics, queues and queue offsets, consumer offsets
     /// stay valid, transactions and delayed messages carry on. Prints what it did.
     Import(ImportArgs),
+    /// Convert a stopped broker's data directory (or a backup directory) into a new Apache
+    /// RocketMQ 5.x store (the source is only read): messages keep their topics, queues and
+    /// queue offsets, consumer offsets and groups carry over, transactions and delayed
+    /// messages as RocketMQ writes them. Prints what it did.
+    Export(ExportArgs),
     /// Send messages to a topic of a running broker: each BODY is one message (none: one per
     /// line of stdin). Prints each message id and queue offset.
     Send(SendArgs),
@@ -452,6 +457,26 @@ pub(crate) struct ImportArgs {
     /// max_message_size, delay_levels, …).
     #[arg(long, value_name = "FILE")]
     pub(crate) config: Option<PathBuf>,
+    /// Print the report as JSON.
+    #[arg(long)]
+    pub(crate) json: bool,
+}
+
+#[derive(Debug, clap::Args)]
+pub(crate) struct ExportArgs {
+    /// The new RocketMQ store root (storePathRootDir: commitlog/ and config/ are written
+    /// there); must not exist, or be empty.
+    #[arg(long, value_name = "DIR")]
+    pub(crate) to_rocketmq: PathBuf,
+    /// The data directory of a stopped broker, or a backup directory.
+    #[arg(long, value_name = "DATA_DIR")]
+    pub(crate) from: PathBuf,
+    /// The config file the broker ran with (its [core] table).
+    #[arg(long, value_name = "FILE")]
+    pub(crate) config: Option<PathBuf>,
+    /// The RocketMQ broker's mappedFileSizeCommitLog (bytes of each commit-log file).
+    #[arg(long, value_name = "BYTES", default_value_t = rocklet_broker::export::DEFAULT_COMMITLOG_FILE_SIZE)]
+    pub(crate) commitlog_file_size: u64,
     /// Print the report as JSON.
     #[arg(long)]
     pub(crate) json: bool,

@@ -12,6 +12,28 @@ impl<S: Storage> Broker<S> {
         self.offsets.get(&(g, q)).copied()
     }
 
+    /// The first queue offset a group has received (pop) and not acked in a queue, `None`
+    /// when nothing is in flight there.
+    #[must_use]
+    pub fn first_unacked(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
+        let g = *self.group_ids.get(group)?;
+        let q = self.queue_index(topic, queue_id)?;
+        self.pops.get(&(g, q))?.inflight.keys().next().copied()
+    }
+
+    /// Every consumer group, with whether it is FIFO ([`Broker::declare_group`]), by name.
+    #[must_use]
+    pub fn groups(&self) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = self
+            .group_ids
+            .values()
+            .map(|&g| &self.groups[g as usize])
+            .map(|g| (g.name.clone(), g.fifo))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// Messages a consumer group has received and not yet acked in a topic.
     #[must_use]
     pub fn inflight_count(&self, group: &str, topic: &str) -> usize {

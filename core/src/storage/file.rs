@@ -704,8 +704,9 @@ const LOG_START_TMP: &str = "LOG_START.tmp";
 const LOG_END_TMP: &str = "LOG_END.tmp";
 const SYNC_FAILED: &str = "SYNC_FAILED.";
 
-/// The offsets named by `SYNC_FAILED.<offset>` files.
-fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
+/// The offsets named by `SYNC_FAILED.<offset>` files in `dir` (a recorded storage failure
+/// each): read only, for tools that open a data directory without [`FileStorage`].
+pub fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
     let mut out = Vec::new();
     for entry in fs::read_dir(dir)? {
         let name = entry?.file_name();
@@ -728,8 +729,8 @@ const LOG_END_HEADER: &str = "rocklet-log-end 1";
 
 /// Reads `LOG_END`; `None` when there is none (a data directory from before it, or
 /// RocketMQ's). One that does not parse is refused by name: the check it stands for
-/// cannot be made.
-fn read_log_end(dir: &Path) -> io::Result<Option<LogEnd>> {
+/// cannot be made. Read only, for tools that open a data directory without [`FileStorage`].
+pub fn read_log_end(dir: &Path) -> io::Result<Option<LogEnd>> {
     let path = dir.join(LOG_END_FILE);
     let text = match fs::read(&path) {
         Ok(t) => t,

@@ -1,11 +1,13 @@
 // The import check's clients (Java v4 client, rocketmq-client 5.5.0); run by tests/ci/import.sh.
 //
-//   java ImportScenario produce <namesrv>
+//   java ImportScenario produce <namesrv> [<key prefix>]
 //       Against Apache RocketMQ: normal messages on 4 queues, a batch, a 100 KiB body (the
 //       client compresses it), delay levels 1 (delivered) and 4 (still waiting when the broker
 //       stops), timers of 2 s (delivered) and 40 s (waiting), transactions committed, rolled
-//       back and left unknown (checked meanwhile), and consumer offsets of group ImpGroup.
-//   java ImportScenario consume <namesrv> <out.jsonl>
+//       back and left unknown (checked meanwhile), and consumer offsets of group ImpGroup
+//       (3 in each queue of ImpNormal; 5 past what the queue held before with a key prefix).
+//       With a key prefix (the export round trip, against rocklet) every key starts with it.
+//   java ImportScenario consume <namesrv> <out.jsonl> [<key prefix>]
 //       What group ImpGroup gets from its committed offsets on, while a producer of the
 //       pending transaction's group answers its check (commit): waits for the delayed
 //       messages and the pending transaction, then writes every message as one line, sorted.
@@ -59,8 +61,21 @@ public class ImportScenario {
     static final String TXN = "ImpTxn";
     static final String GROUP = "ImpGroup";
     static final String TXN_GROUP = "ImpTxnGroup";
-    /** Keys of the messages that become visible only after the restart. */
-    static final Set<String> LATER = new HashSet<>(Arrays.asList("delay-level-4", "timer-40s", "pending-1"));
+    /** Keys of the messages that become visible only after the restart (with the key prefix). */
+    static Set<String> LATER = new HashSet<>(Arrays.asList("delay-level-4", "timer-40s", "pending-1"));
+    /** Prefix of every key the scenario writes (empty but for the export round trip). */
+    static String P = "";
+
+    static void prefix(String[] a, int at) {
+        if (a.length > at) {
+            P = a[at];
+            Set<String> later = new HashSet<>();
+            for (String k : LATER) {
+                later.add(P + k);
+            }
+            LATER = later;
+        }
+    }
     /** Broker bookkeeping: differs by design between RocketMQ and rocklet (broker/README.md, import). */
     static final Set<String> EXCLUDED = new HashSet<>(Arrays.asList(
         "REAL_TOPIC", "REAL_QID", "TRAN_MSG", "DELAY", "TIMER_DELIVER_MS", "TIMER_DELAY_SEC", "TIMER_DELAY_MS",
@@ -80,9 +95,11 @@ public class ImportScenario {
     static void run(String[] a) throws Exception {
         switch (a[0]) {
             case "produce":
+                prefix(a, 2);
                 produce(a[1]);
                 break;
             case "consume":
+                prefix(a, 3);
                 consume(a[1], a[2]);
                 break;
             case "golden-produce":
@@ -150,7 +167,7 @@ public class ImportScenario {
     }
 
     static Message msg(String topic, String tag, String key, String body) {
-        Message m = new Message(topic, tag, key, body.getBytes(StandardCharsets.UTF_8));
+        Message m = new Message(topic, tag, P + key, body.getBytes(StandardCharsets.UTF_8));
         m.putUserProperty("scenario", "import");
         return m;
     }
@@ -168,7 +185,7 @@ public class ImportScenario {
             batch.add(msg(NORMAL, "TagBatch", "batch-" + i, "batch-" + i));
         }
         ok(p.send(batch, queue(p, NORMAL, 1)), "batch");
-        Message z = new Message(NORMAL, "TagBig", "big-1", big(1));
+        Message z = new Message(NORMAL, "TagBig", P + "big-1", big(1));
         ok(p.send(z, queue(p, NORMAL, 2)), "compressed");
         long now = System.currentTimeMillis();
         Message d1 = msg(DELAY, "TagD", "delay-level-1", "delay-level-1");
@@ -192,7 +209,7 @@ public class ImportScenario {
         tp.setTransactionListener(new TransactionListener() {
             @Override
             public LocalTransactionState executeLocalTransaction(Message m, Object arg) {
-                String k = m.getKeys();
+                String k = m.getKeys().substring(P.length());
                 return k.startsWith("commit") ? LocalTransactionState.COMMIT_MESSAGE
                     : k.startsWith("rollback") ? LocalTransactionState.ROLLBACK_MESSAGE : LocalTransactionState.UNKNOW;
             }
@@ -213,12 +230,15 @@ public class ImportScenario {
         c.start();
         Set<MessageQueue> mqs = c.fetchSubscribeMessageQueues(NORMAL);
         for (MessageQueue mq : mqs) {
+            // Without a prefix the queues were empty before; with one (the export round trip)
+            // the group consumed part of what this run added: all but its last 5 messages.
+            long at = P.isEmpty() ? 3 : c.maxOffset(mq) - 5;
             c.pull(mq, "*", 0, 3);
-            c.updateConsumeOffset(mq, 3);
+            c.updateConsumeOffset(mq, at);
             // Committed by hand and synchronously: a pull consumer persists only the queues it
             // was assigned, and persistAll's commits are oneway (one was lost now and then, and
             // the store then held 3 consumer offsets instead of 4).
-            c.getOffsetStore().updateConsumeOffsetToBroker(mq, 3, false);
+            c.getOffsetStore().updateConsumeOffsetToBroker(mq, at, false);
         }
         // Let level 1 and the 2 s timer be delivered, the pending transaction be checked and
         // the op records (batched every 3 s) be written.
@@ -345,7 +365,7 @@ public class ImportScenario {
 
             @Override
             public LocalTransactionState checkLocalTransaction(MessageExt m) {
-                boolean commit = m.getKeys().startsWith("pending");
+                boolean commit = m.getKeys().startsWith(P + "pending");
                 System.out.println("consume: check of " + m.getKeys() + ", TRANSACTION_CHECK_TIMES="
                     + m.getProperty("TRANSACTION_CHECK_TIMES") + ": " + (commit ? "commit" : "rollback"));
                 return commit ? LocalTransactionState.COMMIT_MESSAGE : LocalTransactionState.ROLLBACK_MESSAGE;
