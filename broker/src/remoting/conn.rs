@@ -2,7 +2,7 @@
 //! writer queue, the groups it named, the checks routed to it, and what happens when it
 //! closes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -174,6 +174,9 @@ pub struct Conn {
     pub(crate) gone_notify: tokio::sync::Notify,
     /// When a request was last read or an answer last written (the idle timeout's start).
     pub(crate) last_active: Mutex<tokio::time::Instant>,
+    /// Our requests waiting for the peer's answer ([`Conn::call`]), by opaque: each is
+    /// removed when answered or after its timeout.
+    pub(crate) calls: Mutex<HashMap<i32, tokio::sync::oneshot::Sender<RemotingCommand>>>,
 }
 
 impl Conn {
@@ -199,6 +202,7 @@ impl Conn {
             gone: AtomicBool::new(false),
             gone_notify: tokio::sync::Notify::new(),
             last_active: Mutex::new(tokio::time::Instant::now()),
+            calls: Mutex::new(HashMap::new()),
         }
     }
 
@@ -255,6 +259,36 @@ impl Conn {
         cmd.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
         cmd.serialize = *lock(&self.serialize);
         self.send(&cmd);
+    }
+
+    /// Sends the peer a request of ours and waits for its answer (header only: an answer's
+    /// body is never read), at most `timeout`; `None` when none came in time or the peer
+    /// went away first.
+    pub async fn call(
+        &self,
+        mut cmd: RemotingCommand,
+        timeout: Duration,
+    ) -> Option<RemotingCommand> {
+        let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        cmd.flag = 0;
+        cmd.opaque = opaque;
+        cmd.serialize = *lock(&self.serialize);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.calls).insert(opaque, tx);
+        self.send(&cmd);
+        let answer = tokio::select! {
+            a = tokio::time::timeout(timeout, rx) => a.ok().and_then(Result::ok),
+            () = self.gone() => None,
+        };
+        lock(&self.calls).remove(&opaque);
+        answer
+    }
+
+    /// The peer answered a request of ours: to whoever waits for it, if anyone does.
+    pub fn answered(&self, answer: RemotingCommand) {
+        if let Some(tx) = lock(&self.calls).remove(&answer.opaque) {
+            let _ = tx.send(answer);
+        }
     }
 
     /// A member record of this connection for the client registry.
