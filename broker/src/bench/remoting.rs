@@ -502,12 +502,19 @@ async fn pull(sh: Arc<Shared>, mut c: Conn, queue: u32, mut offset: u64) {
         let mut rest = &r.body[..];
         let mut g = sh.ledger.lock().expect("ledger");
         while !rest.is_empty() {
-            let Ok(Decoded::Record(m)) =
-                record::decode(rest, u32::try_from(rest.len()).unwrap_or(u32::MAX))
-            else {
-                drop(g);
-                sh.error(format!("pull of queue {queue}: an undecodable record"));
-                break;
+            // Apache's records carry no CRC property (its default): BODYCRC checks them.
+            let m = match record::decode_rocketmq(
+                rest,
+                u32::try_from(rest.len()).unwrap_or(u32::MAX),
+            ) {
+                Ok(Decoded::Record(m)) => m,
+                other => {
+                    drop(g);
+                    sh.error(format!(
+                        "pull of queue {queue}: an undecodable record ({other:?})"
+                    ));
+                    break;
+                }
             };
             match parse_body(m.body) {
                 Some((run, seq)) if run == sh.run_id => {
@@ -531,7 +538,10 @@ mod tests {
         let route = br#"{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":8,"topicSysFlag":0,"writeQueueNums":8}]}"#;
         assert!(serde_json::from_slice::<serde_json::Value>(route).is_err());
         let v = fastjson(route).unwrap();
-        assert_eq!(master_of(&v["brokerDatas"][0]).as_deref(), Some("127.0.0.1:10911"));
+        assert_eq!(
+            master_of(&v["brokerDatas"][0]).as_deref(),
+            Some("127.0.0.1:10911")
+        );
         assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["1"], "127.0.0.1:10921");
         assert_eq!(v["queueDatas"][0]["writeQueueNums"], 8);
         // Quoted keys, strings holding `{0:` and `,1:`, negative keys and spaces are kept.
