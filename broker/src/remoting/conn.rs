@@ -436,4 +436,38 @@ mod tests {
         conn.send(&cmd);
         assert_eq!(conn.queued_bytes(), n);
     }
+
+    #[tokio::test]
+    async fn a_call_gets_its_answer_and_forgets_it_after_a_timeout_or_the_peer_leaving() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn::new(1, a, a, tx));
+        let push = || {
+            RemotingCommand::request(code::PUSH_REPLY_MESSAGE_TO_CLIENT, BTreeMap::new(), vec![1])
+        };
+        // Answered: the answer with the request's opaque comes back.
+        let c = conn.clone();
+        let call = tokio::spawn(async move { c.call(push(), Duration::from_secs(5)).await });
+        let frame = rx.recv().await.unwrap();
+        let sent = super::super::codec::decode_frame(&frame[4..]).unwrap();
+        assert!(!sent.is_oneway() && !sent.is_response());
+        let mut answer = RemotingCommand::response_to(&sent, 0, None);
+        // An answer to something else is dropped; the one awaited is delivered.
+        answer.opaque = sent.opaque + 1000;
+        conn.answered(answer.clone());
+        answer.opaque = sent.opaque;
+        conn.answered(answer);
+        assert_eq!(call.await.unwrap().map(|r| r.code), Some(0));
+        assert!(lock(&conn.calls).is_empty());
+        // Unanswered: `None` after the timeout, nothing kept.
+        assert!(conn.call(push(), Duration::from_millis(20)).await.is_none());
+        assert!(lock(&conn.calls).is_empty());
+        // The peer leaves: `None` at once.
+        let c = conn.clone();
+        let call = tokio::spawn(async move { c.call(push(), Duration::from_secs(60)).await });
+        tokio::task::yield_now().await;
+        conn.peer_gone();
+        assert!(call.await.unwrap().is_none());
+        assert!(lock(&conn.calls).is_empty());
+    }
 }
