@@ -259,11 +259,27 @@ async fn duplicate_conflicting_and_foreign_ends_of_a_transaction() {
     let c = &mut b.client;
     let half = send_ok(c, msg("TxA", b"a", pb::MessageType::Transaction, "A1")).await;
     let txn = half.transaction_id.clone();
-    // END for another topic's (so another group's) transaction.
+    // END for another topic's (so another group's) transaction: by its message id (RocketMQ's
+    // form) the other topic has no such half; by its log offset (16 hex digits) it is found
+    // and refused as another group's.
     let s = end_txn(
         c,
         "TxB",
         &txn,
+        pb::TransactionResolution::Rollback,
+        pb::TransactionSource::SourceClient,
+    )
+    .await;
+    assert_status(&s, pb::Code::InvalidTransactionId, "UNKNOWN_TRANSACTION");
+    let core = b.broker.as_ref().unwrap().core.clone();
+    let offset_id = core.inspect(|b| b.pending_transactions(1)).await.unwrap()[0]
+        .txn
+        .to_string();
+    let c = &mut b.client;
+    let s = end_txn(
+        c,
+        "TxB",
+        &offset_id,
         pb::TransactionResolution::Rollback,
         pb::TransactionSource::SourceClient,
     )

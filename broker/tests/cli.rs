@@ -439,6 +439,30 @@ fn a_non_empty_directory_without_rocklet_data_is_refused_unless_the_flag_says_so
         "{e}"
     );
     assert!(!tmp.path().join("rocklet-data/LOCK").exists());
+    // An Apache RocketMQ store (issue 34): refused even with the flag, pointing at
+    // `rocklet import`, and left as it was.
+    let store = tmp.path().join("store");
+    std::fs::create_dir_all(store.join("commitlog")).unwrap();
+    std::fs::create_dir_all(store.join("config")).unwrap();
+    std::fs::write(store.join("commitlog/00000000000000000000"), b"log").unwrap();
+    let s = store.to_str().unwrap();
+    for flag in [None, Some("--data-dir-not-empty-ok")] {
+        let mut args = vec!["--data-dir", s];
+        args.extend(&loopback);
+        args.extend(flag);
+        let e = refused_start(tmp.path(), &args);
+        assert!(
+            e.contains("is an Apache RocketMQ store")
+                && e.contains(&format!("rocklet import --from-rocketmq {s} --data-dir")),
+            "{flag:?}: {e}"
+        );
+    }
+    let mut names: Vec<_> = std::fs::read_dir(&store)
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    names.sort();
+    assert_eq!(names, ["commitlog", "config"], "nothing was added");
     // A file where the directory should be.
     let file = tmp.path().join("a-file");
     std::fs::write(&file, b"x").unwrap();

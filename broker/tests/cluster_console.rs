@@ -126,18 +126,23 @@ async fn a_replicas_console_shows_the_group_and_its_actions_are_carried_out_by_t
     assert_eq!(mo["cluster"]["role"], "master", "{mo}");
     assert_eq!(mo["cluster"]["lag_from"], "this node");
 
-    // The replica lists the pending transactions (replicated).
-    until(
+    // The replica lists the pending transactions (replicated). gRPC names a transaction by
+    // its message id (RocketMQ's form), the console by its log offset: matched by message id.
+    let txns: Vec<String> = until(
         "the replica to list both transactions",
         Duration::from_secs(20),
         async || {
             let (_, p) = http(replica_console, "GET", "/api/pending", None).await;
-            let ids: Vec<&str> = p["items"]
-                .as_array()?
-                .iter()
-                .filter_map(|t| t["transaction_id"].as_str())
-                .collect();
-            txns.iter().all(|t| ids.contains(&t.as_str())).then_some(())
+            let items = p["items"].as_array()?;
+            txns.iter()
+                .map(|m| {
+                    items
+                        .iter()
+                        .find(|t| t["message_id"] == m.as_str())
+                        .and_then(|t| t["transaction_id"].as_str())
+                        .map(String::from)
+                })
+                .collect()
         },
     )
     .await;

@@ -204,7 +204,7 @@ async fn transaction_commit_and_rollback() {
         msg("TxTopic", b"roll-me", pb::MessageType::Transaction, "R1"),
     )
     .await;
-    assert_eq!(c.transaction_id.len(), 16);
+    assert_eq!(c.transaction_id, "C1", "RocketMQ's form: the message id");
     // Invisible before the commit.
     let none = receive(&mut b.client, "TxTopic", "G", 16, 10_000, 100).await;
     assert!(none.messages.is_empty());
@@ -297,6 +297,89 @@ async fn unknown_transaction_is_checked_and_committed_by_the_checker() {
     assert_eq!(got.messages.len(), 1);
     assert_eq!(got.messages[0].body, b"maybe");
     b.stop().await;
+}
+
+/// Transaction ids in RocketMQ's form (issue 34): the send result's and the check's are the
+/// half's message id, as Apache's proxy gives them, and an EndTransaction naming it finds the
+/// half (through the message index) after a restart too, from the producer or the checker.
+#[tokio::test]
+async fn transaction_ids_are_message_ids_and_find_the_half_after_a_restart() {
+    let b = TestBroker::start().await;
+    let mut client = b.client.clone();
+    let ids = [
+        "01AABBCCDDEEFF0011223344556677889A",
+        "01AABBCCDDEEFF0011223344556677889B",
+    ];
+    for (i, id) in ids.iter().enumerate() {
+        let body = format!("tx-{i}");
+        let r = send_ok(
+            &mut client,
+            msg("TxIds", body.as_bytes(), pb::MessageType::Transaction, id),
+        )
+        .await;
+        assert_eq!(r.transaction_id, *id);
+        assert_eq!(r.message_id, *id);
+    }
+    // An id no half has: refused, naming it.
+    let s = end_txn(
+        &mut client,
+        "TxIds",
+        "01FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF",
+        pb::TransactionResolution::Commit,
+        pb::TransactionSource::SourceClient,
+    )
+    .await;
+    assert_eq!(
+        s.code,
+        pb::Code::InvalidTransactionId as i32,
+        "{}",
+        s.message
+    );
+    assert!(
+        s.message.contains("01FFFFFFFFFFFFFFFFFFFFFFFFFFFFFFFF"),
+        "{}",
+        s.message
+    );
+    let dir = b.stop().await;
+    let broker = rocklet_broker::server::start(
+        test_config(dir.path()),
+        Arc::new(rocklet_broker::clock::SystemClock),
+    )
+    .await
+    .unwrap();
+    let mut client = connect(broker.addr).await;
+    // The producer ends the first after the restart.
+    let s = end_txn(
+        &mut client,
+        "TxIds",
+        ids[0],
+        pb::TransactionResolution::Commit,
+        pb::TransactionSource::SourceClient,
+    )
+    .await;
+    assert_eq!(s.code, OK, "{}", s.message);
+    // The second is checked, by its message id, and the checker's answer finds it.
+    let mut producer = Telemetry::producer(&mut client, &["TxIds"]).await;
+    let check = producer
+        .next_check(Duration::from_secs(5))
+        .await
+        .expect("a check arrives");
+    assert_eq!(check.transaction_id, ids[1]);
+    let s = end_txn(
+        &mut client,
+        "TxIds",
+        &check.transaction_id,
+        pb::TransactionResolution::Commit,
+        pb::TransactionSource::SourceServerCheck,
+    )
+    .await;
+    assert_eq!(s.code, OK, "{}", s.message);
+    let got = receive_all(&mut client, "TxIds", "G").await;
+    let mut bodies: Vec<_> = got.iter().map(|m| m.body.clone()).collect();
+    bodies.sort();
+    assert_eq!(bodies, vec![b"tx-0".to_vec(), b"tx-1".to_vec()]);
+    broker.stop().await;
+    drop(dir);
 }
 
 #[tokio::test]
@@ -569,12 +652,29 @@ async fn bad_input_is_named_and_the_broker_keeps_serving() {
         pb::TransactionSource::SourceClient,
     )
     .await;
+    // A transaction id is a message id (RocketMQ's form): one no half has is unknown.
     assert_eq!(s.code, pb::Code::InvalidTransactionId as i32);
     assert!(
-        s.message.contains("MALFORMED_TRANSACTION_ID"),
+        s.message.contains("UNKNOWN_TRANSACTION") && s.message.contains("not-a-txn"),
         "{}",
         s.message
     );
+    for bad in [String::new(), "x".repeat(129)] {
+        let s = end_txn(
+            &mut b.client,
+            "T",
+            &bad,
+            pb::TransactionResolution::Commit,
+            pb::TransactionSource::SourceClient,
+        )
+        .await;
+        assert_eq!(s.code, pb::Code::InvalidTransactionId as i32);
+        assert!(
+            s.message.contains("MALFORMED_TRANSACTION_ID"),
+            "{}",
+            s.message
+        );
+    }
     // A batch holding a transactional message.
     let r = send(
         &mut b.client,
@@ -788,6 +888,12 @@ async fn admin_lists_and_resolves_pending_transactions() {
         msg("AdminTopic", b"stuck", pb::MessageType::Transaction, "M1"),
     )
     .await;
+    assert_eq!(e.transaction_id, "M1");
+    // The admin names a transaction by its log offset (16 hex digits), as it lists it.
+    let core = b.broker.as_ref().unwrap().core.clone();
+    let txn = core.inspect(|b| b.pending_transactions(1)).await.unwrap()[0]
+        .txn
+        .to_string();
     let addr = b.addr().to_string();
     let topics = rocklet_broker::admin::client::topics(&addr).await.unwrap();
     assert!(topics.contains("AdminTopic"), "{topics}");
@@ -795,13 +901,11 @@ async fn admin_lists_and_resolves_pending_transactions() {
         .await
         .unwrap();
     assert!(
-        pending.contains(&e.transaction_id)
-            && pending.contains("%TXN%AdminTopic")
-            && pending.contains("M1"),
+        pending.contains(&txn) && pending.contains("%TXN%AdminTopic") && pending.contains("M1"),
         "{pending}"
     );
     assert!(pending.contains("1 pending"), "{pending}");
-    let out = rocklet_broker::admin::client::resolve(&addr, &e.transaction_id, "commit")
+    let out = rocklet_broker::admin::client::resolve(&addr, &txn, "commit")
         .await
         .unwrap();
     assert!(out.contains("commit applied"), "{out}");
@@ -809,7 +913,7 @@ async fn admin_lists_and_resolves_pending_transactions() {
         .await
         .unwrap();
     assert!(pending.contains("0 pending"), "{pending}");
-    let err = rocklet_broker::admin::client::resolve(&addr, &e.transaction_id, "rollback")
+    let err = rocklet_broker::admin::client::resolve(&addr, &txn, "rollback")
         .await
         .unwrap_err();
     assert!(err.contains("TRANSACTION_ALREADY_RESOLVED"), "{err}");

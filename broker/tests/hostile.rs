@@ -392,8 +392,24 @@ async fn pending_ids(addr: SocketAddr) -> HashSet<String> {
         .into_inner()
         .transactions
         .into_iter()
-        .map(|t| t.transaction_id)
+        .flat_map(|t| [t.transaction_id, t.message_id])
         .collect()
+}
+
+/// The log-offset id (16 hex digits, as the admin names it) of the pending transaction
+/// whose half has message id `msg_id`.
+async fn pending_offset_id(addr: SocketAddr, msg_id: &str) -> String {
+    admin(addr)
+        .await
+        .list_pending(admin_pb::ListPendingRequest { limit: 10_000 })
+        .await
+        .unwrap()
+        .into_inner()
+        .transactions
+        .into_iter()
+        .find(|t| t.message_id == msg_id)
+        .expect("pending")
+        .transaction_id
 }
 
 // ---- the test --------------------------------------------------------------------------
@@ -526,6 +542,19 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
     .await;
     assert_eq!(status_of(&r).code, OK, "{}", status_of(&r).message);
     let txn = r.entries[0].transaction_id.clone();
+    assert_eq!(txn, "TXG", "RocketMQ's form: the message id");
+    // By its message id another topic has no such half; by its log offset (16 hex digits,
+    // still accepted) the half is found and the other group refused.
+    let s = end_txn(
+        &mut p,
+        "TxB",
+        &txn,
+        pb::TransactionResolution::Rollback,
+        pb::TransactionSource::SourceClient,
+    )
+    .await;
+    assert_named(&s, pb::Code::InvalidTransactionId, "UNKNOWN_TRANSACTION");
+    let txn_offset = pending_offset_id(grpc, &txn).await;
     let (tx_off, tx_qo) = remoting_half(&mut v4, "HalfT", "HPG", "tx-remoting").await;
     let tx_off_s = tx_off.to_string();
     let mut attempts = 0;
@@ -533,7 +562,7 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
         let s = end_txn(
             &mut p,
             "TxB",
-            &txn,
+            &txn_offset,
             pb::TransactionResolution::Rollback,
             pb::TransactionSource::SourceClient,
         )
@@ -543,7 +572,7 @@ async fn hostile_clients_leave_a_normal_client_fast_and_lose_nothing() {
             .end_transaction(pb::EndTransactionRequest {
                 topic: None,
                 message_id: String::new(),
-                transaction_id: txn.clone(),
+                transaction_id: txn_offset.clone(),
                 resolution: pb::TransactionResolution::Commit as i32,
                 source: pb::TransactionSource::SourceClient as i32,
                 trace_context: String::new(),

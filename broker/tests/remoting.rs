@@ -794,6 +794,18 @@ async fn pop(
     invisible_ms: u64,
     poll_ms: u64,
 ) -> (RemotingCommand, Vec<(u64, u32, Vec<u8>, String)>) {
+    pop_as(c, topic, max, invisible_ms, poll_ms, false).await
+}
+
+/// [`pop`], orderly when `order` (the Java client's header `order`).
+async fn pop_as(
+    c: &mut V4,
+    topic: &str,
+    max: u32,
+    invisible_ms: u64,
+    poll_ms: u64,
+    order: bool,
+) -> (RemotingCommand, Vec<(u64, u32, Vec<u8>, String)>) {
     let (max, inv, poll) = (
         max.to_string(),
         invisible_ms.to_string(),
@@ -813,7 +825,7 @@ async fn pop(
                 ("initMode", "0"),
                 ("expType", "TAG"),
                 ("exp", "*"),
-                ("order", "false"),
+                ("order", if order { "true" } else { "false" }),
             ],
             Vec::new(),
         )
@@ -910,6 +922,47 @@ async fn change(
         r.ext["popTime"], r.ext["invisibleTime"], r.ext["reviveQid"]
     );
     (r, next)
+}
+
+/// v4 orderly pop (issue 34; Apache's PopMessageProcessor with order = true): a queue gives
+/// nothing more while a batch of it is in flight, a message not acked in time comes again
+/// (reconsumed, counted in orderCountInfo) before anything after it, and the answers carry
+/// reviveQid 999, whose receipts ack.
+#[tokio::test]
+async fn orderly_pop_holds_a_queue_until_its_batch_is_acked() {
+    let clock = rocklet_broker::clock::ManualClock::new(1_000_000);
+    let (_s, addr, _) = start_on(clock.clone()).await;
+    let mut c = V4::connect(addr, SerializeType::Json).await;
+    for i in 0..3 {
+        send(&mut c, "V4PopOrder", &format!("o{i}"), &[]).await;
+    }
+    let (r, got) = pop_as(&mut c, "V4PopOrder", 1, 10_000, 0, true).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["reviveQid"], "999");
+    assert_eq!(r.ext["orderCountInfo"], "0 qo0%0 0");
+    assert_eq!((got.len(), got[0].0, &got[0].2[..]), (1, 0, &b"o0"[..]));
+    // o0 in flight: the queue gives nothing, orderly or not.
+    for order in [true, false] {
+        let (r, _) = pop_as(&mut c, "V4PopOrder", 3, 10_000, 0, order).await;
+        assert_eq!(r.code, 19, "order {order}: {:?}", r.remark);
+    }
+    let r = ack(&mut c, "V4PopOrder", &got[0].3).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // Then o1, not acked in time: it comes again, reconsumed once, before o2.
+    let (r, got) = pop_as(&mut c, "V4PopOrder", 1, 10_000, 0, true).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!((got[0].0, got[0].1), (1, 0));
+    clock.advance(11_000);
+    let (r, again) = pop_as(&mut c, "V4PopOrder", 3, 10_000, 0, true).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["orderCountInfo"], "0 qo0%1 1");
+    let offs: Vec<(u64, u32)> = again.iter().map(|g| (g.0, g.1)).collect();
+    assert_eq!(offs, [(1, 1)], "o1 again, alone");
+    let r = ack(&mut c, "V4PopOrder", &again[0].3).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let (r, last) = pop_as(&mut c, "V4PopOrder", 3, 10_000, 0, true).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!((last.len(), &last[0].2[..]), (1, &b"o2"[..]));
 }
 
 #[tokio::test]

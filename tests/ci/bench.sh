@@ -75,6 +75,13 @@ done
 run send --endpoint "$addr" --broker-pid "$broker_pid" "${common[@]}" | tee "$work/cpu.out"
 grep -q '^broker CPU [0-9.]* µs per message' "$work/cpu.out" || { echo "no broker CPU line"; exit 1; }
 run consume --endpoint "$addr" --fifo --topic RockletBenchFifo --group RockletBenchFifo "${common[@]}"
+# The v4 path as v4 clients take it (issue 34): the name server's route, then the broker it
+# names (tests/bench/v4-vs-apache.sh runs the same against Apache RocketMQ 5.5.0).
+ns=$(sed -n 's/.*namesrv=Some(\([^)]*\)).*/\1/p' "$work/broker.log" | head -1)
+[ -n "$ns" ] || { echo "no name server address in the broker log"; exit 1; }
+run send --remoting "$ns" --broker-pid "$broker_pid" --count 300 --clients 4 --size 256 \
+  --drain-timeout 20 --quiet | tee "$work/v4.out"
+grep -q "(the route of name server $ns)" "$work/v4.out" || { echo "the v4 run did not use the name server"; exit 1; }
 kill "$broker_pid"; wait "$broker_pid" || true; broker_pid=
 
 # Backup and restore (issue 31, item 4): a full backup of a broker process's log, an

@@ -7,7 +7,8 @@
 #     broker/tests/v4-java): DefaultLitePullConsumer receives (LITE_PULL_MESSAGE), the
 #     TransactionMQProducer's send result names the transaction id its listener is given, a
 #     push consumer group of 2 rebalances within 2 s of the second member joining
-#     (NOTIFY_CONSUMER_IDS_CHANGED);
+#     (NOTIFY_CONSUMER_IDS_CHANGED), request() gets the reply a push consumer made with
+#     MessageUtil.createReplyMessage (SEND_REPLY_MESSAGE_V2 pushed back, issue #34);
 #   - mqadmin (Maven org.apache.rocketmq:rocketmq-tools 5.5.0, MQAdminStartup, every command in
 #     one JVM: broker/tests/v4-java/src/AdminTest.java): clusterList, brokerStatus,
 #     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
@@ -122,6 +123,7 @@ check "go v4 client: send result offsetMsgId = consumed offsetMsgId" timeout 300
 check "java v4 client: DefaultLitePullConsumer receives" java_test litepull
 check "java v4 client: transaction id of the send result = executeLocalTransaction's = checkLocalTransaction's" java_test txn
 check "java v4 client: a group of 2 rebalances within 2 s of the second joining" java_test rebalance
+check "java v4 client: request() gets the consumer's reply (MessageUtil.createReplyMessage, pushed back)" java_test reply
 check "mqadmin (rocketmq-tools 5.5.0) against rocklet" mqadmin_test
 stop_broker
 

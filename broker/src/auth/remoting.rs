@@ -149,7 +149,11 @@ pub fn needs(req: &RemotingCommand) -> Vec<Need> {
                 None => vec![Need::new(Resource::topic(t), ROUTE)],
             }
         }
-        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
+        code::SEND_MESSAGE
+        | code::SEND_MESSAGE_V2
+        | code::SEND_BATCH_MESSAGE
+        | code::SEND_REPLY_MESSAGE
+        | code::SEND_REPLY_MESSAGE_V2 => {
             // A retry or dead-letter topic: Pub on its group, which no entry grants but `*`
             // (and `check` refuses a normal user's plain SEND there first).
             vec![Need::topic(send_topic(req), PUB)]
@@ -242,7 +246,7 @@ fn topic_need(e: &BTreeMap<String, String>, actions: &'static [Action]) -> Vec<N
 
 /// The topic a SEND_MESSAGE(_V2) or SEND_BATCH_MESSAGE names.
 fn send_topic(req: &RemotingCommand) -> &str {
-    if req.code == code::SEND_MESSAGE {
+    if matches!(req.code, code::SEND_MESSAGE | code::SEND_REPLY_MESSAGE) {
         field(&req.ext, "topic")
     } else {
         field(&req.ext, "b")

@@ -2,7 +2,9 @@
 //! of the official v4 clients: each producer a connection sending one message per
 //! SEND_MESSAGE_V2 (JSON headers, as the Java client's default), and per queue one puller
 //! connection doing PULL_MESSAGE of up to 32 messages with long polling, committing its
-//! offset in the next pull (the push consumer's `commitOffset` flag).
+//! offset in the next pull (the push consumer's `commitOffset` flag). The broker is the one
+//! the name server's route names (Apache's name server, or Rocklet's), read as RocketMQ
+//! writes it ([`fastjson`]).
 
 use std::collections::BTreeMap;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
@@ -113,10 +115,82 @@ impl Shared {
     }
 }
 
-/// The topic's queue count, creating the topic when it does not exist.
-async fn queues(c: &mut Conn, topic: &str) -> Result<u32, String> {
-    for attempt in 0..2 {
-        let r = c
+/// How many queues the bench creates its topic with when it does not exist (mqadmin
+/// updateTopic's default, so Rocklet and Apache are measured on the same topic shape).
+const NEW_TOPIC_QUEUES: u32 = 8;
+
+/// RocketMQ's JSON as its name server and broker write it (fastjson): map keys that are
+/// integers are not quoted (`"brokerAddrs":{0:"127.0.0.1:10911"}`). Quotes them, then parses.
+///
+/// # Errors
+/// Names the problem when the text is not JSON even then.
+pub fn fastjson(bytes: &[u8]) -> Result<serde_json::Value, String> {
+    let text = std::str::from_utf8(bytes).map_err(|e| format!("not UTF-8: {e}"))?;
+    let mut out = String::with_capacity(text.len() + 16);
+    let mut chars = text.char_indices().peekable();
+    let (mut in_string, mut escaped) = (false, false);
+    while let Some((_, ch)) = chars.next() {
+        out.push(ch);
+        if in_string {
+            match (escaped, ch) {
+                (true, _) => escaped = false,
+                (false, '\\') => escaped = true,
+                (false, '"') => in_string = false,
+                _ => {}
+            }
+            continue;
+        }
+        match ch {
+            '"' => in_string = true,
+            '{' | ',' => {
+                // A bare integer key: `{0:` or `,12:`.
+                while let Some((_, w)) = chars.next_if(|(_, c)| c.is_whitespace()) {
+                    out.push(w);
+                }
+                let Some(&(start, first)) = chars.peek() else {
+                    continue;
+                };
+                if !(first.is_ascii_digit() || first == '-') {
+                    continue;
+                }
+                let rest = &text[start..];
+                let len = rest
+                    .char_indices()
+                    .skip(1)
+                    .find(|(_, c)| !c.is_ascii_digit())
+                    .map_or(rest.len(), |(i, _)| i);
+                if rest[len..].trim_start().starts_with(':') {
+                    out.push('"');
+                    out.push_str(&rest[..len]);
+                    out.push('"');
+                    for _ in 0..rest[..len].chars().count() {
+                        chars.next();
+                    }
+                }
+            }
+            _ => {}
+        }
+    }
+    serde_json::from_str(&out).map_err(|e| format!("{e} in {text}"))
+}
+
+/// The master address of the first broker a route or cluster-info `brokerDatas` entry names.
+fn master_of(broker: &serde_json::Value) -> Option<String> {
+    broker["brokerAddrs"]["0"].as_str().map(String::from)
+}
+
+/// Where a v4 client's sends go: asks the name server at `namesrv` for the topic's route
+/// (GET_ROUTEINFO_BY_TOPIC, as the clients do), creating the topic with
+/// [`NEW_TOPIC_QUEUES`] queues on the cluster's first broker when the name server has none
+/// (GET_BROKER_CLUSTER_INFO, then UPDATE_AND_CREATE_TOPIC at that broker). Returns the
+/// broker's address and the topic's queue count there.
+async fn resolve(namesrv: &str, topic: &str) -> Result<(String, u32), String> {
+    let mut ns = Conn::open(namesrv).await?;
+    let mut created = false;
+    // A broker registers a new topic with its name server in the background (Apache's does
+    // at once, but asynchronously): the route is asked for a few times.
+    for _ in 0..50 {
+        let r = ns
             .call(
                 code::GET_ROUTEINFO_BY_TOPIC,
                 ext(&[("topic", topic.into())]),
@@ -125,45 +199,96 @@ async fn queues(c: &mut Conn, topic: &str) -> Result<u32, String> {
             )
             .await?;
         if r.code == status::SUCCESS {
-            let route: serde_json::Value =
-                serde_json::from_slice(&r.body).map_err(|e| format!("route of {topic}: {e}"))?;
-            return route["queueDatas"][0]["readQueueNums"]
-                .as_u64()
+            let route = fastjson(&r.body).map_err(|e| format!("route of {topic}: {e}"))?;
+            let broker = &route["brokerDatas"][0];
+            let addr = master_of(broker)
+                .ok_or_else(|| format!("route of {topic} names no master broker: {route}"))?;
+            let name = broker["brokerName"].as_str().unwrap_or_default();
+            let queues = route["queueDatas"]
+                .as_array()
+                .into_iter()
+                .flatten()
+                .find(|q| q["brokerName"].as_str() == Some(name))
+                .and_then(|q| q["writeQueueNums"].as_u64())
                 .and_then(|n| u32::try_from(n).ok())
                 .filter(|n| *n > 0)
-                .ok_or_else(|| format!("route of {topic} names no queues: {route}"));
+                .ok_or_else(|| format!("route of {topic} names no queues on {name}: {route}"))?;
+            return Ok((addr, queues));
         }
-        if r.code != status::TOPIC_NOT_EXIST || attempt > 0 {
+        if r.code != status::TOPIC_NOT_EXIST {
             return Err(format!("route of {topic}: code {}: {:?}", r.code, r.remark));
         }
-        let r = c
-            .call(
-                code::UPDATE_AND_CREATE_TOPIC,
-                ext(&[("topic", topic.into()), ("perm", "6".into())]),
-                Vec::new(),
-                CALL_TIMEOUT,
-            )
-            .await?;
-        if r.code != status::SUCCESS {
-            return Err(format!(
-                "creating topic {topic}: code {}: {:?}",
-                r.code, r.remark
-            ));
+        if !created {
+            create_topic(&mut ns, topic).await?;
+            created = true;
         }
+        tokio::time::sleep(Duration::from_millis(200)).await;
     }
-    Err(format!("topic {topic} has no route"))
+    Err(format!(
+        "the name server {namesrv} has no route for {topic} 10 s after it was created"
+    ))
 }
 
-/// Runs the remoting bench against `addr` (a broker's remoting listener).
-pub async fn run(args: &BenchArgs, addr: &str) -> Result<Outcomes, String> {
+/// Creates `topic` on the first broker the name server's cluster info names.
+async fn create_topic(ns: &mut Conn, topic: &str) -> Result<(), String> {
+    let r = ns
+        .call(
+            code::GET_BROKER_CLUSTER_INFO,
+            BTreeMap::new(),
+            Vec::new(),
+            CALL_TIMEOUT,
+        )
+        .await?;
+    if r.code != status::SUCCESS {
+        return Err(format!("cluster info: code {}: {:?}", r.code, r.remark));
+    }
+    let info = fastjson(&r.body).map_err(|e| format!("cluster info: {e}"))?;
+    let broker = info["brokerAddrTable"]
+        .as_object()
+        .and_then(|t| t.values().find_map(master_of))
+        .ok_or_else(|| format!("the cluster info names no master broker: {info}"))?;
+    let n = NEW_TOPIC_QUEUES.to_string();
+    let r = Conn::open(&broker)
+        .await?
+        .call(
+            code::UPDATE_AND_CREATE_TOPIC,
+            ext(&[
+                ("topic", topic.into()),
+                ("defaultTopic", "TBW102".into()),
+                ("readQueueNums", n.clone()),
+                ("writeQueueNums", n),
+                ("perm", "6".into()),
+                ("topicFilterType", "SINGLE_TAG".into()),
+                ("topicSysFlag", "0".into()),
+                ("order", "false".into()),
+            ]),
+            Vec::new(),
+            CALL_TIMEOUT,
+        )
+        .await?;
+    if r.code != status::SUCCESS {
+        return Err(format!(
+            "creating topic {topic} at {broker}: code {}: {:?}",
+            r.code, r.remark
+        ));
+    }
+    Ok(())
+}
+
+/// Runs the remoting bench through the name server at `namesrv` (v4 clients' `namesrvAddr`;
+/// Rocklet's broker listener answers routes too), against the broker its route names.
+pub async fn run(args: &BenchArgs, namesrv: &str) -> Result<Outcomes, String> {
     if args.mode != Mode::Send {
         return Err("--remoting measures sends (send + pull): use the send mode".into());
     }
+    let topic = args.topic();
+    let (addr, n) = resolve(namesrv, &topic).await?;
+    let addr = addr.as_str();
     let pid = std::process::id();
     let sh = Arc::new(Shared {
         args: args.clone(),
         addr: addr.to_string(),
-        topic: args.topic(),
+        topic,
         run_id: (epoch_ms() as u32) ^ pid.rotate_left(16),
         ledger: Mutex::new(Ledger::default()),
         rec: Mutex::new(Recorder::default()),
@@ -171,7 +296,6 @@ pub async fn run(args: &BenchArgs, addr: &str) -> Result<Outcomes, String> {
         stop_consumers: AtomicBool::new(false),
     });
     let mut admin = Conn::open(addr).await?;
-    let n = queues(&mut admin, &sh.topic).await?;
     // Every puller starts at its queue's end: messages of earlier runs are not consumed.
     let mut pullers = Vec::new();
     for q in 0..n {
@@ -261,7 +385,7 @@ pub async fn run(args: &BenchArgs, addr: &str) -> Result<Outcomes, String> {
         fsyncs: None,
         log_bytes: None,
         notes: vec![format!(
-            "RocketMQ 4 remoting to {addr}: {} producer connections (one SEND_MESSAGE_V2 at a time each), {n} puller connections (one per queue, PULL_MESSAGE of up to {PULL_BATCH}, offsets committed in the next pull)",
+            "RocketMQ 4 remoting to {addr} (the route of name server {namesrv}): {} producer connections (one SEND_MESSAGE_V2 at a time each), {n} puller connections (one per queue, PULL_MESSAGE of up to {PULL_BATCH}, offsets committed in the next pull)",
             args.clients
         )],
         fields: Vec::new(),
@@ -378,12 +502,19 @@ async fn pull(sh: Arc<Shared>, mut c: Conn, queue: u32, mut offset: u64) {
         let mut rest = &r.body[..];
         let mut g = sh.ledger.lock().expect("ledger");
         while !rest.is_empty() {
-            let Ok(Decoded::Record(m)) =
-                record::decode(rest, u32::try_from(rest.len()).unwrap_or(u32::MAX))
-            else {
-                drop(g);
-                sh.error(format!("pull of queue {queue}: an undecodable record"));
-                break;
+            // Apache's records carry no CRC property (its default): BODYCRC checks them.
+            let m = match record::decode_rocketmq(
+                rest,
+                u32::try_from(rest.len()).unwrap_or(u32::MAX),
+            ) {
+                Ok(Decoded::Record(m)) => m,
+                other => {
+                    drop(g);
+                    sh.error(format!(
+                        "pull of queue {queue}: an undecodable record ({other:?})"
+                    ));
+                    break;
+                }
             };
             match parse_body(m.body) {
                 Some((run, seq)) if run == sh.run_id => {
@@ -394,5 +525,30 @@ async fn pull(sh: Arc<Shared>, mut c: Conn, queue: u32, mut offset: u64) {
             let size = m.total_size as usize;
             rest = &rest[size.min(rest.len())..];
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fastjson_integer_keys_are_read() {
+        // As Apache RocketMQ 5.5.0's name server answers GET_ROUTEINFO_BY_TOPIC.
+        let route = br#"{"brokerDatas":[{"brokerAddrs":{0:"127.0.0.1:10911",1:"127.0.0.1:10921"},"brokerName":"broker-a","cluster":"DefaultCluster","enableActingMaster":false}],"filterServerTable":{},"queueDatas":[{"brokerName":"broker-a","perm":6,"readQueueNums":8,"topicSysFlag":0,"writeQueueNums":8}]}"#;
+        assert!(serde_json::from_slice::<serde_json::Value>(route).is_err());
+        let v = fastjson(route).unwrap();
+        assert_eq!(
+            master_of(&v["brokerDatas"][0]).as_deref(),
+            Some("127.0.0.1:10911")
+        );
+        assert_eq!(v["brokerDatas"][0]["brokerAddrs"]["1"], "127.0.0.1:10921");
+        assert_eq!(v["queueDatas"][0]["writeQueueNums"], 8);
+        // Quoted keys, strings holding `{0:` and `,1:`, negative keys and spaces are kept.
+        let v = fastjson(br#"{ "a" : "{0:x,1:y}", "m" : { -1 : [1, 2], "q\"" : 3 } }"#).unwrap();
+        assert_eq!(v["a"], "{0:x,1:y}");
+        assert_eq!(v["m"]["-1"], serde_json::json!([1, 2]));
+        assert_eq!(v["m"]["q\""], 3);
+        assert!(fastjson(b"{0 1}").is_err());
     }
 }

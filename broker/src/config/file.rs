@@ -223,7 +223,9 @@ fn is_rocklet_file(name: &str) -> bool {
 /// Refuses a data directory that would take a user's files for its own: one that exists,
 /// is not empty, and holds no Rocklet file (`LOCK` or a log segment), unless
 /// `not_empty_ok` (`--data-dir-not-empty-ok`). A missing directory, an empty one, and one
-/// a broker or an import wrote are accepted; nothing is created or changed here.
+/// a broker or an import wrote are accepted; nothing is created or changed here. An Apache
+/// RocketMQ store (a `commitlog/` directory) is refused whatever the flag says, pointing at
+/// `rocklet import --from-rocketmq`.
 pub fn check_data_dir(dir: &Path, not_empty_ok: bool) -> Result<(), String> {
     let entries = match std::fs::read_dir(dir) {
         Ok(e) => e,
@@ -247,6 +249,13 @@ pub fn check_data_dir(dir: &Path, not_empty_ok: bool) -> Result<(), String> {
         if !IGNORED_IN_DATA_DIR.contains(&name.as_ref()) {
             foreign.push(name.into_owned());
         }
+    }
+    if foreign.iter().any(|n| n == "commitlog") && dir.join("commitlog").is_dir() {
+        // Apache RocketMQ's storePathRootDir: never written to, not even with the flag.
+        return Err(format!(
+            "the data directory {d} is an Apache RocketMQ store (it holds commitlog/), which              Rocklet does not open in place: import it into a new data directory with              `rocklet import --from-rocketmq {d} --data-dir <new dir>` (the store is only read),              then start the broker with --data-dir <new dir>",
+            d = dir.display()
+        ));
     }
     if foreign.is_empty() || not_empty_ok {
         return Ok(());

@@ -273,7 +273,8 @@ pub fn check_out(c: &CheckRequest) -> pb::TelemetryCommand {
             pb::telemetry_command::Command::RecoverOrphanedTransactionCommand(
                 pb::RecoverOrphanedTransactionCommand {
                     message: Some(m),
-                    transaction_id: c.txn.to_string(),
+                    // RocketMQ's form: the half's message id (`end_transaction` finds it).
+                    transaction_id: c.message.msg_id.clone(),
                 },
             ),
         ),

@@ -197,8 +197,10 @@ pub(crate) struct BenchCli {
     /// broker is started in-process on a scratch directory.
     #[arg(long, value_name = "HOST:PORT", conflicts_with = "embedded")]
     pub(crate) endpoint: Option<String>,
-    /// A running broker's RocketMQ 4 remoting listener (HOST:PORT): the send mode over
-    /// remoting, as the official v4 clients do it (SEND_MESSAGE_V2, PULL_MESSAGE of 32).
+    /// A RocketMQ 4 name server (HOST:PORT, as v4 clients' namesrvAddr: Rocklet's or Apache
+    /// RocketMQ's; Rocklet's broker listener answers routes too): the send mode over remoting
+    /// against the broker its route names, as the official v4 clients do it (SEND_MESSAGE_V2,
+    /// PULL_MESSAGE of 32).
     #[arg(long, value_name = "HOST:PORT", conflicts_with_all = ["embedded", "endpoint"])]
     pub(crate) remoting: Option<String>,
     /// Drive the core in this process instead of going through gRPC.

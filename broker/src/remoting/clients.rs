@@ -147,6 +147,16 @@ impl Clients {
         self.producers.get(group)
     }
 
+    /// The connection of producer client `client` (in any group), as its heartbeats named
+    /// it: where a reply to its request message goes (Apache's `ProducerManager.findChannel`).
+    #[must_use]
+    pub fn producer_conn(&self, client: &str) -> Option<Weak<Conn>> {
+        self.producers
+            .values()
+            .find_map(|g| g.get(client))
+            .map(|m| m.link.clone())
+    }
+
     /// The connections of a consumer group's members (to notify), without repeats.
     #[must_use]
     pub fn members(&self, group: &str) -> Vec<Weak<Conn>> {

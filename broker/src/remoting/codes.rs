@@ -24,6 +24,11 @@ pub mod code {
     pub const GET_ROUTEINFO_BY_TOPIC: i32 = 105;
     pub const SEND_MESSAGE_V2: i32 = 310;
     pub const SEND_BATCH_MESSAGE: i32 = 320;
+    /// A consumer's reply to a request message (`MessageUtil.createReplyMessage`).
+    pub const SEND_REPLY_MESSAGE: i32 = 324;
+    pub const SEND_REPLY_MESSAGE_V2: i32 = 325;
+    /// The broker's push of a reply to the requester's connection.
+    pub const PUSH_REPLY_MESSAGE_TO_CLIENT: i32 = 326;
     pub const LITE_PULL_MESSAGE: i32 = 361;
     pub const POP_MESSAGE: i32 = 200_050;
     pub const ACK_MESSAGE: i32 = 200_051;
@@ -74,7 +79,7 @@ pub mod status {
 }
 
 /// Every request code the remoting counters count (the handlers serve them) and its RocketMQ name; the last slot counts the rest.
-pub const COUNTED: [(i32, &str); 23] = [
+pub const COUNTED: [(i32, &str); 25] = [
     (code::SEND_MESSAGE, "SEND_MESSAGE"),
     (code::PULL_MESSAGE, "PULL_MESSAGE"),
     (code::QUERY_CONSUMER_OFFSET, "QUERY_CONSUMER_OFFSET"),
@@ -96,6 +101,8 @@ pub const COUNTED: [(i32, &str); 23] = [
     (code::GET_ROUTEINFO_BY_TOPIC, "GET_ROUTEINFO_BY_TOPIC"),
     (code::SEND_MESSAGE_V2, "SEND_MESSAGE_V2"),
     (code::SEND_BATCH_MESSAGE, "SEND_BATCH_MESSAGE"),
+    (code::SEND_REPLY_MESSAGE, "SEND_REPLY_MESSAGE"),
+    (code::SEND_REPLY_MESSAGE_V2, "SEND_REPLY_MESSAGE_V2"),
     (code::LITE_PULL_MESSAGE, "LITE_PULL_MESSAGE"),
     (code::POP_MESSAGE, "POP_MESSAGE"),
     (code::ACK_MESSAGE, "ACK_MESSAGE"),

@@ -2,7 +2,7 @@
 //! writer queue, the groups it named, the checks routed to it, and what happens when it
 //! closes.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, AtomicI32, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
@@ -174,6 +174,9 @@ pub struct Conn {
     pub(crate) gone_notify: tokio::sync::Notify,
     /// When a request was last read or an answer last written (the idle timeout's start).
     pub(crate) last_active: Mutex<tokio::time::Instant>,
+    /// Our requests waiting for the peer's answer ([`Conn::call`]), by opaque: each is
+    /// removed when answered or after its timeout.
+    pub(crate) calls: Mutex<HashMap<i32, tokio::sync::oneshot::Sender<RemotingCommand>>>,
 }
 
 impl Conn {
@@ -199,6 +202,7 @@ impl Conn {
             gone: AtomicBool::new(false),
             gone_notify: tokio::sync::Notify::new(),
             last_active: Mutex::new(tokio::time::Instant::now()),
+            calls: Mutex::new(HashMap::new()),
         }
     }
 
@@ -255,6 +259,36 @@ impl Conn {
         cmd.opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
         cmd.serialize = *lock(&self.serialize);
         self.send(&cmd);
+    }
+
+    /// Sends the peer a request of ours and waits for its answer (header only: an answer's
+    /// body is never read), at most `timeout`; `None` when none came in time or the peer
+    /// went away first.
+    pub async fn call(
+        &self,
+        mut cmd: RemotingCommand,
+        timeout: Duration,
+    ) -> Option<RemotingCommand> {
+        let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
+        cmd.flag = 0;
+        cmd.opaque = opaque;
+        cmd.serialize = *lock(&self.serialize);
+        let (tx, rx) = tokio::sync::oneshot::channel();
+        lock(&self.calls).insert(opaque, tx);
+        self.send(&cmd);
+        let answer = tokio::select! {
+            a = tokio::time::timeout(timeout, rx) => a.ok().and_then(Result::ok),
+            () = self.gone() => None,
+        };
+        lock(&self.calls).remove(&opaque);
+        answer
+    }
+
+    /// The peer answered a request of ours: to whoever waits for it, if anyone does.
+    pub fn answered(&self, answer: RemotingCommand) {
+        if let Some(tx) = lock(&self.calls).remove(&answer.opaque) {
+            let _ = tx.send(answer);
+        }
     }
 
     /// A member record of this connection for the client registry.
@@ -401,5 +435,39 @@ mod tests {
         drop(rx);
         conn.send(&cmd);
         assert_eq!(conn.queued_bytes(), n);
+    }
+
+    #[tokio::test]
+    async fn a_call_gets_its_answer_and_forgets_it_after_a_timeout_or_the_peer_leaving() {
+        let a: SocketAddr = "127.0.0.1:1".parse().unwrap();
+        let (tx, mut rx) = mpsc::unbounded_channel();
+        let conn = Arc::new(Conn::new(1, a, a, tx));
+        let push = || {
+            RemotingCommand::request(code::PUSH_REPLY_MESSAGE_TO_CLIENT, BTreeMap::new(), vec![1])
+        };
+        // Answered: the answer with the request's opaque comes back.
+        let c = conn.clone();
+        let call = tokio::spawn(async move { c.call(push(), Duration::from_secs(5)).await });
+        let frame = rx.recv().await.unwrap();
+        let sent = super::super::codec::decode_frame(&frame[4..]).unwrap();
+        assert!(!sent.is_oneway() && !sent.is_response());
+        let mut answer = RemotingCommand::response_to(&sent, 0, None);
+        // An answer to something else is dropped; the one awaited is delivered.
+        answer.opaque = sent.opaque + 1000;
+        conn.answered(answer.clone());
+        answer.opaque = sent.opaque;
+        conn.answered(answer);
+        assert_eq!(call.await.unwrap().map(|r| r.code), Some(0));
+        assert!(lock(&conn.calls).is_empty());
+        // Unanswered: `None` after the timeout, nothing kept.
+        assert!(conn.call(push(), Duration::from_millis(20)).await.is_none());
+        assert!(lock(&conn.calls).is_empty());
+        // The peer leaves: `None` at once.
+        let c = conn.clone();
+        let call = tokio::spawn(async move { c.call(push(), Duration::from_secs(60)).await });
+        tokio::task::yield_now().await;
+        conn.peer_gone();
+        assert!(call.await.unwrap().is_none());
+        assert!(lock(&conn.calls).is_empty());
     }
 }

@@ -99,6 +99,11 @@ pub(crate) const V2_NAMES: [(&str, &str); 14] = [
     ("n", "brokerName"),
 ];
 
+/// The property naming the client a request message's reply goes to.
+pub(crate) const REPLY_TO_CLIENT: &str = "REPLY_TO_CLIENT";
+/// The property naming the broker's cluster (the reply topic's prefix).
+pub(crate) const CLUSTER: &str = "CLUSTER";
+
 /// Parses `key\x01value\x02…`.
 #[must_use]
 pub fn parse_properties(s: &str) -> Vec<(String, String)> {
@@ -176,6 +181,15 @@ pub(crate) fn incoming(
             prop::SHARDING_KEY => m.message_group = Some(v).filter(|g| !g.is_empty()),
             _ => m.properties.push((k, v)),
         }
+    }
+    // A request message (`DefaultMQProducer.request()`): its replier's client builds the
+    // reply topic `<CLUSTER>_REPLY_TOPIC` from this property, which Apache's broker adds.
+    let props = &m.properties;
+    if props.iter().any(|(k, _)| k == REPLY_TO_CLIENT) && !props.iter().any(|(k, _)| k == CLUSTER) {
+        m.properties.push((
+            CLUSTER.to_string(),
+            super::handlers::BROKER_NAME.to_string(),
+        ));
     }
     let txn_group = txn.then(|| {
         group

@@ -35,6 +35,9 @@ use rocklet_core::{Millis, ReceiptHandle};
 
 /// The `retry` field of a message popped from its own topic.
 pub const NORMAL_TOPIC: &str = "0";
+/// The reviveQid of an orderly pop's answer (Apache's `KeyBuilder.POP_ORDER_REVIVE_QUEUE`):
+/// its receipts are a pop's (`ck` the generation), never a renewal token.
+pub const ORDER_REVIVE_QID: u32 = 999;
 /// Renewed receipts remembered at most (the oldest go first).
 pub const MAX_RENEWALS: usize = 1 << 16;
 /// When the table is full, renewed receipts whose message became visible again at least
@@ -155,10 +158,10 @@ impl Renewals {
             }
         }
         let token = self.next;
-        self.next = if self.next >= i32::MAX as u32 {
-            1
-        } else {
-            self.next + 1
+        self.next = match self.next + 1 {
+            ORDER_REVIVE_QID => ORDER_REVIVE_QID + 1,
+            n if n > i32::MAX as u32 => 1,
+            n => n,
         };
         self.by_token.insert(
             token,
@@ -296,8 +299,15 @@ mod tests {
         }
         assert_eq!(r.len(), MAX_RENEWALS / 4 * 3 + 10);
         assert!(r.get(1, "G", "T", 0, 0).is_none());
-        let last = MAX_RENEWALS as u32 + 10;
-        assert!(r.get(last, "G", "T", 0, u64::from(last) - 1).is_some());
+        // Token ORDER_REVIVE_QID was skipped: the last is one further.
+        let last = MAX_RENEWALS as u32 + 11;
+        assert!(r.get(last, "G", "T", 0, u64::from(last) - 2).is_some());
+        let mut r = Renewals {
+            next: ORDER_REVIVE_QID - 1,
+            ..Renewals::default()
+        };
+        assert_eq!(r.insert(0, "G", h(0, 0, 0), 1), ORDER_REVIVE_QID - 1);
+        assert_eq!(r.insert(0, "G", h(0, 1, 1), 1), ORDER_REVIVE_QID + 1);
         // Tokens stay positive i32s.
         let mut r = Renewals {
             next: i32::MAX as u32,

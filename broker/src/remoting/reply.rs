@@ -126,9 +126,11 @@ pub const MAX_JSON_BODY: usize = 4 << 20;
 #[must_use]
 pub fn max_body(cfg: &BrokerConfig, request_code: i32) -> usize {
     match request_code {
-        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
-            cfg.max_request_message_bytes()
-        }
+        code::SEND_MESSAGE
+        | code::SEND_MESSAGE_V2
+        | code::SEND_BATCH_MESSAGE
+        | code::SEND_REPLY_MESSAGE
+        | code::SEND_REPLY_MESSAGE_V2 => cfg.max_request_message_bytes(),
         code::HEART_BEAT
         | code::LOCK_BATCH_MQ
         | code::UNLOCK_BATCH_MQ

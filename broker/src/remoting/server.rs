@@ -390,11 +390,14 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     };
     if cmd.is_response() || refusal.is_some() {
         // A refusal is answered at once (a client stalling in its body still hears it), and
-        // the body skipped as it arrives. Answers to our own requests (CHECK_TRANSACTION_STATE
-        // is oneway) have nothing waiting for them.
+        // the body skipped as it arrives. An answer to a request of ours goes (header only)
+        // to what waits for it (PUSH_REPLY_MESSAGE_TO_CLIENT); CHECK_TRANSACTION_STATE is
+        // oneway, nothing waits for it.
         drop(held);
         if let Some(r) = refusal {
             reply::refused(ctx, conn, &cmd, r);
+        } else {
+            conn.answered(cmd);
         }
         return if skip(rd, body_len).await {
             Next::Skip

@@ -321,6 +321,41 @@ impl<S: Storage> Broker<S> {
         Ok(out)
     }
 
+    /// The transaction whose half message of `topic` has message id (UNIQ_KEY) `msg_id`,
+    /// pending or resolved, newest first: how a transaction id in RocketMQ's form (the
+    /// message id, as Apache's broker and proxy give producers and checkers) finds its half.
+    /// The index finds it (at most [`MAX_CHAIN`] entries walked, one record read per
+    /// candidate); with the index off, the pending transactions' halves are read instead
+    /// (one record each), so only a pending one is found.
+    pub fn transaction_by_message_id(
+        &mut self,
+        topic: &str,
+        msg_id: &str,
+    ) -> Res<Option<TxnId>, S> {
+        let offsets: Vec<u64> = if self.cfg.index_keys {
+            self.index
+                .candidates(&mut self.log.storage, topic, msg_id)
+                .map_err(Error::Storage)?
+        } else {
+            self.txns.iter().map(|t| t.record).collect()
+        };
+        for off in offsets {
+            let Some(r) = self.log.read_any(off).map_err(Error::Storage)? else {
+                continue;
+            };
+            let [real_topic, uniq, carried] =
+                r.props_of([prop::REAL_TOPIC, prop::UNIQ_KEY, prop::CARRIED]);
+            if r.topic == topic::HALF && real_topic == Some(topic) && uniq == Some(msg_id) {
+                // A half retention carried forward keeps its first offset as its id.
+                let first = carried
+                    .and_then(|v| v.parse::<u64>().ok())
+                    .filter(|&k| k < off);
+                return Ok(Some(TxnId(first.unwrap_or(off))));
+            }
+        }
+        Ok(None)
+    }
+
     /// Where the message whose record is at `offset` sits in a consumer queue, if it is
     /// visible there.
     pub(super) fn visible_place(&mut self, offset: u64) -> Res<Option<(u32, u64)>, S> {

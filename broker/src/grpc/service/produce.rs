@@ -4,6 +4,10 @@
 
 use super::*;
 
+/// The longest transaction id (a message id) an EndTransaction may name: RocketMQ's are 32
+/// (v4) or 34 (v5) hex digits.
+const MAX_MESSAGE_ID: usize = 128;
+
 impl Messaging {
     pub(super) async fn send(
         &self,
@@ -87,11 +91,20 @@ impl Messaging {
                 let entries = results
                     .into_iter()
                     .zip(ids)
-                    .map(|(r, id)| pb::SendResultEntry {
-                        status: Some(ok()),
-                        message_id: if id.is_empty() { r.msg_id } else { id },
-                        transaction_id: r.txn.map(|t| t.to_string()).unwrap_or_default(),
-                        offset: r.queue_offset as i64,
+                    .map(|(r, id)| {
+                        let message_id = if id.is_empty() { r.msg_id } else { id };
+                        pb::SendResultEntry {
+                            status: Some(ok()),
+                            // As Apache's proxy: a half's transaction id is its message id
+                            // (UNIQ_KEY), the one checks carry too (`end_transaction`).
+                            transaction_id: if r.txn.is_some() {
+                                message_id.clone()
+                            } else {
+                                String::new()
+                            },
+                            message_id,
+                            offset: r.queue_offset as i64,
+                        }
                     })
                     .collect();
                 (ok(), entries)
@@ -101,10 +114,45 @@ impl Messaging {
         }
     }
 
+    /// The transaction an EndTransaction names: its id is the half's message id (RocketMQ's
+    /// form, looked up in the topic's index, [`rocklet_core::Broker::transaction_by_message_id`]),
+    /// or a log offset of 16 hex digits as Rocklet gave before (a message id is 32 or more).
+    async fn named_transaction(&self, req: &pb::EndTransactionRequest) -> Result<TxnId, Status> {
+        let id = req.transaction_id.trim();
+        if id.len() == 16 {
+            return id.parse().map_err(|e| client_error(&e));
+        }
+        let topic = req
+            .topic
+            .as_ref()
+            .map(|t| t.name.clone())
+            .filter(|t| !t.is_empty())
+            .ok_or_else(|| bad_request("an EndTransaction names its message's topic"))?;
+        if id.is_empty() || id.len() > MAX_MESSAGE_ID {
+            return Err(client_error(&ClientError::MalformedTransactionId(
+                id.chars().take(MAX_MESSAGE_ID).collect(),
+            )));
+        }
+        let (t, key) = (topic.clone(), id.to_string());
+        match self
+            .core
+            .read_log(move |b| b.transaction_by_message_id(&t, &key))
+            .await
+        {
+            Ok(Ok(Some(txn))) => Ok(txn),
+            Ok(Ok(None)) => Err(status(
+                Code::InvalidTransactionId,
+                format!("UNKNOWN_TRANSACTION: no half message of topic {topic} has the transaction id {id}"),
+            )),
+            Ok(Err(e)) => Err(core_failure(&crate::driver::CoreFailure::Storage(e.to_string()))),
+            Err(e) => Err(core_failure(&e)),
+        }
+    }
+
     pub(super) async fn end_transaction(&self, req: pb::EndTransactionRequest) -> Status {
-        let txn: TxnId = match req.transaction_id.parse() {
+        let txn = match self.named_transaction(&req).await {
             Ok(t) => t,
-            Err(e) => return client_error(&e),
+            Err(s) => return s,
         };
         let resolution = match req.resolution() {
             pb::TransactionResolution::Commit => Resolution::Commit,

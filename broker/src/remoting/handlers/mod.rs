@@ -5,7 +5,7 @@
 //! A request flows: the listener ([`super::server`]) reads a frame and hands it to
 //! [`handle`], which checks authentication and the ACL ([`crate::auth::remoting`]) and
 //! dispatches on its code to one handler: [`clients`] (routes, heartbeats, locks),
-//! [`produce`] (sends, END_TRANSACTION), [`consume`] (pulls, offsets, send-back), [`pop`]
+//! [`produce`] (sends, END_TRANSACTION), [`request_reply`] (replies to request messages), [`consume`] (pulls, offsets, send-back), [`pop`]
 //! (pop, ack, invisible time), or mqadmin's requests ([`super::admin`]). A handler reads its
 //! header fields through [`super::reply`], converts messages with [`super::message`], asks
 //! the core through the driver and converts the answer back.
@@ -14,6 +14,7 @@ mod clients;
 mod consume;
 mod pop;
 mod produce;
+mod request_reply;
 
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
@@ -31,6 +32,7 @@ use clients::*;
 use consume::*;
 use pop::*;
 use produce::*;
+use request_reply::*;
 
 /// The broker name in routes (and the cluster name).
 pub(crate) const BROKER_NAME: &str = "rocklet";
@@ -87,6 +89,7 @@ pub async fn handle(
         code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
             send(ctx, conn, checks, &req).await
         }
+        code::SEND_REPLY_MESSAGE | code::SEND_REPLY_MESSAGE_V2 => send_reply(ctx, conn, &req).await,
         code::END_TRANSACTION => end_transaction(ctx, &req).await,
         // The Java DefaultLitePullConsumer's pulls: Apache's PullMessageProcessor serves both.
         code::PULL_MESSAGE | code::LITE_PULL_MESSAGE => pull(ctx, conn, &req).await,
@@ -137,7 +140,7 @@ pub(crate) async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, Cor
     if let Some(d) = ctx.cfg.topics.iter().find(|d| d.name == topic) {
         return Ok(Some(d.queues.unwrap_or(ctx.cfg.core.default_queues)));
     }
-    if topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%") {
+    if topic.starts_with("%RETRY%") || topic.starts_with("%DLQ%") || topic == reply_topic() {
         return Ok(Some(1));
     }
     if ctx.cfg.core.auto_create_topics && rocklet_core::topic::validate_name(topic).is_ok() {

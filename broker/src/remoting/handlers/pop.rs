@@ -4,6 +4,7 @@ use std::time::Duration;
 
 use rocklet_core::record::sys_flag;
 use rocklet_core::ClientError;
+use tracing::debug;
 
 use super::*;
 use crate::remoting::codec::RemotingCommand;
@@ -14,11 +15,15 @@ use crate::remoting::pop::{self};
 use crate::remoting::reply::*;
 
 /// The answer of a pop that found `msgs`: the records as pulls carry them (reconsume times
-/// = delivery attempt - 1), and in the header what clients build each extraInfo from.
+/// = delivery attempt - 1), and in the header what clients build each extraInfo from. An
+/// orderly pop's answer has reviveQid [`pop::ORDER_REVIVE_QID`] (Apache's
+/// `POP_ORDER_REVIVE_QUEUE`, which tells clients the message was popped orderly) and each
+/// message's reconsume times in `orderCountInfo` too (`0 qo<queue>%<offset> <times>`).
 pub(crate) fn popped(
     req: &RemotingCommand,
     msgs: &[rocklet_core::Received],
     invisible_ms: u64,
+    order: bool,
 ) -> RemotingCommand {
     let pop_time = msgs[0].visible_at.saturating_sub(invisible_ms);
     let handles: Vec<&rocklet_core::ReceiptHandle> = msgs.iter().map(|r| &r.handle).collect();
@@ -34,7 +39,23 @@ pub(crate) fn popped(
     resp.ext.insert("popTime".into(), pop_time.to_string());
     resp.ext
         .insert("invisibleTime".into(), invisible_ms.to_string());
-    resp.ext.insert("reviveQid".into(), "0".into());
+    let revive_qid = if order { pop::ORDER_REVIVE_QID } else { 0 };
+    resp.ext.insert("reviveQid".into(), revive_qid.to_string());
+    if order {
+        let counts: Vec<String> = msgs
+            .iter()
+            .map(|r| {
+                format!(
+                    "{} qo{}%{} {}",
+                    pop::NORMAL_TOPIC,
+                    r.handle.queue_id,
+                    r.handle.queue_offset,
+                    r.attempt.saturating_sub(1)
+                )
+            })
+            .collect();
+        resp.ext.insert("orderCountInfo".into(), counts.join(";"));
+    }
     resp.ext.insert("restNum".into(), "0".into());
     resp.ext.insert("startOffsetInfo".into(), start);
     resp.ext.insert("msgOffsetInfo".into(), offsets);
@@ -58,12 +79,26 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
             "invisibleTime must be above 0 ms",
         ));
     }
-    if field(req, "order") == Some("true") {
-        return Err(fail(
-            req,
-            status::REQUEST_CODE_NOT_SUPPORTED,
-            "orderly pop (order = true) is not supported: use an orderly push consumer",
-        ));
+    // Orderly pop (Apache's PopMessageProcessor with order = true: a queue hands out nothing
+    // more while a batch of it is in flight for the group, and a message not acked in time
+    // comes again before anything after it): the core's FIFO group does exactly that, so
+    // the group is declared FIFO (durably, as `mqadmin updateSubGroup -o true` would) on its
+    // first orderly pop. Its later pops, orderly or not, are then orderly too.
+    let order = field(req, "order") == Some("true");
+    if order {
+        let g = group.clone();
+        let fifo = ctx
+            .core
+            .inspect(move |b| b.group_is_fifo(&g))
+            .await
+            .map_err(|e| core_failure(req, &e))?;
+        if !fifo {
+            match ctx.core.declare_group(group.clone(), true).await {
+                Ok(Ok(())) => debug!(%group, "declared FIFO on its first orderly pop"),
+                Ok(Err(e)) => return Err(client_error(req, &e)),
+                Err(e) => return Err(core_failure(req, &e)),
+            }
+        }
     }
     let filter = request_filter(ctx, req, "expType", "exp")?;
     let poll_ms: u64 = number_or(req, "pollTime", 0u64)?;
@@ -92,7 +127,7 @@ pub(crate) async fn pop_message(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -
             .await
             .map_err(|e| core_failure(req, &e))?;
         match reply {
-            Ok(msgs) if !msgs.is_empty() => return Ok(popped(req, &msgs, invisible_ms)),
+            Ok(msgs) if !msgs.is_empty() => return Ok(popped(req, &msgs, invisible_ms, order)),
             Ok(_) => {}
             Err(ClientError::UnknownTopic(_)) => {
                 // Nothing was ever sent to it: nothing to pop (yet).
@@ -129,7 +164,8 @@ pub(crate) fn receipt(
         Some(o) => o,
         None => number(req, "offset")?,
     };
-    if extra.revive_qid == 0 {
+    // 0: a pop's receipt; ORDER_REVIVE_QID: an orderly pop's (same form); else a renewal.
+    if extra.revive_qid == 0 || extra.revive_qid == i64::from(pop::ORDER_REVIVE_QID) {
         let handle = rocklet_core::ReceiptHandle {
             topic: topic.to_string(),
             queue_id: extra.queue_id,

@@ -18,21 +18,7 @@ pub(crate) async fn send(
     checks: &mpsc::UnboundedSender<CheckRequest>,
     req: &RemotingCommand,
 ) -> Answer {
-    // Normalize V2's short names (SEND_MESSAGE_V2, and SEND_BATCH_MESSAGE from Java).
-    let mut h = RemotingCommand {
-        ext: req.ext.clone(),
-        opaque: req.opaque,
-        version: req.version,
-        serialize: req.serialize,
-        ..Default::default()
-    };
-    if req.code != code::SEND_MESSAGE {
-        for (short, long) in V2_NAMES {
-            if let Some(v) = req.ext.get(short) {
-                h.ext.insert(long.to_string(), v.clone());
-            }
-        }
-    }
+    let h = long_names(req);
     // The C++ client marks a batch sent as SEND_MESSAGE with batch = 1.
     let batch =
         req.code == code::SEND_BATCH_MESSAGE || matches!(field(&h, "batch"), Some("true" | "1"));
@@ -141,6 +127,26 @@ pub(crate) async fn send(
         Ok(Err(e)) => Err(client_error(req, &e)),
         Err(e) => Err(core_failure(req, &e)),
     }
+}
+
+/// A send's header with V2's short names (SEND_MESSAGE_V2, SEND_REPLY_MESSAGE_V2, and
+/// SEND_BATCH_MESSAGE from Java) under their long names too.
+pub(crate) fn long_names(req: &RemotingCommand) -> RemotingCommand {
+    let mut h = RemotingCommand {
+        ext: req.ext.clone(),
+        opaque: req.opaque,
+        version: req.version,
+        serialize: req.serialize,
+        ..Default::default()
+    };
+    if !matches!(req.code, code::SEND_MESSAGE | code::SEND_REPLY_MESSAGE) {
+        for (short, long) in V2_NAMES {
+            if let Some(v) = req.ext.get(short) {
+                h.ext.insert(long.to_string(), v.clone());
+            }
+        }
+    }
+    h
 }
 
 /// END_TRANSACTION: commitLogOffset is the transaction (the half message's log offset).

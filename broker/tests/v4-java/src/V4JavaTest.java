@@ -1,12 +1,16 @@
 // The RocketMQ 4 Java client (org.apache.rocketmq:rocketmq-client 5.5.0) against rocklet.
 //
-//   java -cp <jars>:<classes> V4JavaTest <namesrv> litepull|txn|rebalance
+//   java -cp <jars>:<classes> V4JavaTest <namesrv> litepull|txn|rebalance|reply
 //
 // litepull   DefaultLitePullConsumer (it pulls with LITE_PULL_MESSAGE, 361) receives what was sent
 // txn        TransactionMQProducer: the send result's transaction id is the one
 //            executeLocalTransaction and checkLocalTransaction are given
 // rebalance  a push consumer group of 2: the first member gives up half its queues within 2 s
 //            of the second joining (NOTIFY_CONSUMER_IDS_CHANGED; the clients' own timer is 20 s)
+// reply      request/reply: DefaultMQProducer.request() gets the reply a push consumer made with
+//            MessageUtil.createReplyMessage and sent (SEND_REPLY_MESSAGE_V2, pushed back to the
+//            requester as PUSH_REPLY_MESSAGE_TO_CLIENT), for each of 5 requests, and a reply
+//            to a client that is not connected is refused
 import java.util.ArrayList;
 import java.util.List;
 import java.util.Map;
@@ -29,7 +33,9 @@ import org.apache.rocketmq.client.producer.TransactionMQProducer;
 import org.apache.rocketmq.client.producer.TransactionSendResult;
 import org.apache.rocketmq.common.consumer.ConsumeFromWhere;
 import org.apache.rocketmq.common.message.Message;
+import org.apache.rocketmq.common.message.MessageConst;
 import org.apache.rocketmq.common.message.MessageExt;
+import org.apache.rocketmq.client.utils.MessageUtil;
 import org.apache.rocketmq.common.message.MessageQueue;
 
 public class V4JavaTest {
@@ -57,6 +63,7 @@ public class V4JavaTest {
             case "litepull": litePull(); break;
             case "txn": transaction(); break;
             case "rebalance": rebalance(); break;
+            case "reply": requestReply(); break;
             default: check(false, "unknown test " + args[1]);
         }
         System.out.println("ok: " + args[1]);
@@ -182,5 +189,66 @@ public class V4JavaTest {
         cb.shutdown();
         ca.shutdown();
         p.shutdown();
+    }
+
+    static void requestReply() throws Exception {
+        String topic = "JavaRequest" + STAMP;
+        DefaultMQProducer requester = producer();
+        // The topic exists before the consumer subscribes (its first send creates it).
+        requester.send(new Message(topic, "make-the-topic".getBytes()));
+        DefaultMQProducer replier = new DefaultMQProducer("JavaReplier" + STAMP);
+        replier.setNamesrvAddr(ns);
+        replier.setInstanceName("replier");
+        replier.setRetryTimesWhenSendFailed(0);
+        replier.start();
+        List<String> failures = java.util.Collections.synchronizedList(new ArrayList<>());
+        DefaultMQPushConsumer c = new DefaultMQPushConsumer("JavaResponder" + STAMP);
+        c.setNamesrvAddr(ns);
+        c.setInstanceName("responder");
+        c.setConsumeFromWhere(ConsumeFromWhere.CONSUME_FROM_FIRST_OFFSET);
+        c.subscribe(topic, "*");
+        c.registerMessageListener((MessageListenerConcurrently) (msgs, ctx) -> {
+            for (MessageExt m : msgs) {
+                if (m.getProperty(MessageConst.PROPERTY_CORRELATION_ID) == null) {
+                    continue; // not a request
+                }
+                try {
+                    Message reply = MessageUtil.createReplyMessage(m, ("re:" + new String(m.getBody())).getBytes());
+                    SendResult r = replier.send(reply, 10_000);
+                    if (r.getSendStatus() != SendStatus.SEND_OK) {
+                        failures.add("reply send " + r);
+                    }
+                } catch (Exception e) {
+                    failures.add("reply to " + new String(m.getBody()) + ": " + e);
+                }
+            }
+            return ConsumeConcurrentlyStatus.CONSUME_SUCCESS;
+        });
+        c.start();
+        for (int i = 0; i < 5; i++) {
+            String body = "question-" + i;
+            Message reply = requester.request(new Message(topic, body.getBytes()), 30_000);
+            check(reply != null, "no reply to " + body + " " + failures);
+            check(("re:" + body).equals(new String(reply.getBody())),
+                "reply to " + body + " is " + new String(reply.getBody()));
+            check(reply.getProperty(MessageConst.PROPERTY_CORRELATION_ID) != null, "the reply has no CORRELATION_ID");
+        }
+        check(failures.isEmpty(), "replier failures: " + failures);
+        // A reply to a requester that is not connected: refused, naming it.
+        Message orphan = new Message("rocklet_REPLY_TOPIC", "nobody".getBytes());
+        org.apache.rocketmq.common.message.MessageAccessor.putProperty(orphan, MessageConst.PROPERTY_MESSAGE_TYPE, "reply");
+        org.apache.rocketmq.common.message.MessageAccessor.putProperty(orphan, MessageConst.PROPERTY_MESSAGE_REPLY_TO_CLIENT, "127.0.0.1@gone");
+        org.apache.rocketmq.common.message.MessageAccessor.putProperty(orphan, MessageConst.PROPERTY_CORRELATION_ID, "x");
+        try {
+            replier.send(orphan, 10_000);
+            check(false, "a reply to a client that is not connected was accepted");
+        } catch (org.apache.rocketmq.client.exception.MQClientException e) {
+            check(String.valueOf(e.getCause()).contains("channel of <127.0.0.1@gone> not found"),
+                "the refusal does not name the client: " + e + " / " + e.getCause());
+        }
+        System.out.println("5 replies received");
+        c.shutdown();
+        replier.shutdown();
+        requester.shutdown();
     }
 }
