@@ -46,6 +46,8 @@ pub mod code {
     pub const DELETE_TOPIC_IN_NAMESRV: i32 = 216;
     pub const RESET_CONSUMER_CLIENT_OFFSET: i32 = 220;
     pub const INVOKE_BROKER_TO_RESET_OFFSET: i32 = 222;
+    pub const WIPE_WRITE_PERM_OF_BROKER: i32 = 205;
+    pub const ADD_WRITE_PERM_OF_BROKER: i32 = 327;
     pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
     pub const GET_TOPIC_CONFIG: i32 = 351;
 }
@@ -108,7 +110,7 @@ pub const COUNTED: [(i32, &str); 23] = [
 
 /// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
 /// asked (mqadmin's other commands, name-server and controller requests).
-pub const UNSERVED: [(i32, &str); 58] = [
+pub const UNSERVED: [(i32, &str); 56] = [
     (13, "QUERY_BROKER_OFFSET"),
     (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
     (21, "GET_ALL_TOPIC_CONFIG"),
@@ -129,7 +131,6 @@ pub const UNSERVED: [(i32, &str); 58] = [
     (103, "REGISTER_BROKER"),
     (104, "UNREGISTER_BROKER"),
     (201, "GET_ALL_SUBSCRIPTIONGROUP_CONFIG"),
-    (205, "WIPE_WRITE_PERM_OF_BROKER"),
     (207, "DELETE_SUBSCRIPTIONGROUP"),
     (209, "SUSPEND_CONSUMER"),
     (210, "RESUME_CONSUMER"),
@@ -160,7 +161,6 @@ pub const UNSERVED: [(i32, &str); 58] = [
     (321, "QUERY_CONSUME_QUEUE"),
     (322, "QUERY_DATA_VERSION"),
     (323, "RESUME_CHECK_HALF_MESSAGE"),
-    (327, "ADD_WRITE_PERM_OF_BROKER"),
     (328, "GET_ALL_PRODUCER_INFO"),
     (329, "DELETE_EXPIRED_COMMITLOG"),
     (352, "GET_SUBSCRIPTIONGROUP_CONFIG"),

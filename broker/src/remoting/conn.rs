@@ -39,6 +39,8 @@ pub struct Ctx {
     pub(crate) locks: Mutex<QueueLocks>,
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
     pub(crate) renewals: Mutex<Renewals>,
+    /// Offsets reset by mqadmin on online groups, until their clients take them.
+    pub(crate) resets: Mutex<super::admin::resets::PendingResets>,
     /// The host clock (queue lock expiry).
     pub(crate) clock: Arc<dyn Clock>,
     /// Requests by code and their errors.
@@ -69,6 +71,7 @@ impl Ctx {
             clients: Mutex::new(Clients::default()),
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
+            resets: Mutex::new(Default::default()),
             clock: Arc::new(SystemClock),
             stats: Arc::new(RemotingStats::default()),
             metrics: None,

@@ -12,6 +12,18 @@ impl<S: Storage> Broker<S> {
         self.offsets.get(&(g, q)).copied()
     }
 
+    /// A receiving (pop) group's position in a queue: the first offset it has not acked
+    /// (the oldest in flight, else the next to hand out) and the next offset to hand out.
+    /// `None` when the group never received from the queue.
+    #[must_use]
+    pub fn pop_position(&self, group: &str, topic: &str, queue_id: u32) -> Option<(u64, u64)> {
+        let g = *self.group_ids.get(group)?;
+        let q = self.queue_index(topic, queue_id)?;
+        let p = self.pops.get(&(g, q))?;
+        let unacked = p.inflight.keys().next().map_or(p.next, |&o| o.min(p.next));
+        Some((unacked, p.next))
+    }
+
     /// Messages a consumer group has received and not yet acked in a topic.
     #[must_use]
     pub fn inflight_count(&self, group: &str, topic: &str) -> usize {

@@ -39,7 +39,9 @@ use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, 
 use crate::ops::{self, OpError};
 use query::{offset_at, query_message, search_offset, view_message};
 
+mod broker;
 mod query;
+pub mod resets;
 
 /// Handles an admin request; `None` when the code is no admin request rocklet knows.
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
@@ -48,7 +50,9 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_TOPIC_CONFIG => topic_config(ctx, req).await,
         code::GET_TOPIC_STATS_INFO => topic_stats(ctx, req).await,
         code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => topic_list(ctx, req).await,
-        code::GET_BROKER_CLUSTER_INFO => cluster_info(ctx, req),
+        code::GET_BROKER_CLUSTER_INFO => broker::cluster_info(ctx, req).await,
+        code::WIPE_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, false).await,
+        code::ADD_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, true).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
         code::GET_CONSUME_STATS => consume_stats(ctx, req).await,
@@ -226,27 +230,6 @@ async fn topic_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(with_body(req, json!({ "topicList": names }).to_string()))
 }
 
-/// GET_BROKER_CLUSTER_INFO (clusterList): one cluster of one broker.
-fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let Some(addr) = ctx.broker_addr else {
-        return Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            "the remoting broker listener is off: no broker to list",
-        ));
-    };
-    let body = json!({
-        "brokerAddrTable": { BROKER_NAME: {
-            "cluster": BROKER_NAME,
-            "brokerName": BROKER_NAME,
-            "brokerAddrs": { "0": addr.to_string() },
-            "enableActingMaster": false,
-        }},
-        "clusterAddrTable": { BROKER_NAME: [BROKER_NAME] },
-    });
-    Ok(with_body(req, body.to_string()))
-}
-
 /// GET_BROKER_RUNTIME_INFO (brokerStatus, clusterList): the broker's counters as RocketMQ's
 /// KVTable names them. Measured: the disk ratio and capacity of the data directory's file
 /// system, the log's offsets and its oldest store time ([`crate::disk`]), and put and get TPS
@@ -372,7 +355,8 @@ async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 }
 
 /// The topics a group consumes: its connected members' subscriptions, the topics it has
-/// committed offsets in, and its retry topic if it exists.
+/// committed offsets in or received from (RocketMQ 5 gRPC consumers and pop consumers),
+/// and its retry topic if it exists.
 async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
     let subscribed: Vec<String> = lock(&ctx.clients)
         .consumer_group(group)
@@ -393,9 +377,10 @@ async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
                 .filter(|t| {
                     t.name == retry
                         || subscribed.contains(&t.name)
-                        || t.queues
-                            .iter()
-                            .any(|q| b.committed_offset(&g, &t.name, q.0).is_some())
+                        || t.queues.iter().any(|q| {
+                            b.committed_offset(&g, &t.name, q.0).is_some()
+                                || b.pop_position(&g, &t.name, q.0).is_some()
+                        })
                 })
                 .collect()
         })
@@ -405,6 +390,11 @@ async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
 
 /// GET_CONSUME_STATS (consumerProgress): per queue of the group's topics (or of `topic`)
 /// the broker's and the group's offsets, and when the last consumed message was stored.
+/// A pulling group's consumer offset is its committed one; a receiving group's (RocketMQ 5
+/// gRPC, pop) is the first offset it has not acked, and its pull offset the next it hands
+/// out (mqadmin shows the difference as in flight). A queue the group never consumed from
+/// has offset 0, as Apache answers; what Rocklet does not know is left out: the store time
+/// when nothing was consumed, and the consume TPS (not measured per group).
 async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topics = match field(req, "topic").filter(|t| !t.is_empty()) {
@@ -415,34 +405,32 @@ async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     for t in &topics {
         for &(q, next, _) in &t.queues {
             let (g, n) = (group.clone(), t.name.clone());
-            let committed = ctx
+            let (committed, pop) = ctx
                 .core
-                .inspect(move |b| b.committed_offset(&g, &n, q))
+                .inspect(move |b| (b.committed_offset(&g, &n, q), b.pop_position(&g, &n, q)))
                 .await
-                .map_err(|e| core_failure(req, &e))?
-                .unwrap_or(0);
-            let last = match committed {
-                0 => 0,
-                c => store_time(ctx, &t.name, q, c - 1).await.unwrap_or(0),
+                .map_err(|e| core_failure(req, &e))?;
+            let (consumed, pulled) = match (committed, pop) {
+                (Some(c), _) => (c, c),
+                (None, Some((unacked, next))) => (unacked, next),
+                (None, None) => (0, 0),
             };
-            entries.push((
-                t.name.clone(),
-                q,
-                json!({
-                    "brokerOffset": next,
-                    "consumerOffset": committed,
-                    "pullOffset": committed,
-                    "lastTimestamp": last,
-                }),
-            ));
+            let mut w = json!({
+                "brokerOffset": next,
+                "consumerOffset": consumed,
+                "pullOffset": pulled,
+            });
+            if consumed > 0 {
+                if let Some(at) = store_time(ctx, &t.name, q, consumed - 1).await {
+                    w["lastTimestamp"] = json!(at);
+                }
+            }
+            entries.push((t.name.clone(), q, w));
         }
     }
     Ok(with_body(
         req,
-        format!(
-            "{{\"offsetTable\":{},\"consumeTps\":0.0}}",
-            mq_map(&entries)
-        ),
+        format!("{{\"offsetTable\":{}}}", mq_map(&entries)),
     ))
 }
 
@@ -553,8 +541,8 @@ async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer
 }
 
 /// INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): as Apache's broker, the offsets of
-/// the time (`timestamp` -1: the queues' ends) are sent to the group's connected clients
-/// (RESET_CONSUMER_CLIENT_OFFSET), which take and commit them; an offset after the group's
+/// the time (`timestamp` -1: the queues' ends) are committed at once, then sent to the
+/// group's connected clients (RESET_CONSUMER_CLIENT_OFFSET), which take and commit them; an offset after the group's
 /// is kept only with `isForce`. No client connected: status::CONSUMER_NOT_ONLINE, and mqadmin then
 /// commits the offsets itself (GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP,
 /// UPDATE_CONSUMER_OFFSET).
@@ -590,6 +578,44 @@ async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             committed
         };
         entries.push((name.clone(), q, json!(offset)));
+    }
+    // As Apache 5.5's broker: the group's offsets are reset here at once (consumerProgress
+    // shows them right after) and held against the clients' commits of their old offsets
+    // until they pull from the new ones ([`resets`]), then its clients are told.
+    {
+        let mut pending = lock(&ctx.resets);
+        if !pending.room_for(entries.len()) {
+            return Err(fail(
+                req,
+                status::SYSTEM_BUSY,
+                format!(
+                    "{} offset resets are pending (at most {}): retry once the groups have taken theirs",
+                    pending.len(),
+                    resets::MAX_PENDING_RESETS
+                ),
+            ));
+        }
+        for (_, q, offset) in &entries {
+            pending.set(&group, &name, *q, offset.as_u64().unwrap_or(0));
+        }
+    }
+    for (_, q, offset) in &entries {
+        let offset = offset.as_u64().unwrap_or(0);
+        match ctx
+            .core
+            .commit_offset(group.clone(), name.clone(), *q, offset)
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => return Err(fail(
+                req,
+                status::SYSTEM_ERROR,
+                format!(
+                    "resetting group `{group}` in queue {q} of `{name}` to offset {offset}: {e}"
+                ),
+            )),
+            Err(e) => return Err(core_failure(req, &e)),
+        }
     }
     let body = format!("{{\"offsetTable\":{}}}", mq_map(&entries));
     let mut ext = BTreeMap::new();
