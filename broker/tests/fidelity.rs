@@ -599,9 +599,9 @@ async fn admin_requests_are_served_or_refused_by_name() {
         .await;
     assert_eq!(r.code, 1, "system topics are not deleted: {:?}", r.remark);
     // Refused by name: codes rocklet does not serve.
-    let r = c.call(25, &[], Vec::new()).await;
+    let r = c.call(18, &[], Vec::new()).await;
     assert_eq!(r.code, 3);
-    assert!(r.remark.unwrap().contains("(UPDATE_BROKER_CONFIG)"));
+    assert!(r.remark.unwrap().contains("(UPDATE_AND_CREATE_TOPIC_LIST)"));
     // The name server lists the cluster and the topics.
     let mut ns = V4::connect(namesrv).await;
     let r = ns.call(106, &[], Vec::new()).await;

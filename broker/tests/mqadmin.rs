@@ -279,3 +279,98 @@ async fn consumer_progress_shows_grpc_groups() {
     assert!(s.contains("lastTimestamp"), "{s}");
     b.stop().await;
 }
+
+/// GET_BROKER_CONFIG as Java Properties: key → value.
+async fn broker_config(c: &mut V4) -> std::collections::BTreeMap<String, String> {
+    let r = c.call(26, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    String::from_utf8(r.body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn broker_config_is_shown_in_apaches_names_and_brokerpermission_changes_live() {
+    let (b, remoting, namesrv) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let conf = broker_config(&mut c).await;
+    assert_eq!(conf["brokerClusterName"], "rocklet");
+    assert_eq!(conf["brokerName"], "rocklet");
+    assert_eq!(conf["brokerPermission"], "6");
+    assert_eq!(conf["listenPort"], remoting.port().to_string());
+    assert_eq!(conf["namesrvAddr"], namesrv.to_string());
+    assert!(conf.contains_key("flushDiskType"), "{conf:?}");
+    assert_eq!(conf["messageDelayLevel"].split(' ').next(), Some("1s"));
+    // brokerPermission changes live (the same switch as wipeWritePerm).
+    let r = c.call(25, &[], b"brokerPermission=4\n".to_vec()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(broker_config(&mut c).await["brokerPermission"], "4");
+    assert_eq!(v4_send(&mut c, "ConfT", "drained").await.code, 16);
+    // Any other key is refused by name, and nothing of the request is applied.
+    let r = c
+        .call(
+            25,
+            &[],
+            b"brokerPermission=6\nflushDiskType=SYNC_FLUSH\n".to_vec(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    let remark = r.remark.unwrap();
+    assert!(remark.contains("`flushDiskType`"), "{remark}");
+    assert_eq!(broker_config(&mut c).await["brokerPermission"], "4");
+    let r = c.call(25, &[], b"brokerPermission=5\n".to_vec()).await;
+    assert_eq!(r.code, 1, "{:?}", r.remark);
+    let r = c.call(25, &[], b"brokerPermission=6\n".to_vec()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(v4_send(&mut c, "ConfT", "again").await.code, 0);
+    // The name server's config.
+    let mut ns = V4::connect(namesrv, SerializeType::Json).await;
+    let r = ns.call(319, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let text = String::from_utf8(r.body).unwrap();
+    assert!(
+        text.contains(&format!("listenPort={}", namesrv.port())),
+        "{text}"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn group_configs_and_the_brokers_consume_stats() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "groupName": "CfgFifo", "consumeMessageOrderly": true,
+    }))
+    .unwrap();
+    assert_eq!(c.call(200, &[], body).await.code, 0);
+    one_queue_topic(&mut c, "CfgT").await;
+    for i in 0..3 {
+        assert_eq!(v4_send(&mut c, "CfgT", &format!("c{i}")).await.code, 0);
+    }
+    commit(&mut c, "CfgPull", "CfgT", 1).await;
+    // One group's config, and every group's.
+    let r = c.call(352, &[("group", "CfgFifo")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["groupName"], "CfgFifo");
+    assert_eq!(v["consumeMessageOrderly"], true);
+    let r = c.call(352, &[("group", "NoSuchGroup")], Vec::new()).await;
+    assert_eq!(r.code, 26, "{:?}", r.remark);
+    let r = c.call(201, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let table = v["subscriptionGroupTable"].as_object().unwrap();
+    assert_eq!(table["CfgFifo"]["consumeMessageOrderly"], true);
+    assert_eq!(table["CfgPull"]["consumeMessageOrderly"], false);
+    // brokerConsumeStats: the pulling group 2 behind in CfgT.
+    let r = c.call(317, &[("isOrder", "false")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let s = String::from_utf8(r.body).unwrap();
+    assert!(s.contains(r#""totalDiff":2"#), "{s}");
+    assert!(s.contains(r#"{"CfgPull":[{"offsetTable":{{"brokerName":"rocklet","queueId":0,"topic":"CfgT"}:{"brokerOffset":3,"consumerOffset":1"#), "{s}");
+    b.stop().await;
+}

@@ -33,6 +33,8 @@ pub struct Ctx {
     /// The broker listener's address, as routes name it (`None`: remoting is off; the
     /// name server then has no broker to route to).
     pub broker_addr: Option<SocketAddr>,
+    /// The name-server listener's address (`None`: off), as getBrokerConfig names it.
+    pub namesrv_addr: Option<SocketAddr>,
     /// Consumer and producer groups of the connected clients, from heartbeats.
     pub(crate) clients: Mutex<Clients>,
     /// Queue locks of orderly consumers.
@@ -68,6 +70,7 @@ impl Ctx {
             core,
             cfg,
             broker_addr: None,
+            namesrv_addr: None,
             clients: Mutex::new(Clients::default()),
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),

@@ -120,6 +120,7 @@ impl RemotingServer {
         let addr = listeners.broker_addr();
         let namesrv_addr = listeners.namesrv.as_ref().and_then(|l| l.local_addr().ok());
         ctx.broker_addr = addr;
+        ctx.namesrv_addr = namesrv_addr;
         let stats = ctx.stats();
         let ctx = Arc::new(ctx);
         let next = Arc::new(AtomicU64::new(CONN_BASE));

@@ -12,6 +12,26 @@ impl<S: Storage> Broker<S> {
         self.offsets.get(&(g, q)).copied()
     }
 
+    /// Whether the broker knows the consumer group (declared, or named by a commit, a
+    /// receive or a send-back).
+    #[must_use]
+    pub fn group_known(&self, group: &str) -> bool {
+        self.group_ids.contains_key(group)
+    }
+
+    /// Every consumer group the broker knows, by name, with whether it is FIFO (bounded by
+    /// [`Config::max_groups`]).
+    #[must_use]
+    pub fn group_list(&self) -> Vec<(String, bool)> {
+        let mut out: Vec<(String, bool)> = self
+            .groups
+            .iter()
+            .map(|g| (g.name.clone(), g.fifo))
+            .collect();
+        out.sort();
+        out
+    }
+
     /// A receiving (pop) group's position in a queue: the first offset it has not acked
     /// (the oldest in flight, else the next to hand out) and the next offset to hand out.
     /// `None` when the group never received from the queue.

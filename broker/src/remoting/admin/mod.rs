@@ -40,6 +40,7 @@ use crate::ops::{self, OpError};
 use query::{offset_at, query_message, search_offset, view_message};
 
 mod broker;
+mod groups;
 mod query;
 pub mod resets;
 
@@ -53,6 +54,12 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_BROKER_CLUSTER_INFO => broker::cluster_info(ctx, req).await,
         code::WIPE_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, false).await,
         code::ADD_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, true).await,
+        code::GET_BROKER_CONFIG => broker::broker_config(ctx, req),
+        code::UPDATE_BROKER_CONFIG => broker::update_broker_config(ctx, req),
+        code::GET_NAMESRV_CONFIG => broker::namesrv_config(ctx, req),
+        code::GET_SUBSCRIPTIONGROUP_CONFIG => groups::group_config(ctx, req).await,
+        code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
+        code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
         code::GET_CONSUME_STATS => consume_stats(ctx, req).await,
@@ -360,7 +367,7 @@ async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// The topics a group consumes: its connected members' subscriptions, the topics it has
 /// committed offsets in or received from (RocketMQ 5 gRPC consumers and pop consumers),
 /// and its retry topic if it exists.
-async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
+pub(super) async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
     let subscribed: Vec<String> = lock(&ctx.clients)
         .consumer_group(group)
         .map(|g| {
@@ -404,10 +411,32 @@ async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         Some(t) => vec![topic_info(ctx, req, t).await?],
         None => group_topics(ctx, &group).await,
     };
+    let table = offset_table(ctx, req, &group, &topics).await?;
+    Ok(with_body(req, format!("{{\"offsetTable\":{}}}", table.map)))
+}
+
+/// A group's offsets in some topics, as GET_CONSUME_STATS's offsetTable writes them.
+pub(super) struct OffsetTable {
+    /// The fastjson map of MessageQueue to OffsetWrapper.
+    pub map: String,
+    /// Messages not yet consumed (broker offset - consumer offset), over every queue.
+    pub diff: u64,
+    /// Messages handed out and not acked (pull offset - consumer offset).
+    pub inflight: u64,
+}
+
+/// Per queue of `topics`, the broker's and `group`'s offsets ([`consume_stats`]).
+pub(super) async fn offset_table(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    group: &str,
+    topics: &[TopicInfo],
+) -> Result<OffsetTable, RemotingCommand> {
     let mut entries = Vec::new();
-    for t in &topics {
+    let (mut diff, mut inflight) = (0, 0);
+    for t in topics {
         for &(q, next, _) in &t.queues {
-            let (g, n) = (group.clone(), t.name.clone());
+            let (g, n) = (group.to_string(), t.name.clone());
             let (committed, pop) = ctx
                 .core
                 .inspect(move |b| (b.committed_offset(&g, &n, q), b.pop_position(&g, &n, q)))
@@ -418,6 +447,8 @@ async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
                 (None, Some((unacked, next))) => (unacked, next),
                 (None, None) => (0, 0),
             };
+            diff += next.saturating_sub(consumed);
+            inflight += pulled.saturating_sub(consumed);
             let mut w = json!({
                 "brokerOffset": next,
                 "consumerOffset": consumed,
@@ -431,10 +462,11 @@ async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             entries.push((t.name.clone(), q, w));
         }
     }
-    Ok(with_body(
-        req,
-        format!("{{\"offsetTable\":{}}}", mq_map(&entries)),
-    ))
+    Ok(OffsetTable {
+        map: mq_map(&entries),
+        diff,
+        inflight,
+    })
 }
 
 fn connection(client: &str, m: &Member) -> Value {

@@ -11,6 +11,7 @@ import java.io.PrintStream;
 import java.util.ArrayList;
 import java.util.List;
 import java.util.concurrent.atomic.AtomicInteger;
+import java.util.regex.Pattern;
 import org.apache.rocketmq.client.consumer.DefaultMQPushConsumer;
 import org.apache.rocketmq.client.exception.MQBrokerException;
 import org.apache.rocketmq.client.consumer.listener.ConsumeConcurrentlyStatus;
@@ -101,6 +102,36 @@ public class AdminTest {
             System.out.println("FAIL: " + what);
         }
     }
+
+    /** freshSend until it fails (a broker re-registers its permission in its own time), for 20 s. */
+    static String expectSendFails(String group, String topic) throws Exception {
+        long deadline = System.currentTimeMillis() + 20_000;
+        String err;
+        do {
+            err = freshSend(group, topic);
+            if (err == null) {
+                // Sent: one more message for the group to consume.
+                sentWhileDraining++;
+                Thread.sleep(500);
+            }
+        } while (err == null && System.currentTimeMillis() < deadline);
+        return err;
+    }
+
+    /** freshSend until it succeeds, for `seconds`. */
+    static String freshSendWithin(int seconds, String group, String topic) throws Exception {
+        long deadline = System.currentTimeMillis() + seconds * 1000L;
+        String err;
+        do {
+            err = freshSend(group, topic);
+            if (err != null) {
+                Thread.sleep(500);
+            }
+        } while (err != null && System.currentTimeMillis() < deadline);
+        return err;
+    }
+
+    static int sentWhileDraining = 0;
 
     /** A send by a producer started now (so with a fresh route): its error, null when sent. */
     static String freshSend(String group, String topic) throws Exception {
@@ -224,6 +255,39 @@ public class AdminTest {
         expect(a("consumerConnection", "-g", group), a(c.buildMQClientId(), topic, "CONSUME_PASSIVELY", "CLUSTERING"), errors);
         // The consumer persists its offsets 10 s after it starts, then every 500 ms.
         expectWithin(20, a("consumerProgress", "-g", group), a(topic, "Consume Diff Total: 0"), errors);
+        // The group's config and every group's progress on the broker.
+        expect(a("getConsumerConfig", "-g", group), a("groupName", group, "consumeMessageOrderly", "retryMaxTimes"), errors);
+        expect(a("brokerConsumeStats", "-b", addr), a("#Topic", "#Group", topic, group), errors);
+        // The broker's and the name server's config, in Apache's names.
+        String conf = expect(a("getBrokerConfig", "-b", addr),
+            a("brokerClusterName", "brokerName", "flushDiskType", "brokerPermission", "autoCreateTopicEnable"), errors);
+        check(Pattern.compile("brokerPermission\\s+=\\s+6").matcher(conf).find(), "getBrokerConfig shows brokerPermission 6");
+        expect(a("getNamesrvConfig"), a("listenPort"), errors);
+        // updateBrokerConfig brokerPermission 4 is a drain too: a fresh producer finds no queue
+        // to send to; 6 restores it.
+        expect(a("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "4"),
+            a("update broker config success, " + addr), errors);
+        conf = expect(a("getBrokerConfig", "-b", addr), a("brokerPermission"), errors);
+        check(Pattern.compile("brokerPermission\\s+=\\s+4").matcher(conf).find(), "getBrokerConfig shows brokerPermission 4");
+        String drained = expectSendFails(pgroup + "D", topic);
+        check(drained != null, "a fresh producer cannot send after updateBrokerConfig brokerPermission 4 (" + drained + ")");
+        expect(a("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "6"),
+            a("update broker config success, " + addr), errors);
+        String back = freshSendWithin(20, pgroup + "E", topic);
+        check(back == null, "a fresh producer sends again after brokerPermission 6 (" + back + ")");
+        total += 1 + sentWhileDraining;
+        if (rocklet) {
+            // rocklet only: a key it cannot change while running is refused by name (Apache
+            // takes most keys live).
+            expect(a("updateBrokerConfig", "-b", addr, "-k", "flushDiskType", "-v", "SYNC_FLUSH"),
+                a("flushDiskType", "cannot be changed while rocklet runs"));
+        }
+        deadline = System.currentTimeMillis() + 30_000;
+        while (consumed.get() < total && System.currentTimeMillis() < deadline) {
+            Thread.sleep(50);
+        }
+        expectWithin(20, a("consumerProgress", "-g", group), a(topic, "Consume Diff Total: 0"), errors);
+
         // Online: the broker resets the group's offsets at once (Apache 5.5 resets on the
         // broker), so consumerProgress shows every message to consume again right after, while
         // the (suspended) consumer still holds its old offsets; once it goes on, it consumes
