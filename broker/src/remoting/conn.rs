@@ -41,6 +41,8 @@ pub struct Ctx {
     pub(crate) locks: Mutex<QueueLocks>,
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
     pub(crate) renewals: Mutex<Renewals>,
+    /// Why the broker closes connections, logged at a bounded rate.
+    pub(crate) close_log: super::server::CloseLog,
     /// Offsets reset by mqadmin on online groups, until their clients take them.
     pub(crate) resets: Mutex<super::admin::resets::PendingResets>,
     /// The host clock (queue lock expiry).
@@ -75,6 +77,7 @@ impl Ctx {
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
             resets: Mutex::new(Default::default()),
+            close_log: Default::default(),
             clock: Arc::new(SystemClock),
             stats: Arc::new(RemotingStats::default()),
             metrics: None,
