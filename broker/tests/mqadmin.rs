@@ -374,3 +374,50 @@ async fn group_configs_and_the_brokers_consume_stats() {
     assert!(s.contains(r#"{"CfgPull":[{"offsetTable":{{"brokerName":"rocklet","queueId":0,"topic":"CfgT"}:{"brokerOffset":3,"consumerOffset":1"#), "{s}");
     b.stop().await;
 }
+
+#[tokio::test]
+async fn query_cq_shows_the_consume_queue_entries() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    one_queue_topic(&mut c, "CqT").await;
+    let p = props(&[("TAGS", "TagA")]);
+    for body in ["one", "two", "three"] {
+        let r = c
+            .call(
+                310,
+                &[("a", "PG"), ("b", "CqT"), ("e", "0"), ("f", "0"), ("i", &p)],
+                body.as_bytes().to_vec(),
+            )
+            .await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+    }
+    let ask = [
+        ("topic", "CqT"),
+        ("queueId", "0"),
+        ("index", "1"),
+        ("count", "5"),
+    ];
+    let r = c.call(321, &ask, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (v["minQueueIndex"].as_u64(), v["maxQueueIndex"].as_u64()),
+        (Some(0), Some(3))
+    );
+    let rows = v["queueData"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "from index 1: {v}");
+    // Java's "TagA".hashCode(), as RocketMQ's consume queue keeps it.
+    assert_eq!(rows[0]["tagsCode"], 2_598_919);
+    assert!(rows[0]["physicSize"].as_u64().unwrap() > 0);
+    assert!(rows[1]["physicOffset"].as_u64() > rows[0]["physicOffset"].as_u64());
+    let r = c
+        .call(
+            321,
+            &[("topic", "CqT"), ("queueId", "7"), ("index", "0")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("queue 7 does not exist"));
+    b.stop().await;
+}

@@ -12,7 +12,8 @@
 #     one JVM: broker/tests/v4-java/src/AdminTest.java): clusterList, brokerStatus,
 #     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
 #     producerConnection, consumerConnection, consumerProgress, queryMsgById,
-#     queryMsgByKey, queryMsgByOffset, wipeWritePerm / addWritePerm (sends stopped and
+#     queryMsgByKey, queryMsgByOffset, queryCq, getConsumerConfig, brokerConsumeStats,
+#     getBrokerConfig, updateBrokerConfig, getNamesrvConfig, wipeWritePerm / addWritePerm (sends stopped and
 #     restored), resetOffsetByTime (group online: on the broker at once; offline) and
 #     deleteTopic, each command's output checked -- side by side (issue #33): the same
 #     program then runs against Apache RocketMQ 5.5.0 (name server and broker from the Maven

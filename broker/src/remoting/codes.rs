@@ -54,6 +54,7 @@ pub mod code {
     pub const GET_BROKER_CONSUME_STATS: i32 = 317;
     pub const GET_SUBSCRIPTIONGROUP_CONFIG: i32 = 352;
     pub const GET_ALL_SUBSCRIPTIONGROUP_CONFIG: i32 = 201;
+    pub const QUERY_CONSUME_QUEUE: i32 = 321;
     pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
     pub const GET_TOPIC_CONFIG: i32 = 351;
 }
@@ -116,7 +117,7 @@ pub const COUNTED: [(i32, &str); 23] = [
 
 /// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
 /// asked (mqadmin's other commands, name-server and controller requests).
-pub const UNSERVED: [(i32, &str); 50] = [
+pub const UNSERVED: [(i32, &str); 49] = [
     (13, "QUERY_BROKER_OFFSET"),
     (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
     (21, "GET_ALL_TOPIC_CONFIG"),
@@ -159,7 +160,6 @@ pub const UNSERVED: [(i32, &str); 50] = [
     (315, "VIEW_BROKER_STATS_DATA"),
     (316, "CLEAN_UNUSED_TOPIC"),
     (318, "UPDATE_NAMESRV_CONFIG"),
-    (321, "QUERY_CONSUME_QUEUE"),
     (322, "QUERY_DATA_VERSION"),
     (323, "RESUME_CHECK_HALF_MESSAGE"),
     (328, "GET_ALL_PRODUCER_INFO"),

@@ -37,7 +37,7 @@ use super::conn::{lock, Ctx};
 use super::handlers::BROKER_NAME;
 use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, required, Answer};
 use crate::ops::{self, OpError};
-use query::{offset_at, query_message, search_offset, view_message};
+use query::{offset_at, query_cq, query_message, search_offset, view_message};
 
 mod broker;
 mod groups;
@@ -60,6 +60,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_SUBSCRIPTIONGROUP_CONFIG => groups::group_config(ctx, req).await,
         code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
         code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
+        code::QUERY_CONSUME_QUEUE => query_cq(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
         code::GET_CONSUME_STATS => consume_stats(ctx, req).await,

@@ -199,6 +199,10 @@ public class AdminTest {
         expect(a("queryMsgById", "-t", topic, "-i", offsetId), a("Topic:", topic, "[key-0]", "[TagA]"), errors);
         expect(a("queryMsgByOffset", "-t", topic, "-b", "rocklet", "-i", String.valueOf(firstQueue), "-o",
             String.valueOf(firstOffset)), a("OffsetID:", topic, "[key-0]"), errors);
+        // The consume-queue entry of the first message: its log offset, record size and tag
+        // code (Java's "TagA".hashCode()).
+        expect(a("queryCq", "-t", topic, "-q", String.valueOf(firstQueue), "-i", String.valueOf(firstOffset), "-c", "1"),
+            a("Queue data:", "idx: " + firstOffset, "tagsCode=2598919", "physicSize="), "physicSize=0,", "Exception", "command failed");
         // QUERY_MESSAGE from the broker's key index: by key, and by message id (the client's
         // unique key).
         expect(a("queryMsgByKey", "-t", topic, "-k", "key-1"), a("#Message ID", msgIds[1]), errors);
