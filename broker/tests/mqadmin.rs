@@ -152,7 +152,16 @@ fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
 /// GET_CONSUME_STATS of `group` (all its topics) as text: its body keys queues by
 /// MessageQueue objects, which is no JSON.
 async fn consume_stats(c: &mut V4, group: &str) -> String {
-    let r = c.call(208, &[("consumerGroup", group)], Vec::new()).await;
+    consume_stats_of(c, group, "").await
+}
+
+/// The same for one topic (none: all the group's).
+async fn consume_stats_of(c: &mut V4, group: &str, topic: &str) -> String {
+    let mut ext = vec![("consumerGroup", group)];
+    if !topic.is_empty() {
+        ext.push(("topic", topic));
+    }
+    let r = c.call(208, &ext, Vec::new()).await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
     String::from_utf8(r.body).unwrap()
 }
@@ -187,7 +196,7 @@ async fn reset_offset_of_an_online_group_is_on_the_broker_at_once() {
         .call(34, &[], heartbeat_body("client-r", "ResetG", "ResetT"))
         .await;
     assert_eq!(r.code, 0);
-    assert!(consume_stats(&mut c, "ResetG")
+    assert!(consume_stats_of(&mut c, "ResetG", "ResetT")
         .await
         .contains(r#""consumerOffset":4"#));
     let reset = [
@@ -199,12 +208,12 @@ async fn reset_offset_of_an_online_group_is_on_the_broker_at_once() {
     let r = c.call(222, &reset, Vec::new()).await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
     // At once: consumerProgress shows the new offset.
-    let s = consume_stats(&mut c, "ResetG").await;
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
     assert!(s.contains(r#""consumerOffset":0"#), "{s}");
     // The client, not yet told, commits its old offset: dropped (answered OK), as Apache's
     // broker drops it while the reset is pending.
     commit(&mut c, "ResetG", "ResetT", 4).await;
-    let s = consume_stats(&mut c, "ResetG").await;
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
     assert!(s.contains(r#""consumerOffset":0"#), "{s}");
     // It pulls from the reset offset: the reset is taken, its commits count again.
     let r = c
@@ -226,7 +235,7 @@ async fn reset_offset_of_an_online_group_is_on_the_broker_at_once() {
         .await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
     commit(&mut c, "ResetG", "ResetT", 2).await;
-    let s = consume_stats(&mut c, "ResetG").await;
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
     assert!(s.contains(r#""consumerOffset":2"#), "{s}");
     b.stop().await;
 }
