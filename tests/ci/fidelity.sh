@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity: what the official RocketMQ 4 clients and mqadmin need of the broker (issue #15).
-# The in-process Rust tests (broker/tests/fidelity.rs), then against the `rocklet` binary:
+# The in-process Rust tests (broker/tests/fidelity.rs, mqadmin.rs), then against the `rocklet` binary:
 #   - the Go v4 client (github.com/apache/rocketmq-client-go/v2, broker/tests/v4-go): the
 #     offset message id of a send result is the one consumers see;
 #   - the Java v4 client (Maven org.apache.rocketmq:rocketmq-client 5.5.0,
@@ -38,7 +38,7 @@ PID=; DIR=
 
 echo "== rust: fidelity tests"
 nice -n 10 cargo build -p rocklet-broker --bin rocklet
-nice -n 10 cargo test -p rocklet-broker --test fidelity
+nice -n 10 cargo test -p rocklet-broker --test fidelity --test mqadmin
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/rocklet
 
 echo "== go: install (idempotent)"
