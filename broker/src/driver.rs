@@ -46,7 +46,7 @@
 //! [`CoreFailure::Stopped`]).
 
 use std::collections::{HashMap, HashSet, VecDeque};
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::mpsc::{self, RecvTimeoutError, TryRecvError};
 use std::sync::{Arc, Weak};
 use std::thread::JoinHandle;
@@ -375,6 +375,7 @@ pub fn spawn(
             log_end: log_end_rx,
             _alive: alive,
             waiting,
+            writable: Arc::new(AtomicBool::new(true)),
         },
         join,
     ))

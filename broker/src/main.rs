@@ -142,6 +142,7 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.check_after_ms = c.check_after_ms;
     a.delay_max_ms = c.delay_max_ms;
     a.drain_timeout = secs(c.drain_timeout, "--drain-timeout")?;
+    a.late_wait = secs(c.late_wait, "--late-wait")?;
     a.topic = c.topic;
     a.group = c.group;
     a.fifo = c.fifo;

@@ -754,6 +754,34 @@ async fn v4_route(namesrv: SocketAddr, topic: &str) -> Option<String> {
         .map(str::to_string)
 }
 
+/// GET_BROKER_CLUSTER_INFO (mqadmin clusterList) at `namesrv`: group g1's brokerAddrs,
+/// polled for at most 15 s until it holds `want` addresses with `master` at brokerId 0 (a
+/// node learns of a new master within its poll of etcd); the last answer.
+async fn v4_cluster_list(
+    namesrv: SocketAddr,
+    want: usize,
+    master: &str,
+) -> serde_json::Map<String, serde_json::Value> {
+    use rocklet_broker::remoting::codec::SerializeType;
+    let deadline = Instant::now() + Duration::from_secs(15);
+    loop {
+        let mut ns = common::v4::V4::connect(namesrv, SerializeType::Json).await;
+        let r = ns.call(106, &[], Vec::new()).await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+        let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+        assert_eq!(v["clusterAddrTable"]["rocklet"], serde_json::json!(["g1"]));
+        let addrs = v["brokerAddrTable"]["g1"]["brokerAddrs"]
+            .as_object()
+            .cloned()
+            .unwrap_or_default();
+        let done = addrs.len() == want && addrs.get("0").and_then(|a| a.as_str()) == Some(master);
+        if done || Instant::now() >= deadline {
+            return addrs;
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "needs etcd (Debian etcd-server); run by tests/ci/cluster.sh"]
 async fn v4_routes_name_the_master() {
@@ -792,6 +820,23 @@ async fn v4_routes_name_the_master() {
             n.id
         );
     }
+    // mqadmin clusterList at any node (a replica's too) lists all three, the master as
+    // brokerId 0 and each replica by its node id.
+    for n in &nodes {
+        let (_, ns) = n.v4_addrs();
+        let addrs = v4_cluster_list(ns, 3, &master_remoting).await;
+        assert_eq!(addrs.len(), 3, "node {}: {addrs:?}", n.id);
+        assert_eq!(addrs["0"], master_remoting.as_str(), "node {}", n.id);
+        for r in nodes.iter().filter(|r| r.id != nodes[mi].id) {
+            assert_eq!(
+                addrs[&r.id.to_string()],
+                r.v4_addrs().0.to_string().as_str(),
+                "node {}: replica {}",
+                n.id,
+                r.id
+            );
+        }
+    }
     nodes[mi].proc.as_mut().unwrap().kill9();
     nodes[mi].proc = None;
     let all: Vec<SocketAddr> = nodes.iter().filter_map(Node::addr).collect();
@@ -814,6 +859,14 @@ async fn v4_routes_name_the_master() {
             v4_route_to(ns, topic, &new_remoting).await.as_deref(),
             Some(new_remoting.as_str()),
             "node {}",
+            n.id
+        );
+        // The new master is brokerId 0 (the killed node is listed until its lease ends).
+        let addrs = v4_cluster_list(ns, 2, &new_remoting).await;
+        assert_eq!(
+            addrs["0"],
+            new_remoting.as_str(),
+            "node {}: {addrs:?}",
             n.id
         );
     }

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Fidelity: what the official RocketMQ 4 clients and mqadmin need of the broker (issue #15).
-# The in-process Rust tests (broker/tests/fidelity.rs), then against the `rocklet` binary:
+# The in-process Rust tests (broker/tests/fidelity.rs, mqadmin.rs), then against the `rocklet` binary:
 #   - the Go v4 client (github.com/apache/rocketmq-client-go/v2, broker/tests/v4-go): the
 #     offset message id of a send result is the one consumers see;
 #   - the Java v4 client (Maven org.apache.rocketmq:rocketmq-client 5.5.0,
@@ -13,8 +13,12 @@
 #     one JVM: broker/tests/v4-java/src/AdminTest.java): clusterList, brokerStatus,
 #     updateTopic, topicList, topicRoute, topicStatus, updateSubGroup -o true,
 #     producerConnection, consumerConnection, consumerProgress, queryMsgById,
-#     queryMsgByKey, queryMsgByOffset, resetOffsetByTime (group online and offline) and
-#     deleteTopic, each command's output checked;
+#     queryMsgByKey, queryMsgByOffset, queryCq, getConsumerConfig, brokerConsumeStats,
+#     getBrokerConfig, updateBrokerConfig, getNamesrvConfig, wipeWritePerm / addWritePerm (sends stopped and
+#     restored), resetOffsetByTime (group online: on the broker at once; offline) and
+#     deleteTopic, each command's output checked -- side by side (issue #33): the same
+#     program then runs against Apache RocketMQ 5.5.0 (name server and broker from the Maven
+#     jars of tests/bench/apache.sh, cluster and broker named `rocklet`), same checks;
 #   - SQL92 filters (issue #34): Apache's own filter module (Maven org.apache.rocketmq:rocketmq-filter
 #     5.5.0, tests/sql92/Sql92Check.java) evaluates every case of tests/vectors/sql92.json and
 #     sql92-random.json and must give what they say, as core/tests/sql92.rs does for Rocklet
@@ -35,7 +39,7 @@ PID=; DIR=
 
 echo "== rust: fidelity tests"
 nice -n 10 cargo build -p rocklet-broker --bin rocklet
-nice -n 10 cargo test -p rocklet-broker --test fidelity
+nice -n 10 cargo test -p rocklet-broker --test fidelity --test mqadmin
 BIN=${CARGO_TARGET_DIR:-$ROOT/target}/debug/rocklet
 
 echo "== go: install (idempotent)"
@@ -82,7 +86,7 @@ fi
 
 java_test() { timeout 300 java -cp "$JARS/*:$TOOLS/classes" V4JavaTest "$NS" "$@"; }
 # mqadmin writes its logs and message body files under user.home.
-mqadmin_test() { timeout 300 java -Duser.home="$DIR" -cp "$JARS/*:$TOOLS/classes" AdminTest "$NS"; }
+mqadmin_test() { timeout 300 java -Duser.home="$DIR" -cp "$JARS/*:$TOOLS/classes" AdminTest "$NS" rocklet; }
 
 # Starts a broker (extra config lines in $1) and sets PID, DIR and NS (the name server).
 start_broker() {
@@ -126,6 +130,57 @@ check "java v4 client: a group of 2 rebalances within 2 s of the second joining"
 check "java v4 client: request() gets the consumer's reply (MessageUtil.createReplyMessage, pushed back)" java_test reply
 check "mqadmin (rocketmq-tools 5.5.0) against rocklet" mqadmin_test
 stop_broker
+
+echo "== mqadmin side by side: the same AdminTest against Apache RocketMQ 5.5.0"
+# shellcheck source=tests/bench/apache.sh
+source "$ROOT/tests/bench/apache.sh"
+apache_install
+AP=$(mktemp -d)
+AP_PIDS=()
+stop_apache_pair() {
+  local p
+  for p in "${AP_PIDS[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${AP_PIDS[@]}"; do wait "$p" 2>/dev/null || true; done
+  AP_PIDS=()
+}
+trap 'stop_broker; stop_apache_pair; rm -rf "$AP"' EXIT
+mkdir -p "$AP/ns" "$AP/broker"
+AP_NS=127.0.0.1:$(apache_free_port)
+printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "${AP_NS#*:}" > "$AP/ns/namesrv.conf"
+# shellcheck disable=SC2086
+java -Xmx256m $APACHE_OPENS -Duser.home="$AP/ns" -Drocketmq.home.dir="$AP/ns" -cp "$APACHE_JARS/*" \
+  org.apache.rocketmq.namesrv.NamesrvStartup -c "$AP/ns/namesrv.conf" > "$AP/ns/out.log" 2>&1 &
+AP_PIDS+=($!)
+apache_wait_for "$AP/ns/out.log" "boot success" 120
+# Cluster and broker named as rocklet's, so the same checks hold.
+cat > "$AP/broker/broker.conf" <<CONF
+brokerClusterName=rocklet
+brokerName=rocklet
+brokerId=0
+brokerRole=ASYNC_MASTER
+flushDiskType=ASYNC_FLUSH
+brokerIP1=127.0.0.1
+namesrvAddr=$AP_NS
+listenPort=$(apache_free_port)
+bindAddress=127.0.0.1
+storePathRootDir=$AP/broker/store
+storePathCommitLog=$AP/broker/store/commitlog
+mappedFileSizeCommitLog=67108864
+autoCreateTopicEnable=true
+autoCreateSubscriptionGroup=true
+CONF
+# shellcheck disable=SC2086
+java -Xmx512m -XX:MaxDirectMemorySize=256m $APACHE_OPENS -Duser.home="$AP/broker" -Drocketmq.home.dir="$AP/broker" \
+  -cp "$APACHE_JARS/*" org.apache.rocketmq.broker.BrokerStartup -c "$AP/broker/broker.conf" > "$AP/broker/out.log" 2>&1 &
+AP_PIDS+=($!)
+apache_wait_for "$AP/broker/out.log" "boot success" 120
+echo "-- mqadmin (rocketmq-tools 5.5.0) against Apache RocketMQ 5.5.0"
+if timeout 300 java -Duser.home="$AP" -cp "$JARS/*:$TOOLS/classes" AdminTest "$AP_NS" apache; then
+  passed=$((passed + 1))
+else
+  failed=$((failed + 1)); echo "FAILED: mqadmin against Apache RocketMQ 5.5.0"; tail -20 "$AP/broker/out.log"
+fi
+stop_apache_pair
 
 echo "fidelity: done in $(( $(date +%s) - t0 ))s"
 echo "$passed passed, $failed failed"

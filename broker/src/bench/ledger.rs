@@ -29,6 +29,8 @@ struct Entry {
     fate: Fate,
     consumed: u16,
     early: bool,
+    /// First consumed after the drain timed out ([`Ledger::mark_late`]).
+    late: bool,
     /// Delayed messages: not consumable before this (epoch or bench ms).
     deliver_at: u64,
 }
@@ -39,6 +41,8 @@ pub struct Ledger {
     entries: Vec<Entry>,
     foreign: u64,
     consumed: u64,
+    /// The drain timed out: first consumptions from now on are late, not on time.
+    late_from_now: bool,
     /// FIFO runs: message `seq` is of message group `seq % groups`; the last sequence number
     /// consumed of each group, and consumptions that came before an earlier one of theirs.
     fifo: Option<FifoOrder>,
@@ -66,6 +70,9 @@ pub struct Verdict {
     pub ambiguous: u64,
     pub foreign: u64,
     pub delayed: u64,
+    /// Messages consumed once, but only after the drain timed out (while the run waited
+    /// `--late-wait` for them): delivered late, not lost.
+    pub late: u64,
     /// FIFO runs: messages consumed after a later one of their message group.
     pub out_of_order: u64,
     /// Whether group order was checked (a FIFO run).
@@ -99,6 +106,13 @@ impl Verdict {
             self.rolled_back,
             self.rolled_back_consumed
         );
+        if self.late > 0 {
+            let _ = write!(
+                s,
+                "; {} of them delivered late (after the drain timed out)",
+                self.late
+            );
+        }
         if self.delayed > 0 || self.early > 0 {
             let _ = write!(
                 s,
@@ -182,6 +196,12 @@ impl Ledger {
         });
     }
 
+    /// The drain timed out: from now on a message's first consumption counts as late
+    /// (delivered, after the bound a run is expected to drain in: a failover's redelivery).
+    pub fn mark_late(&mut self) {
+        self.late_from_now = true;
+    }
+
     /// A message of another run (or not a bench message) was consumed.
     pub fn foreign(&mut self) {
         self.foreign += 1;
@@ -201,7 +221,11 @@ impl Ledger {
                 _ => f.last[g] = Some(seq),
             }
         }
+        let late = self.late_from_now;
         let e = self.at(seq);
+        if e.consumed == 0 && late {
+            e.late = true;
+        }
         e.consumed = e.consumed.saturating_add(1);
         if e.deliver_at == 0 {
             return None;
@@ -273,6 +297,9 @@ impl Ledger {
                         1 => v.exactly_once += 1,
                         _ => v.duplicated += 1,
                     }
+                    if e.late && e.consumed > 0 {
+                        v.late += 1;
+                    }
                 }
                 Fate::RolledBack => {
                     v.rolled_back += 1;
@@ -329,6 +356,7 @@ mod tests {
         assert!(l.verdict().ok(), "{}", l.verdict().summary());
         l.set(3, Fate::Once);
         assert_eq!(l.verdict().missing, 1);
+        assert_eq!(l.verdict().late, 0);
         l.consumed(3, 0, 0);
         l.consumed(3, 0, 0);
         assert_eq!(l.verdict().duplicated, 1);
@@ -345,6 +373,32 @@ mod tests {
         let mut l = Ledger::default();
         l.set(0, Fate::AwaitingCheck);
         assert!(!l.verdict().ok());
+    }
+
+    #[test]
+    fn deliveries_after_the_drain_are_late_not_missing() {
+        let mut l = Ledger::default();
+        for seq in 0..3 {
+            l.set(seq, Fate::Once);
+        }
+        l.consumed(0, 0, 0);
+        l.mark_late();
+        // Two arrive after the drain timed out (a failover's redelivery): late, delivered.
+        l.consumed(1, 0, 0);
+        l.consumed(2, 0, 0);
+        let v = l.verdict();
+        assert!(v.ok(), "{}", v.summary());
+        assert_eq!((v.missing, v.late, v.exactly_once), (0, 2, 3));
+        assert!(
+            v.summary().contains("2 of them delivered late"),
+            "{}",
+            v.summary()
+        );
+        // One never arrives: missing, not late.
+        l.set(3, Fate::Once);
+        let v = l.verdict();
+        assert_eq!((v.missing, v.late), (1, 2));
+        assert!(!v.ok());
     }
 
     #[test]

@@ -203,6 +203,9 @@ pub struct BenchArgs {
     pub delay_max_ms: u64,
     /// How long to wait, after the producers stop, for consumption and checks to finish.
     pub drain_timeout: Duration,
+    /// After a drain that timed out, how much longer to wait for the messages still due
+    /// (a failover's redelivery): those that come are reported late, not missing.
+    pub late_wait: Duration,
     /// Topic (default per mode); consumer group.
     pub topic: Option<String>,
     pub group: String,
@@ -273,6 +276,7 @@ impl BenchArgs {
             check_after_ms: 6_000,
             delay_max_ms: 5_000,
             drain_timeout: Duration::from_secs(30),
+            late_wait: Duration::from_secs(60),
             topic: None,
             group: "RockletBenchConsumer".into(),
             fifo: false,

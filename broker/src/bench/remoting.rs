@@ -351,16 +351,23 @@ pub async fn run(args: &BenchArgs, namesrv: &str) -> Result<Outcomes, String> {
         t.await.map_err(|e| format!("producer failed: {e}"))?;
     }
     let elapsed = t0.elapsed();
+    // Past the drain timeout, up to --late-wait more: what comes then is late, not missing.
     let until = Instant::now() + args.drain_timeout;
+    let mut late_until = None;
     loop {
         let (left, _) = sh.ledger.lock().expect("ledger").outstanding();
         if left == 0 {
             break;
         }
-        if Instant::now() >= until {
+        let now = Instant::now();
+        if now >= until && late_until.is_none() {
+            sh.ledger.lock().expect("ledger").mark_late();
+            late_until = Some(now + args.late_wait);
+        }
+        if late_until.is_some_and(|l| now >= l) {
             sh.error(format!(
-                "drain timed out after {:?}: {left} messages not consumed",
-                args.drain_timeout
+                "drain timed out after {:?} and {:?} more: {left} messages not consumed",
+                args.drain_timeout, args.late_wait
             ));
             break;
         }

@@ -21,7 +21,7 @@ use serde::{Deserialize, Serialize};
 use tracing::{info, warn};
 
 use super::etcd::{self, Etcd, EtcdError};
-use super::{Keys, MasterInfo};
+use super::{Keys, MasterInfo, NodeInfo};
 
 /// How long a cached placement or master is used before it is read again.
 pub const FRESH: Duration = Duration::from_secs(1);
@@ -303,9 +303,110 @@ impl Directory {
     }
 }
 
+/// One broker group as etcd has it now: its master and its live nodes (their node keys,
+/// which expire with their leases).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct GroupNodes {
+    pub name: String,
+    pub master: Option<MasterInfo>,
+    pub nodes: Vec<NodeInfo>,
+}
+
+/// The groups under `root` (`<prefix>/groups/`) from its keys and values, by name; keys
+/// that do not parse are left out.
+#[must_use]
+pub fn group_nodes(root: &str, kvs: Vec<(String, Vec<u8>)>) -> Vec<GroupNodes> {
+    let mut groups: std::collections::BTreeMap<String, GroupNodes> = Default::default();
+    for (k, v) in kvs {
+        let Some((g, key)) = k.strip_prefix(root).and_then(|r| r.split_once('/')) else {
+            continue;
+        };
+        let e = groups.entry(g.to_string()).or_insert_with(|| GroupNodes {
+            name: g.to_string(),
+            master: None,
+            nodes: Vec::new(),
+        });
+        if key == "master" {
+            e.master = serde_json::from_slice(&v).ok();
+        } else if key.starts_with("nodes/") {
+            e.nodes.extend(serde_json::from_slice::<NodeInfo>(&v).ok());
+        }
+    }
+    groups.into_values().collect()
+}
+
+impl Directory {
+    /// Every broker group under the prefix with its master and live nodes, read from etcd
+    /// now (mqadmin clusterList): one range read, not cached.
+    pub async fn groups(&self) -> Result<Vec<GroupNodes>, EtcdError> {
+        let root = format!("{}/groups/", self.prefix.trim_end_matches('/'));
+        let mut conn = self.conn.lock().await;
+        if conn.is_none() {
+            *conn = Some(Etcd::connect(&self.etcd, 0).await?);
+        }
+        let Some(c) = conn.as_mut() else {
+            return Err(EtcdError("no connection".into()));
+        };
+        match c.list(&root).await {
+            Ok(kvs) => Ok(group_nodes(&root, kvs)),
+            Err(e) => {
+                // Connect again next time (maybe to another member).
+                *conn = None;
+                Err(e)
+            }
+        }
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn group_nodes_reads_masters_and_live_nodes() {
+        let root = "/rocklet/groups/";
+        let node = |n: u32| NodeInfo {
+            node: n,
+            advertise: format!("127.0.0.1:{}", 9000 + n).parse().unwrap(),
+            replication: format!("127.0.0.1:{}", 9100 + n).parse().unwrap(),
+            remoting: Some(format!("127.0.0.1:{}", 9200 + n).parse().unwrap()),
+        };
+        let master = MasterInfo {
+            node: 2,
+            epoch: 3,
+            advertise: "127.0.0.1:9002".parse().unwrap(),
+            replication: "127.0.0.1:9102".parse().unwrap(),
+            remoting: Some("127.0.0.1:9202".parse().unwrap()),
+        };
+        let kvs = vec![
+            (
+                format!("{root}g1/master"),
+                serde_json::to_vec(&master).unwrap(),
+            ),
+            (
+                format!("{root}g1/nodes/1"),
+                serde_json::to_vec(&node(1)).unwrap(),
+            ),
+            (
+                format!("{root}g1/nodes/2"),
+                serde_json::to_vec(&node(2)).unwrap(),
+            ),
+            (format!("{root}g1/epoch"), b"3".to_vec()),
+            (format!("{root}g2/nodes/7"), b"not json".to_vec()),
+            (
+                format!("{root}g2/nodes/8"),
+                serde_json::to_vec(&node(8)).unwrap(),
+            ),
+        ];
+        let g = group_nodes(root, kvs);
+        assert_eq!(g.len(), 2);
+        assert_eq!(g[0].name, "g1");
+        assert_eq!(g[0].master, Some(master));
+        assert_eq!(g[0].nodes, vec![node(1), node(2)]);
+        assert_eq!(g[1].name, "g2");
+        assert_eq!(g[1].master, None);
+        assert_eq!(g[1].nodes, vec![node(8)]);
+    }
 
     #[test]
     fn merge_adds_replaces_and_keeps_order() {

@@ -260,6 +260,9 @@ pub struct NodeInfo {
     pub node: u32,
     pub advertise: SocketAddr,
     pub replication: SocketAddr,
+    /// RocketMQ 4 remoting address, when the node serves it (mqadmin clusterList lists it).
+    #[serde(default)]
+    pub remoting: Option<SocketAddr>,
 }
 
 /// The SyncStateSet key's value.

@@ -186,6 +186,7 @@ impl Node {
             node: me,
             advertise: self.advertise,
             replication: self.replication,
+            remoting: self.remoting,
         };
         c.put(
             &self.keys.node(me),

@@ -20,6 +20,9 @@ pub struct CoreHandle {
     pub(super) _alive: Arc<()>,
     /// Commands sent and not yet run (`rocklet_core_commands_waiting`).
     pub(super) waiting: Arc<AtomicU64>,
+    /// Whether sends are taken: mqadmin wipeWritePerm clears it and addWritePerm sets it
+    /// (held in memory, as Apache's name server holds a wiped route: a restart writes again).
+    pub(super) writable: Arc<AtomicBool>,
 }
 
 impl CoreHandle {
@@ -45,6 +48,19 @@ impl CoreHandle {
                 return std::future::pending().await;
             }
         }
+    }
+
+    /// Whether sends are taken now (mqadmin wipeWritePerm / addWritePerm).
+    #[must_use]
+    pub fn writable(&self) -> bool {
+        self.writable.load(Ordering::Relaxed)
+    }
+
+    /// Takes sends (`true`) or refuses them (`false`) from now on, on every protocol; the
+    /// routes show the broker's queues read-only while they are refused. Returns whether
+    /// sends were taken before.
+    pub fn set_writable(&self, on: bool) -> bool {
+        self.writable.swap(on, Ordering::Relaxed)
     }
 
     /// The log's end, updated after every round of the core thread: a replication stream

@@ -722,7 +722,7 @@ impl Exporter {
         offsets: &mut BTreeMap<(String, String), BTreeMap<u32, u64>>,
     ) -> Res<BTreeMap<String, bool>> {
         let mut groups = BTreeMap::new();
-        for (g, fifo) in self.broker.groups() {
+        for (g, fifo) in self.broker.group_list() {
             self.report.groups += 1;
             if fifo {
                 self.report.fifo_groups += 1;
@@ -736,9 +736,9 @@ impl Exporter {
                 // RocketMQ's pop state is not written: the group resumes at its first message
                 // not acked, so those in flight are delivered again (and with them the ones
                 // after it that were acked: at least once, never lost).
-                if let Some(first) = self
-                    .broker
-                    .first_unacked(&lag.group, &lag.topic, lag.queue_id)
+                if let Some((first, _)) =
+                    self.broker
+                        .pop_position(&lag.group, &lag.topic, lag.queue_id)
                 {
                     at = first;
                     let again = lag.consumed.saturating_sub(first);

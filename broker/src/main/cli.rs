@@ -256,6 +256,10 @@ pub(crate) struct BenchCli {
     /// How long to wait after producing for consumption and checks to finish.
     #[arg(long, value_name = "SECS", default_value_t = 30.0)]
     pub(crate) drain_timeout: f64,
+    /// After a drain that timed out, how much longer to wait for the messages still due
+    /// (delivered late after a failover): those that come are reported late, not missing.
+    #[arg(long, value_name = "SECS", default_value_t = 60.0)]
+    pub(crate) late_wait: f64,
     /// Topic (default per mode: RockletBenchTxn, RockletBenchDelay, RockletBenchNormal).
     #[arg(long)]
     pub(crate) topic: Option<String>,

@@ -33,12 +33,18 @@ pub struct Ctx {
     /// The broker listener's address, as routes name it (`None`: remoting is off; the
     /// name server then has no broker to route to).
     pub broker_addr: Option<SocketAddr>,
+    /// The name-server listener's address (`None`: off), as getBrokerConfig names it.
+    pub namesrv_addr: Option<SocketAddr>,
     /// Consumer and producer groups of the connected clients, from heartbeats.
     pub(crate) clients: Mutex<Clients>,
     /// Queue locks of orderly consumers.
     pub(crate) locks: Mutex<QueueLocks>,
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
     pub(crate) renewals: Mutex<Renewals>,
+    /// Why the broker closes connections, logged at a bounded rate.
+    pub(crate) close_log: super::server::CloseLog,
+    /// Offsets reset by mqadmin on online groups, until their clients take them.
+    pub(crate) resets: Mutex<super::admin::resets::PendingResets>,
     /// The host clock (queue lock expiry).
     pub(crate) clock: Arc<dyn Clock>,
     /// Requests by code and their errors.
@@ -66,9 +72,12 @@ impl Ctx {
             core,
             cfg,
             broker_addr: None,
+            namesrv_addr: None,
             clients: Mutex::new(Clients::default()),
             locks: Mutex::new(QueueLocks::default()),
             renewals: Mutex::new(Renewals::default()),
+            resets: Mutex::new(Default::default()),
+            close_log: Default::default(),
             clock: Arc::new(SystemClock),
             stats: Arc::new(RemotingStats::default()),
             metrics: None,

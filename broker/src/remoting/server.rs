@@ -120,6 +120,7 @@ impl RemotingServer {
         let addr = listeners.broker_addr();
         let namesrv_addr = listeners.namesrv.as_ref().and_then(|l| l.local_addr().ok());
         ctx.broker_addr = addr;
+        ctx.namesrv_addr = namesrv_addr;
         let stats = ctx.stats();
         let ctx = Arc::new(ctx);
         let next = Arc::new(AtomicU64::new(CONN_BASE));
@@ -149,6 +150,80 @@ impl Drop for RemotingServer {
     }
 }
 
+/// Most lines [`CloseLog`] writes per [`CLOSE_LOG_WINDOW`].
+pub const CLOSE_LOG_BURST: u32 = 20;
+/// The window [`CLOSE_LOG_BURST`] counts in.
+pub const CLOSE_LOG_WINDOW: std::time::Duration = std::time::Duration::from_secs(10);
+
+/// Says why the broker closed (or refused) a remoting connection: one line each, at most
+/// [`CLOSE_LOG_BURST`] per [`CLOSE_LOG_WINDOW`] (a peer opening and breaking connections in
+/// a loop cannot fill the log); the lines held back are counted and the count given with the
+/// next line written.
+#[derive(Debug)]
+pub struct CloseLog {
+    window: std::sync::Mutex<CloseWindow>,
+}
+
+impl Default for CloseLog {
+    fn default() -> Self {
+        CloseLog {
+            window: std::sync::Mutex::new(CloseWindow::new(std::time::Instant::now())),
+        }
+    }
+}
+
+/// The rate limit of [`CloseLog`], on a clock given to it.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct CloseWindow {
+    start: std::time::Instant,
+    lines: u32,
+    held_back: u64,
+}
+
+impl CloseWindow {
+    #[must_use]
+    pub fn new(now: std::time::Instant) -> Self {
+        CloseWindow {
+            start: now,
+            lines: 0,
+            held_back: 0,
+        }
+    }
+
+    /// Whether a line may be written at `now`: `Some(lines held back since the last one
+    /// written)`, or `None` (held back, counted).
+    pub fn admit(&mut self, now: std::time::Instant) -> Option<u64> {
+        if now.duration_since(self.start) >= CLOSE_LOG_WINDOW {
+            self.start = now;
+            self.lines = 0;
+        }
+        if self.lines >= CLOSE_LOG_BURST {
+            self.held_back += 1;
+            return None;
+        }
+        self.lines += 1;
+        Some(std::mem::take(&mut self.held_back))
+    }
+}
+
+impl CloseLog {
+    /// Logs (rate-limited) that connection `conn` from `peer` is closed, and why.
+    pub fn closing(&self, conn: u64, peer: SocketAddr, why: &str) {
+        let admitted = self
+            .window
+            .lock()
+            .ok()
+            .and_then(|mut w| w.admit(std::time::Instant::now()));
+        if let Some(held_back) = admitted {
+            if held_back > 0 {
+                info!(conn, %peer, held_back, "closing remoting connection: {why} ({held_back} more closes not logged)");
+            } else {
+                info!(conn, %peer, "closing remoting connection: {why}");
+            }
+        }
+    }
+}
+
 async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
     // Connections are tasks of their own; aborting this one must close them too.
     let mut conns = tokio::task::JoinSet::new();
@@ -160,7 +235,8 @@ async fn accept(l: TcpListener, ctx: Arc<Ctx>, next: Arc<AtomicU64>) {
                         Some(limit) => match limit.admit() {
                             Some(p) => Some(p),
                             None => {
-                                debug!(%peer, max = limit.max(), "remoting connection refused: max_connections reached");
+                                let id = next.fetch_add(1, Ordering::Relaxed);
+                                ctx.close_log.closing(id, peer, &format!("max_connections ({}) reached", limit.max()));
                                 continue;
                             }
                         },
@@ -198,11 +274,13 @@ async fn serve(stream: TcpStream, peer: SocketAddr, id: u64, ctx: Arc<Ctx>) {
             run(BufReader::new(rd), wr, peer, local, id, ctx).await;
         }
         Ok(Err(e)) => {
-            info!(conn = id, %peer, error = %e, "remoting connection refused: TLS");
+            ctx.close_log
+                .closing(id, peer, &format!("TLS handshake failed ({e})"));
         }
         Err(_) => {
             ctx.over_limit("request_read_timeout_ms");
-            info!(conn = id, %peer, "remoting connection closed: no TLS handshake within request_read_timeout_ms");
+            ctx.close_log
+                .closing(id, peer, "no TLS handshake within request_read_timeout_ms");
         }
     }
 }
@@ -242,7 +320,11 @@ async fn run<R, W>(
     'conn: loop {
         // A peer that does not read its responses gets no more of them made.
         if !conn.drained_to(MAX_QUEUED_BYTES).await {
-            info!(conn = id, %peer, "closing remoting connection: writing a response to the peer failed");
+            ctx.close_log.closing(
+                id,
+                peer,
+                "the peer reads no responses (or writing one failed)",
+            );
             break;
         }
         // Idle: nothing read or written for idle_timeout_ms while no request is being handled
@@ -259,7 +341,11 @@ async fn run<R, W>(
                         && conn.last_active() + idle <= tokio::time::Instant::now() =>
                 {
                     ctx.over_limit("idle_timeout_ms");
-                    info!(conn = id, %peer, idle_ms = ctx.cfg.idle_timeout_ms, "closing idle remoting connection");
+                    ctx.close_log.closing(
+                        id,
+                        peer,
+                        &format!("idle for idle_timeout_ms ({} ms)", ctx.cfg.idle_timeout_ms),
+                    );
                     break 'conn;
                 }
                 // Busy (a long poll) or active since: look again a timeout after the last sign.
@@ -270,24 +356,27 @@ async fn run<R, W>(
             }
         }
         // A request that began must arrive within request_read_timeout_ms.
-        let (cmd, held) = match tokio::time::timeout(
-            read_timeout,
-            read_request(&mut rd, &ctx, &conn),
-        )
-        .await
-        {
-            Ok(Next::Request(cmd, held)) => {
-                conn.active();
-                (cmd, held)
-            }
-            Ok(Next::Skip) => continue,
-            Ok(Next::Close) => break,
-            Err(_) => {
-                ctx.over_limit("request_read_timeout_ms");
-                info!(conn = id, %peer, timeout_ms = ctx.cfg.request_read_timeout_ms, "closing remoting connection: a request did not arrive in time");
-                break;
-            }
-        };
+        let (cmd, held) =
+            match tokio::time::timeout(read_timeout, read_request(&mut rd, &ctx, &conn)).await {
+                Ok(Next::Request(cmd, held)) => {
+                    conn.active();
+                    (cmd, held)
+                }
+                Ok(Next::Skip) => continue,
+                Ok(Next::Close) => break,
+                Err(_) => {
+                    ctx.over_limit("request_read_timeout_ms");
+                    ctx.close_log.closing(
+                        id,
+                        peer,
+                        &format!(
+                            "a request did not arrive within request_read_timeout_ms ({} ms)",
+                            ctx.cfg.request_read_timeout_ms
+                        ),
+                    );
+                    break;
+                }
+            };
         let Ok(permit) = slots.clone().acquire_owned().await else {
             break;
         };
@@ -340,7 +429,8 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     let n = match codec::frame_length(prefix) {
         Ok(n) => n,
         Err(e) => {
-            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            ctx.close_log
+                .closing(conn.id, conn.peer, &format!("bad frame ({e})"));
             return Next::Close;
         }
     };
@@ -351,13 +441,21 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     let (ty, header_len) = match codec::header_length(field, n) {
         Ok(x) => x,
         Err(e) => {
-            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            ctx.close_log
+                .closing(conn.id, conn.peer, &format!("bad frame ({e})"));
             return Next::Close;
         }
     };
     if header_len > ctx.cfg.remoting_max_header_bytes {
         ctx.over_limit("remoting_max_header_bytes");
-        info!(conn = conn.id, peer = %conn.peer, header_len, limit = ctx.cfg.remoting_max_header_bytes, "closing remoting connection: header above remoting_max_header_bytes");
+        ctx.close_log.closing(
+            conn.id,
+            conn.peer,
+            &format!(
+                "header of {header_len} bytes above remoting_max_header_bytes ({})",
+                ctx.cfg.remoting_max_header_bytes
+            ),
+        );
         return Next::Close;
     }
     // What the header holds, until the request is handled; the body's bytes join it below.
@@ -372,7 +470,8 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     let mut cmd = match codec::decode_header(ty, &header) {
         Ok(c) => c,
         Err(e) => {
-            info!(conn = conn.id, peer = %conn.peer, error = %e, "closing remoting connection: bad frame");
+            ctx.close_log
+                .closing(conn.id, conn.peer, &format!("bad frame ({e})"));
             return Next::Close;
         }
     };
@@ -437,4 +536,23 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
     }
     cmd.body = body;
     Next::Request(cmd, held)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn close_lines_are_rate_limited_and_count_what_they_hold_back() {
+        let t0 = std::time::Instant::now();
+        let mut w = CloseWindow::new(t0);
+        for _ in 0..CLOSE_LOG_BURST {
+            assert_eq!(w.admit(t0), Some(0));
+        }
+        assert_eq!(w.admit(t0), None);
+        assert_eq!(w.admit(t0 + CLOSE_LOG_WINDOW / 2), None);
+        // A new window: the next line says how many were held back.
+        assert_eq!(w.admit(t0 + CLOSE_LOG_WINDOW), Some(2));
+        assert_eq!(w.admit(t0 + CLOSE_LOG_WINDOW), Some(0));
+    }
 }

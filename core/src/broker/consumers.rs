@@ -12,26 +12,36 @@ impl<S: Storage> Broker<S> {
         self.offsets.get(&(g, q)).copied()
     }
 
-    /// The first queue offset a group has received (pop) and not acked in a queue, `None`
-    /// when nothing is in flight there.
+    /// Whether the broker knows the consumer group (declared, or named by a commit, a
+    /// receive or a send-back).
     #[must_use]
-    pub fn first_unacked(&self, group: &str, topic: &str, queue_id: u32) -> Option<u64> {
-        let g = *self.group_ids.get(group)?;
-        let q = self.queue_index(topic, queue_id)?;
-        self.pops.get(&(g, q))?.inflight.keys().next().copied()
+    pub fn group_known(&self, group: &str) -> bool {
+        self.group_ids.contains_key(group)
     }
 
-    /// Every consumer group, with whether it is FIFO ([`Broker::declare_group`]), by name.
+    /// Every consumer group the broker knows, by name, with whether it is FIFO (bounded by
+    /// [`Config::max_groups`]).
     #[must_use]
-    pub fn groups(&self) -> Vec<(String, bool)> {
+    pub fn group_list(&self) -> Vec<(String, bool)> {
         let mut out: Vec<(String, bool)> = self
-            .group_ids
-            .values()
-            .map(|&g| &self.groups[g as usize])
+            .groups
+            .iter()
             .map(|g| (g.name.clone(), g.fifo))
             .collect();
         out.sort();
         out
+    }
+
+    /// A receiving (pop) group's position in a queue: the first offset it has not acked
+    /// (the oldest in flight, else the next to hand out) and the next offset to hand out.
+    /// `None` when the group never received from the queue.
+    #[must_use]
+    pub fn pop_position(&self, group: &str, topic: &str, queue_id: u32) -> Option<(u64, u64)> {
+        let g = *self.group_ids.get(group)?;
+        let q = self.queue_index(topic, queue_id)?;
+        let p = self.pops.get(&(g, q))?;
+        let unacked = p.inflight.keys().next().map_or(p.next, |&o| o.min(p.next));
+        Some((unacked, p.next))
     }
 
     /// Messages a consumer group has received and not yet acked in a topic.

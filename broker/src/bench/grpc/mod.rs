@@ -314,8 +314,10 @@ async fn drive(
         elapsed = t0.elapsed();
     }
     // Drain: everything consumed, every unknown checked (and the backlog, if its checks are
-    // due during the run).
+    // due during the run). Past the drain timeout, up to --late-wait more for what is still
+    // due: what comes then is late (a failover's redelivery), what does not is missing.
     let until = Instant::now() + args.drain_timeout;
+    let mut late_until = None;
     loop {
         let (left, checks, backlog) = {
             let g = sh.ledger.lock().expect("ledger");
@@ -330,10 +332,15 @@ async fn drive(
         if left == 0 && checks == 0 && backlog == 0 {
             break;
         }
-        if Instant::now() >= until {
+        let now = Instant::now();
+        if now >= until && late_until.is_none() {
+            sh.ledger.lock().expect("ledger").mark_late();
+            late_until = Some(now + args.late_wait);
+        }
+        if late_until.is_some_and(|l| now >= l) {
             sh.error(format!(
-                "drain timed out after {:?}: {left} messages not consumed, {checks} checks not answered, {backlog} backlog halves not checked",
-                args.drain_timeout
+                "drain timed out after {:?} and {:?} more: {left} messages not consumed, {checks} checks not answered, {backlog} backlog halves not checked",
+                args.drain_timeout, args.late_wait
             ));
             break;
         }

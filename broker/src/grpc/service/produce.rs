@@ -18,6 +18,15 @@ impl Messaging {
         if n == 0 {
             return (bad_request("SendMessage holds no message"), Vec::new());
         }
+        if !self.core.writable() {
+            return (
+                status(
+                    Code::Forbidden,
+                    "the broker's write permission was wiped (mqadmin wipeWritePerm; addWritePerm restores it): send to another broker group",
+                ),
+                Vec::new(),
+            );
+        }
         let limit = self.cfg.max_batch_messages as usize;
         if n > limit {
             self.metrics.over_limit("max_batch_messages");

@@ -142,7 +142,12 @@ impl Messaging {
                     name: topic.into(),
                 }),
                 id: id as i32,
-                permission: pb::Permission::ReadWrite as i32,
+                // Read only while mqadmin wipeWritePerm holds the broker's writes.
+                permission: if self.core.writable() {
+                    pb::Permission::ReadWrite
+                } else {
+                    pb::Permission::Read
+                } as i32,
                 broker: Some(broker.clone()),
                 accept_message_types: types.clone(),
             })

@@ -64,7 +64,7 @@ pub(crate) async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             "brokerName": BROKER_NAME,
             "readQueueNums": n,
             "writeQueueNums": n,
-            "perm": 6,
+            "perm": perm(ctx),
             "topicSysFlag": 0,
             "topicSynFlag": 0,
         }],
@@ -104,7 +104,8 @@ pub(crate) fn placed_route(
             "brokerName": g.name,
             "readQueueNums": g.queues,
             "writeQueueNums": g.queues,
-            "perm": 6,
+            // This node's permission for its own group; another group's is its own.
+            "perm": if g.name == own { perm(ctx) } else { 6 },
             "topicSysFlag": 0,
             "topicSynFlag": 0,
         }));

@@ -26,8 +26,14 @@ pub(crate) async fn pull(ctx: &Ctx, conn: &Conn, req: &RemotingCommand) -> Answe
     let commit: i64 = number_or(req, "commitOffset", -1i64)?;
     let suspend_ms: u64 = number_or(req, "suspendTimeoutMillis", 0u64)?;
     let filter = request_filter(ctx, req, "expressionType", "subscription")?;
+    // While a reset by mqadmin is pending, commits of other offsets are dropped; pulling
+    // from its offset takes it (`admin::resets`).
+    let commit = u64::try_from(commit)
+        .ok()
+        .filter(|&c| !lock(&ctx.resets).drops_commit(&group, &topic, queue_id, c));
+    lock(&ctx.resets).pulled(&group, &topic, queue_id, offset);
     if flags & PULL_COMMIT_OFFSET != 0 {
-        if let Ok(c) = u64::try_from(commit) {
+        if let Some(c) = commit {
             let r = ctx
                 .core
                 .commit_offset(group.clone(), topic.clone(), queue_id, c)
@@ -189,6 +195,10 @@ pub(crate) async fn update_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?.to_string();
     let queue_id: u32 = number(req, "queueId")?;
     let offset: u64 = number(req, "commitOffset")?;
+    if lock(&ctx.resets).drops_commit(&group, &topic, queue_id, offset) {
+        // Answered OK and dropped, as Apache's broker does while a reset is pending.
+        return Ok(ok(req));
+    }
     match ctx
         .core
         .commit_offset(group, topic, queue_id, offset)

@@ -86,6 +86,17 @@ pub async fn handle(
         code::GET_ROUTEINFO_BY_TOPIC => route(ctx, &req).await,
         code::HEART_BEAT => heartbeat(ctx, conn, checks, &req).await,
         code::UNREGISTER_CLIENT => unregister(ctx, conn, checks, &req),
+        // mqadmin wipeWritePerm: refused as Apache's broker refuses a send while its
+        // permission lacks write (NO_PERMISSION, which producers retry on another broker).
+        code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE
+            if !ctx.core.writable() =>
+        {
+            Err(fail(
+                &req,
+                status::NO_PERMISSION,
+                format!("the broker[{BROKER_NAME}] sending message is forbidden: its write permission was wiped (mqadmin wipeWritePerm; addWritePerm restores it)"),
+            ))
+        }
         code::SEND_MESSAGE | code::SEND_MESSAGE_V2 | code::SEND_BATCH_MESSAGE => {
             send(ctx, conn, checks, &req).await
         }
@@ -129,6 +140,16 @@ pub async fn handle(
         debug!(code = req.code, name = super::stats::code_name(req.code), status = resp.code, remark = ?resp.remark, "remoting request refused");
     }
     Some(resp)
+}
+
+/// RocketMQ's `perm` of this broker's queues in a route: read and write (6), or read only
+/// (4) while its write permission is wiped (mqadmin wipeWritePerm).
+pub(crate) fn perm(ctx: &Ctx) -> u32 {
+    if ctx.core.writable() {
+        6
+    } else {
+        4
+    }
 }
 
 pub(crate) async fn queues_of(ctx: &Ctx, topic: &str) -> Result<Option<u32>, CoreFailure> {

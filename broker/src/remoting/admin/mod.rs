@@ -26,9 +26,7 @@
 use std::collections::BTreeMap;
 use std::fmt::Write as _;
 
-use rocklet_core::record::sys_flag;
 use rocklet_core::topic;
-use rocklet_core::types::OffsetMsgId;
 use rocklet_core::TopicInfo;
 use serde_json::{json, Value};
 
@@ -37,15 +35,14 @@ use super::codec::RemotingCommand;
 use super::codes::{code, status};
 use super::conn::{lock, Ctx};
 use super::handlers::BROKER_NAME;
-use super::message::encode_message;
 use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, required, Answer};
 use crate::ops::{self, OpError};
+use query::{offset_at, query_cq, query_message, search_offset, view_message};
 
-/// Most messages one QUERY_MESSAGE answers (RocketMQ's `maxMsgsNumBatch`, 64; mqadmin asks
-/// for 64).
-pub const MAX_QUERY: usize = 64;
-/// Messages a queryMsgByUniqueKey asks for (RocketMQ's `defaultQueryMaxNum`).
-const UNIQUE_QUERY_MAX: usize = 32;
+mod broker;
+mod groups;
+mod query;
+pub mod resets;
 
 /// Handles an admin request; `None` when the code is no admin request rocklet knows.
 pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
@@ -54,7 +51,16 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_TOPIC_CONFIG => topic_config(ctx, req).await,
         code::GET_TOPIC_STATS_INFO => topic_stats(ctx, req).await,
         code::GET_ALL_TOPIC_LIST_FROM_NAMESERVER => topic_list(ctx, req).await,
-        code::GET_BROKER_CLUSTER_INFO => cluster_info(ctx, req),
+        code::GET_BROKER_CLUSTER_INFO => broker::cluster_info(ctx, req).await,
+        code::WIPE_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, false).await,
+        code::ADD_WRITE_PERM_OF_BROKER => broker::write_perm(ctx, req, true).await,
+        code::GET_BROKER_CONFIG => broker::broker_config(ctx, req),
+        code::UPDATE_BROKER_CONFIG => broker::update_broker_config(ctx, req),
+        code::GET_NAMESRV_CONFIG => broker::namesrv_config(ctx, req),
+        code::GET_SUBSCRIPTIONGROUP_CONFIG => groups::group_config(ctx, req).await,
+        code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
+        code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
+        code::QUERY_CONSUME_QUEUE => query_cq(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
         code::GET_CONSUME_STATS => consume_stats(ctx, req).await,
@@ -89,13 +95,13 @@ fn mq_map(entries: &[(String, u32, Value)]) -> String {
     s
 }
 
-fn with_body(req: &RemotingCommand, body: impl Into<Vec<u8>>) -> RemotingCommand {
+pub(super) fn with_body(req: &RemotingCommand, body: impl Into<Vec<u8>>) -> RemotingCommand {
     let mut r = ok(req);
     r.body = body.into();
     r
 }
 
-async fn topic_info(
+pub(super) async fn topic_info(
     ctx: &Ctx,
     req: &RemotingCommand,
     name: &str,
@@ -185,7 +191,7 @@ async fn topic_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 }
 
 /// Store time of the message at `offset` of a queue (`None`: nothing readable there).
-async fn store_time(ctx: &Ctx, topic: &str, queue_id: u32, offset: u64) -> Option<u64> {
+pub(super) async fn store_time(ctx: &Ctx, topic: &str, queue_id: u32, offset: u64) -> Option<u64> {
     let t = topic.to_string();
     ctx.core
         .read_log(move |b| {
@@ -198,27 +204,31 @@ async fn store_time(ctx: &Ctx, topic: &str, queue_id: u32, offset: u64) -> Optio
         .flatten()
 }
 
-/// GET_TOPIC_STATS_INFO (topicStatus): per queue its offsets and the last store time.
+/// GET_TOPIC_STATS_INFO (topicStatus): per queue its first and next offsets and the store
+/// time of its last message (left out for an empty queue, and the topic's put TPS, which
+/// Rocklet does not measure per topic, too: not reported as 0).
 async fn topic_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let t = topic_info(ctx, req, required(req, "topic")?).await?;
     let mut entries = Vec::with_capacity(t.queues.len());
     for &(q, next, _) in &t.queues {
-        let last = match next {
-            0 => 0,
-            n => store_time(ctx, &t.name, q, n - 1).await.unwrap_or(0),
-        };
-        entries.push((
-            t.name.clone(),
-            q,
-            json!({ "minOffset": 0, "maxOffset": next, "lastUpdateTimestamp": last }),
-        ));
+        let n = t.name.clone();
+        let min = ctx
+            .core
+            .inspect(move |b| b.queue_min_offset(&n, q))
+            .await
+            .map_err(|e| core_failure(req, &e))?
+            .unwrap_or(0);
+        let mut s = json!({ "minOffset": min, "maxOffset": next });
+        if next > 0 {
+            if let Some(at) = store_time(ctx, &t.name, q, next - 1).await {
+                s["lastUpdateTimestamp"] = json!(at);
+            }
+        }
+        entries.push((t.name.clone(), q, s));
     }
     Ok(with_body(
         req,
-        format!(
-            "{{\"offsetTable\":{},\"topicPutTps\":0.0}}",
-            mq_map(&entries)
-        ),
+        format!("{{\"offsetTable\":{}}}", mq_map(&entries)),
     ))
 }
 
@@ -232,32 +242,12 @@ async fn topic_list(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(with_body(req, json!({ "topicList": names }).to_string()))
 }
 
-/// GET_BROKER_CLUSTER_INFO (clusterList): one cluster of one broker.
-fn cluster_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let Some(addr) = ctx.broker_addr else {
-        return Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            "the remoting broker listener is off: no broker to list",
-        ));
-    };
-    let body = json!({
-        "brokerAddrTable": { BROKER_NAME: {
-            "cluster": BROKER_NAME,
-            "brokerName": BROKER_NAME,
-            "brokerAddrs": { "0": addr.to_string() },
-            "enableActingMaster": false,
-        }},
-        "clusterAddrTable": { BROKER_NAME: [BROKER_NAME] },
-    });
-    Ok(with_body(req, body.to_string()))
-}
-
 /// GET_BROKER_RUNTIME_INFO (brokerStatus, clusterList): the broker's counters as RocketMQ's
 /// KVTable names them. Measured: the disk ratio and capacity of the data directory's file
 /// system, the log's offsets and its oldest store time ([`crate::disk`]), and put and get TPS
 /// over 10 s, 60 s and 600 s ([`crate::rates`]); what rocklet does not measure (thread-pool
-/// queues, yesterday's totals) is reported as 0.
+/// queues, the page-cache lock, today's and yesterday's morning totals, TPS without the
+/// metrics sampler) is left out, not reported as 0.
 async fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let r = ctx
         .core
@@ -281,12 +271,12 @@ async fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
                 get: stats.received + pulled,
             };
             let rates = m.rates.per_second(std::time::Instant::now(), c);
-            (m.disk.read(&ctx.core).await, rates)
+            (m.disk.read(&ctx.core).await, Some(rates))
         }
         // A context without the broker's metrics has no sampler: no rate is known.
         None => (
             crate::disk::DiskGauge::default().read(&ctx.core).await,
-            [(0.0, 0.0); 3],
+            None,
         ),
     };
     let disk = disk.map_err(|e| core_failure(req, &e))?;
@@ -302,15 +292,13 @@ async fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     put("brokerActive", "true".into());
     put("msgPutTotalTodayNow", stats.messages_stored.to_string());
     put("msgGetTotalTodayNow", stats.received.to_string());
-    put("msgPutTotalTodayMorning", "0".into());
-    put("msgGetTotalTodayMorning", "0".into());
-    put("msgPutTotalYesterdayMorning", "0".into());
-    put("msgGetTotalYesterdayMorning", "0".into());
-    let gets = crate::rates::kv(rates.map(|r| r.1));
-    put("putTps", crate::rates::kv(rates.map(|r| r.0)));
-    // Every message read is handed out: found and transferred are the same.
-    put("getFoundTps", gets.clone());
-    put("getTransferredTps", gets);
+    if let Some(rates) = rates {
+        let gets = crate::rates::kv(rates.map(|r| r.1));
+        put("putTps", crate::rates::kv(rates.map(|r| r.0)));
+        // Every message read is handed out: found and transferred are the same.
+        put("getFoundTps", gets.clone());
+        put("getTransferredTps", gets);
+    }
     put("commitLogMaxOffset", log_end.to_string());
     put(
         "commitLogMinOffset",
@@ -337,16 +325,16 @@ async fn runtime_info(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     put("delayMessagesPending", delays.to_string());
     put("transactionsCommitted", stats.committed.to_string());
     put("transactionsRolledBack", stats.rolled_back.to_string());
-    put("sendThreadPoolQueueSize", "0".into());
-    put("pullThreadPoolQueueSize", "0".into());
-    put("sendThreadPoolQueueHeadWaitTimeMills", "0".into());
-    put("pullThreadPoolQueueHeadWaitTimeMills", "0".into());
-    put("pageCacheLockTimeMills", "0".into());
+    // Apache's timer log: mqadmin clusterList parses these five (Long, Float) and prints a
+    // stack trace when one is missing. Rocklet has no timer log to read behind or congest
+    // (its delayed messages wait in the core's deadline table: `delayMessagesPending`), so
+    // those are 0 by construction; its timer TPS are not measured: NaN, which parses and
+    // shows as not known.
     put("timerReadBehind", "0".into());
     put("timerOffsetBehind", "0".into());
     put("timerCongestNum", "0".into());
-    put("timerEnqueueTps", "0.0".into());
-    put("timerDequeueTps", "0.0".into());
+    put("timerEnqueueTps", "NaN".into());
+    put("timerDequeueTps", "NaN".into());
     put("brokerNow", now.to_string());
     put(
         "flushMode",
@@ -378,8 +366,9 @@ async fn update_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 }
 
 /// The topics a group consumes: its connected members' subscriptions, the topics it has
-/// committed offsets in, and its retry topic if it exists.
-async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
+/// committed offsets in or received from (RocketMQ 5 gRPC consumers and pop consumers),
+/// and its retry topic if it exists.
+pub(super) async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
     let subscribed: Vec<String> = lock(&ctx.clients)
         .consumer_group(group)
         .map(|g| {
@@ -399,9 +388,10 @@ async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
                 .filter(|t| {
                     t.name == retry
                         || subscribed.contains(&t.name)
-                        || t.queues
-                            .iter()
-                            .any(|q| b.committed_offset(&g, &t.name, q.0).is_some())
+                        || t.queues.iter().any(|q| {
+                            b.committed_offset(&g, &t.name, q.0).is_some()
+                                || b.pop_position(&g, &t.name, q.0).is_some()
+                        })
                 })
                 .collect()
         })
@@ -411,45 +401,73 @@ async fn group_topics(ctx: &Ctx, group: &str) -> Vec<TopicInfo> {
 
 /// GET_CONSUME_STATS (consumerProgress): per queue of the group's topics (or of `topic`)
 /// the broker's and the group's offsets, and when the last consumed message was stored.
+/// A pulling group's consumer offset is its committed one; a receiving group's (RocketMQ 5
+/// gRPC, pop) is the first offset it has not acked, and its pull offset the next it hands
+/// out (mqadmin shows the difference as in flight). A queue the group never consumed from
+/// has offset 0, as Apache answers; what Rocklet does not know is left out: the store time
+/// when nothing was consumed, and the consume TPS (not measured per group).
 async fn consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let group = required(req, "consumerGroup")?.to_string();
     let topics = match field(req, "topic").filter(|t| !t.is_empty()) {
         Some(t) => vec![topic_info(ctx, req, t).await?],
         None => group_topics(ctx, &group).await,
     };
+    let table = offset_table(ctx, req, &group, &topics).await?;
+    Ok(with_body(req, format!("{{\"offsetTable\":{}}}", table.map)))
+}
+
+/// A group's offsets in some topics, as GET_CONSUME_STATS's offsetTable writes them.
+pub(super) struct OffsetTable {
+    /// The fastjson map of MessageQueue to OffsetWrapper.
+    pub map: String,
+    /// Messages not yet consumed (broker offset - consumer offset), over every queue.
+    pub diff: u64,
+    /// Messages handed out and not acked (pull offset - consumer offset).
+    pub inflight: u64,
+}
+
+/// Per queue of `topics`, the broker's and `group`'s offsets ([`consume_stats`]).
+pub(super) async fn offset_table(
+    ctx: &Ctx,
+    req: &RemotingCommand,
+    group: &str,
+    topics: &[TopicInfo],
+) -> Result<OffsetTable, RemotingCommand> {
     let mut entries = Vec::new();
-    for t in &topics {
+    let (mut diff, mut inflight) = (0, 0);
+    for t in topics {
         for &(q, next, _) in &t.queues {
-            let (g, n) = (group.clone(), t.name.clone());
-            let committed = ctx
+            let (g, n) = (group.to_string(), t.name.clone());
+            let (committed, pop) = ctx
                 .core
-                .inspect(move |b| b.committed_offset(&g, &n, q))
+                .inspect(move |b| (b.committed_offset(&g, &n, q), b.pop_position(&g, &n, q)))
                 .await
-                .map_err(|e| core_failure(req, &e))?
-                .unwrap_or(0);
-            let last = match committed {
-                0 => 0,
-                c => store_time(ctx, &t.name, q, c - 1).await.unwrap_or(0),
+                .map_err(|e| core_failure(req, &e))?;
+            let (consumed, pulled) = match (committed, pop) {
+                (Some(c), _) => (c, c),
+                (None, Some((unacked, next))) => (unacked, next),
+                (None, None) => (0, 0),
             };
-            entries.push((
-                t.name.clone(),
-                q,
-                json!({
-                    "brokerOffset": next,
-                    "consumerOffset": committed,
-                    "pullOffset": committed,
-                    "lastTimestamp": last,
-                }),
-            ));
+            diff += next.saturating_sub(consumed);
+            inflight += pulled.saturating_sub(consumed);
+            let mut w = json!({
+                "brokerOffset": next,
+                "consumerOffset": consumed,
+                "pullOffset": pulled,
+            });
+            if consumed > 0 {
+                if let Some(at) = store_time(ctx, &t.name, q, consumed - 1).await {
+                    w["lastTimestamp"] = json!(at);
+                }
+            }
+            entries.push((t.name.clone(), q, w));
         }
     }
-    Ok(with_body(
-        req,
-        format!(
-            "{{\"offsetTable\":{},\"consumeTps\":0.0}}",
-            mq_map(&entries)
-        ),
-    ))
+    Ok(OffsetTable {
+        map: mq_map(&entries),
+        diff,
+        inflight,
+    })
 }
 
 fn connection(client: &str, m: &Member) -> Value {
@@ -550,31 +568,6 @@ async fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     Ok(with_body(req, json!({ "groupList": groups }).to_string()))
 }
 
-/// VIEW_MESSAGE_BY_ID (queryMsgById): the record at a log offset, as stored.
-async fn view_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let offset: u64 = number(req, "offset")?;
-    let r = ctx
-        .core
-        .read_log(move |b| b.raw_records(offset, 1).map_err(|e| e.to_string()))
-        .await
-        .map_err(|e| core_failure(req, &e))?;
-    match r {
-        Ok(recs) => match recs.into_iter().next() {
-            Some((at, bytes)) if at == offset => Ok(with_body(req, bytes)),
-            _ => Err(fail(
-                req,
-                status::SYSTEM_ERROR,
-                format!("no message at log offset {offset}"),
-            )),
-        },
-        Err(e) => Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            format!("no message at log offset {offset}: {e}"),
-        )),
-    }
-}
-
 /// DELETE_TOPIC_IN_BROKER and DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic sends both, the
 /// broker's first): the topic is deleted durably (its records stay in the log, its name
 /// starts afresh). The name server's is answered OK when the broker's already deleted it.
@@ -583,138 +576,19 @@ async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer
     changed(req, ops::delete_topic(&ctx.core, name, namesrv).await)
 }
 
-/// QUERY_MESSAGE (queryMsgByKey; queryMsgByUniqueKey with `_UNIQUE_KEY_QUERY`): the visible
-/// messages of the topic with the key (KEYS) or message id (UNIQ_KEY), stored between
-/// `beginTimestamp` and `endTimestamp`, newest first, at most `maxNum` (bounded by
-/// [`MAX_QUERY`]); QUERY_NOT_FOUND when there are none, as Apache answers. The body holds
-/// the records as pulls carry them; the client keeps those that name the key.
-async fn query_message(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let topic = required(req, "topic")?.to_string();
-    let key = required(req, "key")?.to_string();
-    let unique = field(req, "_UNIQUE_KEY_QUERY") == Some("true");
-    let max = if unique {
-        UNIQUE_QUERY_MAX
-    } else {
-        let n: i64 = number(req, "maxNum")?;
-        usize::try_from(n.max(1))
-            .unwrap_or(MAX_QUERY)
-            .min(MAX_QUERY)
-    };
-    let begin: i64 = number_or(req, "beginTimestamp", 0)?;
-    let end: i64 = number_or(req, "endTimestamp", i64::MAX)?;
-    let stored = u64::try_from(begin).unwrap_or(0)..=u64::try_from(end).unwrap_or(0);
-    let t = topic.clone();
-    let r = ctx
-        .core
-        .read_log(move |b| {
-            let mut found = b
-                .messages_by_key_stored(&t, &key, max, stored)
-                .map_err(|e| e.to_string())?;
-            // By unique key, an offset message id finds its record too (what a message
-            // without UNIQ_KEY goes by, and what send results name), in either form.
-            if unique && found.is_empty() {
-                if let Some((_, off)) = OffsetMsgId::parse(&key) {
-                    found.extend(b.message_at(off).map_err(|e| e.to_string())?.filter(|m| {
-                        m.topic == t
-                            && OffsetMsgId::new(m.store_host, m.offset)
-                                .as_str()
-                                .eq_ignore_ascii_case(&key)
-                    }));
-                }
-            }
-            Ok::<_, String>((found, b.log_end()))
-        })
-        .await
-        .map_err(|e| core_failure(req, &e))?;
-    let (found, log_end) = r.map_err(|e| {
-        fail(
-            req,
-            status::SYSTEM_ERROR,
-            format!("reading the messages of key lookup in `{topic}`: {e}"),
-        )
-    })?;
-    let mut resp = if found.is_empty() {
-        fail(
-            req,
-            status::QUERY_NOT_FOUND,
-            "can not find message, maybe time range not correct",
-        )
-    } else {
-        let mut body = Vec::new();
-        for m in &found {
-            let sys = m.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
-            body.extend(encode_message(m, m.offset, sys, &[]));
-        }
-        with_body(req, body)
-    };
-    // The index is current: it is updated as each message is written.
-    let newest = found.iter().map(|m| m.store_timestamp).max().unwrap_or(0);
-    resp.ext
-        .insert("indexLastUpdateTimestamp".into(), newest.to_string());
-    resp.ext
-        .insert("indexLastUpdatePhyoffset".into(), log_end.to_string());
-    if found.is_empty() {
-        return Err(resp);
-    }
-    Ok(resp)
-}
-
-/// The first queue offset whose message was stored at or after `ts` (the queue's end when
-/// none is), by binary search: O(log n) record reads. Store times only grow along a queue.
-async fn offset_at(ctx: &Ctx, t: &TopicInfo, queue_id: u32, ts: u64) -> Option<u64> {
-    let &(_, next, _) = t.queues.iter().find(|q| q.0 == queue_id)?;
-    let (mut lo, mut hi) = (0u64, next);
-    while lo < hi {
-        let mid = lo + (hi - lo) / 2;
-        match store_time(ctx, &t.name, queue_id, mid).await {
-            Some(at) if at >= ts => hi = mid,
-            _ => lo = mid + 1,
-        }
-    }
-    Some(lo)
-}
-
-/// SEARCH_OFFSET_BY_TIMESTAMP: the queue offset of the first message stored at or after the
-/// time.
-async fn search_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let name = required(req, "topic")?.to_string();
-    let queue_id: u32 = number(req, "queueId")?;
-    let ts: u64 = number(req, "timestamp")?;
-    let t = topic_info(ctx, req, &name).await?;
-    let Some(offset) = offset_at(ctx, &t, queue_id, ts).await else {
-        return Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            format!(
-                "queue {queue_id} does not exist in topic `{name}` ({} queues)",
-                t.queues.len()
-            ),
-        ));
-    };
-    let mut r = ok(req);
-    r.ext.insert("offset".into(), offset.to_string());
-    Ok(r)
-}
-
-/// INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): as Apache's broker, the offsets of
-/// the time (`timestamp` -1: the queues' ends) are sent to the group's connected clients
-/// (RESET_CONSUMER_CLIENT_OFFSET), which take and commit them; an offset after the group's
-/// is kept only with `isForce`. No client connected: status::CONSUMER_NOT_ONLINE, and mqadmin then
-/// commits the offsets itself (GET_CONSUME_STATS, SEARCH_OFFSET_BY_TIMESTAMP,
-/// UPDATE_CONSUMER_OFFSET).
+/// INVOKE_BROKER_TO_RESET_OFFSET (resetOffsetByTime): as Apache 5.5's broker (its
+/// `useServerSideResetOffset`, on by default), the offsets of the time (`timestamp` -1: the
+/// queues' ends) are committed on the broker at once, whether a client of the group is
+/// connected or not; an offset after the group's is kept only with `isForce`. The group's
+/// connected clients are then told (RESET_CONSUMER_CLIENT_OFFSET), and their commits of
+/// their old offsets are dropped until they pull from the new ones ([`resets`]).
 async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let name = required(req, "topic")?.to_string();
     let group = required(req, "group")?.to_string();
     let ts: i64 = number(req, "timestamp")?;
     let force = field(req, "isForce") != Some("false");
     let t = topic_info(ctx, req, &name).await?;
-    if lock(&ctx.clients).members(&group).is_empty() {
-        return Err(fail(
-            req,
-            status::CONSUMER_NOT_ONLINE,
-            format!("Consumer not online, so can not reset offset, Group: {group} Topic: {name} Timestamp: {ts}"),
-        ));
-    }
+    let online = !lock(&ctx.clients).members(&group).is_empty();
     let mut entries = Vec::with_capacity(t.queues.len());
     for &(q, next, _) in &t.queues {
         let at = match u64::try_from(ts) {
@@ -734,6 +608,46 @@ async fn reset_offset(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             committed
         };
         entries.push((name.clone(), q, json!(offset)));
+    }
+    // The group's offsets are reset here at once (consumerProgress shows them right after)
+    // and, while clients are connected, held against their commits of their old offsets
+    // until they pull from the new ones ([`resets`]); then the clients are told.
+    if online {
+        let mut pending = lock(&ctx.resets);
+        if !pending.room_for(entries.len()) {
+            return Err(fail(
+                req,
+                status::SYSTEM_BUSY,
+                format!(
+                    "{} offset resets are pending (at most {}): retry once the groups have taken theirs",
+                    pending.len(),
+                    resets::MAX_PENDING_RESETS
+                ),
+            ));
+        }
+        for (_, q, offset) in &entries {
+            pending.set(&group, &name, *q, offset.as_u64().unwrap_or(0));
+        }
+    }
+    for (_, q, offset) in &entries {
+        let offset = offset.as_u64().unwrap_or(0);
+        match ctx
+            .core
+            .commit_offset(group.clone(), name.clone(), *q, offset)
+            .await
+        {
+            Ok(Ok(())) => {}
+            Ok(Err(e)) => {
+                return Err(fail(
+                    req,
+                    status::SYSTEM_ERROR,
+                    format!(
+                    "resetting group `{group}` in queue {q} of `{name}` to offset {offset}: {e}"
+                ),
+                ))
+            }
+            Err(e) => return Err(core_failure(req, &e)),
+        }
     }
     let body = format!("{{\"offsetTable\":{}}}", mq_map(&entries));
     let mut ext = BTreeMap::new();

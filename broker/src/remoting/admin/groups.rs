@@ -1,0 +1,115 @@
+//! mqadmin's requests about consumer groups across the broker: getConsumerConfig
+//! (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_SUBSCRIPTIONGROUP_CONFIG) and brokerConsumeStats
+//! (GET_BROKER_CONSUME_STATS).
+
+use serde_json::json;
+
+use super::{group_topics, offset_table, with_body};
+use crate::remoting::codec::RemotingCommand;
+use crate::remoting::codes::status;
+use crate::remoting::conn::Ctx;
+use crate::remoting::reply::{core_failure, fail, required, Answer};
+
+/// A SubscriptionGroupConfig with what Rocklet keeps of a group ([`group_config`]).
+fn config_json(ctx: &Ctx, group: &str, fifo: bool) -> serde_json::Value {
+    json!({
+        "groupName": group,
+        "consumeEnable": true,
+        "consumeMessageOrderly": fifo,
+        "retryQueueNums": 1,
+        "retryMaxTimes": ctx.cfg.core.max_delivery_attempts.saturating_sub(1),
+        "brokerId": 0,
+        "notifyConsumerIdsChangedEnable": true,
+        "groupSysFlag": 0,
+    })
+}
+
+/// GET_ALL_SUBSCRIPTIONGROUP_CONFIG (getConsumerConfig asks it of every broker, then picks
+/// its group): every group the broker knows ([`group_config`]), at most `max_groups`.
+pub(super) async fn all_group_configs(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let groups = ctx
+        .core
+        .inspect(|b| b.group_list())
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let table: serde_json::Map<String, serde_json::Value> = groups
+        .iter()
+        .map(|(g, fifo)| (g.clone(), config_json(ctx, g, *fifo)))
+        .collect();
+    // RocketMQ's DataVersion: Rocklet keeps no version of its group table; one that never
+    // changes would claim nothing changed, so it is left out.
+    Ok(with_body(
+        req,
+        json!({ "subscriptionGroupTable": table }).to_string(),
+    ))
+}
+
+/// GET_SUBSCRIPTIONGROUP_CONFIG: the group's SubscriptionGroupConfig
+/// with what Rocklet keeps of it: its name, whether it is orderly (FIFO), its retries (the
+/// broker's `max_delivery_attempts` - 1, as RocketMQ 5 counts `retryMaxTimes`), one retry
+/// queue, consumption enabled and members told of changes. What Rocklet has no notion of
+/// (broadcast, consume-timeout, the slow-consumption broker) is left out.
+/// SUBSCRIPTION_GROUP_NOT_EXIST for a group the broker does not know.
+pub(super) async fn group_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "group")?.to_string();
+    let g = group.clone();
+    let (known, fifo) = ctx
+        .core
+        .inspect(move |b| (b.group_known(&g), b.group_is_fifo(&g)))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    if !known {
+        return Err(fail(
+            req,
+            status::SUBSCRIPTION_GROUP_NOT_EXIST,
+            format!("subscription group `{group}` does not exist on this broker"),
+        ));
+    }
+    Ok(with_body(req, config_json(ctx, &group, fifo).to_string()))
+}
+
+/// GET_BROKER_CONSUME_STATS (brokerConsumeStats): for every group with offsets or receive
+/// positions on the broker, its ConsumeStats per topic it consumes (as consumerProgress
+/// shows them), and the totals of messages not consumed and in flight. One walk of the
+/// broker's offsets and receive positions for the groups ([`rocklet_core::Broker::group_lags`]),
+/// then per group and queue what consumerProgress reads.
+pub(super) async fn broker_consume_stats(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let groups: Vec<String> = ctx
+        .core
+        .inspect(|b| {
+            let topics = b.topics();
+            let names: Vec<&str> = topics.iter().map(|t| t.name.as_str()).collect();
+            let mut g: Vec<String> = b.group_lags(&names).into_iter().map(|l| l.group).collect();
+            g.sort();
+            g.dedup();
+            g
+        })
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    let (mut total, mut inflight) = (0u64, 0u64);
+    let mut list = Vec::with_capacity(groups.len());
+    for g in &groups {
+        let topics = group_topics(ctx, g).await;
+        let mut stats = Vec::with_capacity(topics.len());
+        for t in topics {
+            let table = offset_table(ctx, req, g, std::slice::from_ref(&t)).await?;
+            total += table.diff;
+            inflight += table.inflight;
+            stats.push(format!("{{\"offsetTable\":{}}}", table.map));
+        }
+        list.push(format!(
+            "{{{}:[{}]}}",
+            serde_json::Value::String(g.clone()),
+            stats.join(",")
+        ));
+    }
+    let addr = ctx.broker_addr.map(|a| a.to_string()).unwrap_or_default();
+    Ok(with_body(
+        req,
+        format!(
+            "{{\"brokerAddr\":{},\"consumeStatsList\":[{}],\"totalDiff\":{total},\"totalInflightDiff\":{inflight}}}",
+            serde_json::Value::String(addr),
+            list.join(",")
+        ),
+    ))
+}

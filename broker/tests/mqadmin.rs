@@ -1,0 +1,432 @@
+//! mqadmin's operator commands against the broker over the wire (issue #33, item 2):
+//! wipeWritePerm / addWritePerm stop and restore writes on both protocols, resetOffsetByTime
+//! on an online group resets on the broker at once, and consumerProgress shows RocketMQ 5
+//! (gRPC) groups. Apache RocketMQ 5.5.0's mqadmin runs the same commands against rocklet
+//! and against Apache in tests/ci/fidelity.sh.
+
+mod common;
+
+use std::net::SocketAddr;
+
+use common::v4::{props, V4};
+use common::*;
+use rocklet_broker::pb::v2 as pb;
+use rocklet_broker::remoting::codec::{RemotingCommand, SerializeType};
+
+async fn start() -> (TestBroker, SocketAddr, SocketAddr) {
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, namesrv) = (r.remoting_addr.unwrap(), r.namesrv_addr.unwrap());
+    (b, remoting, namesrv)
+}
+
+async fn v4_send(c: &mut V4, topic: &str, body: &str) -> RemotingCommand {
+    let p = props(&[]);
+    c.call(
+        310,
+        &[("a", "PG"), ("b", topic), ("e", "0"), ("f", "0"), ("i", &p)],
+        body.as_bytes().to_vec(),
+    )
+    .await
+}
+
+/// `perm` of the route's queue data (GET_ROUTEINFO_BY_TOPIC at the name server).
+async fn route_perm(ns: &mut V4, topic: &str) -> i64 {
+    let r = ns.call(105, &[("topic", topic)], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    v["queueDatas"][0]["perm"].as_i64().unwrap()
+}
+
+async fn grpc_perm(c: &mut Client, topic: &str) -> i32 {
+    let r = c
+        .query_route(pb::QueryRouteRequest {
+            topic: res(topic),
+            endpoints: None,
+        })
+        .await
+        .unwrap()
+        .into_inner();
+    assert_eq!(r.status.unwrap().code, OK);
+    r.message_queues[0].permission
+}
+
+/// A single-queue topic made with mqadmin updateTopic.
+async fn one_queue_topic(c: &mut V4, topic: &str) {
+    let r = c
+        .call(
+            17,
+            &[
+                ("topic", topic),
+                ("readQueueNums", "1"),
+                ("writeQueueNums", "1"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+}
+
+#[tokio::test]
+async fn wipe_write_perm_stops_sends_and_add_write_perm_restores_them() {
+    let (mut b, remoting, namesrv) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let mut ns = V4::connect(namesrv, SerializeType::Json).await;
+    assert_eq!(v4_send(&mut c, "PermT", "before").await.code, 0);
+    assert_eq!(route_perm(&mut ns, "PermT").await, 6);
+
+    // Another broker's name: nothing of this one changes (Apache counts 0 topics).
+    let r = ns
+        .call(205, &[("brokerName", "elsewhere")], Vec::new())
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(r.ext["wipeTopicCount"], "0");
+    assert_eq!(v4_send(&mut c, "PermT", "other broker").await.code, 0);
+
+    let r = ns.call(205, &[("brokerName", "rocklet")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_ne!(r.ext["wipeTopicCount"], "0");
+    // Routes show the queues read-only; sends are refused with NO_PERMISSION (v4 producers
+    // retry another broker) and FORBIDDEN (gRPC).
+    assert_eq!(route_perm(&mut ns, "PermT").await, 4);
+    assert_eq!(
+        grpc_perm(&mut b.client, "PermT").await,
+        pb::Permission::Read as i32
+    );
+    let r = v4_send(&mut c, "PermT", "wiped").await;
+    assert_eq!(r.code, 16, "{:?}", r.remark);
+    assert!(r.remark.unwrap().contains("wipeWritePerm"));
+    let s = send(
+        &mut b.client,
+        vec![msg("PermT", b"wiped", pb::MessageType::Normal, "W1")],
+    )
+    .await;
+    assert_eq!(
+        s.status.unwrap().code,
+        pb::Code::Forbidden as i32,
+        "gRPC send while wiped"
+    );
+    // Reads go on.
+    let r = c
+        .call(30, &[("topic", "PermT"), ("queueId", "0")], Vec::new())
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+
+    let r = ns.call(327, &[("brokerName", "rocklet")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_ne!(r.ext["addTopicCount"], "0");
+    assert_eq!(route_perm(&mut ns, "PermT").await, 6);
+    assert_eq!(
+        grpc_perm(&mut b.client, "PermT").await,
+        pb::Permission::ReadWrite as i32
+    );
+    assert_eq!(v4_send(&mut c, "PermT", "after").await.code, 0);
+    send_ok(
+        &mut b.client,
+        msg("PermT", b"after", pb::MessageType::Normal, "W2"),
+    )
+    .await;
+    b.stop().await;
+}
+
+fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [{"topic": topic, "subString": "*", "expressionType": "TAG"}],
+            "unitMode": false,
+        }],
+    }))
+    .unwrap()
+}
+
+/// GET_CONSUME_STATS of `group` (all its topics) as text: its body keys queues by
+/// MessageQueue objects, which is no JSON.
+async fn consume_stats(c: &mut V4, group: &str) -> String {
+    consume_stats_of(c, group, "").await
+}
+
+/// The same for one topic (none: all the group's).
+async fn consume_stats_of(c: &mut V4, group: &str, topic: &str) -> String {
+    let mut ext = vec![("consumerGroup", group)];
+    if !topic.is_empty() {
+        ext.push(("topic", topic));
+    }
+    let r = c.call(208, &ext, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    String::from_utf8(r.body).unwrap()
+}
+
+async fn commit(c: &mut V4, group: &str, topic: &str, offset: u64) {
+    let o = offset.to_string();
+    let r = c
+        .call(
+            15,
+            &[
+                ("consumerGroup", group),
+                ("topic", topic),
+                ("queueId", "0"),
+                ("commitOffset", &o),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+}
+
+#[tokio::test]
+async fn reset_offset_of_an_online_group_is_on_the_broker_at_once() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    one_queue_topic(&mut c, "ResetT").await;
+    for i in 0..4 {
+        assert_eq!(v4_send(&mut c, "ResetT", &format!("m{i}")).await.code, 0);
+    }
+    commit(&mut c, "ResetG", "ResetT", 4).await;
+    let r = c
+        .call(34, &[], heartbeat_body("client-r", "ResetG", "ResetT"))
+        .await;
+    assert_eq!(r.code, 0);
+    assert!(consume_stats_of(&mut c, "ResetG", "ResetT")
+        .await
+        .contains(r#""consumerOffset":4"#));
+    let reset = [
+        ("topic", "ResetT"),
+        ("group", "ResetG"),
+        ("timestamp", "0"),
+        ("isForce", "true"),
+    ];
+    let r = c.call(222, &reset, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // At once: consumerProgress shows the new offset.
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    // The client, not yet told, commits its old offset: dropped (answered OK), as Apache's
+    // broker drops it while the reset is pending.
+    commit(&mut c, "ResetG", "ResetT", 4).await;
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    // It pulls from the reset offset: the reset is taken, its commits count again.
+    let r = c
+        .call(
+            11,
+            &[
+                ("consumerGroup", "ResetG"),
+                ("topic", "ResetT"),
+                ("queueId", "0"),
+                ("queueOffset", "0"),
+                ("maxMsgNums", "32"),
+                ("sysFlag", "0"),
+                ("commitOffset", "0"),
+                ("suspendTimeoutMillis", "0"),
+                ("subscription", "*"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    commit(&mut c, "ResetG", "ResetT", 2).await;
+    let s = consume_stats_of(&mut c, "ResetG", "ResetT").await;
+    assert!(s.contains(r#""consumerOffset":2"#), "{s}");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn consumer_progress_shows_grpc_groups() {
+    let (mut b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    one_queue_topic(&mut c, "ProgT").await;
+    for i in 0..3 {
+        send_ok(
+            &mut b.client,
+            msg("ProgT", b"p", pb::MessageType::Normal, &format!("P{i}")),
+        )
+        .await;
+    }
+    // Nothing consumed yet: the group has no topic (Apache: no offset table, mqadmin says so).
+    let s = consume_stats(&mut c, "ProgG").await;
+    assert!(!s.contains("ProgT"), "{s}");
+    // A RocketMQ 5 consumer receives two and acks the second: the first is in flight.
+    let got = receive(&mut b.client, "ProgT", "ProgG", 2, 60_000, 500).await;
+    assert_eq!(got.messages.len(), 2);
+    assert_eq!(
+        ack(&mut b.client, "ProgT", "ProgG", &got.messages[1])
+            .await
+            .code,
+        OK
+    );
+    let s = consume_stats(&mut c, "ProgG").await;
+    assert!(s.contains(r#""topic":"ProgT""#), "{s}");
+    assert!(s.contains(r#""brokerOffset":3"#), "{s}");
+    assert!(
+        s.contains(r#""consumerOffset":0"#),
+        "the first not acked: {s}"
+    );
+    assert!(s.contains(r#""pullOffset":2"#), "the next handed out: {s}");
+    // Nothing consumed up to the consumer offset: no store time to show, and no TPS is
+    // measured per group: left out, not reported as 0.
+    assert!(!s.contains("lastTimestamp"), "{s}");
+    assert!(!s.contains("consumeTps"), "{s}");
+    // Acked: the consumer offset moves on, with the store time of the last consumed.
+    assert_eq!(
+        ack(&mut b.client, "ProgT", "ProgG", &got.messages[0])
+            .await
+            .code,
+        OK
+    );
+    let s = consume_stats(&mut c, "ProgG").await;
+    assert!(s.contains(r#""consumerOffset":2"#), "{s}");
+    assert!(s.contains("lastTimestamp"), "{s}");
+    b.stop().await;
+}
+
+/// GET_BROKER_CONFIG as Java Properties: key → value.
+async fn broker_config(c: &mut V4) -> std::collections::BTreeMap<String, String> {
+    let r = c.call(26, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    String::from_utf8(r.body)
+        .unwrap()
+        .lines()
+        .filter_map(|l| l.split_once('='))
+        .map(|(k, v)| (k.to_string(), v.to_string()))
+        .collect()
+}
+
+#[tokio::test]
+async fn broker_config_is_shown_in_apaches_names_and_brokerpermission_changes_live() {
+    let (b, remoting, namesrv) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let conf = broker_config(&mut c).await;
+    assert_eq!(conf["brokerClusterName"], "rocklet");
+    assert_eq!(conf["brokerName"], "rocklet");
+    assert_eq!(conf["brokerPermission"], "6");
+    assert_eq!(conf["listenPort"], remoting.port().to_string());
+    assert_eq!(conf["namesrvAddr"], namesrv.to_string());
+    assert!(conf.contains_key("flushDiskType"), "{conf:?}");
+    assert_eq!(conf["messageDelayLevel"].split(' ').next(), Some("1s"));
+    // brokerPermission changes live (the same switch as wipeWritePerm).
+    let r = c.call(25, &[], b"brokerPermission=4\n".to_vec()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(broker_config(&mut c).await["brokerPermission"], "4");
+    assert_eq!(v4_send(&mut c, "ConfT", "drained").await.code, 16);
+    // Any other key is refused by name, and nothing of the request is applied.
+    let r = c
+        .call(
+            25,
+            &[],
+            b"brokerPermission=6\nflushDiskType=SYNC_FLUSH\n".to_vec(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    let remark = r.remark.unwrap();
+    assert!(remark.contains("`flushDiskType`"), "{remark}");
+    assert_eq!(broker_config(&mut c).await["brokerPermission"], "4");
+    let r = c.call(25, &[], b"brokerPermission=5\n".to_vec()).await;
+    assert_eq!(r.code, 1, "{:?}", r.remark);
+    let r = c.call(25, &[], b"brokerPermission=6\n".to_vec()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(v4_send(&mut c, "ConfT", "again").await.code, 0);
+    // The name server's config.
+    let mut ns = V4::connect(namesrv, SerializeType::Json).await;
+    let r = ns.call(319, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let text = String::from_utf8(r.body).unwrap();
+    assert!(
+        text.contains(&format!("listenPort={}", namesrv.port())),
+        "{text}"
+    );
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn group_configs_and_the_brokers_consume_stats() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "groupName": "CfgFifo", "consumeMessageOrderly": true,
+    }))
+    .unwrap();
+    assert_eq!(c.call(200, &[], body).await.code, 0);
+    one_queue_topic(&mut c, "CfgT").await;
+    for i in 0..3 {
+        assert_eq!(v4_send(&mut c, "CfgT", &format!("c{i}")).await.code, 0);
+    }
+    commit(&mut c, "CfgPull", "CfgT", 1).await;
+    // One group's config, and every group's.
+    let r = c.call(352, &[("group", "CfgFifo")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(v["groupName"], "CfgFifo");
+    assert_eq!(v["consumeMessageOrderly"], true);
+    let r = c.call(352, &[("group", "NoSuchGroup")], Vec::new()).await;
+    assert_eq!(r.code, 26, "{:?}", r.remark);
+    let r = c.call(201, &[], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let table = v["subscriptionGroupTable"].as_object().unwrap();
+    assert_eq!(table["CfgFifo"]["consumeMessageOrderly"], true);
+    assert_eq!(table["CfgPull"]["consumeMessageOrderly"], false);
+    // brokerConsumeStats: the pulling group 2 behind in CfgT.
+    let r = c.call(317, &[("isOrder", "false")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let s = String::from_utf8(r.body).unwrap();
+    assert!(s.contains(r#""totalDiff":2"#), "{s}");
+    assert!(s.contains(r#"{"CfgPull":[{"offsetTable":{{"brokerName":"rocklet","queueId":0,"topic":"CfgT"}:{"brokerOffset":3,"consumerOffset":1"#), "{s}");
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn query_cq_shows_the_consume_queue_entries() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    one_queue_topic(&mut c, "CqT").await;
+    let p = props(&[("TAGS", "TagA")]);
+    for body in ["one", "two", "three"] {
+        let r = c
+            .call(
+                310,
+                &[("a", "PG"), ("b", "CqT"), ("e", "0"), ("f", "0"), ("i", &p)],
+                body.as_bytes().to_vec(),
+            )
+            .await;
+        assert_eq!(r.code, 0, "{:?}", r.remark);
+    }
+    let ask = [
+        ("topic", "CqT"),
+        ("queueId", "0"),
+        ("index", "1"),
+        ("count", "5"),
+    ];
+    let r = c.call(321, &ask, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let v: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    assert_eq!(
+        (v["minQueueIndex"].as_u64(), v["maxQueueIndex"].as_u64()),
+        (Some(0), Some(3))
+    );
+    let rows = v["queueData"].as_array().unwrap();
+    assert_eq!(rows.len(), 2, "from index 1: {v}");
+    // Java's "TagA".hashCode(), as RocketMQ's consume queue keeps it.
+    assert_eq!(rows[0]["tagsCode"], 2_598_919);
+    assert!(rows[0]["physicSize"].as_u64().unwrap() > 0);
+    assert!(rows[1]["physicOffset"].as_u64() > rows[0]["physicOffset"].as_u64());
+    let r = c
+        .call(
+            321,
+            &[("topic", "CqT"), ("queueId", "7"), ("index", "0")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("queue 7 does not exist"));
+    b.stop().await;
+}
