@@ -48,6 +48,8 @@ extern crate alloc;
 extern crate std;
 
 pub mod broker;
+#[cfg(test)]
+mod checkpoint_tests;
 pub mod config;
 #[cfg(test)]
 mod cq_tests;
@@ -80,5 +82,7 @@ pub use error::Error;
 pub use log::{Cut, Quarantined, RecoveryReport};
 pub use storage::{check_side_name, LogEnd, MemStorage, Storage, QUARANTINE_DIR};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE};
+pub use storage::{
+    AnyStorage, DetachedSync, FileStorage, CHECKPOINT_FILE, LOG_END_FILE, LOG_START_FILE,
+};
 pub use types::*;

@@ -555,6 +555,37 @@ impl Storage for FileStorage {
         Ok(true)
     }
 
+    fn checkpoint(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.dir.join(CHECKPOINT_FILE)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> io::Result<bool> {
+        // As LOG_START: a temporary file, fsynced, renamed over the checkpoint, and the
+        // directory fsynced.
+        let tmp = self.dir.join(CHECKPOINT_TMP);
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(checkpoint)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(true)
+    }
+
+    fn remove_checkpoint(&mut self) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(CHECKPOINT_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        File::open(&self.dir)?.sync_all()
+    }
+
     fn close_segment(&mut self, base: u64) {
         self.open.retain(|(b, _)| *b != base);
         self.dirty.retain(|(b, _)| *b != base);
@@ -701,6 +732,12 @@ pub const LOG_END_FILE: &str = "LOG_END";
 /// (postcard), replaced atomically. A directory without it starts at its first segment.
 pub const LOG_START_FILE: &str = "LOG_START";
 const LOG_START_TMP: &str = "LOG_START.tmp";
+/// The file in a [`FileStorage`]'s directory that holds the newest checkpoint of the core's
+/// state ([`Storage::checkpoint`]): written by the core (versioned, CRC-checked), replaced
+/// atomically. A directory without it (or with one the core cannot use) replays its whole
+/// log on open.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
+const CHECKPOINT_TMP: &str = "CHECKPOINT.tmp";
 const LOG_END_TMP: &str = "LOG_END.tmp";
 const SYNC_FAILED: &str = "SYNC_FAILED.";
 
@@ -899,6 +936,24 @@ impl Storage for AnyStorage {
         match self {
             AnyStorage::Mem(m) => m.record_log_start(record).map_err(never),
             AnyStorage::File(f) => f.record_log_start(record),
+        }
+    }
+    fn checkpoint(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            AnyStorage::Mem(m) => m.checkpoint().map_err(never),
+            AnyStorage::File(f) => f.checkpoint(),
+        }
+    }
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> io::Result<bool> {
+        match self {
+            AnyStorage::Mem(m) => m.record_checkpoint(checkpoint).map_err(never),
+            AnyStorage::File(f) => f.record_checkpoint(checkpoint),
+        }
+    }
+    fn remove_checkpoint(&mut self) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.remove_checkpoint().map_err(never),
+            AnyStorage::File(f) => f.remove_checkpoint(),
         }
     }
     fn close_segment(&mut self, base: u64) {
