@@ -735,6 +735,14 @@ fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
 }
 
 #[cfg(test)]
+impl Digest {
+    /// Without the counters (a run counts its requests, an open what it replays).
+    pub(crate) fn forget_stats(&mut self) {
+        self.stats = Stats::default();
+    }
+}
+
+#[cfg(test)]
 impl<S: Storage> Broker<S> {
     pub(crate) fn digest(&mut self) -> Digest {
         let snap = self.snapshot(None);
