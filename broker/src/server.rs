@@ -392,6 +392,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         m.clone(),
         cfg.retention.clone(),
     ));
+    let checkpoint_task =
+        tokio::spawn(crate::checkpoint::run(core.clone(), cfg.checkpoint.clone()));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -442,7 +444,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
-        samplers: vec![rates_task, disk_full_task, retention_task],
+        samplers: vec![rates_task, disk_full_task, retention_task, checkpoint_task],
         core_thread: Some(core_thread),
     })
 }
