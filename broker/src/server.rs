@@ -188,8 +188,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         pending_delays = broker.pending_delay_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         last_stop_clean,
+        from_checkpoint = ?r.checkpoint,
         "log recovered"
     );
+    if let Some(why) = &r.checkpoint_unused {
+        warn!(file = %dir.join(rocklet_core::CHECKPOINT_FILE).display(), reason = %why, "the checkpoint was not used: the whole log was replayed");
+    }
     for cut in &r.cuts {
         warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, kept_as = ?cut.kept_as, "recovery cut a torn tail");
     }
