@@ -301,10 +301,16 @@ fn retention_settings_are_checked_by_name() {
 fn checkpoint_settings_are_checked_by_name() {
     let c = BrokerConfig::default();
     assert_eq!(c.checkpoint, CheckpointConfig::default());
-    assert_eq!((c.checkpoint.bytes, c.checkpoint.interval_ms), (256 << 20, 60_000));
+    assert_eq!(
+        (c.checkpoint.bytes, c.checkpoint.interval_ms),
+        (256 << 20, 60_000)
+    );
     let f = FileConfig::parse("checkpoint_bytes = 2097152\ncheckpoint_interval_ms = 500").unwrap();
     let c = BrokerConfig::from_file(f);
-    assert_eq!((c.checkpoint.bytes, c.checkpoint.interval_ms), (2 << 20, 500));
+    assert_eq!(
+        (c.checkpoint.bytes, c.checkpoint.interval_ms),
+        (2 << 20, 500)
+    );
     c.validate().unwrap();
     for (text, want) in [
         (

@@ -100,6 +100,54 @@ pub(super) struct Snapshot {
     pub(super) index_pending: Vec<(u32, u32, u64)>,
 }
 
+impl Snapshot {
+    /// Whether every number in it that names a topic, queue or group names one it holds
+    /// (a checkpoint whose CRC is right but whose contents are not, from a faulty build, is
+    /// refused rather than trusted).
+    fn consistent(&self) -> Result<(), String> {
+        let (topics, queues, groups) = (
+            self.topics.len() as u32,
+            self.queues.len() as u32,
+            self.groups.len() as u32,
+        );
+        let q_ok = |q: u32| q < queues;
+        let g_ok = |g: u32| g < groups;
+        let bad = |what: &str| Err(alloc::format!("{what} names no such entry"));
+        if self.topics.iter().any(|t| !t.1.iter().all(|&q| q_ok(q))) {
+            return bad("a topic's queue");
+        }
+        if self.topic_ids.iter().any(|t| t.1 >= topics) || self.group_ids.iter().any(|g| !g_ok(g.1))
+        {
+            return bad("a name");
+        }
+        for (t, _, base, end, next, _, tail) in &self.queues {
+            if *t >= topics || base > end || end - base < tail.len() as u64 || next < base {
+                return Err("a queue's bounds do not add up".into());
+            }
+        }
+        if self.txns.iter().any(|t| !q_ok(t.4) || !g_ok(t.7))
+            || self.delays.iter().any(|d| !q_ok(d.4))
+            || self.offsets.iter().any(|o| !g_ok(o.0) || !q_ok(o.1))
+            || self.pops.iter().any(|p| !g_ok(p.0) || !q_ok(p.1))
+            || self.pop_timers.iter().any(|t| !g_ok(t.1) || !q_ok(t.2))
+            || self.carried_units.iter().any(|c| !q_ok(c.1))
+            || self.moved.0.iter().chain(&self.moved.1).any(|m| !q_ok(m.1))
+        {
+            return bad("a pending, offset, delivery or moved record");
+        }
+        let slots_ok =
+            self.index_slots.is_empty() || self.index_slots.len() == INDEX_SLOTS as usize;
+        if !slots_ok
+            || (self.index_pending.len() as u64) > u64::from(self.index_count)
+            || self.index_count > INDEX_ENTRIES
+            || (!self.index_files.is_empty() && self.index_slots.is_empty())
+        {
+            return Err("the index's counts do not add up".into());
+        }
+        Ok(())
+    }
+}
+
 /// The counters a replay of the log counts (the others count requests of a run).
 fn replayed_stats(s: &Stats) -> Vec<u64> {
     alloc::vec![
@@ -402,6 +450,9 @@ impl<S: Storage> Broker<S> {
             Ok(s) => s,
             Err(why) => return Ok(Err(why)),
         };
+        if let Err(why) = snap.consistent() {
+            return Ok(Err(alloc::format!("checkpoint inconsistent: {why}")));
+        }
         let crc = log_start.map(crc32fast::hash);
         if crc != snap.log_start_crc {
             return Ok(Err(alloc::format!(
@@ -868,5 +919,46 @@ impl<S: Storage> Broker<S> {
             pending_delays: self.pending_delays(usize::MAX),
             poll_timeout: self.poll_timeout(),
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+
+    #[test]
+    fn a_checkpoint_whose_crc_is_right_but_whose_numbers_are_not_is_not_used() {
+        let cfg = Config::default();
+        let mut b = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+        for i in 0..10 {
+            let m = NewMessage::new("T", alloc::format!("m{i}"));
+            b.execute(
+                1,
+                Request::Send {
+                    messages: alloc::vec![m],
+                },
+            )
+            .unwrap();
+        }
+        b.checkpoint().unwrap().unwrap();
+        let mut snap = b.snapshot(None);
+        snap.queues[0].0 = 9_999;
+        let mut storage = b.into_storage();
+        storage.record_checkpoint(&encode(&snap)).unwrap();
+        let b = Broker::open(cfg, storage, 0).unwrap();
+        let r = b.recovery_report();
+        assert_eq!(r.checkpoint, None);
+        let why = r.checkpoint_unused.clone().unwrap();
+        assert!(why.contains("checkpoint inconsistent"), "{why}");
+        assert_eq!(
+            b.topic_info("T")
+                .unwrap()
+                .queues
+                .iter()
+                .map(|q| q.1)
+                .sum::<u64>(),
+            10
+        );
     }
 }
