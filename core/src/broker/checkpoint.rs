@@ -319,7 +319,9 @@ impl<S: Storage> Broker<S> {
             .iter()
             .map(|t| {
                 let deadline = match t.deadline {
-                    PARKED => parked.get(&t.offset).copied().unwrap_or(t.deadline),
+                    // (Never without its group's entry; were it so, due now: a check parks
+                    // it again while no producer is online.)
+                    PARKED => parked.get(&t.offset).copied().unwrap_or(self.now),
                     d => d,
                 };
                 (
