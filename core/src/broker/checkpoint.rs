@@ -205,8 +205,15 @@ pub(crate) fn covered_offset(bytes: &[u8]) -> Option<u64> {
     Some(u64::from_le_bytes(bytes[12..20].try_into().ok()?))
 }
 
-/// Reads a checkpoint; `Err` says what is wrong with it.
-pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+/// The log offset a checkpoint covers when its bytes are whole (magic, version, length and
+/// CRC right; the body is not decoded), for a storage that looks before the core opens.
+#[cfg(feature = "std")]
+pub(crate) fn whole_covers(bytes: &[u8]) -> Option<u64> {
+    verify(bytes).ok()
+}
+
+/// Checks a checkpoint's header, length and CRC; returns the offset it covers.
+fn verify(bytes: &[u8]) -> Result<u64, String> {
     if bytes.len() < HEADER || bytes[..8] != MAGIC {
         return Err(alloc::format!(
             "not a checkpoint ({} bytes, no CHECKPOINT header)",
@@ -234,6 +241,14 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     if h.finalize() != le32(24) {
         return Err("checkpoint CRC does not match its bytes (damaged)".into());
     }
+    Ok(u64::from_le_bytes(
+        bytes[12..20].try_into().expect("8 bytes"),
+    ))
+}
+
+/// Reads a checkpoint; `Err` says what is wrong with it.
+pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+    verify(bytes)?;
     let snap: Snapshot = postcard::from_bytes(&bytes[HEADER..])
         .map_err(|e| alloc::format!("checkpoint body unreadable: {e}"))?;
     if snap.covers != u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) {

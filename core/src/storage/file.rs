@@ -161,8 +161,25 @@ impl FileStorage {
     /// (a write of the last run failed and nobody was told yet). Then every page is
     /// clean, those a failed writeback left behind included, and `DONTNEED` drops them:
     /// recovery reads from the disk.
+    ///
+    /// Not the segments wholly below the offset a whole checkpoint covers (its header,
+    /// length and CRC right): the core synced them before it wrote the checkpoint, and
+    /// nothing writes them again, so their cached pages are what the disk holds — and a
+    /// start from the checkpoint does not read them. Its cost then follows the log after
+    /// the checkpoint, not the retained log.
     fn drop_cached_segments(&mut self) -> io::Result<()> {
-        for base in self.segments()? {
+        let synced_below = match self.checkpoint()? {
+            Some(bytes) => crate::broker::whole_checkpoint_covers(&bytes).unwrap_or(0),
+            None => 0,
+        };
+        let segments = self.segments()?;
+        for (i, &base) in segments.iter().enumerate() {
+            if segments
+                .get(i + 1)
+                .is_some_and(|&next| next <= synced_below)
+            {
+                continue;
+            }
             let path = self.path(base);
             let f = match File::open(&path) {
                 Ok(f) => f,
