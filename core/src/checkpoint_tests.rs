@@ -539,3 +539,39 @@ fn a_replica_cutting_its_log_below_a_checkpoint_drops_it() {
     let b = b.unwrap();
     assert_eq!(b.recovery_report().checkpoint, Some(c));
 }
+
+/// On files: a kill -9 (no close) after a checkpoint; the start reads `CHECKPOINT` and the
+/// log after it, and the file is replaced whole by the next one.
+#[cfg(feature = "std")]
+#[test]
+fn on_files_a_start_after_kill_9_reads_the_checkpoint_and_the_log_after_it() {
+    let dir = crate::tests::temp_dir("checkpoint-files");
+    let cfg = cfg();
+    let mut b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let send = |b: &mut Broker<FileStorage>, i: usize| {
+        let m = NewMessage::new("T0", alloc::format!("{i}-{}", "z".repeat(300)));
+        b.execute(1, Request::Send { messages: vec![m] }).unwrap();
+    };
+    for i in 0..200 {
+        send(&mut b, i);
+    }
+    let first = b.checkpoint().unwrap().unwrap();
+    for i in 200..300 {
+        send(&mut b, i);
+    }
+    let c = b.checkpoint().unwrap().unwrap();
+    assert!(c > first);
+    for i in 300..305 {
+        send(&mut b, i);
+    }
+    b.sync().unwrap();
+    drop(b);
+    assert!(dir.join(CHECKPOINT_FILE).exists());
+    assert!(!dir.join("CHECKPOINT.tmp").exists());
+    let b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let r = b.recovery_report();
+    assert_eq!((r.checkpoint, r.records), (Some(c), 5), "{r:?}");
+    let stored: u64 = b.topic_info("T0").unwrap().queues.iter().map(|q| q.1).sum();
+    assert_eq!(stored, 305);
+    let _ = std::fs::remove_dir_all(&dir);
+}
