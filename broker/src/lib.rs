@@ -30,6 +30,7 @@ pub mod auth;
 pub mod backup;
 pub mod bench;
 pub mod budget;
+pub mod checkpoint;
 pub mod client;
 pub mod clock;
 pub mod cluster;

@@ -160,6 +160,7 @@ fn bench_args(c: BenchCli) -> Result<rocklet_broker::bench::BenchArgs, String> {
     a.rss_max_per_million = c.rss_max_per_million;
     a.retain_every = c.retain_every;
     a.segment_size = c.segment_size;
+    a.checkpoint_every = c.checkpoint_every;
     Ok(a)
 }
 

@@ -107,6 +107,13 @@ pub async fn run_once(
                 return Ok::<_, String>((Retention::default(), dir));
             }
             let r = b.retain(now, before).map_err(|e| e.to_string())?;
+            if !r.retired.is_empty() {
+                // `LOG_START` changed, so the checkpoint before it is no longer used: a new
+                // one keeps the next start short.
+                if let Err(e) = b.checkpoint() {
+                    warn!(error = %e, "recording a checkpoint after retention failed");
+                }
+            }
             if let AnyStorage::Mem(mem) = b.storage_mut() {
                 for base in &r.retired {
                     let _ = mem.remove(*base);

@@ -188,8 +188,12 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         pending_delays = broker.pending_delay_count(),
         elapsed_ms = started.elapsed().as_millis() as u64,
         last_stop_clean,
+        from_checkpoint = ?r.checkpoint,
         "log recovered"
     );
+    if let Some(why) = &r.checkpoint_unused {
+        warn!(file = %dir.join(rocklet_core::CHECKPOINT_FILE).display(), reason = %why, "the checkpoint was not used: the whole log was replayed");
+    }
     for cut in &r.cuts {
         warn!(offset = cut.offset, bytes = cut.bytes, reason = %cut.reason, kept_as = ?cut.kept_as, "recovery cut a torn tail");
     }
@@ -392,6 +396,8 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         m.clone(),
         cfg.retention.clone(),
     ));
+    let checkpoint_task =
+        tokio::spawn(crate::checkpoint::run(core.clone(), cfg.checkpoint.clone()));
     let (metrics_addr, metrics_task) = match metrics_listener {
         Some(l) => {
             let a = l.local_addr().ok();
@@ -442,7 +448,7 @@ pub async fn start(mut cfg: BrokerConfig, clock: Arc<dyn Clock>) -> Result<Runni
         stop_server: Some(stop_tx),
         server: Some(server),
         metrics_task,
-        samplers: vec![rates_task, disk_full_task, retention_task],
+        samplers: vec![rates_task, disk_full_task, retention_task, checkpoint_task],
         core_thread: Some(core_thread),
     })
 }

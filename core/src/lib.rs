@@ -12,8 +12,10 @@
 //! ## Memory: what is live, not what is stored
 //!
 //! Per-message indexes live in files beside the log, through the [`Storage`]'s side files,
-//! rebuilt from the log on every open (derived data: a crash never loses anything they
-//! hold that the log does not):
+//! rebuilt from the log on an open without a checkpoint, cut back to it on an open from one
+//! ([`Broker::checkpoint`]: the state at a durable log offset, so an open replays only the
+//! log after it) — derived data: a crash never loses anything they hold that the log does
+//! not:
 //! - consume queues: RocketMQ's 20-byte units in `consumequeue/<topic>/<queue id>/<20-digit
 //!   byte offset>`, files of [`CQ_FILE_UNITS`] units; read back through a cache of
 //!   [`Config::cq_cache_blocks`] blocks of 1,000 units (16,000 bytes a block);
@@ -48,6 +50,8 @@ extern crate alloc;
 extern crate std;
 
 pub mod broker;
+#[cfg(test)]
+mod checkpoint_tests;
 pub mod config;
 #[cfg(test)]
 mod cq_tests;
@@ -80,5 +84,7 @@ pub use error::Error;
 pub use log::{Cut, Quarantined, RecoveryReport};
 pub use storage::{check_side_name, LogEnd, MemStorage, Storage, QUARANTINE_DIR};
 #[cfg(feature = "std")]
-pub use storage::{AnyStorage, DetachedSync, FileStorage, LOG_END_FILE, LOG_START_FILE};
+pub use storage::{
+    AnyStorage, DetachedSync, FileStorage, CHECKPOINT_FILE, LOG_END_FILE, LOG_START_FILE,
+};
 pub use types::*;

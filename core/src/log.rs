@@ -31,6 +31,13 @@ pub struct RecoveryReport {
     ///
     /// [`Broker::open_repairing`]: crate::Broker::open_repairing
     pub quarantined: Vec<Quarantined>,
+    /// The log offset of the checkpoint this open started from: only the log from there on
+    /// was read (`records`, `bytes_scanned` and `segments` count that part). `None`: the
+    /// whole log was replayed.
+    pub checkpoint: Option<u64>,
+    /// Why a checkpoint the storage holds was not used (damaged, unreadable, or no longer
+    /// matching the log), when it was not: the whole log was replayed instead.
+    pub checkpoint_unused: Option<String>,
 }
 
 impl RecoveryReport {
@@ -481,7 +488,32 @@ impl<S: Storage> Log<S> {
             settle: false,
             end_checked: false,
             log_start: start,
+            from_checkpoint: None,
         })
+    }
+
+    /// Starts recovery from a checkpoint covering the log below `covers` (`closed`: the
+    /// segment before it ends there): reads the segment list as
+    /// [`Log::start_recovery`] does (the caller checked the segments below `covers`), then
+    /// only the log from `covers` on.
+    pub(crate) fn start_recovery_at(
+        &mut self,
+        start: u64,
+        covers: u64,
+        closed: bool,
+    ) -> Result<Recovery, S::Error> {
+        let mut rec = self.start_recovery(false, start)?;
+        // The segment holding the byte before `covers`.
+        let si = rec.segs.partition_point(|&b| b < covers).saturating_sub(1);
+        if let Some(&base) = rec.segs.get(si) {
+            rec.si = si;
+            rec.seg_len = Some(self.storage.len(base)?);
+            rec.pos = covers - base;
+            rec.end = covers;
+            rec.closed = closed;
+            rec.from_checkpoint = Some(covers);
+        }
+        Ok(rec)
     }
 
     /// A clean stop: everything is synced, and the storage records where the log ends and
@@ -526,6 +558,12 @@ pub(crate) fn truncate_storage<S: Storage>(storage: &mut S, offset: u64) -> Resu
         }
     }
     storage.sync()?;
+    // A checkpoint of state past the cut no longer describes this log.
+    if let Some(c) = storage.checkpoint()? {
+        if crate::broker::checkpoint_covers(&c).is_none_or(|covers| covers > offset) {
+            storage.remove_checkpoint()?;
+        }
+    }
     // The log is shorter now: the record of how far it reached follows it down.
     if let Some(mark) = storage.log_end()? {
         storage.record_log_end(mark.end.min(offset), false)?;

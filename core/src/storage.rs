@@ -96,6 +96,24 @@ pub trait Storage {
         Ok(false)
     }
 
+    /// The newest checkpoint of the core's state (opaque bytes, written by
+    /// [`Storage::record_checkpoint`]), or `None` when there is none. The default keeps none.
+    fn checkpoint(&mut self) -> Result<Option<Vec<u8>>, Self::Error> {
+        Ok(None)
+    }
+    /// Replaces the checkpoint, durably and atomically before it returns: after a crash the
+    /// storage holds either the old checkpoint or this one, whole. The default cannot keep
+    /// one and says so with `Ok(false)` (every open then replays the whole log).
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> Result<bool, Self::Error> {
+        let _ = checkpoint;
+        Ok(false)
+    }
+    /// Deletes the checkpoint (nothing when there is none), durably before it returns: a
+    /// replica cutting its log below what the checkpoint covers. The default keeps none.
+    fn remove_checkpoint(&mut self) -> Result<(), Self::Error> {
+        Ok(())
+    }
+
     // ---- side files ---------------------------------------------------------------------
     //
     // Files the core keeps beside the log: data derived from it (consume queues, the key
@@ -180,6 +198,8 @@ pub struct MemStorage {
     log_start: Option<Vec<u8>>,
     /// Side files: name → bytes.
     side: BTreeMap<String, Vec<u8>>,
+    /// [`Storage::checkpoint`].
+    checkpoint: Option<Vec<u8>>,
 }
 
 impl fmt::Debug for MemStorage {
@@ -360,6 +380,17 @@ impl Storage for MemStorage {
         self.log_start = Some(record.to_vec());
         Ok(true)
     }
+    fn checkpoint(&mut self) -> Result<Option<Vec<u8>>, Infallible> {
+        Ok(self.checkpoint.clone())
+    }
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> Result<bool, Infallible> {
+        self.checkpoint = Some(checkpoint.to_vec());
+        Ok(true)
+    }
+    fn remove_checkpoint(&mut self) -> Result<(), Infallible> {
+        self.checkpoint = None;
+        Ok(())
+    }
     fn side_len(&mut self, name: &str) -> Result<Option<u64>, Infallible> {
         Ok(self.side.get(name).map(|f| f.len() as u64))
     }
@@ -410,8 +441,8 @@ impl Storage for MemStorage {
 
 #[cfg(feature = "std")]
 pub use file::{
-    read_failures, read_log_end, AnyStorage, DetachedSync, FileStorage, LOG_END_FILE,
-    LOG_START_FILE,
+    read_failures, read_log_end, AnyStorage, DetachedSync, FileStorage, CHECKPOINT_FILE,
+    LOG_END_FILE, LOG_START_FILE,
 };
 
 #[cfg(feature = "std")]

@@ -54,6 +54,10 @@ pub struct CrashStorage {
     /// written durably at once, unless the power was cut before: see `cut_after_bytes`).
     log_start: Option<Vec<u8>>,
     durable_log_start: Option<Vec<u8>>,
+    /// [`Storage::checkpoint`], as `log_start`: written durably at once (unless the power
+    /// was cut before).
+    checkpoint: Option<Vec<u8>>,
+    durable_checkpoint: Option<Vec<u8>>,
 }
 
 impl CrashStorage {
@@ -66,11 +70,14 @@ impl CrashStorage {
     #[must_use]
     pub fn from_mem(mut mem: MemStorage) -> Self {
         let start = mem.log_start().unwrap_or_default();
+        let checkpoint = mem.checkpoint().unwrap_or_default();
         CrashStorage {
             live: mem.clone(),
             durable: mem,
             log_start: start.clone(),
             durable_log_start: start,
+            checkpoint: checkpoint.clone(),
+            durable_checkpoint: checkpoint,
             ..Self::default()
         }
     }
@@ -81,6 +88,10 @@ impl CrashStorage {
         if let Some(r) = &self.durable_log_start {
             let _ = m.record_log_start(r);
         }
+        match &self.durable_checkpoint {
+            Some(c) => m.record_checkpoint(c).map(drop).unwrap_or_default(),
+            None => m.remove_checkpoint().unwrap_or_default(),
+        }
         m
     }
     /// What a process crash (not power loss) leaves: everything written so far.
@@ -89,6 +100,10 @@ impl CrashStorage {
         let mut m = self.live.clone();
         if let Some(r) = &self.log_start {
             let _ = m.record_log_start(r);
+        }
+        match &self.checkpoint {
+            Some(c) => m.record_checkpoint(c).map(drop).unwrap_or_default(),
+            None => m.remove_checkpoint().unwrap_or_default(),
         }
         m
     }
@@ -262,6 +277,24 @@ impl Storage for CrashStorage {
             self.durable_log_start = Some(record.to_vec());
         }
         Ok(true)
+    }
+    fn checkpoint(&mut self) -> Result<Option<Vec<u8>>, Injected> {
+        Ok(self.checkpoint.clone())
+    }
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> Result<bool, Injected> {
+        if self.fail_syncs {
+            return Err(Injected("I/O error on sync".into()));
+        }
+        self.checkpoint = Some(checkpoint.to_vec());
+        if !self.power_cut() {
+            self.durable_checkpoint = Some(checkpoint.to_vec());
+        }
+        Ok(true)
+    }
+    fn remove_checkpoint(&mut self) -> Result<(), Injected> {
+        self.checkpoint = None;
+        self.durable_checkpoint = None;
+        Ok(())
     }
 }
 

@@ -3,7 +3,8 @@
 # mixed gRPC load killed with SIGKILL (20 cycles per flush mode) and by power cuts of the ext4
 # file system its data directory is on (loop device, EXT4_IOC_SHUTDOWN without log flush; 10
 # cycles per flush mode) — both with retention on (128 KiB segments retired 0.36 s after they
-# are sealed, every fourth kill in the middle of a deletion; issue 31) —, the bad-input matrix (docs/bad-input.md), a full disk under the
+# are sealed, every fourth kill in the middle of a deletion; issue 31) and checkpoints every
+# 100 ms (most starts read one and replay only the log after it; issue 31 item 3) —, the bad-input matrix (docs/bad-input.md), a full disk under the
 # broker (tmpfs) and a failing disk (ext4 on a loop device over a FUSE file that fails writes
 # on demand). The mount tests need root (and python3 for the ioctl, /dev/fuse for FUSE) and
 # skip with a message where that is not permitted. The Python crash loop

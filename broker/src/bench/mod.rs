@@ -238,6 +238,11 @@ pub struct BenchArgs {
     pub retain_every: Option<u64>,
     /// Embedded runs: the core's segment size (default 1 GiB).
     pub segment_size: Option<u64>,
+    /// `recover`: record a checkpoint of the core's state each time the log grew by this many
+    /// bytes while filling, as the broker's schedule does (`checkpoint_bytes`); the reopen
+    /// then reads the newest one and replays only the log after it, and the run fails when
+    /// it replays any other record.
+    pub checkpoint_every: Option<u64>,
 }
 
 /// TLS of a gRPC bench run.
@@ -289,6 +294,7 @@ impl BenchArgs {
             rss_max_per_million: None,
             retain_every: None,
             segment_size: None,
+            checkpoint_every: None,
         }
     }
 
@@ -360,6 +366,11 @@ impl BenchArgs {
                     "--retain-every retires segment files: use it with --embedded --storage file"
                         .into(),
                 );
+            }
+        }
+        if let Some(n) = self.checkpoint_every {
+            if n == 0 || self.mode != Mode::Recover {
+                return Err("--checkpoint-every BYTES (at least 1) is for the recover mode".into());
             }
         }
         if (self.segment_size.is_some()) && !matches!(self.target, Target::Embedded(_)) {

@@ -127,6 +127,10 @@ pub struct FileConfig {
     pub disk_space_clean_forcibly_ratio: Option<f64>,
     /// Retention: how often it looks, in ms.
     pub retention_check_interval_ms: Option<Millis>,
+    /// A checkpoint of the core's state once the log grew by this many bytes.
+    pub checkpoint_bytes: Option<u64>,
+    /// A checkpoint once this many ms passed (and the log grew).
+    pub checkpoint_interval_ms: Option<Millis>,
 }
 
 impl FileConfig {

@@ -49,6 +49,8 @@
 //! disk_max_used_space_ratio = 0.75   # above it expired segments go at once, whatever the hour
 //! disk_space_clean_forcibly_ratio = 0.85 # above it the oldest go, whatever their age
 //! retention_check_interval_ms = 10000 # how often retention looks (RocketMQ's cleanResourceInterval)
+//! checkpoint_bytes = 268435456       # a checkpoint of the core's state per 256 MiB of log…
+//! checkpoint_interval_ms = 60000     # …or per minute (if the log grew): a start reads no more
 //! console_allowed_hosts = ["ops.example.com"] # names (host[:port]) the console answers to
 //!                                    # besides its own address (and localhost on loopback)
 //! metrics_allowed_hosts = ["broker1.example.com:9100"] # the same for the metrics listener
@@ -94,7 +96,7 @@ pub use file::{
     check_data_dir, read_regular_file, FileConfig, GroupDecl, TopicDecl, TopicMessageType,
     MAX_CONFIG_FILE_BYTES,
 };
-pub use retention::{parse_delete_when, RetentionConfig};
+pub use retention::{parse_delete_when, CheckpointConfig, RetentionConfig};
 
 /// Default gRPC address.
 pub const DEFAULT_LISTEN: &str = "127.0.0.1:8081";
@@ -357,6 +359,8 @@ pub struct BrokerConfig {
     pub repair: bool,
     /// Log retention ([`crate::retention`]).
     pub retention: RetentionConfig,
+    /// Checkpoints of the core's state ([`crate::checkpoint`]).
+    pub checkpoint: CheckpointConfig,
 }
 
 impl Default for BrokerConfig {
@@ -459,6 +463,13 @@ impl BrokerConfig {
                     check_interval_ms: f.retention_check_interval_ms.unwrap_or(d.check_interval_ms),
                 }
             },
+            checkpoint: {
+                let d = CheckpointConfig::default();
+                CheckpointConfig {
+                    bytes: f.checkpoint_bytes.unwrap_or(d.bytes),
+                    interval_ms: f.checkpoint_interval_ms.unwrap_or(d.interval_ms),
+                }
+            },
         }
     }
 
@@ -557,6 +568,18 @@ impl BrokerConfig {
             return Err(format!(
                 "invalid config `retention_check_interval_ms`: {} is below 10",
                 r.check_interval_ms
+            ));
+        }
+        if self.checkpoint.interval_ms < 100 {
+            return Err(format!(
+                "invalid config `checkpoint_interval_ms`: {} is below 100",
+                self.checkpoint.interval_ms
+            ));
+        }
+        if self.checkpoint.bytes < 1 << 20 {
+            return Err(format!(
+                "invalid config `checkpoint_bytes`: {} is below 1048576 (1 MiB)",
+                self.checkpoint.bytes
             ));
         }
         if self.console_sample_ms < 100 || self.console_sample_ms > 600_000 {

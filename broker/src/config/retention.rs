@@ -51,3 +51,22 @@ pub fn parse_delete_when(v: &str) -> Result<Vec<u8>, String> {
     }
     Ok(hours)
 }
+
+/// When the core records a checkpoint of its state ([`crate::checkpoint`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointConfig {
+    /// Once the log grew by this many bytes since the last checkpoint (default 256 MiB):
+    /// what a start after a kill -9 replays at most, whatever the log holds.
+    pub bytes: u64,
+    /// Once this many ms passed since the last checkpoint and the log grew (default 60 000).
+    pub interval_ms: Millis,
+}
+
+impl Default for CheckpointConfig {
+    fn default() -> Self {
+        CheckpointConfig {
+            bytes: 256 << 20,
+            interval_ms: 60_000,
+        }
+    }
+}

@@ -296,3 +296,33 @@ fn retention_settings_are_checked_by_name() {
         assert!(e.contains(&format!("`{field}`")), "{text}: {e}");
     }
 }
+
+#[test]
+fn checkpoint_settings_are_checked_by_name() {
+    let c = BrokerConfig::default();
+    assert_eq!(c.checkpoint, CheckpointConfig::default());
+    assert_eq!(
+        (c.checkpoint.bytes, c.checkpoint.interval_ms),
+        (256 << 20, 60_000)
+    );
+    let f = FileConfig::parse("checkpoint_bytes = 2097152\ncheckpoint_interval_ms = 500").unwrap();
+    let c = BrokerConfig::from_file(f);
+    assert_eq!(
+        (c.checkpoint.bytes, c.checkpoint.interval_ms),
+        (2 << 20, 500)
+    );
+    c.validate().unwrap();
+    for (text, want) in [
+        (
+            "checkpoint_interval_ms = 10",
+            "invalid config `checkpoint_interval_ms`: 10 is below 100",
+        ),
+        (
+            "checkpoint_bytes = 1000",
+            "invalid config `checkpoint_bytes`: 1000 is below 1048576 (1 MiB)",
+        ),
+    ] {
+        let c = BrokerConfig::from_file(FileConfig::parse(text).unwrap());
+        assert_eq!(c.validate().unwrap_err(), want, "{text}");
+    }
+}

@@ -158,6 +158,12 @@ impl Driver {
         // Anything still waiting can no longer be answered: dropping the oneshots says so.
         self.pending.clear();
         // A clean stop is recorded as one (LOG_END): the next start trusts the page cache.
+        // A checkpoint first: the next start reads it and nothing of the log.
+        if self.broker.failed().is_none() {
+            if let Err(e) = self.broker.checkpoint() {
+                warn!(error = %e, "recording a checkpoint at the stop failed");
+            }
+        }
         if self.broker.failed().is_none() {
             if let Err(e) = self.broker.close() {
                 let end = self.broker.log_end();

@@ -316,6 +316,11 @@ pub(crate) struct BenchCli {
     /// With --embedded: the core's segment size in bytes (default 1 GiB).
     #[arg(long, value_name = "BYTES")]
     pub(crate) segment_size: Option<u64>,
+    /// recover: record a checkpoint each time the log grew by BYTES while filling (as the
+    /// broker's `checkpoint_bytes`); the reopen replays only the log after the newest one,
+    /// and the run fails if it replays more.
+    #[arg(long, value_name = "BYTES")]
+    pub(crate) checkpoint_every: Option<u64>,
     /// Same as the `txn` mode (kept for older scripts).
     #[arg(long, hide = true)]
     pub(crate) transactional: bool,

@@ -215,6 +215,7 @@ impl<S: Storage> Broker<S> {
             return;
         }
         let now = r.header.store_timestamp;
+        self.applied_at = self.applied_at.max(now);
         if self.recovering {
             self.now = self.now.max(now);
         }

@@ -18,8 +18,8 @@ pub const INDEX_SLOTS: u32 = if cfg!(test) { 1 << 8 } else { 1 << 19 };
 pub const INDEX_ENTRIES: u32 = if cfg!(test) { 1 << 10 } else { 1 << 21 };
 /// The directory under the storage's side files that holds the index.
 pub const INDEX_DIR: &str = "index";
-const ENTRY_BYTES: u64 = 16;
-const SLOTS_BYTES: u64 = INDEX_SLOTS as u64 * 4;
+pub(super) const ENTRY_BYTES: u64 = 16;
+pub(super) const SLOTS_BYTES: u64 = INDEX_SLOTS as u64 * 4;
 /// Entries held before they are written (one write for them all).
 const PENDING: usize = 512;
 /// Entries held at most while the newest file cannot be written (a full disk): 1 MiB.
@@ -29,14 +29,14 @@ const PENDING_MAX: usize = 65_536;
 #[derive(Default)]
 pub(super) struct KeyIndex {
     /// Every file, oldest first: (file number, newest log offset in it).
-    files: Vec<(u64, u64)>,
+    pub(super) files: Vec<(u64, u64)>,
     /// The newest file's slots: an entry number + 1 (0: empty). Written to its file when it
     /// is full (sealed); empty until the first entry.
-    slots: Vec<u32>,
+    pub(super) slots: Vec<u32>,
     /// Entries in the newest file.
-    count: u32,
+    pub(super) count: u32,
     /// The newest file's entries not yet written: numbers `count - pending.len()..count`.
-    pending: Vec<(u32, u32, u64)>,
+    pub(super) pending: Vec<(u32, u32, u64)>,
     /// Encoded entries, and a file's name (reused).
     buf: Vec<u8>,
     name: String,
@@ -60,7 +60,7 @@ fn slot(hash: u32) -> u32 {
     hash & (INDEX_SLOTS - 1)
 }
 
-fn file_name(n: u64) -> String {
+pub(super) fn file_name(n: u64) -> String {
     let mut s = String::new();
     name_into(&mut s, n);
     s
@@ -116,7 +116,7 @@ impl KeyIndex {
     }
 
     /// Writes the pending entries to the newest file.
-    fn flush<S: Storage>(&mut self, storage: &mut S) -> Result<(), S::Error> {
+    pub(super) fn flush<S: Storage>(&mut self, storage: &mut S) -> Result<(), S::Error> {
         let Some(&(n, _)) = self.files.last() else {
             return Ok(());
         };

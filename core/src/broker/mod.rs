@@ -20,6 +20,7 @@ use crate::types::*;
 use crate::Millis;
 
 mod apply;
+mod checkpoint;
 mod consumers;
 mod delays;
 mod index;
@@ -33,6 +34,9 @@ mod state;
 mod topics;
 mod transactions;
 
+pub(crate) use checkpoint::covered_offset as checkpoint_covers;
+#[cfg(feature = "std")]
+pub(crate) use checkpoint::whole_covers as whole_checkpoint_covers;
 pub use index::{INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS, MAX_CHAIN};
 pub use message::offset_msg_id;
 use message::*;
@@ -119,6 +123,8 @@ pub struct Broker<S: Storage> {
     rescans: VecDeque<(u64, u32)>,
     buf: Vec<u8>,
     recovering: bool,
+    /// The latest store time of a record applied (what replaying the log sets `now` to).
+    applied_at: Millis,
     /// Under async flush: when the appended bytes must be synced.
     flush_due: Option<Millis>,
     /// Set when a sync failed: what the storage holds is unknown from then on, so the broker
@@ -289,6 +295,7 @@ impl<S: Storage> Broker<S> {
             rescans: VecDeque::new(),
             buf: Vec::new(),
             recovering: true,
+            applied_at: 0,
             flush_due: None,
             failed: None,
             report: RecoveryReport::default(),
@@ -310,21 +317,46 @@ impl<S: Storage> Broker<S> {
             cq_name: String::new(),
             side_error: None,
         };
-        // The consume queues are rebuilt from the log (see `Queue`): their old files go.
-        b.clear_consume_queues()?;
-        b.clear_index()?;
         // Retention retired the oldest segments: the log starts where its record says, with
         // what replaying from there cannot rebuild.
-        let start = match b.log.storage.log_start().map_err(Error::Storage)? {
-            Some(bytes) => b
-                .apply_log_start(&bytes)
-                .map_err(|reason| Error::Corrupted { offset: 0, reason })?,
-            None => 0,
+        let log_start = b.log.storage.log_start().map_err(Error::Storage)?;
+        // The newest checkpoint, when it still names this log: replay starts after it.
+        let mut unused = None;
+        let snap = match b.log.storage.checkpoint().map_err(Error::Storage)? {
+            Some(_) if repair => {
+                unused = Some(String::from("a repair replays the whole log"));
+                None
+            }
+            Some(bytes) => match b.usable_checkpoint(&bytes, log_start.as_deref())? {
+                Ok(snap) => Some(snap),
+                Err(why) => {
+                    unused = Some(why);
+                    None
+                }
+            },
+            None => None,
         };
-        let mut rec = b
-            .log
-            .start_recovery(repair, start)
-            .map_err(Error::Storage)?;
+        let mut rec = match snap {
+            Some(snap) => {
+                let (start, covers, closed) = (snap.log_start, snap.covers, snap.closed);
+                b.restore(snap)?;
+                b.log.start_recovery_at(start, covers, closed)
+            }
+            None => {
+                // The consume queues and the index are rebuilt from the log (see `Queue`):
+                // their old files go.
+                b.clear_consume_queues()?;
+                b.clear_index()?;
+                let start = match log_start {
+                    Some(bytes) => b
+                        .apply_log_start(&bytes)
+                        .map_err(|reason| Error::Corrupted { offset: 0, reason })?,
+                    None => 0,
+                };
+                b.log.start_recovery(repair, start)
+            }
+        }
+        .map_err(Error::Storage)?;
         let recovery_err = |e| match e {
             RecoveryError::Storage(e) => Error::Storage(e),
             RecoveryError::Corrupt { offset, reason } => Error::Corrupted { offset, reason },
@@ -335,7 +367,10 @@ impl<S: Storage> Broker<S> {
                 b.apply(off, &r);
             }
         }
+        let covers = rec.checkpoint();
         b.report = b.log.finish_recovery(rec);
+        b.report.checkpoint = covers;
+        b.report.checkpoint_unused = unused;
         if let Some(e) = b.side_error.take() {
             return Err(e);
         }
@@ -683,6 +718,9 @@ impl<S: Storage> Broker<S> {
     /// of this run failed unseen. Append nothing after it; open the storage again to go on.
     pub fn close(&mut self) -> Res<(), S> {
         self.flush_tails();
+        // The index's pending entries too (a failed write keeps them: the next open
+        // rebuilds or cuts the file as it does after a crash).
+        let _ = self.index.flush(&mut self.log.storage);
         if let Some(e) = self.side_error.take() {
             return Err(e);
         }

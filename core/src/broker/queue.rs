@@ -166,11 +166,11 @@ impl Queue {
         self.end - self.base
     }
     /// Queue offset of the first unit of the tail (everything below it is in the file).
-    fn flushed_end(&self) -> u64 {
+    pub(super) fn flushed_end(&self) -> u64 {
         self.end - self.tail.len() as u64
     }
     /// The side file holding queue offset `o`, and the unit's position in it.
-    fn file_of(&self, o: u64) -> (String, u64) {
+    pub(super) fn file_of(&self, o: u64) -> (String, u64) {
         let mut name = String::new();
         let pos = self.file_of_into(o, &mut name);
         (name, pos)

@@ -123,7 +123,9 @@ pub(super) struct Topic {
 pub(super) struct Group {
     pub(super) name: String,
     pub(super) online: bool,
-    pub(super) parked: Vec<u64>,
+    /// Transactions whose check waits for a producer of the group: (id, the deadline it
+    /// was parked at).
+    pub(super) parked: Vec<(u64, Millis)>,
     /// Receives are orderly (FIFO): a queue's messages in queue order, one batch in flight
     /// per queue, redelivered in place.
     pub(super) fifo: bool,

@@ -54,9 +54,11 @@ impl<S: Storage> Broker<S> {
         let g = self.group(group);
         self.groups[g as usize].online = online;
         if online {
+            // Due again at the deadline they were parked at (passed already): the deadline
+            // their records give them, as replaying the log would (and a checkpoint keeps).
             let parked = core::mem::take(&mut self.groups[g as usize].parked);
-            for off in parked {
-                self.txns.update(off, |t| t.deadline = now);
+            for (off, due) in parked {
+                self.txns.update(off, |t| t.deadline = due);
             }
         }
     }
@@ -306,7 +308,9 @@ impl<S: Storage> Broker<S> {
         }
         if !self.groups[row.group as usize].online {
             self.txns.update(row.offset, |t| t.deadline = PARKED);
-            self.groups[row.group as usize].parked.push(row.offset);
+            self.groups[row.group as usize]
+                .parked
+                .push((row.offset, row.deadline));
             self.trace_txn(TraceKind::CheckParked, row.offset, row.queue, String::new());
             return Ok(());
         }
@@ -335,7 +339,7 @@ impl<S: Storage> Broker<S> {
         if row.deadline == PARKED {
             self.groups[row.group as usize]
                 .parked
-                .retain(|&o| o != row.offset);
+                .retain(|&(o, _)| o != row.offset);
         }
     }
 }

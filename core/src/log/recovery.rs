@@ -40,6 +40,8 @@ pub(crate) struct Recovery {
     pub(super) end_checked: bool,
     /// Where the log starts (see [`Log::start_recovery`]).
     pub(super) log_start: u64,
+    /// The checkpoint it started from ([`Log::start_recovery_at`]).
+    pub(super) from_checkpoint: Option<u64>,
 }
 
 /// A recovered record: (log offset, bytes).
@@ -68,6 +70,11 @@ enum After {
 const SCAN_WINDOW: usize = 1 << 20;
 
 impl Recovery {
+    /// The offset of the checkpoint this recovery started from, if it did.
+    pub(crate) fn checkpoint(&self) -> Option<u64> {
+        self.from_checkpoint
+    }
+
     /// The next valid record, as (offset, bytes).
     pub(crate) fn next<S: Storage>(
         &mut self,

@@ -161,8 +161,25 @@ impl FileStorage {
     /// (a write of the last run failed and nobody was told yet). Then every page is
     /// clean, those a failed writeback left behind included, and `DONTNEED` drops them:
     /// recovery reads from the disk.
+    ///
+    /// Not the segments wholly below the offset a whole checkpoint covers (its header,
+    /// length and CRC right): the core synced them before it wrote the checkpoint, and
+    /// nothing writes them again, so their cached pages are what the disk holds — and a
+    /// start from the checkpoint does not read them. Its cost then follows the log after
+    /// the checkpoint, not the retained log.
     fn drop_cached_segments(&mut self) -> io::Result<()> {
-        for base in self.segments()? {
+        let synced_below = match self.checkpoint()? {
+            Some(bytes) => crate::broker::whole_checkpoint_covers(&bytes).unwrap_or(0),
+            None => 0,
+        };
+        let segments = self.segments()?;
+        for (i, &base) in segments.iter().enumerate() {
+            if segments
+                .get(i + 1)
+                .is_some_and(|&next| next <= synced_below)
+            {
+                continue;
+            }
             let path = self.path(base);
             let f = match File::open(&path) {
                 Ok(f) => f,
@@ -555,6 +572,37 @@ impl Storage for FileStorage {
         Ok(true)
     }
 
+    fn checkpoint(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match fs::read(self.dir.join(CHECKPOINT_FILE)) {
+            Ok(b) => Ok(Some(b)),
+            Err(e) if e.kind() == io::ErrorKind::NotFound => Ok(None),
+            Err(e) => Err(e),
+        }
+    }
+
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> io::Result<bool> {
+        // As LOG_START: a temporary file, fsynced, renamed over the checkpoint, and the
+        // directory fsynced.
+        let tmp = self.dir.join(CHECKPOINT_TMP);
+        {
+            let mut f = File::create(&tmp)?;
+            f.write_all(checkpoint)?;
+            f.sync_all()?;
+        }
+        fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
+        File::open(&self.dir)?.sync_all()?;
+        Ok(true)
+    }
+
+    fn remove_checkpoint(&mut self) -> io::Result<()> {
+        match fs::remove_file(self.dir.join(CHECKPOINT_FILE)) {
+            Ok(()) => {}
+            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+            Err(e) => return Err(e),
+        }
+        File::open(&self.dir)?.sync_all()
+    }
+
     fn close_segment(&mut self, base: u64) {
         self.open.retain(|(b, _)| *b != base);
         self.dirty.retain(|(b, _)| *b != base);
@@ -701,6 +749,12 @@ pub const LOG_END_FILE: &str = "LOG_END";
 /// (postcard), replaced atomically. A directory without it starts at its first segment.
 pub const LOG_START_FILE: &str = "LOG_START";
 const LOG_START_TMP: &str = "LOG_START.tmp";
+/// The file in a [`FileStorage`]'s directory that holds the newest checkpoint of the core's
+/// state ([`Storage::checkpoint`]): written by the core (versioned, CRC-checked), replaced
+/// atomically. A directory without it (or with one the core cannot use) replays its whole
+/// log on open.
+pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
+const CHECKPOINT_TMP: &str = "CHECKPOINT.tmp";
 const LOG_END_TMP: &str = "LOG_END.tmp";
 const SYNC_FAILED: &str = "SYNC_FAILED.";
 
@@ -900,6 +954,24 @@ impl Storage for AnyStorage {
         match self {
             AnyStorage::Mem(m) => m.record_log_start(record).map_err(never),
             AnyStorage::File(f) => f.record_log_start(record),
+        }
+    }
+    fn checkpoint(&mut self) -> io::Result<Option<Vec<u8>>> {
+        match self {
+            AnyStorage::Mem(m) => m.checkpoint().map_err(never),
+            AnyStorage::File(f) => f.checkpoint(),
+        }
+    }
+    fn record_checkpoint(&mut self, checkpoint: &[u8]) -> io::Result<bool> {
+        match self {
+            AnyStorage::Mem(m) => m.record_checkpoint(checkpoint).map_err(never),
+            AnyStorage::File(f) => f.record_checkpoint(checkpoint),
+        }
+    }
+    fn remove_checkpoint(&mut self) -> io::Result<()> {
+        match self {
+            AnyStorage::Mem(m) => m.remove_checkpoint().map_err(never),
+            AnyStorage::File(f) => f.remove_checkpoint(),
         }
     }
     fn close_segment(&mut self, base: u64) {

@@ -1,0 +1,981 @@
+//! Checkpoints: the core's state at a durable log offset, so an open replays only the log
+//! after it instead of the whole retained log.
+//!
+//! [`Broker::checkpoint`] (the host calls it on its schedule: every so many bytes of log or
+//! seconds, and at a clean stop) writes the consume queues' tails and the index's pending
+//! entries to their files, syncs the log and every side file, and then records, through
+//! [`Storage::record_checkpoint`] (atomic replace, durable before it returns), what the log
+//! below that offset `C` built: topics, queues (their ends and unwritten tails), groups,
+//! committed offsets, pending transactions and delays, in-flight receipts and FIFO holds
+//! with their timers, pop cursors, the moved-record map, carried units and keys, epochs,
+//! deleted topic names, the replayed counters and the newest index file's slots.
+//!
+//! Only what replaying the log would rebuild is kept: state a run holds without a record
+//! (producers online, outstanding checks, round-robin positions, held replies, counters of
+//! requests) starts as a full replay leaves it, so an open from a checkpoint and an open that
+//! replays everything give the same broker.
+//!
+//! On open ([`Broker::open`]) the newest checkpoint is used when it is whole (magic,
+//! version, CRC) and still names this log: the record of where the log starts is the one
+//! it was taken under (retention after it changes that record: the checkpoint is not
+//! used), `C` is at or above the log start and below any recorded storage failure, every
+//! segment below `C` is there (the segment list from the log start must be the one the
+//! checkpoint names, and the one holding `C` must reach it), and every side file it covers
+//! is as long as it says. Then the side files are cut back to what it covers (units and
+//! entries after `C` come back from replay) and recovery reads only the log from `C` on:
+//! a torn tail after it is cut and damage refused as ever. Otherwise the whole log is
+//! replayed, as before checkpoints, and [`RecoveryReport::checkpoint_unused`] says why. A
+//! repair ([`Broker::open_repairing`]) always replays everything.
+//!
+//! [`RecoveryReport::checkpoint_unused`]: crate::RecoveryReport::checkpoint_unused
+
+use super::index::{file_name as index_file_name, ENTRY_BYTES, SLOTS_BYTES};
+use super::*;
+
+/// The first bytes of a checkpoint.
+const MAGIC: [u8; 8] = *b"RKLTCKPT";
+/// The version this build writes and reads.
+pub(super) const CHECKPOINT_VERSION: u32 = 1;
+/// Magic, version, covered offset, body length, CRC.
+const HEADER: usize = 8 + 4 + 8 + 4 + 4;
+
+/// A queue: (topic, queue id, base, end, next, directory, tail units as (record, size, tag
+/// hash)).
+type QueueRow = (u32, u32, u64, u64, u64, String, Vec<(u64, u32, i32)>);
+/// A pending transaction: (id, record, deadline, size, queue, tag hash, checks, group).
+type TxnRow = (u64, u64, Millis, u32, u32, i32, u16, u32);
+/// A pending delay: (key, record, due, size, queue, tag hash).
+type DelayRow = (u64, u64, Millis, u32, u32, i32);
+/// A receiving group's queue: (group, queue, next, in flight as (queue offset, attempt,
+/// generation, since), ready).
+type PopRow = (u32, u32, u64, Vec<(u64, u32, u64, u64)>, Vec<u64>);
+/// Where moved records sit: (record, queue, queue offset).
+type MovedRows = Vec<(u64, u32, u64)>;
+
+/// What a checkpoint holds (postcard-encoded after its header).
+#[derive(serde::Serialize, serde::Deserialize, Clone, Debug, PartialEq, Eq)]
+pub(super) struct Snapshot {
+    /// The log offset it covers: every record below it is applied, nothing at or after.
+    pub(super) covers: u64,
+    /// The segment before `covers` ends there (closed by its blank): appends go to a new one.
+    pub(super) closed: bool,
+    /// Bases of the segments below `covers`, from the log start.
+    pub(super) segments: Vec<u64>,
+    pub(super) log_start: u64,
+    /// CRC of the record of where the log starts it was taken under (`None`: there was none).
+    pub(super) log_start_crc: Option<u32>,
+    /// The latest store time of a record below `covers`.
+    pub(super) applied_at: Millis,
+    /// Topics: (name, queues, deleted).
+    pub(super) topics: Vec<(String, Vec<u32>, bool)>,
+    pub(super) topic_ids: Vec<(String, u32)>,
+    pub(super) queues: Vec<QueueRow>,
+    /// Groups: (name, FIFO).
+    pub(super) groups: Vec<(String, bool)>,
+    pub(super) group_ids: Vec<(String, u32)>,
+    pub(super) txns: Vec<TxnRow>,
+    pub(super) delays: Vec<DelayRow>,
+    /// Committed offsets: (group, queue, offset).
+    pub(super) offsets: Vec<(u32, u32, u64)>,
+    /// [`Moved`]: its ascending part and the rest, (record, queue, queue offset).
+    pub(super) moved: (MovedRows, MovedRows),
+    pub(super) pops: Vec<PopRow>,
+    /// Live redelivery timers: (until, group, queue, queue offset, generation).
+    pub(super) pop_timers: Vec<PopTimer>,
+    pub(super) resolved: Vec<(u64, bool)>,
+    /// The counters replay counts ([`replayed_stats`]).
+    pub(super) stats: Vec<u64>,
+    pub(super) epochs: Vec<(u64, u64)>,
+    pub(super) retired_total: u64,
+    pub(super) carried_total: u64,
+    /// Carried units: (key, queue, record, size, tag hash).
+    pub(super) carried_units: Vec<(u64, u32, u64, u32, i32)>,
+    pub(super) carried_keys: Vec<(u64, u64)>,
+    pub(super) deleted_names: Vec<(String, u32)>,
+    /// The index: its files (number, newest offset), the newest file's slots and entry
+    /// count, and its entries not yet written.
+    pub(super) index_files: Vec<(u64, u64)>,
+    pub(super) index_slots: Vec<u32>,
+    pub(super) index_count: u32,
+    pub(super) index_pending: Vec<(u32, u32, u64)>,
+}
+
+impl Snapshot {
+    /// Whether every number in it that names a topic, queue or group names one it holds
+    /// (a checkpoint whose CRC is right but whose contents are not, from a faulty build, is
+    /// refused rather than trusted).
+    fn consistent(&self) -> Result<(), String> {
+        let (topics, queues, groups) = (
+            self.topics.len() as u32,
+            self.queues.len() as u32,
+            self.groups.len() as u32,
+        );
+        let q_ok = |q: u32| q < queues;
+        let g_ok = |g: u32| g < groups;
+        let bad = |what: &str| Err(alloc::format!("{what} names no such entry"));
+        if self.topics.iter().any(|t| !t.1.iter().all(|&q| q_ok(q))) {
+            return bad("a topic's queue");
+        }
+        if self.topic_ids.iter().any(|t| t.1 >= topics) || self.group_ids.iter().any(|g| !g_ok(g.1))
+        {
+            return bad("a name");
+        }
+        for (t, _, base, end, next, _, tail) in &self.queues {
+            if *t >= topics || base > end || end - base < tail.len() as u64 || next < base {
+                return Err("a queue's bounds do not add up".into());
+            }
+        }
+        if self.txns.iter().any(|t| !q_ok(t.4) || !g_ok(t.7))
+            || self.delays.iter().any(|d| !q_ok(d.4))
+            || self.offsets.iter().any(|o| !g_ok(o.0) || !q_ok(o.1))
+            || self.pops.iter().any(|p| !g_ok(p.0) || !q_ok(p.1))
+            || self.pop_timers.iter().any(|t| !g_ok(t.1) || !q_ok(t.2))
+            || self.carried_units.iter().any(|c| !q_ok(c.1))
+            || self.moved.0.iter().chain(&self.moved.1).any(|m| !q_ok(m.1))
+        {
+            return bad("a pending, offset, delivery or moved record");
+        }
+        let slots_ok =
+            self.index_slots.is_empty() || self.index_slots.len() == INDEX_SLOTS as usize;
+        if !slots_ok
+            || (self.index_pending.len() as u64) > u64::from(self.index_count)
+            || self.index_count > INDEX_ENTRIES
+            || (!self.index_files.is_empty() && self.index_slots.is_empty())
+        {
+            return Err("the index's counts do not add up".into());
+        }
+        Ok(())
+    }
+}
+
+/// The counters a replay of the log counts (the others count requests of a run).
+fn replayed_stats(s: &Stats) -> Vec<u64> {
+    alloc::vec![
+        s.messages_stored,
+        s.halves_stored,
+        s.committed,
+        s.rolled_back,
+        s.check_max_reached,
+        s.halves_expired,
+        s.delayed_stored,
+        s.delayed_delivered,
+        s.acked,
+    ]
+}
+
+fn restore_stats(v: &[u64]) -> Stats {
+    let at = |i: usize| v.get(i).copied().unwrap_or(0);
+    Stats {
+        messages_stored: at(0),
+        halves_stored: at(1),
+        committed: at(2),
+        rolled_back: at(3),
+        check_max_reached: at(4),
+        halves_expired: at(5),
+        delayed_stored: at(6),
+        delayed_delivered: at(7),
+        acked: at(8),
+        ..Stats::default()
+    }
+}
+
+/// A checkpoint's bytes: header, then the postcard body; the CRC covers version, offset,
+/// length and body.
+pub(super) fn encode(snap: &Snapshot) -> Vec<u8> {
+    let body = postcard::to_allocvec(snap).expect("postcard to a Vec cannot fail");
+    let mut out = Vec::with_capacity(HEADER + body.len());
+    out.extend_from_slice(&MAGIC);
+    out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+    out.extend_from_slice(&snap.covers.to_le_bytes());
+    out.extend_from_slice(&(body.len() as u32).to_le_bytes());
+    let mut h = crc32fast::Hasher::new();
+    h.update(&out[8..HEADER - 4]);
+    h.update(&body);
+    out.extend_from_slice(&h.finalize().to_le_bytes());
+    out.extend_from_slice(&body);
+    out
+}
+
+/// The log offset a checkpoint's header names, if it has a header at all (for a replica
+/// cutting its log: [`crate::log::truncate_storage`]).
+pub(crate) fn covered_offset(bytes: &[u8]) -> Option<u64> {
+    if bytes.len() < HEADER || bytes[..8] != MAGIC {
+        return None;
+    }
+    Some(u64::from_le_bytes(bytes[12..20].try_into().ok()?))
+}
+
+/// The log offset a checkpoint covers when its bytes are whole (magic, version, length and
+/// CRC right; the body is not decoded), for a storage that looks before the core opens.
+#[cfg(feature = "std")]
+pub(crate) fn whole_covers(bytes: &[u8]) -> Option<u64> {
+    verify(bytes).ok()
+}
+
+/// Checks a checkpoint's header, length and CRC; returns the offset it covers.
+fn verify(bytes: &[u8]) -> Result<u64, String> {
+    if bytes.len() < HEADER || bytes[..8] != MAGIC {
+        return Err(alloc::format!(
+            "not a checkpoint ({} bytes, no CHECKPOINT header)",
+            bytes.len()
+        ));
+    }
+    let le32 =
+        |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
+    let version = le32(8);
+    if version != CHECKPOINT_VERSION {
+        return Err(alloc::format!(
+            "checkpoint version {version}; this build reads version {CHECKPOINT_VERSION}"
+        ));
+    }
+    let len = le32(20) as usize;
+    if bytes.len() - HEADER != len {
+        return Err(alloc::format!(
+            "checkpoint holds {} bytes after its header, its header says {len} (torn?)",
+            bytes.len() - HEADER
+        ));
+    }
+    let mut h = crc32fast::Hasher::new();
+    h.update(&bytes[8..HEADER - 4]);
+    h.update(&bytes[HEADER..]);
+    if h.finalize() != le32(24) {
+        return Err("checkpoint CRC does not match its bytes (damaged)".into());
+    }
+    Ok(u64::from_le_bytes(
+        bytes[12..20].try_into().expect("8 bytes"),
+    ))
+}
+
+/// Reads a checkpoint; `Err` says what is wrong with it.
+pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
+    verify(bytes)?;
+    let snap: Snapshot = postcard::from_bytes(&bytes[HEADER..])
+        .map_err(|e| alloc::format!("checkpoint body unreadable: {e}"))?;
+    if snap.covers != u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) {
+        return Err("checkpoint header and body name different offsets".into());
+    }
+    Ok(snap)
+}
+
+/// The consume-queue file holding queue offset `o` of the queue in `dir`, and how many of
+/// its bytes hold units below `upto`.
+fn cq_file(dir: &str, o: u64, upto: u64) -> (String, u64) {
+    let first = o / CQ_FILE_UNITS * CQ_FILE_UNITS;
+    let name = alloc::format!("{dir}/{:020}", first * CQ_UNIT_BYTES);
+    let units = upto.min(first + CQ_FILE_UNITS).saturating_sub(first);
+    (name, units * CQ_UNIT_BYTES)
+}
+
+impl<S: Storage> Broker<S> {
+    /// Records a checkpoint of the core's state (see the module doc of
+    /// [`crate::broker`]'s `checkpoint`): writes the consume queues' tails and the index's
+    /// pending entries, syncs the log and the side files, then replaces the storage's
+    /// checkpoint with one covering the whole log as it is now. The next open replays only
+    /// what is appended after it. Returns the offset it covers; `None` when there was nothing
+    /// to cover (an empty log) or the storage keeps no checkpoint.
+    ///
+    /// Its cost is that of a sync plus encoding what is live (bounded as the crate doc says;
+    /// the index's newest slots, 2 MiB, the largest part), never the log's size. A failed
+    /// sync fails the broker, as [`Broker::sync`]; a failed write of the checkpoint only
+    /// returns the error (the previous checkpoint stays whole).
+    pub fn checkpoint(&mut self) -> Res<Option<u64>, S> {
+        self.check_failed()?;
+        self.flush_tails();
+        // A failed write (a full disk) keeps the entries: they go in the checkpoint.
+        let _ = self.index.flush(&mut self.log.storage);
+        self.sync()?;
+        // The side files' writes, whether or not the log had anything to sync.
+        if let Err(e) = self.log.storage.sync() {
+            self.fail(alloc::format!("sync failed: {e}"));
+            return Err(Error::Storage(e));
+        }
+        let covers = self.log.end();
+        if covers == 0 || covers <= self.log.start() {
+            return Ok(None);
+        }
+        let log_start_crc = self
+            .log
+            .storage
+            .log_start()
+            .map_err(Error::Storage)?
+            .map(|b| crc32fast::hash(&b));
+        let bytes = encode(&self.snapshot(log_start_crc));
+        match self.log.storage.record_checkpoint(&bytes) {
+            Ok(true) => Ok(Some(covers)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(Error::Storage(e)),
+        }
+    }
+
+    /// The state below the log's end, as a checkpoint holds it.
+    pub(super) fn snapshot(&self, log_start_crc: Option<u32>) -> Snapshot {
+        let covers = self.log.end();
+        let bases = self.log.segment_bases();
+        let mut topic_ids: Vec<(String, u32)> = self
+            .topic_ids
+            .iter()
+            .map(|(k, &v)| (k.clone(), v))
+            .collect();
+        topic_ids.sort_unstable();
+        let mut group_ids: Vec<(String, u32)> = self
+            .group_ids
+            .iter()
+            .map(|(k, &v)| (k.clone(), v))
+            .collect();
+        group_ids.sort_unstable();
+        // A parked transaction is due at the deadline it was parked at (no record says it
+        // was parked: replay gives it that one).
+        let mut parked: BTreeMap<u64, Millis> = BTreeMap::new();
+        for g in &self.groups {
+            parked.extend(g.parked.iter().copied());
+        }
+        let txns = self
+            .txns
+            .iter()
+            .map(|t| {
+                let deadline = match t.deadline {
+                    // (Never without its group's entry; were it so, due now: a check parks
+                    // it again while no producer is online.)
+                    PARKED => parked.get(&t.offset).copied().unwrap_or(self.now),
+                    d => d,
+                };
+                (
+                    t.offset, t.record, deadline, t.size, t.queue, t.tag_hash, t.checks, t.group,
+                )
+            })
+            .collect();
+        let delays = self
+            .delays
+            .iter()
+            .map(|d| (d.offset, d.record, d.due, d.size, d.queue, d.tag_hash))
+            .collect();
+        let mut offsets: Vec<(u32, u32, u64)> =
+            self.offsets.iter().map(|(&(g, q), &o)| (g, q, o)).collect();
+        offsets.sort_unstable();
+        let mut pops: Vec<PopRow> = self
+            .pops
+            .iter()
+            .map(|(&(g, q), p)| {
+                (
+                    g,
+                    q,
+                    p.next,
+                    p.inflight
+                        .iter()
+                        .map(|(&o, i)| (o, i.attempt, i.generation, i.since))
+                        .collect(),
+                    p.ready.iter().copied().collect(),
+                )
+            })
+            .collect();
+        pops.sort_unstable_by_key(|p| (p.0, p.1));
+        let mut pop_timers: Vec<PopTimer> = self
+            .pop_timers
+            .iter()
+            .map(|Reverse(t)| *t)
+            .filter(|&(_, g, q, qoff, gen)| {
+                self.pops
+                    .get(&(g, q))
+                    .and_then(|p| p.inflight.get(&qoff))
+                    .is_some_and(|i| i.generation == gen)
+            })
+            .collect();
+        pop_timers.sort_unstable();
+        let mut deleted_names: Vec<(String, u32)> = self
+            .deleted_names
+            .iter()
+            .map(|(k, &v)| (k.clone(), v))
+            .collect();
+        deleted_names.sort_unstable();
+        Snapshot {
+            covers,
+            closed: covers > 0 && bases.last() == Some(&covers) && bases.len() > 1,
+            segments: bases.iter().copied().filter(|&b| b < covers).collect(),
+            log_start: self.log.start(),
+            log_start_crc,
+            applied_at: self.applied_at,
+            topics: self
+                .topics
+                .iter()
+                .map(|t| (t.name.clone(), t.queues.clone(), t.deleted))
+                .collect(),
+            topic_ids,
+            queues: self
+                .queues
+                .iter()
+                .map(|q| {
+                    (
+                        q.topic,
+                        q.queue_id,
+                        q.base,
+                        q.end,
+                        q.next,
+                        q.dir.clone(),
+                        q.tail
+                            .iter()
+                            .map(|u| (u.offset, u.size, u.tag_hash))
+                            .collect(),
+                    )
+                })
+                .collect(),
+            groups: self
+                .groups
+                .iter()
+                .map(|g| (g.name.clone(), g.fifo))
+                .collect(),
+            group_ids,
+            txns,
+            delays,
+            offsets,
+            moved: (
+                self.moved.ascending.clone(),
+                self.moved
+                    .rest
+                    .iter()
+                    .map(|(&o, &(q, qo))| (o, q, qo))
+                    .collect(),
+            ),
+            pops,
+            pop_timers,
+            resolved: self.resolved.iter().copied().collect(),
+            stats: replayed_stats(&self.stats),
+            epochs: self.epochs.clone(),
+            retired_total: self.retired_total,
+            carried_total: self.carried_total,
+            carried_units: self
+                .carried_units
+                .iter()
+                .map(|(&k, &(q, u))| (k, q, u.offset, u.size, u.tag_hash))
+                .collect(),
+            carried_keys: self.carried_keys.iter().map(|(&a, &b)| (a, b)).collect(),
+            deleted_names,
+            index_files: self.index.files.clone(),
+            index_slots: self.index.slots.clone(),
+            index_count: self.index.count,
+            index_pending: self.index.pending.clone(),
+        }
+    }
+
+    /// On open: whether the checkpoint `bytes` can be used for this log, read-only (see the
+    /// module doc). `Ok(Err(why))`: it cannot, and why.
+    pub(super) fn usable_checkpoint(
+        &mut self,
+        bytes: &[u8],
+        log_start: Option<&[u8]>,
+    ) -> Res<Result<Snapshot, String>, S> {
+        let snap = match decode(bytes) {
+            Ok(s) => s,
+            Err(why) => return Ok(Err(why)),
+        };
+        if let Err(why) = snap.consistent() {
+            return Ok(Err(alloc::format!("checkpoint inconsistent: {why}")));
+        }
+        let crc = log_start.map(crc32fast::hash);
+        if crc != snap.log_start_crc {
+            return Ok(Err(alloc::format!(
+                "the record of where the log starts (LOG_START) changed after the checkpoint \
+                 at log offset {} was taken (retention ran since)",
+                snap.covers
+            )));
+        }
+        let st = &mut self.log.storage;
+        if let Some(failed) = st.failed_at().map_err(Error::Storage)? {
+            if failed < snap.covers {
+                return Ok(Err(alloc::format!(
+                    "the last run recorded a storage failure at log offset {failed}, below \
+                     the checkpoint's {}",
+                    snap.covers
+                )));
+            }
+        }
+        let segments: Vec<u64> = st
+            .segments()
+            .map_err(Error::Storage)?
+            .into_iter()
+            .filter(|&b| b >= snap.log_start && b < snap.covers)
+            .collect();
+        if segments != snap.segments {
+            return Ok(Err(alloc::format!(
+                "the segment files below log offset {} are not the ones the checkpoint names \
+                 ({} of them, {} expected)",
+                snap.covers,
+                segments.len(),
+                snap.segments.len()
+            )));
+        }
+        if let Some(&last) = segments.last() {
+            let len = st.len(last).map_err(Error::Storage)?;
+            if !snap.closed && len < snap.covers - last {
+                return Ok(Err(alloc::format!(
+                    "segment {last:020} holds {len} bytes, but the checkpoint covers it up to \
+                     position {}",
+                    snap.covers - last
+                )));
+            }
+        }
+        // Every side file it covers is there, as long as it says.
+        for (_, _, base, end, _, dir, tail) in &snap.queues {
+            let flushed = end - tail.len() as u64;
+            if flushed <= *base {
+                continue;
+            }
+            let mut o = *base;
+            while o < flushed {
+                let (name, need) = cq_file(dir, o, flushed);
+                let have = st.side_len(&name).map_err(Error::Storage)?.unwrap_or(0);
+                if have < need {
+                    return Ok(Err(alloc::format!(
+                        "consume queue file {name} holds {have} bytes, the checkpoint covers \
+                         {need}"
+                    )));
+                }
+                o = (o / CQ_FILE_UNITS + 1) * CQ_FILE_UNITS;
+            }
+        }
+        let newest = snap.index_files.last().map(|f| f.0);
+        let flushed = snap.index_count - snap.index_pending.len() as u32;
+        for &(n, _) in &snap.index_files {
+            let need = if Some(n) == newest {
+                if flushed == 0 {
+                    continue;
+                }
+                SLOTS_BYTES + u64::from(flushed) * ENTRY_BYTES
+            } else {
+                SLOTS_BYTES
+            };
+            let name = index_file_name(n);
+            let have = st.side_len(&name).map_err(Error::Storage)?.unwrap_or(0);
+            if have < need {
+                return Ok(Err(alloc::format!(
+                    "index file {name} holds {have} bytes, the checkpoint covers {need}"
+                )));
+            }
+        }
+        Ok(Ok(snap))
+    }
+
+    /// On open, with a checkpoint [`Broker::usable_checkpoint`] accepted: cuts the side
+    /// files back to what it covers and takes its state. The log from `covers` on is replayed
+    /// after this.
+    pub(super) fn restore(&mut self, snap: Snapshot) -> Res<(), S> {
+        let st = &mut self.log.storage;
+        // Consume queues: units after the checkpoint go (replay writes them again); files of
+        // queues it does not know go.
+        let flushed_of: BTreeMap<&str, u64> = snap
+            .queues
+            .iter()
+            .map(|(_, _, _, end, _, dir, tail)| (dir.as_str(), end - tail.len() as u64))
+            .collect();
+        for name in st.side_list(CQ_DIR).map_err(Error::Storage)? {
+            let (dir, file) = name.rsplit_once('/').unwrap_or(("", ""));
+            let first = file.parse::<u64>().ok().map(|b| b / CQ_UNIT_BYTES);
+            match (flushed_of.get(dir), first) {
+                (Some(&flushed), Some(first)) if first < flushed => {
+                    let keep = (flushed - first).min(CQ_FILE_UNITS) * CQ_UNIT_BYTES;
+                    if st.side_len(&name).map_err(Error::Storage)?.unwrap_or(0) > keep {
+                        st.side_truncate(&name, keep).map_err(Error::Storage)?;
+                    }
+                }
+                _ => st.side_remove(&name).map_err(Error::Storage)?,
+            }
+        }
+        // The index: entries after the checkpoint go from its newest file; newer files go.
+        let newest = snap.index_files.last().map(|f| f.0);
+        let flushed = snap.index_count - snap.index_pending.len() as u32;
+        for name in st.side_list(INDEX_DIR).map_err(Error::Storage)? {
+            let n = name.rsplit('/').next().and_then(|f| f.parse::<u64>().ok());
+            match n {
+                Some(n) if Some(n) == newest => {
+                    let keep = SLOTS_BYTES + u64::from(flushed) * ENTRY_BYTES;
+                    if st.side_len(&name).map_err(Error::Storage)?.unwrap_or(0) > keep {
+                        st.side_truncate(&name, keep).map_err(Error::Storage)?;
+                    }
+                }
+                Some(n) if snap.index_files.iter().any(|f| f.0 == n) => {}
+                _ => st.side_remove(&name).map_err(Error::Storage)?,
+            }
+        }
+
+        self.applied_at = snap.applied_at;
+        self.now = self.now.max(snap.applied_at);
+        self.topics = snap
+            .topics
+            .into_iter()
+            .map(|(name, queues, deleted)| Topic {
+                kind: topic::classify(&name),
+                name,
+                queues,
+                round_robin: 0,
+                deleted,
+            })
+            .collect();
+        self.topic_ids = snap.topic_ids.into_iter().collect();
+        self.queues = snap
+            .queues
+            .into_iter()
+            .map(|(topic, queue_id, base, end, next, dir, tail)| {
+                let mut tail: Vec<CqUnit> = tail
+                    .into_iter()
+                    .map(|(offset, size, tag_hash)| CqUnit {
+                        offset,
+                        size,
+                        tag_hash,
+                    })
+                    .collect();
+                tail.reserve(CQ_TAIL_UNITS.saturating_sub(tail.len()));
+                Queue {
+                    topic,
+                    queue_id,
+                    base,
+                    end,
+                    tail,
+                    next,
+                    visible: end - base,
+                    notify: false,
+                    dir,
+                }
+            })
+            .collect();
+        self.groups = snap
+            .groups
+            .into_iter()
+            .map(|(name, fifo)| Group {
+                name,
+                online: false,
+                parked: Vec::new(),
+                fifo,
+            })
+            .collect();
+        self.group_ids = snap.group_ids.into_iter().collect();
+        for (offset, record, deadline, size, queue, tag_hash, checks, group) in snap.txns {
+            self.txns.insert(PendingTxn {
+                offset,
+                record,
+                deadline,
+                size,
+                queue,
+                tag_hash,
+                checks,
+                group,
+                // No check of this run is outstanding.
+                answered: true,
+            });
+        }
+        for (offset, record, due, size, queue, tag_hash) in snap.delays {
+            self.delays.insert(PendingDelay {
+                offset,
+                record,
+                due,
+                size,
+                queue,
+                tag_hash,
+            });
+        }
+        self.offsets = snap
+            .offsets
+            .into_iter()
+            .map(|(g, q, o)| ((g, q), o))
+            .collect();
+        self.moved = Moved {
+            ascending: snap.moved.0,
+            rest: snap
+                .moved
+                .1
+                .into_iter()
+                .map(|(o, q, qo)| (o, (q, qo)))
+                .collect(),
+        };
+        self.pops = snap
+            .pops
+            .into_iter()
+            .map(|(g, q, next, inflight, ready)| {
+                let pq = PopQueue {
+                    next,
+                    inflight: inflight
+                        .into_iter()
+                        .map(|(o, attempt, generation, since)| {
+                            (
+                                o,
+                                Inflight {
+                                    attempt,
+                                    generation,
+                                    since,
+                                },
+                            )
+                        })
+                        .collect(),
+                    ready: ready.into_iter().collect(),
+                };
+                ((g, q), pq)
+            })
+            .collect();
+        self.pop_timers = snap.pop_timers.into_iter().map(Reverse).collect();
+        self.resolved.clear();
+        for r in snap
+            .resolved
+            .into_iter()
+            .rev()
+            .take(self.resolved.capacity())
+            .rev()
+        {
+            let _ = self.resolved.push_back(r);
+        }
+        self.stats = restore_stats(&snap.stats);
+        self.epochs = snap.epochs;
+        self.retired_total = snap.retired_total;
+        self.carried_total = snap.carried_total;
+        self.carried_units = snap
+            .carried_units
+            .into_iter()
+            .map(|(k, q, offset, size, tag_hash)| {
+                (
+                    k,
+                    (
+                        q,
+                        CqUnit {
+                            offset,
+                            size,
+                            tag_hash,
+                        },
+                    ),
+                )
+            })
+            .collect();
+        self.carried_keys = snap.carried_keys.into_iter().collect();
+        self.deleted_names = snap.deleted_names.into_iter().collect();
+        self.index.files = snap.index_files;
+        self.index.slots = snap.index_slots;
+        self.index.count = snap.index_count;
+        self.index.pending = snap.index_pending;
+        Ok(())
+    }
+}
+
+/// Everything a broker holds that replaying its log builds, in a form two brokers can be
+/// compared by (tests): topics, queues and groups by name (their numbering follows the
+/// order a run met them in, which differs from the log's order: a delayed send names its
+/// topic before its timer record is written), each queue's units read back whole (where
+/// the file ends and the tail begins differs by how it was opened), the index's newest
+/// entries likewise.
+#[cfg(test)]
+#[derive(Debug, PartialEq, Eq)]
+#[allow(clippy::type_complexity)]
+pub(crate) struct Digest {
+    covers: u64,
+    closed: bool,
+    segments: Vec<u64>,
+    log_start: u64,
+    applied_at: Millis,
+    /// (name, deleted, queue directories)
+    topics: Vec<(String, bool, Vec<String>)>,
+    /// (directory, topic, queue id, base, end, next, visible, units)
+    queues: Vec<(String, String, u32, u64, u64, u64, u64, Vec<CqUnit>)>,
+    /// Groups something refers to, or declared FIFO.
+    groups: Vec<(String, bool)>,
+    txns: Vec<(u64, u64, Millis, u32, String, i32, u16, String)>,
+    delays: Vec<(u64, u64, Millis, u32, String, i32)>,
+    offsets: Vec<(String, String, u64)>,
+    moved: Vec<(u64, String, u64)>,
+    pops: Vec<(String, String, u64, Vec<(u64, u32, u64, u64)>, Vec<u64>)>,
+    pop_timers: Vec<(Millis, String, String, u64, u64)>,
+    resolved: Vec<(u64, bool)>,
+    epochs: Vec<(u64, u64)>,
+    totals: (u64, u64),
+    carried_units: Vec<(u64, String, u64, u32, i32)>,
+    carried_keys: Vec<(u64, u64)>,
+    deleted_names: Vec<(String, u32)>,
+    index_files: Vec<(u64, u64)>,
+    index_slots: Vec<u32>,
+    index_count: u32,
+    index_entries: Vec<(u32, u32, u64)>,
+    stats: Stats,
+    now: Millis,
+    log_end: u64,
+    pending_txns: Vec<PendingTxnInfo>,
+    pending_delays: Vec<PendingDelayInfo>,
+    poll_timeout: Option<Millis>,
+}
+
+#[cfg(test)]
+fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
+    v.sort();
+    v
+}
+
+#[cfg(test)]
+impl Digest {
+    /// Without the counters (a run counts its requests, an open what it replays).
+    pub(crate) fn forget_stats(&mut self) {
+        self.stats = Stats::default();
+    }
+}
+
+#[cfg(test)]
+impl<S: Storage> Broker<S> {
+    pub(crate) fn digest(&mut self) -> Digest {
+        let snap = self.snapshot(None);
+        let dir = |q: u32| snap.queues[q as usize].5.clone();
+        let gname = |g: u32| snap.groups[g as usize].0.clone();
+        let mut queues = Vec::new();
+        for (q, row) in snap.queues.iter().enumerate() {
+            let (base, end) = (row.2, row.3);
+            let mut us = Vec::new();
+            for o in base..end {
+                us.push(self.unit_at(q as u32, o).unwrap().unwrap());
+            }
+            let t = &snap.topics[row.0 as usize];
+            queues.push((
+                row.5.clone(),
+                t.0.clone(),
+                row.1,
+                base,
+                end,
+                row.4,
+                self.queues[q].visible,
+                us,
+            ));
+        }
+        queues.sort_by(|a, b| a.0.cmp(&b.0));
+        let flushed = self.index.count - self.index.pending.len() as u32;
+        let mut index_entries = Vec::new();
+        if let Some(&(n, _)) = self.index.files.last() {
+            let name = index_file_name(n);
+            for i in 0..flushed {
+                let mut b = [0u8; 16];
+                let pos = SLOTS_BYTES + u64::from(i) * ENTRY_BYTES;
+                let got = self.log.storage.side_read(&name, pos, &mut b).unwrap();
+                assert_eq!(got, 16, "index entry {i} of {name}");
+                let be = |at: usize| u32::from_be_bytes(b[at..at + 4].try_into().unwrap());
+                let off = u64::from_be_bytes(b[8..].try_into().unwrap());
+                index_entries.push((be(0), be(4), off));
+            }
+            index_entries.extend(self.index.pending.iter().copied());
+        }
+        let mut referred: BTreeSet<u32> = BTreeSet::new();
+        referred.extend(snap.txns.iter().map(|t| t.7));
+        referred.extend(snap.offsets.iter().map(|o| o.0));
+        referred.extend(snap.pops.iter().map(|p| p.0));
+        let mut groups: Vec<(String, bool)> = snap
+            .groups
+            .iter()
+            .enumerate()
+            .filter(|(g, (_, fifo))| *fifo || referred.contains(&(*g as u32)))
+            .map(|(_, g)| g.clone())
+            .collect();
+        groups.sort();
+        let mut topics: Vec<(String, bool, Vec<String>)> = snap
+            .topics
+            .iter()
+            .map(|(n, qs, d)| (n.clone(), *d, qs.iter().map(|&q| dir(q)).collect()))
+            .collect();
+        topics.sort();
+        let mut moved: Vec<(u64, String, u64)> = snap
+            .moved
+            .0
+            .iter()
+            .chain(&snap.moved.1)
+            .map(|&(o, q, qo)| (o, dir(q), qo))
+            .collect();
+        moved.sort();
+        Digest {
+            covers: snap.covers,
+            closed: snap.closed,
+            segments: snap.segments.clone(),
+            log_start: snap.log_start,
+            applied_at: snap.applied_at,
+            topics,
+            queues,
+            groups,
+            txns: snap
+                .txns
+                .iter()
+                .map(|t| (t.0, t.1, t.2, t.3, dir(t.4), t.5, t.6, gname(t.7)))
+                .collect(),
+            delays: snap
+                .delays
+                .iter()
+                .map(|d| (d.0, d.1, d.2, d.3, dir(d.4), d.5))
+                .collect(),
+            offsets: sorted(
+                snap.offsets
+                    .iter()
+                    .map(|o| (gname(o.0), dir(o.1), o.2))
+                    .collect(),
+            ),
+            moved,
+            pops: sorted(
+                snap.pops
+                    .iter()
+                    .map(|p| (gname(p.0), dir(p.1), p.2, p.3.clone(), p.4.clone()))
+                    .collect(),
+            ),
+            pop_timers: sorted(
+                snap.pop_timers
+                    .iter()
+                    .map(|t| (t.0, gname(t.1), dir(t.2), t.3, t.4))
+                    .collect(),
+            ),
+            resolved: snap.resolved.clone(),
+            epochs: snap.epochs.clone(),
+            totals: (snap.retired_total, snap.carried_total),
+            carried_units: snap
+                .carried_units
+                .iter()
+                .map(|c| (c.0, dir(c.1), c.2, c.3, c.4))
+                .collect(),
+            carried_keys: snap.carried_keys.clone(),
+            deleted_names: snap.deleted_names.clone(),
+            index_files: snap.index_files.clone(),
+            index_slots: snap.index_slots.clone(),
+            index_count: snap.index_count,
+            index_entries,
+            stats: self.stats,
+            now: self.now,
+            log_end: self.log.end(),
+            pending_txns: self.pending_transactions(usize::MAX),
+            pending_delays: self.pending_delays(usize::MAX),
+            poll_timeout: self.poll_timeout(),
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::storage::MemStorage;
+
+    #[test]
+    fn a_checkpoint_whose_crc_is_right_but_whose_numbers_are_not_is_not_used() {
+        let cfg = Config::default();
+        let mut b = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
+        for i in 0..10 {
+            let m = NewMessage::new("T", alloc::format!("m{i}"));
+            b.execute(
+                1,
+                Request::Send {
+                    messages: alloc::vec![m],
+                },
+            )
+            .unwrap();
+        }
+        b.checkpoint().unwrap().unwrap();
+        let mut snap = b.snapshot(None);
+        snap.queues[0].0 = 9_999;
+        let mut storage = b.into_storage();
+        storage.record_checkpoint(&encode(&snap)).unwrap();
+        let b = Broker::open(cfg, storage, 0).unwrap();
+        let r = b.recovery_report();
+        assert_eq!(r.checkpoint, None);
+        let why = r.checkpoint_unused.clone().unwrap();
+        assert!(why.contains("checkpoint inconsistent"), "{why}");
+        assert_eq!(
+            b.topic_info("T")
+                .unwrap()
+                .queues
+                .iter()
+                .map(|q| q.1)
+                .sum::<u64>(),
+            10
+        );
+    }
+}
