@@ -797,6 +797,20 @@ pub(crate) struct Digest {
 }
 
 #[cfg(test)]
+impl Digest {
+    /// The queues of topics whose names start with `prefix`, as [`Digest`] lists them.
+    pub(crate) fn queues_of(
+        &self,
+        prefix: &str,
+    ) -> Vec<&(String, String, u32, u64, u64, u64, u64, Vec<CqUnit>)> {
+        self.queues
+            .iter()
+            .filter(|q| q.1.starts_with(prefix))
+            .collect()
+    }
+}
+
+#[cfg(test)]
 fn sorted<T: Ord>(mut v: Vec<T>) -> Vec<T> {
     v.sort();
     v

@@ -214,11 +214,15 @@ impl<S: Storage> Broker<S> {
             start: self.log.start(),
             ..Retention::default()
         };
-        let (mut cut, held) = self.retention_cut(before)?;
+        let (cut, held) = self.retention_cut(before)?;
         out.held = held;
         if cut <= self.log.start() {
             return Ok(out);
         }
+        // Where each queue starts after the cut, read before anything is carried: carrying
+        // a moved message points its unit at the new copy (past the cut), and a scan after
+        // that would stop at it and keep the retired units behind it.
+        let starts = self.queue_starts(cut)?;
         // 1. Carry forward what is owed below the cut, oldest first (a master only: a
         // replica's cut stopped below it). A run carries at most MAX_CARRY_BYTES (it runs on
         // the core's thread): past that the cut stops at the oldest record left, which the
@@ -229,7 +233,7 @@ impl<S: Storage> Broker<S> {
                 .iter()
                 .map(|(&k, &(_, u))| (u.offset, k))
                 .collect();
-            let moved = self.moved_to_carry(cut)?;
+            let moved = self.moved_after_starts(cut, &starts)?;
             let mut owed: Vec<(u64, u32, Owed)> = self
                 .txns
                 .iter()
@@ -258,9 +262,6 @@ impl<S: Storage> Broker<S> {
                 sum += u64::from(o.1);
                 if sum > MAX_CARRY_BYTES && i > 0 {
                     take = i;
-                    let bases = self.log.segment_bases();
-                    let at = bases.partition_point(|&b| b <= o.0);
-                    cut = if at == 0 { 0 } else { bases[at - 1] };
                     out.held = Some(RetentionHold::CarryBudget { offset: o.0 });
                     break;
                 }
@@ -275,15 +276,15 @@ impl<S: Storage> Broker<S> {
                 out.carried_bytes += bytes;
             }
         }
-        if cut <= self.log.start() {
-            // Carried what it could: the next run goes on (and retires).
+        if matches!(out.held, Some(RetentionHold::CarryBudget { .. })) {
+            // Carried what it could: the next run goes on (and retires). Nothing is retired
+            // now: the queues' starts above were read for this cut with all of it carried.
             self.sync()?;
             return Ok(out);
         }
         // 2. Durable.
         self.sync()?;
         // 3. The record of where the log starts.
-        let starts = self.queue_starts(cut)?;
         let record = self.log_start_record(cut, &starts, out.carried_bytes)?;
         let bytes = postcard::to_allocvec(&record).expect("postcard to a Vec cannot fail");
         match self.log.storage.record_log_start(&bytes) {
@@ -406,6 +407,15 @@ impl<S: Storage> Broker<S> {
     /// whose record is below `cut`: (record, queue, queue offset, size), oldest record first.
     fn moved_to_carry(&mut self, cut: u64) -> Res<Vec<(u64, u32, u64, u32)>, S> {
         let starts = self.queue_starts(cut)?;
+        self.moved_after_starts(cut, &starts)
+    }
+
+    /// [`Self::moved_to_carry`] with the queues' starts for `cut` already read.
+    fn moved_after_starts(
+        &mut self,
+        cut: u64,
+        starts: &[(u32, u64)],
+    ) -> Res<Vec<(u64, u32, u64, u32)>, S> {
         let first = |q: u32| starts.iter().find(|s| s.0 == q).map_or(0, |s| s.1);
         let candidates: Vec<(u64, u32, u64)> = self
             .moved
@@ -453,15 +463,20 @@ impl<S: Storage> Broker<S> {
             let (base, end) = (self.queues[q as usize].base, self.queues[q as usize].end);
             let (mut at, mut start) = (base, base);
             while at < end {
-                match self.unit_at(q, at)? {
-                    Some(u) if u.offset < cut => {
-                        if self.moved.get(u.offset) != Some((q, at)) {
-                            start = at + 1;
-                        }
-                        at += 1;
-                    }
-                    _ => break,
+                let Some(u) = self.unit_at(q, at)? else {
+                    break;
+                };
+                let moved = self.moved.get(u.offset) == Some((q, at));
+                if u.offset < cut && !moved {
+                    start = at + 1;
+                } else if !moved {
+                    // The first message sent to the queue at or after the cut: every later
+                    // one is too.
+                    break;
                 }
+                // A moved message (its record below the cut, or a copy carried past it by
+                // an earlier run) sets no start: sent messages below the cut may follow it.
+                at += 1;
             }
             if start > base {
                 out.push((q, start));
