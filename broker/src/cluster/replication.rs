@@ -19,10 +19,9 @@
 //! A chunk from an epoch other than the one welcomed, or below the replica's last epoch, is
 //! refused and the connection dropped.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
 use rocklet_core::record::{BLANK_LEN, BLANK_MAGIC};
 use rocklet_core::{common_prefix, AnyStorage, Broker, MemStorage};
@@ -32,7 +31,8 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::View;
+use super::machine::{ReplicaState, ReplicaTable};
+use super::{monotonic_ms, View};
 use crate::driver::{CoreBroker, CoreHandle};
 
 pub const HELLO: u8 = 1;
@@ -132,44 +132,10 @@ pub fn next_offset(from: u64, chunk: &[u8]) -> u64 {
     from + chunk.len() as u64
 }
 
-/// One replica as its master sees it.
-#[derive(Clone, Debug)]
-pub struct ReplicaState {
-    /// The replica holds the log below this, synced.
-    pub acked: u64,
-    /// When it last held the whole log (acked at or past the log's end then).
-    pub caught_up_at: Instant,
-    /// A connection serves it now.
-    pub connected: bool,
-    /// Which connection (a newer one replaces an older).
-    pub conn: u64,
-    /// The log's end when the master last looked, and when: once the replica acknowledges
-    /// that far it held the whole log as of then (`caught_up_at`), so a replica that keeps up
-    /// under a steady stream of writes, never quite at the moving end, still counts as caught
-    /// up ([`ReplicaState::mark`]).
-    pub mark: Option<(u64, Instant)>,
-}
-
-impl ReplicaState {
-    /// Moves `caught_up_at` to the time of the mark it has reached and sets a new mark at
-    /// `log_end` (RocketMQ's lastCatchUpTime: caught up with the master's offset as of an
-    /// earlier look). Called by the master at each look at its replicas.
-    pub fn mark(&mut self, log_end: u64, now: Instant) {
-        match self.mark {
-            Some((end, at)) if self.acked >= end => {
-                self.caught_up_at = self.caught_up_at.max(at);
-                self.mark = Some((log_end, now));
-            }
-            Some(_) => {}
-            None => self.mark = Some((log_end, now)),
-        }
-    }
-}
-
 /// What the master knows of its replicas; the acker wakes on `changed`.
 #[derive(Debug, Default)]
 pub struct Replicas {
-    pub table: Mutex<HashMap<u32, ReplicaState>>,
+    pub table: Mutex<ReplicaTable>,
     pub changed: Notify,
 }
 
@@ -245,19 +211,7 @@ async fn serve_one(
     );
     {
         let mut t = replicas.table.lock().expect("not poisoned");
-        let e = t.entry(hello.node).or_insert(ReplicaState {
-            acked: start,
-            caught_up_at: Instant::now(),
-            connected: true,
-            conn,
-            mark: None,
-        });
-        e.acked = start;
-        e.connected = true;
-        e.conn = conn;
-        if start >= m_end {
-            e.caught_up_at = Instant::now();
-        }
+        ReplicaState::connected(&mut t, hello.node, conn, start, m_end, monotonic_ms());
     }
     replicas.changed.notify_one();
     let node = hello.node;
@@ -275,12 +229,7 @@ async fn serve_one(
                         acked.store(end, std::sync::atomic::Ordering::SeqCst);
                         let log_end = *end_rx.borrow_and_update();
                         let mut t = replicas.table.lock().expect("not poisoned");
-                        if let Some(s) = t.get_mut(&node).filter(|s| s.conn == conn) {
-                            s.acked = s.acked.max(end);
-                            if end >= log_end {
-                                s.caught_up_at = Instant::now();
-                            }
-                        }
+                        ReplicaState::acked(&mut t, node, conn, end, log_end, monotonic_ms());
                         drop(t);
                         replicas.changed.notify_one();
                     }
@@ -328,9 +277,7 @@ async fn serve_one(
     reader.abort();
     {
         let mut t = replicas.table.lock().expect("not poisoned");
-        if let Some(s) = t.get_mut(&node).filter(|s| s.conn == conn) {
-            s.connected = false;
-        }
+        ReplicaState::closed(&mut t, node, conn);
     }
     replicas.changed.notify_one();
     result
