@@ -2,9 +2,10 @@
 //! epoch, until when a master holds its lease, which replicas are in the SyncStateSet, what
 //! may be released to clients, and whom a handoff goes to. No tokio, no etcd, no clock:
 //! time comes in as [`Millis`] of a monotonic clock the host reads, events come in as method
-//! calls, and what to do goes out as [`Action`]s. The real node ([`super::node`],
-//! [`super::replication`]) and the deterministic simulation (`broker/tests/cluster_sim.rs`)
-//! drive this same code; neither holds a copy of a rule.
+//! calls, and what to do goes out as [`Action`]s. The real node (`cluster/node.rs`,
+//! `cluster/replication.rs`) and the deterministic simulation of a whole group (`sim/`,
+//! crate `rocklet-sim`, which compiles this very file) drive this same code; neither holds
+//! a copy of a rule. So it depends on nothing but `std` and `rocklet_core`.
 //!
 //! Driving a master, in the order the host does it:
 //!
@@ -21,10 +22,12 @@
 //!   [`Action::Release`] (call the core's `replicated_to` — checking [`holds_lease`] again
 //!   right before — then [`Master::released`]).
 //!
-//! The safety argument is the module doc of [`super`]; each rule's own argument is on its
-//! function.
+//! The safety argument is the module doc of `cluster/mod.rs`; each rule's own argument is on
+//! its function.
 
 use std::collections::BTreeMap;
+
+use rocklet_core::record::{BLANK_LEN, BLANK_MAGIC};
 
 /// Milliseconds of the host's monotonic clock.
 pub type Millis = u64;
@@ -259,6 +262,26 @@ pub fn handoff_target(
     }
 }
 
+/// Where the log goes on after a replication chunk read at `from`: past its last record, or,
+/// when it ends with a segment's end blank, at the next segment (the blank's length says
+/// where).
+#[must_use]
+pub fn next_offset(from: u64, chunk: &[u8]) -> u64 {
+    let mut pos = 0usize;
+    while pos + BLANK_LEN <= chunk.len() {
+        let len = u32::from_be_bytes(chunk[pos..pos + 4].try_into().expect("4 bytes"));
+        let magic = u32::from_be_bytes(chunk[pos + 4..pos + 8].try_into().expect("4 bytes"));
+        if magic == BLANK_MAGIC {
+            return from + pos as u64 + u64::from(len);
+        }
+        if len == 0 {
+            break;
+        }
+        pos += len as usize;
+    }
+    from + chunk.len() as u64
+}
+
 /// Why a master stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fenced {
@@ -306,7 +329,7 @@ pub struct Master {
     pub writing: Option<Vec<u32>>,
     /// Released to clients up to here (the core's `replicated_to`).
     pub released: u64,
-    /// Handing over: nothing is released (see [`super::node`]'s `hand_over`).
+    /// Handing over: nothing is released (see `hand_over` in `cluster/node/handoff.rs`).
     pub handing_over: bool,
 }
 

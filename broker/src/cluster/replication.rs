@@ -23,7 +23,6 @@ use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use rocklet_core::record::{BLANK_LEN, BLANK_MAGIC};
 use rocklet_core::{common_prefix, AnyStorage, Broker, MemStorage};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -31,6 +30,7 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
+pub use super::machine::next_offset;
 use super::machine::{ReplicaState, ReplicaTable};
 use super::{monotonic_ms, View};
 use crate::driver::{CoreBroker, CoreHandle};
@@ -111,25 +111,6 @@ pub async fn read_frame<R: AsyncReadExt + Unpin>(
 fn u64_at(b: &[u8], at: usize) -> Option<u64> {
     b.get(at..at + 8)
         .map(|s| u64::from_be_bytes(s.try_into().expect("8 bytes")))
-}
-
-/// Where the log goes on after a chunk read at `from`: past its last record, or, when it
-/// ends with a segment's end blank, at the next segment (the blank's length says where).
-#[must_use]
-pub fn next_offset(from: u64, chunk: &[u8]) -> u64 {
-    let mut pos = 0usize;
-    while pos + BLANK_LEN <= chunk.len() {
-        let len = u32::from_be_bytes(chunk[pos..pos + 4].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(chunk[pos + 4..pos + 8].try_into().expect("4 bytes"));
-        if magic == BLANK_MAGIC {
-            return from + pos as u64 + u64::from(len);
-        }
-        if len == 0 {
-            break;
-        }
-        pos += len as usize;
-    }
-    from + chunk.len() as u64
 }
 
 /// What the master knows of its replicas; the acker wakes on `changed`.
