@@ -113,8 +113,10 @@ pub struct Options {
     pub fault_ms: Millis,
     /// Length of the quiet phase that follows (everything healed), ms.
     pub quiet_ms: Millis,
-    /// Faults started per second, on average, during the fault phase.
-    pub faults_per_s: u64,
+    /// Faults started per 10 s, on average, during the fault phase, at most: each seed draws
+    /// its own rate up to this (calm seeds let one long fault play out alone; busy ones pile
+    /// faults up).
+    pub faults_per_10s: u64,
 }
 
 impl Default for Options {
@@ -123,7 +125,7 @@ impl Default for Options {
             sync: true,
             fault_ms: 20_000,
             quiet_ms: 20_000,
-            faults_per_s: 2,
+            faults_per_10s: 20,
         }
     }
 }
@@ -800,10 +802,11 @@ impl World {
         let mut next_pull = 0;
         let mut next_route = 0;
         let mut healthy_since = None;
+        let rate = self.rng.range(1, self.opts.faults_per_10s.max(1));
         while self.now < end {
             // Faults, then the quiet phase heals everything.
             if self.now < end_faults {
-                if self.rng.chance(self.opts.faults_per_s * STEP_MS) {
+                if self.rng.chance(rate * STEP_MS / 10) {
                     self.fault()?;
                 }
             } else if self.now == end_faults {
@@ -1726,10 +1729,7 @@ impl World {
             .map(|(&k, _)| k)
             .collect();
         for conn in conns {
-            loop {
-                let Some(c) = self.conns.get(&conn) else {
-                    break;
-                };
+            while let Some(c) = self.conns.get(&conn) {
                 let acked = match &self.nodes[n].role {
                     Role::Master(ms) => ms
                         .table
