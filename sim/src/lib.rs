@@ -42,7 +42,7 @@ use rocklet_core::{
 #[path = "../../broker/src/cluster/machine.rs"]
 pub mod machine;
 
-use machine::{Action, Master, Millis, Params, ReplicaState, ReplicaTable};
+use machine::{Action, Master, Millis, Params, ReplicaState, ReplicaTable, Welcomed};
 
 /// A step of simulated time.
 pub const STEP_MS: Millis = 10;

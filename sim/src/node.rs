@@ -317,17 +317,20 @@ impl World {
                 if c != conn {
                     return Ok(());
                 }
-                if epoch != e {
-                    self.close_conn(conn, "WELCOME from another epoch");
-                    return Ok(());
-                }
                 let end = self.nodes[n].core.as_ref().map_or(0, Broker::log_end);
-                if start < end {
-                    self.truncate(n, start)?;
-                    self.close_conn(conn, "cut its tail: reconnect");
-                    self.nodes[n].following = None;
-                    self.nodes[n].reconnect_at = self.now;
-                    return Ok(());
+                match machine::welcomed(e, epoch, start, end) {
+                    Welcomed::Refuse(why) => {
+                        self.close_conn(conn, &why);
+                        return Ok(());
+                    }
+                    Welcomed::Cut(at) => {
+                        self.truncate(n, at)?;
+                        self.close_conn(conn, "cut its tail: reconnect");
+                        self.nodes[n].following = None;
+                        self.nodes[n].reconnect_at = self.now;
+                        return Ok(());
+                    }
+                    Welcomed::Follow => {}
                 }
                 let _ = m;
             }
@@ -422,7 +425,7 @@ impl World {
         }
         let epochs = core.epochs().to_vec();
         let end = core.log_end();
-        if epochs.last().is_some_and(|e| e.0 > epoch) {
+        if machine::may_follow(epoch, epochs.last().map_or(0, |e| e.0)).is_err() {
             return Ok(());
         }
         if self.link(n, m).cut_until > self.now || matches!(self.nodes[m].role, Role::Down { .. }) {

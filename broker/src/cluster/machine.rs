@@ -282,6 +282,45 @@ pub fn next_offset(from: u64, chunk: &[u8]) -> u64 {
     from + chunk.len() as u64
 }
 
+/// Whether a replica follows a master of `master_epoch` (the master key's): never one below
+/// the last epoch its own log has seen (a stale key). `Err`: why not.
+pub fn may_follow(master_epoch: u64, log_last_epoch: u64) -> Result<(), String> {
+    if master_epoch < log_last_epoch {
+        Err(format!(
+            "the master's epoch {master_epoch} is below this log's last epoch {log_last_epoch}"
+        ))
+    } else {
+        Ok(())
+    }
+}
+
+/// What a replica does with its master's WELCOME.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum Welcomed {
+    /// Refuse the stream (the connection ends): why.
+    Refuse(String),
+    /// Cut the log at this offset (what both histories share), reopen, connect again: what
+    /// lies beyond never reached every set member, so (sync) was never acknowledged.
+    Cut(u64),
+    /// Take chunks from the log's end.
+    Follow,
+}
+
+/// A WELCOME from `welcome_epoch` naming `start` as shared, to a replica following the master
+/// of `epoch` whose log ends at `end`.
+#[must_use]
+pub fn welcomed(epoch: u64, welcome_epoch: u64, start: u64, end: u64) -> Welcomed {
+    if welcome_epoch != epoch {
+        Welcomed::Refuse(format!(
+            "WELCOME from epoch {welcome_epoch}, but the master of record has epoch {epoch}"
+        ))
+    } else if start < end {
+        Welcomed::Cut(start)
+    } else {
+        Welcomed::Follow
+    }
+}
+
 /// Why a master stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fenced {
@@ -532,6 +571,15 @@ mod tests {
         // More than the TTL granted counts as the TTL.
         assert_eq!(lease_deadline(&P, 10_000, 60_000), 11_500);
         assert!(holds_lease(11_499, 11_500) && !holds_lease(11_500, 11_500));
+    }
+
+    #[test]
+    fn a_replica_refuses_a_stale_master_and_cuts_only_a_divergent_tail() {
+        assert!(may_follow(4, 5).is_err());
+        assert_eq!(may_follow(5, 5), Ok(()));
+        assert!(matches!(welcomed(5, 4, 100, 100), Welcomed::Refuse(_)));
+        assert_eq!(welcomed(5, 5, 80, 100), Welcomed::Cut(80));
+        assert_eq!(welcomed(5, 5, 100, 100), Welcomed::Follow);
     }
 
     #[test]

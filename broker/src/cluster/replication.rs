@@ -31,7 +31,7 @@ use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
 pub use super::machine::next_offset;
-use super::machine::{ReplicaState, ReplicaTable};
+use super::machine::{self, ReplicaState, ReplicaTable, Welcomed};
 use super::{monotonic_ms, View};
 use crate::driver::{CoreBroker, CoreHandle};
 
@@ -309,12 +309,7 @@ async fn follow_inner(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let last_epoch = epochs.last().map_or(0, |e| e.0);
-    if epoch < last_epoch {
-        return Err(format!(
-            "the master's epoch {epoch} is below this log's last epoch {last_epoch}"
-        ));
-    }
+    machine::may_follow(epoch, epochs.last().map_or(0, |e| e.0))?;
     let hello = serde_json::to_vec(&Hello { node, end, epochs }).expect("serializes");
     write_frame(&mut w, HELLO, &[&hello])
         .await
@@ -330,24 +325,23 @@ async fn follow_inner(
     }
     let welcome: Welcome =
         serde_json::from_slice(&payload).map_err(|e| format!("bad WELCOME: {e}"))?;
-    if welcome.epoch != epoch {
-        let _ = write_frame(&mut w, REFUSED, &[b"stale epoch"]).await;
-        return Err(format!(
-            "WELCOME from epoch {}, but the master of record has epoch {epoch}",
-            welcome.epoch
-        ));
-    }
-    if welcome.start < end {
-        let at = welcome.start;
-        warn!(
+    match machine::welcomed(epoch, welcome.epoch, welcome.start, end) {
+        Welcomed::Refuse(why) => {
+            let _ = write_frame(&mut w, REFUSED, &[b"stale epoch"]).await;
+            return Err(why);
+        }
+        Welcomed::Cut(at) => {
+            warn!(
             from = end,
             to = at,
             "this log runs past what the master shares with it: cutting it (under sync replication none of these records was acknowledged; under async replication the last writes before a failover may have been)"
         );
-        core.reopen(move |b| truncate_and_reopen(b, at))
-            .await
-            .map_err(|e| e.to_string())??;
-        return Ok(FollowEnd::Truncated);
+            core.reopen(move |b| truncate_and_reopen(b, at))
+                .await
+                .map_err(|e| e.to_string())??;
+            return Ok(FollowEnd::Truncated);
+        }
+        Welcomed::Follow => {}
     }
     info!(%addr, epoch, from = end, "following the master");
     let mut batch: Vec<(u64, Vec<u8>)> = Vec::new();
