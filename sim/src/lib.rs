@@ -479,6 +479,21 @@ impl World {
     fn heal(&mut self) {
         self.log(|| "== quiet phase: every fault healed, every node up".into());
         self.links.clear();
+        // What stalled links held passes now, in the order it was sent (the same time, and
+        // sequence numbers in the old order).
+        let held: Vec<(Millis, u64)> = self
+            .queue
+            .range((self.now + 100, 0)..)
+            .map(|(&k, _)| k)
+            .collect();
+        for k in held {
+            if let Some((to, msg)) = self.queue.remove(&k) {
+                self.send(to, msg, self.now + 1);
+            }
+        }
+        for c in self.conns.values_mut() {
+            c.last = [self.now + 1; 2];
+        }
         self.etcd_cut = vec![0; 3];
         self.etcd.down_until = 0;
         for n in 0..3 {

@@ -8,6 +8,7 @@
 //! A sweep prints each failing seed's violation and history and exits 1 if any failed; at
 //! the end, the count, the time and seeds/s.
 
+use std::io::Write;
 use std::process::ExitCode;
 use std::time::Instant;
 
@@ -32,13 +33,15 @@ fn main() -> ExitCode {
         }
         i += if args[i] == "--async" { 1 } else { 2 };
     }
+    // Output may go to a pipe that closes early (`| head`): nothing to do about it then.
+    let mut out = std::io::stdout().lock();
     if let Some(seed) = one {
         let o = run(seed, opts, true);
-        print!("{}", report(&o));
+        let _ = write!(out, "{}", report(&o));
         if o.violation.is_none() {
-            println!("history:");
+            let _ = writeln!(out, "history:");
             for l in &o.trace {
-                println!("  {l}");
+                let _ = writeln!(out, "  {l}");
             }
             return ExitCode::SUCCESS;
         }
@@ -50,7 +53,8 @@ fn main() -> ExitCode {
         let o = run(seed, opts, false);
         if o.violation.is_some() {
             failed += 1;
-            print!("{}", report(&o));
+            let _ = write!(out, "{}", report(&o));
+            let _ = out.flush();
         }
         if (seed - from + 1) % 1_000 == 0 {
             let s = t0.elapsed().as_secs_f64();
@@ -63,7 +67,8 @@ fn main() -> ExitCode {
         }
     }
     let s = t0.elapsed().as_secs_f64();
-    println!(
+    let _ = writeln!(
+        out,
         "{} mode: seeds {from}..{}: {failed} failed, {s:.1} s, {:.1} seeds/s",
         if opts.sync { "sync" } else { "async" },
         from + seeds,
