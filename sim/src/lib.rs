@@ -67,6 +67,8 @@ pub const ASYNC_LOSS_BOUND_MS: Millis = MAX_LAG_MS + TTL_MS;
 /// one of them in the SyncStateSet), writes are acknowledged at least this often: a lease
 /// to run out (2 s), an election, a stalled member to leave the set (2 s), and room.
 pub const LIVENESS_MS: Millis = 6_000;
+/// The pairs of nodes (a majority of three).
+const PAIRS: [(usize, usize); 3] = [(0, 1), (0, 2), (1, 2)];
 /// The producer stops this long before the end of a run (delays, checks, the consumer).
 const DRAIN_MS: Millis = 6_000;
 /// Bytes of log a replication chunk carries, about.
@@ -193,6 +195,8 @@ pub struct World {
     /// The master key as the clients last read it (every 300 ms).
     pub(crate) route: Option<usize>,
     pub(crate) ledger: Ledger,
+    /// When a fault last killed a node (a kill, a power loss, a failed fsync).
+    pub(crate) last_kill: Millis,
     pub(crate) stats: Stats,
     pub(crate) trace: Vec<String>,
     pub(crate) keep_trace: bool,
@@ -292,6 +296,7 @@ impl World {
             route: None,
             offsets: vec![0; QUEUES as usize],
             ledger: Ledger::default(),
+            last_kill: 0,
             stats: Stats::default(),
             trace: Vec::new(),
             keep_trace,
@@ -394,7 +399,7 @@ impl World {
         let mut next_op = 0;
         let mut next_pull = 0;
         let mut next_route = 0;
-        let mut healthy_since = None;
+        let mut healthy_since = [None; 3];
         let rate = self.rng.range(1, self.opts.faults_per_10s.max(1));
         while self.now < end {
             // Faults, then the quiet phase heals everything.
@@ -429,20 +434,22 @@ impl World {
                     self.issue(OpKind::Pull { queue: q });
                 }
             }
-            // Liveness: while etcd and a majority are healthy, writes are acknowledged at
-            // least every LIVENESS_MS (counted from when that began).
-            match (self.healthy_majority(), healthy_since) {
-                (Some(_), None) => healthy_since = Some(self.now),
-                (None, _) => healthy_since = None,
-                (Some(_), Some(_)) => {}
-            }
-            if let (Some(pair), Some(t0)) = (self.healthy_majority(), healthy_since) {
-                let from = self.ledger.last_release.max(t0);
+            // Liveness: while etcd and the same two nodes stay healthy, and no node is killed
+            // (the third may stall, pause, or lose etcd or its links), writes are acknowledged
+            // at least every LIVENESS_MS (counted from when that began).
+            for (i, pair) in PAIRS.into_iter().enumerate() {
+                if !self.healthy(pair) {
+                    healthy_since[i] = None;
+                    continue;
+                }
+                let t0 = *healthy_since[i].get_or_insert(self.now);
+                let from = self.ledger.last_release.max(t0).max(self.last_kill);
                 if self.now + DRAIN_MS < end && self.now > from + LIVENESS_MS {
                     return fail(format!(
-                        "liveness: etcd and nodes {} and {} (one of them in the SyncStateSet, their link up) healthy since {t0}, yet no write acknowledged since {from} ({} ms, bound {LIVENESS_MS} ms)",
+                        "liveness: etcd and nodes {} and {} (one of them in the SyncStateSet, their link up) healthy since {t0}, no node killed since {}, yet no write acknowledged since {from} ({} ms, bound {LIVENESS_MS} ms)",
                         pair.0 + 1,
                         pair.1 + 1,
+                        self.last_kill,
                         self.now - from
                     ));
                 }
@@ -452,11 +459,11 @@ impl World {
         self.final_checks()
     }
 
-    /// Two nodes up, running and reaching etcd and each other, one of them in the
-    /// SyncStateSet (only a member may be elected), with etcd up.
-    fn healthy_majority(&self) -> Option<(usize, usize)> {
+    /// Whether both nodes are up, running and reaching etcd and each other, one of them in
+    /// the SyncStateSet (only a member may be elected), with etcd up.
+    fn healthy(&self, (a, b): (usize, usize)) -> bool {
         if self.etcd.down_until > self.now {
-            return None;
+            return false;
         }
         let set = self.etcd.snapshot().set.0;
         let ok = |n: usize| {
@@ -464,16 +471,11 @@ impl World {
                 && self.nodes[n].paused_until <= self.now
                 && self.etcd_cut[n] <= self.now
         };
-        for (a, b) in [(0, 1), (0, 2), (1, 2)] {
-            let l = self.link(a, b);
-            let member = set
-                .as_ref()
-                .is_none_or(|s| s.contains(&(a as u32 + 1)) || s.contains(&(b as u32 + 1)));
-            if ok(a) && ok(b) && l.cut_until <= self.now && l.stalled_until <= self.now && member {
-                return Some((a, b));
-            }
-        }
-        None
+        let l = self.link(a, b);
+        let member = set
+            .as_ref()
+            .is_none_or(|s| s.contains(&(a as u32 + 1)) || s.contains(&(b as u32 + 1)));
+        ok(a) && ok(b) && l.cut_until <= self.now && l.stalled_until <= self.now && member
     }
 
     fn heal(&mut self) {
@@ -513,6 +515,7 @@ impl World {
             0 => {
                 let power = self.rng.chance(500);
                 let back = self.now + self.rng.range(300, 5_000);
+                self.last_kill = self.now;
                 self.crash(n, if power { "power loss" } else { "killed" }, power, back);
             }
             1 => {
@@ -562,6 +565,7 @@ impl World {
                 if let Some(m) = (0..3).find(|&i| matches!(self.nodes[i].role, Role::Master(_))) {
                     let back = self.now + self.rng.range(300, 4_000);
                     let power = self.rng.chance(300);
+                    self.last_kill = self.now;
                     self.crash(m, "master killed", power, back);
                 }
             }

@@ -127,6 +127,7 @@ impl World {
                 if let Some(core) = self.nodes[n].core.as_mut() {
                     core.storage_mut().fail_syncs = false;
                 }
+                self.last_kill = self.now;
                 self.crash(n, "fsync failed", true, back);
                 return Ok(());
             }
@@ -369,6 +370,7 @@ impl World {
                     core.storage_mut().fail_syncs = false;
                     self.log(|| format!("node {}: fsync failed ({e}): it stops", n + 1));
                     let back = self.now + self.rng.range(500, 3_000);
+                    self.last_kill = self.now;
                     self.crash(n, "fsync failed", true, back);
                     return Ok(());
                 }
