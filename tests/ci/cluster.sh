@@ -30,9 +30,14 @@
 #   after the restarting node's address refuses).
 # - broker/tests/cluster_backup.rs: `rocklet admin backup` against a replica's listener, the
 #   backup restored into a standalone broker that serves every acknowledged message.
+# - sim/ (rocklet-sim, issue #32 item 2): a deterministic simulation of a whole group under
+#   faults, ROCKLET_SIM_SEEDS seeds (default 1500) of sync and of async replication, every
+#   invariant of broker/README.md's "The simulation" checked; a failing seed is printed with
+#   its history (replay: cargo run -p rocklet-sim --release -- --seed N [--async]).
 # Installs into .tools/cluster (gitignored), idempotently: a venv with the Python client, the
 # v4 client's jars (Maven Central), V4Producer and V4Groups compiled with javac.
-# Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh
+# Long form: ROCKLET_CLUSTER_KILLS=100 bash tests/ci/cluster.sh; the simulation's long form is
+# in broker/README.md ("The simulation").
 # Run from anywhere: bash tests/ci/cluster.sh
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
@@ -52,6 +57,12 @@ if ! command -v etcd >/dev/null; then
 fi
 etcd --version | sed -n 1p
 # Debian's package may start a system etcd on 2379; the tests use their own on free ports.
+
+SIM_SEEDS=${ROCKLET_SIM_SEEDS:-1500}
+echo "== simulation: $SIM_SEEDS seeds per replication mode"
+cargo build -p rocklet-sim --release --locked
+cargo run -q -p rocklet-sim --release --locked -- --seeds "$SIM_SEEDS"
+cargo run -q -p rocklet-sim --release --locked -- --seeds "$SIM_SEEDS" --async
 
 echo "== clients: install (idempotent)"
 if ! "$PY" -c 'import venv, ensurepip' 2>/dev/null; then

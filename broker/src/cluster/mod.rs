@@ -42,6 +42,7 @@ pub mod directory;
 pub mod etcd;
 pub mod forward;
 pub mod forward_remoting;
+pub mod machine;
 pub mod node;
 pub mod replication;
 pub mod reply;
@@ -346,6 +347,17 @@ impl ClusterView {
 
 /// A handle to what cluster mode shares.
 pub type View = Arc<ClusterView>;
+
+/// Milliseconds of a monotonic clock (since this process first asked), the time the
+/// cluster's decisions ([`machine`]) are made in: the lease deadline must not move with the
+/// wall clock.
+#[must_use]
+pub fn monotonic_ms() -> machine::Millis {
+    static BASE: std::sync::OnceLock<std::time::Instant> = std::sync::OnceLock::new();
+    BASE.get_or_init(std::time::Instant::now)
+        .elapsed()
+        .as_millis() as u64
+}
 
 /// Prometheus text for cluster mode: elections, fencing events, the in-sync count, and each
 /// replica's lag in bytes and ms (as its master sees it).

@@ -13,21 +13,21 @@ use tokio::task::JoinHandle;
 use tracing::{error, info, warn};
 
 use super::etcd::{self, Etcd, EtcdResult};
+use super::machine::{self, Action, Master, Millis, Params};
 use super::replication::{self, FollowEnd, Replicas};
 use super::{
-    ClusterConfig, Keys, MasterInfo, NodeInfo, ReplicaLag, ReplicationMode, SyncStateSet, View,
+    monotonic_ms, ClusterConfig, Keys, MasterInfo, NodeInfo, ReplicaLag, ReplicationMode,
+    SyncStateSet, View,
 };
 use crate::clock::{Clock, SystemClock};
 use crate::config::{GroupDecl, TopicDecl};
 use crate::driver::CoreHandle;
 
 mod handoff;
-mod sync_state;
 
 pub use handoff::{
     before_stop, hand_off, HandoffRequest, HandoffResult, HandoffSlot, HANDOFF_CATCH_UP,
 };
-use sync_state::*;
 
 /// Exit code of a master that fenced itself (its lease could expire, or a newer master
 /// exists): a supervisor restarts it, and it comes back as a replica.
@@ -36,31 +36,27 @@ pub const FENCED_EXIT: i32 = 3;
 /// How often a replica looks at the master key.
 const POLL: Duration = Duration::from_millis(100);
 
-/// A master's deadline: it releases nothing at or past it.
-#[derive(Debug)]
+/// A master's deadline ([`machine::lease_deadline`], in [`monotonic_ms`]), shared by the lead
+/// loop, the lease keeper, the watchdog and the core thread: it releases nothing at or past it.
+#[derive(Debug, Default)]
 pub struct Fence {
-    base: Instant,
     deadline_ms: AtomicU64,
 }
 
 impl Fence {
-    fn new() -> Self {
-        Fence {
-            base: Instant::now(),
-            deadline_ms: AtomicU64::new(0),
-        }
+    /// Moves the deadline to `at` (never back).
+    fn extend(&self, at: Millis) {
+        self.deadline_ms.fetch_max(at, Ordering::SeqCst);
     }
 
-    /// Moves the deadline to `at` (never back).
-    fn extend(&self, at: Instant) {
-        let ms = at.saturating_duration_since(self.base).as_millis() as u64;
-        self.deadline_ms.fetch_max(ms, Ordering::SeqCst);
+    fn deadline(&self) -> Millis {
+        self.deadline_ms.load(Ordering::SeqCst)
     }
 
     /// Whether the lease is surely held now.
     #[must_use]
     pub fn valid(&self) -> bool {
-        (self.base.elapsed().as_millis() as u64) < self.deadline_ms.load(Ordering::SeqCst)
+        machine::holds_lease(monotonic_ms(), self.deadline())
     }
 }
 
@@ -140,10 +136,15 @@ impl Node {
         Duration::from_secs(self.cfg.lease_ttl_s)
     }
 
-    /// The margin a master keeps before its lease could expire: a quarter TTL, at least
-    /// 300 ms.
-    fn margin(&self) -> Duration {
-        (self.ttl() / 4).max(Duration::from_millis(300))
+    /// What the decisions ([`machine`]) are made with.
+    fn params(&self) -> Params {
+        Params {
+            me: self.cfg.node_id,
+            sync: self.cfg.replication == ReplicationMode::Sync,
+            min_in_sync: self.cfg.min_in_sync_replicas,
+            max_lag_ms: self.cfg.replica_max_lag_ms,
+            ttl_ms: self.cfg.lease_ttl_s * 1000,
+        }
     }
 
     async fn run(self) {
@@ -229,9 +230,9 @@ impl Node {
                     if let Ok(mut v) = self.view.sync_state_set.write() {
                         v.clone_from(&set);
                     }
-                    let eligible = set.as_ref().is_none_or(|s| s.members.contains(&me));
                     // A node that stops (SIGTERM) does not take over on its way out.
-                    if eligible && !self.view.handoff.leaving.load(Ordering::SeqCst) {
+                    let leaving = self.view.handoff.leaving.load(Ordering::SeqCst);
+                    if machine::may_campaign(set.as_ref().map(|s| &s.members[..]), me, leaving) {
                         if let Some((epoch, lease, sent)) = self.campaign(c).await? {
                             // Never returns: the master serves until it fences itself.
                             self.lead(c, epoch, lease, sent).await;
@@ -290,7 +291,7 @@ impl Node {
     }
 
     /// One election: `Some((epoch, lease, when the lease was asked for))` when won.
-    async fn campaign(&self, c: &mut Etcd) -> EtcdResult<Option<(u64, i64, Instant)>> {
+    async fn campaign(&self, c: &mut Etcd) -> EtcdResult<Option<(u64, i64, Millis)>> {
         let me = self.cfg.node_id;
         let (epoch, rev) = match c.get(&self.keys.epoch).await? {
             Some(kv) => (
@@ -308,8 +309,8 @@ impl Node {
             .inspect(|b| b.epochs().last().map_or(0, |e| e.0))
             .await
             .unwrap_or(0);
-        let next = epoch.max(log_last) + 1;
-        let sent = Instant::now();
+        let next = machine::next_epoch(epoch, log_last);
+        let sent = monotonic_ms();
         let lease = c.grant(self.cfg.lease_ttl_s as i64).await?;
         let info = MasterInfo {
             node: me,
@@ -364,10 +365,11 @@ impl Node {
     }
 
     /// Serves as master of `epoch` until fenced.
-    async fn lead(&self, c: &mut Etcd, epoch: u64, lease: i64, sent: Instant) -> ! {
+    async fn lead(&self, c: &mut Etcd, epoch: u64, lease: i64, sent: Millis) -> ! {
         let me = self.cfg.node_id;
-        let fence = Arc::new(Fence::new());
-        fence.extend(sent + self.ttl() - self.margin());
+        let params = self.params();
+        let fence = Arc::new(Fence::default());
+        fence.extend(machine::lease_deadline(&params, sent, params.ttl_ms));
         let now = SystemClock.now();
         match self.core.with_mut(move |b| b.promote(now, epoch)).await {
             Ok(Ok(Ok(()))) => {}
@@ -417,33 +419,28 @@ impl Node {
         if let Ok(mut v) = self.view.master.write() {
             *v = Some(info.clone());
         }
-        let mut set = vec![me];
+        let log_end = self.core.inspect(|b| b.log_end()).await.unwrap_or(0);
+        let mut m = Master::new(params, epoch, log_end);
         if let Ok(mut v) = self.view.sync_state_set.write() {
             *v = Some(SyncStateSet {
                 epoch,
-                members: set.clone(),
+                members: m.set.clone(),
             });
         }
-        let released = self.core.inspect(|b| b.log_end()).await.unwrap_or(0);
-        info!(
-            epoch,
-            log_end = released,
-            "elected master; serving from the log"
-        );
+        info!(epoch, log_end, "elected master; serving from the log");
         // The lease, renewed every quarter TTL; each answered renewal moves the deadline.
         let keeper = {
             let mut k = match c.keep_alive(lease).await {
                 Ok(x) => x,
                 Err(e) => self.fence(&format!("cannot renew the lease: {e}")),
             };
-            let (fence, ttl, margin) = (fence.clone(), self.ttl(), self.margin());
+            let (fence, ttl) = (fence.clone(), self.ttl());
             tokio::spawn(async move {
                 loop {
-                    let sent = Instant::now();
+                    let sent = monotonic_ms();
                     match k.renew().await {
                         Ok(t) if t > 0 => {
-                            let granted = Duration::from_secs(t as u64).min(ttl);
-                            fence.extend(sent + granted - margin);
+                            fence.extend(machine::lease_deadline(&params, sent, t as u64 * 1000));
                         }
                         // The lease is gone: the deadline runs out.
                         Ok(_) => break,
@@ -461,17 +458,15 @@ impl Node {
                 loop {
                     tokio::time::sleep(Duration::from_millis(20)).await;
                     if !fence.valid() {
-                        node.fence("the lease was not renewed in time: another master may be elected once it expires");
+                        node.fence(machine::Fenced::LeaseDeadline.reason());
                     }
                 }
             })
         };
         let mut end_rx = self.core.log_end_watch();
-        let mut released = released;
         let mut last_check = Instant::now();
         let mut last_lag = Instant::now();
         let mut last_handoff_check = Instant::now();
-        let max_lag = Duration::from_millis(self.cfg.replica_max_lag_ms);
         loop {
             tokio::select! {
                 () = self.replicas.changed.notified() => {}
@@ -505,7 +500,9 @@ impl Node {
                     (None, Some((r, _))) => r.to,
                     (None, None) => None,
                 };
-                let result = self.hand_over(c, &info, &set, to).await;
+                m.handing_over = true;
+                let result = self.hand_over(c, &info, &m.set, to).await;
+                m.handing_over = false;
                 match &result {
                     Ok(n) => info!(epoch, to = n, "handing mastership over: the master key is deleted, node {n} is the SyncStateSet"),
                     Err(e) => warn!(epoch, error = %e, "no handoff; staying master"),
@@ -530,7 +527,7 @@ impl Node {
                 }
                 if let Ok(target) = result {
                     watchdog.abort();
-                    self.after_hand_over(c, target, &fence, released).await;
+                    self.after_hand_over(c, target, &fence, m.released).await;
                     keeper.abort();
                     let _ = c.revoke(lease).await;
                     match here {
@@ -568,41 +565,66 @@ impl Node {
                     Err(_) => {}
                 }
             }
-            let now = Instant::now();
-            let table = {
+            let now = monotonic_ms();
+            let (actions, table) = {
                 let mut t = self.replicas.table.lock().expect("not poisoned");
-                for s in t.values_mut() {
-                    s.mark(log_end, now);
-                }
-                t.clone()
+                let actions = m.tick(now, fence.deadline(), log_end, &mut t);
+                (actions, t.clone())
             };
-            let lag_ms = |acked: u64, caught: Instant| replica_lag_ms(acked, caught, log_end, now);
-            let next = next_sync_state_set(&set, me, &table, released, log_end, now, max_lag);
-            if next != set {
-                let value = SyncStateSet {
-                    epoch,
-                    members: next.clone(),
-                };
-                let when = vec![etcd::value_is(
-                    &self.keys.epoch,
-                    epoch.to_string().as_bytes(),
-                )];
-                let then = vec![etcd::put(
-                    &self.keys.sync_state_set,
-                    serde_json::to_vec(&value).expect("serializes"),
-                    0,
-                )];
-                match c.txn(when, then).await {
-                    Ok(true) => {
-                        info!(epoch, from = ?set, to = ?next, "SyncStateSet changed");
-                        set = next;
-                        if let Ok(mut v) = self.view.sync_state_set.write() {
-                            *v = Some(value);
+            for action in actions {
+                match action {
+                    Action::Fence(why) => self.fence(why.reason()),
+                    Action::WriteSyncStateSet(next) => {
+                        let value = SyncStateSet {
+                            epoch,
+                            members: next.clone(),
+                        };
+                        let when = vec![etcd::value_is(
+                            &self.keys.epoch,
+                            epoch.to_string().as_bytes(),
+                        )];
+                        let then = vec![etcd::put(
+                            &self.keys.sync_state_set,
+                            serde_json::to_vec(&value).expect("serializes"),
+                            0,
+                        )];
+                        let outcome = c.txn(when, then).await;
+                        match &outcome {
+                            Ok(true) => {
+                                info!(epoch, from = ?m.set, to = ?next, "SyncStateSet changed");
+                                if let Ok(mut v) = self.view.sync_state_set.write() {
+                                    *v = Some(value);
+                                }
+                            }
+                            Ok(false) => {}
+                            // Keep the old set (acknowledgements wait for its members) and try
+                            // again.
+                            Err(e) => warn!(error = %e, "cannot write the SyncStateSet"),
+                        }
+                        if let Some(why) = m.set_written(outcome.map_err(|_| ())) {
+                            self.fence(why.reason());
                         }
                     }
-                    Ok(_) => self.fence("the epoch moved on: a newer master exists"),
-                    // Keep the old set (acknowledgements wait for its members) and try again.
-                    Err(e) => warn!(error = %e, "cannot write the SyncStateSet"),
+                    Action::Release(upto) => {
+                        let f = fence.clone();
+                        let done = self
+                            .core
+                            .with_mut(move |b| {
+                                // Checked again on the core thread, right before replies go
+                                // out.
+                                if f.valid() {
+                                    b.replicated_to(upto);
+                                    true
+                                } else {
+                                    false
+                                }
+                            })
+                            .await;
+                        if done == Ok(true) {
+                            m.released(upto);
+                        }
+                        tracing::debug!(upto, released = m.released, set = ?m.set, "replicated_to");
+                    }
                 }
             }
             let lags: Vec<ReplicaLag> = table
@@ -611,8 +633,8 @@ impl Node {
                     node: n,
                     acked: s.acked,
                     lag_bytes: log_end.saturating_sub(s.acked),
-                    lag_ms: lag_ms(s.acked, s.caught_up_at),
-                    in_sync: set.contains(&n),
+                    lag_ms: s.lag_ms(log_end, now),
+                    in_sync: m.set.contains(&n),
                 })
                 .collect();
             if last_lag.elapsed() >= Duration::from_secs(1) {
@@ -635,43 +657,6 @@ impl Node {
             }
             if let Ok(mut v) = self.view.replicas.write() {
                 *v = lags;
-            }
-            if self.cfg.replication == ReplicationMode::Sync
-                && set.len() >= self.cfg.min_in_sync_replicas as usize
-            {
-                let upto = set
-                    .iter()
-                    .filter(|&&n| n != me)
-                    .map(|n| table.get(n).map_or(0, |s| s.acked))
-                    .min()
-                    .unwrap_or(log_end);
-                if upto > released && fence.valid() {
-                    let f = fence.clone();
-                    let done = self
-                        .core
-                        .with_mut(move |b| {
-                            // Checked again on the core thread, right before replies go out.
-                            if f.valid() {
-                                b.replicated_to(upto);
-                                true
-                            } else {
-                                false
-                            }
-                        })
-                        .await;
-                    if done == Ok(true) {
-                        released = upto;
-                    }
-                    tracing::debug!(upto, released, ?set, "replicated_to");
-                } else {
-                    tracing::debug!(
-                        upto,
-                        released,
-                        valid = fence.valid(),
-                        ?set,
-                        "nothing to release"
-                    );
-                }
             }
         }
     }

@@ -19,12 +19,10 @@
 //! A chunk from an epoch other than the one welcomed, or below the replica's last epoch, is
 //! refused and the connection dropped.
 
-use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use std::time::Duration;
 
-use rocklet_core::record::{BLANK_LEN, BLANK_MAGIC};
 use rocklet_core::{common_prefix, AnyStorage, Broker, MemStorage};
 use serde::{Deserialize, Serialize};
 use tokio::io::{AsyncReadExt, AsyncWriteExt, BufReader};
@@ -32,7 +30,9 @@ use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::Notify;
 use tracing::{debug, info, warn};
 
-use super::View;
+pub use super::machine::next_offset;
+use super::machine::{self, ReplicaState, ReplicaTable, Welcomed};
+use super::{monotonic_ms, View};
 use crate::driver::{CoreBroker, CoreHandle};
 
 pub const HELLO: u8 = 1;
@@ -113,63 +113,10 @@ fn u64_at(b: &[u8], at: usize) -> Option<u64> {
         .map(|s| u64::from_be_bytes(s.try_into().expect("8 bytes")))
 }
 
-/// Where the log goes on after a chunk read at `from`: past its last record, or, when it
-/// ends with a segment's end blank, at the next segment (the blank's length says where).
-#[must_use]
-pub fn next_offset(from: u64, chunk: &[u8]) -> u64 {
-    let mut pos = 0usize;
-    while pos + BLANK_LEN <= chunk.len() {
-        let len = u32::from_be_bytes(chunk[pos..pos + 4].try_into().expect("4 bytes"));
-        let magic = u32::from_be_bytes(chunk[pos + 4..pos + 8].try_into().expect("4 bytes"));
-        if magic == BLANK_MAGIC {
-            return from + pos as u64 + u64::from(len);
-        }
-        if len == 0 {
-            break;
-        }
-        pos += len as usize;
-    }
-    from + chunk.len() as u64
-}
-
-/// One replica as its master sees it.
-#[derive(Clone, Debug)]
-pub struct ReplicaState {
-    /// The replica holds the log below this, synced.
-    pub acked: u64,
-    /// When it last held the whole log (acked at or past the log's end then).
-    pub caught_up_at: Instant,
-    /// A connection serves it now.
-    pub connected: bool,
-    /// Which connection (a newer one replaces an older).
-    pub conn: u64,
-    /// The log's end when the master last looked, and when: once the replica acknowledges
-    /// that far it held the whole log as of then (`caught_up_at`), so a replica that keeps up
-    /// under a steady stream of writes, never quite at the moving end, still counts as caught
-    /// up ([`ReplicaState::mark`]).
-    pub mark: Option<(u64, Instant)>,
-}
-
-impl ReplicaState {
-    /// Moves `caught_up_at` to the time of the mark it has reached and sets a new mark at
-    /// `log_end` (RocketMQ's lastCatchUpTime: caught up with the master's offset as of an
-    /// earlier look). Called by the master at each look at its replicas.
-    pub fn mark(&mut self, log_end: u64, now: Instant) {
-        match self.mark {
-            Some((end, at)) if self.acked >= end => {
-                self.caught_up_at = self.caught_up_at.max(at);
-                self.mark = Some((log_end, now));
-            }
-            Some(_) => {}
-            None => self.mark = Some((log_end, now)),
-        }
-    }
-}
-
 /// What the master knows of its replicas; the acker wakes on `changed`.
 #[derive(Debug, Default)]
 pub struct Replicas {
-    pub table: Mutex<HashMap<u32, ReplicaState>>,
+    pub table: Mutex<ReplicaTable>,
     pub changed: Notify,
 }
 
@@ -245,19 +192,7 @@ async fn serve_one(
     );
     {
         let mut t = replicas.table.lock().expect("not poisoned");
-        let e = t.entry(hello.node).or_insert(ReplicaState {
-            acked: start,
-            caught_up_at: Instant::now(),
-            connected: true,
-            conn,
-            mark: None,
-        });
-        e.acked = start;
-        e.connected = true;
-        e.conn = conn;
-        if start >= m_end {
-            e.caught_up_at = Instant::now();
-        }
+        ReplicaState::connected(&mut t, hello.node, conn, start, m_end, monotonic_ms());
     }
     replicas.changed.notify_one();
     let node = hello.node;
@@ -275,12 +210,7 @@ async fn serve_one(
                         acked.store(end, std::sync::atomic::Ordering::SeqCst);
                         let log_end = *end_rx.borrow_and_update();
                         let mut t = replicas.table.lock().expect("not poisoned");
-                        if let Some(s) = t.get_mut(&node).filter(|s| s.conn == conn) {
-                            s.acked = s.acked.max(end);
-                            if end >= log_end {
-                                s.caught_up_at = Instant::now();
-                            }
-                        }
+                        ReplicaState::acked(&mut t, node, conn, end, log_end, monotonic_ms());
                         drop(t);
                         replicas.changed.notify_one();
                     }
@@ -328,9 +258,7 @@ async fn serve_one(
     reader.abort();
     {
         let mut t = replicas.table.lock().expect("not poisoned");
-        if let Some(s) = t.get_mut(&node).filter(|s| s.conn == conn) {
-            s.connected = false;
-        }
+        ReplicaState::closed(&mut t, node, conn);
     }
     replicas.changed.notify_one();
     result
@@ -381,12 +309,7 @@ async fn follow_inner(
         .await
         .map_err(|e| e.to_string())?
         .map_err(|e| e.to_string())?;
-    let last_epoch = epochs.last().map_or(0, |e| e.0);
-    if epoch < last_epoch {
-        return Err(format!(
-            "the master's epoch {epoch} is below this log's last epoch {last_epoch}"
-        ));
-    }
+    machine::may_follow(epoch, epochs.last().map_or(0, |e| e.0))?;
     let hello = serde_json::to_vec(&Hello { node, end, epochs }).expect("serializes");
     write_frame(&mut w, HELLO, &[&hello])
         .await
@@ -402,24 +325,23 @@ async fn follow_inner(
     }
     let welcome: Welcome =
         serde_json::from_slice(&payload).map_err(|e| format!("bad WELCOME: {e}"))?;
-    if welcome.epoch != epoch {
-        let _ = write_frame(&mut w, REFUSED, &[b"stale epoch"]).await;
-        return Err(format!(
-            "WELCOME from epoch {}, but the master of record has epoch {epoch}",
-            welcome.epoch
-        ));
-    }
-    if welcome.start < end {
-        let at = welcome.start;
-        warn!(
+    match machine::welcomed(epoch, welcome.epoch, welcome.start, end) {
+        Welcomed::Refuse(why) => {
+            let _ = write_frame(&mut w, REFUSED, &[b"stale epoch"]).await;
+            return Err(why);
+        }
+        Welcomed::Cut(at) => {
+            warn!(
             from = end,
             to = at,
             "this log runs past what the master shares with it: cutting it (under sync replication none of these records was acknowledged; under async replication the last writes before a failover may have been)"
         );
-        core.reopen(move |b| truncate_and_reopen(b, at))
-            .await
-            .map_err(|e| e.to_string())??;
-        return Ok(FollowEnd::Truncated);
+            core.reopen(move |b| truncate_and_reopen(b, at))
+                .await
+                .map_err(|e| e.to_string())??;
+            return Ok(FollowEnd::Truncated);
+        }
+        Welcomed::Follow => {}
     }
     info!(%addr, epoch, from = end, "following the master");
     let mut batch: Vec<(u64, Vec<u8>)> = Vec::new();

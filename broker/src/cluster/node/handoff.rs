@@ -95,7 +95,6 @@ impl Node {
         set: &[u32],
         to: Option<u32>,
     ) -> Result<u32, String> {
-        let me = self.cfg.node_id;
         let acked = |n: u32| {
             self.replicas
                 .table
@@ -104,22 +103,9 @@ impl Node {
                 .get(&n)
                 .map_or(0, |s| s.acked)
         };
-        let target = match to {
-            Some(n) if n == me => return Err(format!("node {n} is the master already")),
-            Some(n) if !set.contains(&n) => {
-                return Err(format!(
-                    "node {n} is not in the SyncStateSet {set:?}: only an in-sync replica holds every acknowledged write"
-                ))
-            }
-            Some(n) => n,
-            None => set
-                .iter()
-                .copied()
-                .filter(|&n| n != me)
-                .max_by_key(|&n| (acked(n), std::cmp::Reverse(n)))
-                .ok_or_else(|| {
-                    format!("the SyncStateSet {set:?} has no replica: no other node holds every acknowledged write")
-                })?,
+        let target = {
+            let t = self.replicas.table.lock().expect("not poisoned");
+            machine::handoff_target(&self.params(), set, to, &t)?
         };
         let end = self
             .core
