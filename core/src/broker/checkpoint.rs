@@ -751,6 +751,10 @@ impl<S: Storage> Broker<S> {
     }
 }
 
+/// A queue in a [`Digest`]: (directory, topic, queue id, base, end, next, visible, units).
+#[cfg(test)]
+type QueueDigest = (String, String, u32, u64, u64, u64, u64, Vec<CqUnit>);
+
 /// Everything a broker holds that replaying its log builds, in a form two brokers can be
 /// compared by (tests): topics, queues and groups by name (their numbering follows the
 /// order a run met them in, which differs from the log's order: a delayed send names its
@@ -769,7 +773,7 @@ pub(crate) struct Digest {
     /// (name, deleted, queue directories)
     topics: Vec<(String, bool, Vec<String>)>,
     /// (directory, topic, queue id, base, end, next, visible, units)
-    queues: Vec<(String, String, u32, u64, u64, u64, u64, Vec<CqUnit>)>,
+    queues: Vec<QueueDigest>,
     /// Groups something refers to, or declared FIFO.
     groups: Vec<(String, bool)>,
     txns: Vec<(u64, u64, Millis, u32, String, i32, u16, String)>,
@@ -799,10 +803,7 @@ pub(crate) struct Digest {
 #[cfg(test)]
 impl Digest {
     /// The queues of topics whose names start with `prefix`, as [`Digest`] lists them.
-    pub(crate) fn queues_of(
-        &self,
-        prefix: &str,
-    ) -> Vec<&(String, String, u32, u64, u64, u64, u64, Vec<CqUnit>)> {
+    pub(crate) fn queues_of(&self, prefix: &str) -> Vec<&QueueDigest> {
         self.queues
             .iter()
             .filter(|q| q.1.starts_with(prefix))
