@@ -321,6 +321,19 @@ pub fn welcomed(epoch: u64, welcome_epoch: u64, start: u64, end: u64) -> Welcome
     }
 }
 
+/// Whether a master whose log starts at `log_start` can serve a replica that shares its log
+/// up to `shared`: the bytes from there must still be held. A replica away longer than the
+/// master kept its oldest segments (or new and empty once the master's log no longer starts
+/// at 0) cannot catch up by replication, and is told so, naming both offsets.
+pub fn servable(shared: u64, log_start: u64) -> Result<(), String> {
+    if shared >= log_start {
+        return Ok(());
+    }
+    Err(format!(
+        "this replica's log agrees with the master's up to offset {shared}, below the master's log start {log_start} (retention retired the segments between): it cannot catch up by replication; restore it from a backup of the master (rocklet admin backup --to DIR on the master, then rocklet admin restore --from DIR --to <the replica's data dir>) and start it again"
+    ))
+}
+
 /// Why a master stops.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Fenced {
@@ -576,6 +589,14 @@ mod tests {
     #[test]
     fn a_replica_refuses_a_stale_master_and_cuts_only_a_divergent_tail() {
         assert!(may_follow(4, 5).is_err());
+        // A replica below the master's log start is told so, naming both offsets.
+        assert_eq!(servable(0, 0), Ok(()));
+        assert_eq!(servable(4096, 4096), Ok(()));
+        let why = servable(0, 4096).unwrap_err();
+        assert!(
+            why.contains("offset 0") && why.contains("log start 4096"),
+            "{why}"
+        );
         assert_eq!(may_follow(5, 5), Ok(()));
         assert!(matches!(welcomed(5, 4, 100, 100), Welcomed::Refuse(_)));
         assert_eq!(welcomed(5, 5, 80, 100), Welcomed::Cut(80));

@@ -36,6 +36,10 @@ pub const FENCED_EXIT: i32 = 3;
 /// How often a replica looks at the master key.
 const POLL: Duration = Duration::from_millis(100);
 
+/// How long a replica whose log ends below its master's log start waits before it asks
+/// again (a restore, or the master's retention settings, must change first).
+const BEHIND_RETRY: Duration = Duration::from_secs(10);
+
 /// A master's deadline ([`machine::lease_deadline`], in [`monotonic_ms`]), shared by the lead
 /// loop, the lease keeper, the watchdog and the core thread: it releases nothing at or past it.
 #[derive(Debug, Default)]
@@ -268,6 +272,11 @@ impl Node {
                     FollowEnd::Failed(e) => {
                         warn!(master = %addr, epoch, error = %e, "replication stream ended");
                         tokio::time::sleep(Duration::from_millis(200)).await;
+                    }
+                    FollowEnd::Behind(why) => {
+                        // Nothing changes by asking again soon: say it, now and then.
+                        error!(master = %addr, epoch, "cannot catch up: {why}");
+                        tokio::time::sleep(BEHIND_RETRY).await;
                     }
                 }
             }

@@ -12,6 +12,8 @@
 //! kind 3 CHUNK    master -> replica  epoch u64 BE, offset u64 BE, the log's bytes
 //! kind 4 ACK      replica -> master  end u64 BE: the replica holds the log below it, synced
 //! kind 5 REFUSED  either way         UTF-8 text: why
+//! kind 6 BEHIND   master -> replica  UTF-8 text: the replica's log ends below the master's
+//!                                    log start (retention retired the bytes it needs)
 //! ```
 //!
 //! The log's records are self-describing and CRC'd: the replica checks every record of a
@@ -40,6 +42,7 @@ pub const WELCOME: u8 = 2;
 pub const CHUNK: u8 = 3;
 pub const ACK: u8 = 4;
 pub const REFUSED: u8 = 5;
+pub const BEHIND: u8 = 6;
 
 /// Bytes of log a chunk carries, about (an atomic group goes whole).
 pub const CHUNK_BYTES: usize = 1 << 20;
@@ -173,11 +176,16 @@ async fn serve_one(
         let _ = write_frame(&mut w, REFUSED, &[b"this node is not the master"]).await;
         return Err("HELLO to a node that is not master".into());
     }
-    let (m_epochs, m_end) = core
-        .inspect(|b| (b.epochs().to_vec(), b.log_end()))
+    let (m_epochs, m_end, m_start) = core
+        .inspect(|b| (b.epochs().to_vec(), b.log_end(), b.log_start()))
         .await
         .map_err(|e| e.to_string())?;
     let start = common_prefix(&hello.epochs, hello.end, &m_epochs, m_end);
+    if let Err(why) = machine::servable(start, m_start) {
+        warn!(replica = hello.node, start, log_start = m_start, "{why}");
+        let _ = write_frame(&mut w, BEHIND, &[why.as_bytes()]).await;
+        return Err(why);
+    }
     let welcome = serde_json::to_vec(&Welcome { epoch, start }).expect("serializes");
     write_frame(&mut w, WELCOME, &[&welcome])
         .await
@@ -271,6 +279,9 @@ pub enum FollowEnd {
     Truncated,
     /// The connection failed or was refused.
     Failed(String),
+    /// The master no longer holds the log from where this replica's ends (retention
+    /// retired it): replication cannot bring it back; a restore from a backup can.
+    Behind(String),
 }
 
 /// The replica's side: follows the master at `addr` until the stream ends or `stop` fires.
@@ -321,6 +332,11 @@ async fn follow_inner(
     match kind {
         WELCOME => {}
         REFUSED => return Err(format!("refused: {}", String::from_utf8_lossy(&payload))),
+        BEHIND => {
+            return Ok(FollowEnd::Behind(
+                String::from_utf8_lossy(&payload).into_owned(),
+            ))
+        }
         k => return Err(format!("expected WELCOME, got frame kind {k}")),
     }
     let welcome: Welcome =
