@@ -42,7 +42,7 @@ pub struct Ctx {
     /// Receipts renewed by CHANGE_MESSAGE_INVISIBLETIME, by reviveQid token.
     pub(crate) renewals: Mutex<Renewals>,
     /// Why the broker closes connections, logged at a bounded rate.
-    pub(crate) close_log: super::server::CloseLog,
+    pub(crate) close_log: super::close_log::CloseLog,
     /// Offsets reset by mqadmin on online groups, until their clients take them.
     pub(crate) resets: Mutex<super::admin::resets::PendingResets>,
     /// The host clock (queue lock expiry).

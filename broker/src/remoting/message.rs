@@ -186,10 +186,8 @@ pub(crate) fn incoming(
     // reply topic `<CLUSTER>_REPLY_TOPIC` from this property, which Apache's broker adds.
     let props = &m.properties;
     if props.iter().any(|(k, _)| k == REPLY_TO_CLIENT) && !props.iter().any(|(k, _)| k == CLUSTER) {
-        m.properties.push((
-            CLUSTER.to_string(),
-            super::handlers::BROKER_NAME.to_string(),
-        ));
+        m.properties
+            .push((CLUSTER.to_string(), super::BROKER_NAME.to_string()));
     }
     let txn_group = txn.then(|| {
         group

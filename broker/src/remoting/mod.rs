@@ -24,6 +24,7 @@
 
 pub mod admin;
 pub mod clients;
+pub mod close_log;
 pub mod codec;
 pub mod codes;
 pub mod compression;
@@ -35,3 +36,6 @@ pub mod pop;
 pub mod reply;
 pub mod server;
 pub mod stats;
+
+/// The broker name in routes (and the cluster name).
+pub(crate) const BROKER_NAME: &str = "rocklet";

@@ -10,8 +10,8 @@ use crate::cluster::directory::GroupNodes;
 use crate::remoting::codec::RemotingCommand;
 use crate::remoting::codes::status;
 use crate::remoting::conn::Ctx;
-use crate::remoting::handlers::BROKER_NAME;
 use crate::remoting::reply::{core_failure, fail, ok, required, Answer};
+use crate::remoting::BROKER_NAME;
 
 /// This broker's name in routes: its group's in cluster mode, else `rocklet`.
 fn own_name(ctx: &Ctx) -> &str {

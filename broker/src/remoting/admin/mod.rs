@@ -34,8 +34,8 @@ use super::clients::Member;
 use super::codec::RemotingCommand;
 use super::codes::{code, status};
 use super::conn::{lock, Ctx};
-use super::handlers::BROKER_NAME;
 use super::reply::{core_failure, fail, field, json_body, number, number_or, ok, required, Answer};
+use super::BROKER_NAME;
 use crate::ops::{self, OpError};
 use query::{offset_at, query_cq, query_message, search_offset, view_message};
 

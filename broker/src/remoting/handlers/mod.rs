@@ -34,8 +34,7 @@ use pop::*;
 use produce::*;
 use request_reply::*;
 
-/// The broker name in routes (and the cluster name).
-pub(crate) const BROKER_NAME: &str = "rocklet";
+pub(crate) use super::BROKER_NAME;
 /// Producer group the Java client uses for its own internal producer: not a real group.
 pub(crate) const CLIENT_INNER_PRODUCER: &str = "CLIENT_INNER_PRODUCER";
 /// Pull request flags (`PullSysFlag`).
