@@ -835,7 +835,9 @@ impl<S: Storage> Broker<S> {
         Ok(())
     }
 
-    /// When [`Broker::handle_timeout`] next has something to do.
+    /// When [`Broker::handle_timeout`] next has something to do: never before the core's
+    /// time (a deadline already passed — a parked transaction whose producer came back
+    /// online keeps the one it was parked at — is due now).
     #[must_use]
     pub fn poll_timeout(&self) -> Option<Millis> {
         if self.role == Role::Replica {
@@ -844,7 +846,11 @@ impl<S: Storage> Broker<S> {
         let t = self.txns.next_deadline().filter(|&d| d != PARKED);
         let d = self.delays.next_deadline();
         let p = self.pop_timers.peek().map(|Reverse(x)| x.0);
-        [t, d, p, self.flush_due].into_iter().flatten().min()
+        [t, d, p, self.flush_due]
+            .into_iter()
+            .flatten()
+            .min()
+            .map(|at| at.max(self.now))
     }
 
     /// The next output.
