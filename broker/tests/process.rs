@@ -278,8 +278,8 @@ async fn a_damaged_log_is_refused_untouched_and_repair_keeps_every_valid_record(
     let (status, _) = p.term();
     assert!(status.success());
     // The clean stop recorded a checkpoint at the log's end: a start from it reads none of
-    // the log below it (damage there is found when the record is read). Without it, a
-    // start replays the whole log and must refuse the damage.
+    // the log below it (a read passes over a record whose CRCs fail). Without it, a start
+    // replays the whole log and must refuse the damage.
     std::fs::remove_file(data.join("CHECKPOINT")).expect("a clean stop records a checkpoint");
     // Flip one byte inside the third user record: valid records follow it.
     let seg = data.join(format!("{:020}", 0));
