@@ -110,16 +110,9 @@ impl fmt::Display for ExportError {
 
 impl std::error::Error for ExportError {}
 
-/// A pending transaction as exported.
-#[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
-pub struct PendingTransaction {
-    /// The producer's message id (UNIQ_KEY), or `@<offset>` without one.
-    pub id: String,
-    pub group: String,
-    pub topic: String,
-    /// Checks Rocklet sent so far (TRANSACTION_CHECK_TIMES of the exported half).
-    pub checks: u32,
-}
+/// A pending transaction as exported (`checks`: those Rocklet sent so far, the
+/// TRANSACTION_CHECK_TIMES of the exported half).
+pub use crate::import::PendingTransaction;
 
 /// What the export wrote, counted by kind; `not_exported` names everything left out.
 #[derive(Debug, Clone, Default, PartialEq, Eq, serde::Serialize)]

@@ -15,7 +15,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rocklet_core::storage::{read_failures, read_log_end};
+use rocklet_core::storage::{list_segments, read_failures, read_log_end};
 use rocklet_core::{LogEnd, Storage, LOG_START_FILE};
 
 use super::ExportError;
@@ -165,18 +165,7 @@ impl Storage for Source {
     type Error = io::Error;
 
     fn segments(&mut self) -> io::Result<Vec<u64>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-                if let Ok(base) = name.parse() {
-                    out.push(base);
-                }
-            }
-        }
-        out.sort_unstable();
-        Ok(out)
+        list_segments(&self.dir)
     }
 
     fn len(&mut self, base: u64) -> io::Result<u64> {

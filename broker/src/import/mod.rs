@@ -83,14 +83,14 @@ impl fmt::Display for ImportError {
 
 impl std::error::Error for ImportError {}
 
-/// A pending transaction as imported.
+/// A pending transaction as imported (or exported, [`crate::export`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
 pub struct PendingTransaction {
     /// The producer's transaction id (UNIQ_KEY), or `@<offset>` without one.
     pub id: String,
     pub group: String,
     pub topic: String,
-    /// Checks RocketMQ sent so far (TRANSACTION_CHECK_TIMES of its latest half copy).
+    /// Checks the source broker sent so far (TRANSACTION_CHECK_TIMES of its latest half).
     pub checks: u32,
 }
 

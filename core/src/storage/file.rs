@@ -441,18 +441,7 @@ impl Storage for FileStorage {
     type Error = io::Error;
 
     fn segments(&mut self) -> io::Result<Vec<u64>> {
-        let mut out = Vec::new();
-        for entry in fs::read_dir(&self.dir)? {
-            let name = entry?.file_name();
-            let Some(name) = name.to_str() else { continue };
-            if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-                if let Ok(base) = name.parse() {
-                    out.push(base);
-                }
-            }
-        }
-        out.sort_unstable();
-        Ok(out)
+        list_segments(&self.dir)
     }
 
     fn len(&mut self, base: u64) -> io::Result<u64> {
@@ -780,6 +769,23 @@ pub fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(out)
 }
 const LOG_END_HEADER: &str = "rocklet-log-end 1";
+
+/// The segment files of the data directory `dir` (20-digit names), by base offset. Read
+/// only, for tools that open a data directory without [`FileStorage`].
+pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
+    let mut out = Vec::new();
+    for entry in fs::read_dir(dir)? {
+        let name = entry?.file_name();
+        let Some(name) = name.to_str() else { continue };
+        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
+            if let Ok(base) = name.parse() {
+                out.push(base);
+            }
+        }
+    }
+    out.sort_unstable();
+    Ok(out)
+}
 
 /// Reads `LOG_END`; `None` when there is none (a data directory from before it, or
 /// RocketMQ's). One that does not parse is refused by name: the check it stands for
