@@ -175,10 +175,18 @@ fn import(a: ImportArgs) -> Result<(), String> {
         core,
     };
     let report = rocklet_broker::import::run(&opts).map_err(|e| e.to_string())?;
-    if a.json {
+    print_report(&report, a.json)
+}
+
+/// An import's or export's report: JSON with `--json`, else its text.
+fn print_report(
+    report: &(impl serde::Serialize + std::fmt::Display),
+    json: bool,
+) -> Result<(), String> {
+    if json {
         println!(
             "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
+            serde_json::to_string_pretty(report).map_err(|e| e.to_string())?
         );
     } else {
         print!("{report}");
@@ -198,15 +206,7 @@ fn export(a: ExportArgs) -> Result<(), String> {
         commitlog_file_size: a.commitlog_file_size,
     };
     let report = rocklet_broker::export::run(&opts).map_err(|e| e.to_string())?;
-    if a.json {
-        println!(
-            "{}",
-            serde_json::to_string_pretty(&report).map_err(|e| e.to_string())?
-        );
-    } else {
-        print!("{report}");
-    }
-    Ok(())
+    print_report(&report, a.json)
 }
 
 fn broker_config(a: &BrokerArgs) -> Result<BrokerConfig, String> {
