@@ -10,6 +10,7 @@ use std::collections::BTreeMap;
 use std::net::SocketAddr;
 use std::time::Duration;
 
+use common::v4::heartbeat_body;
 use common::TestBroker;
 use rocklet_broker::remoting::codec::{self, RemotingCommand, SerializeType};
 use rocklet_broker::remoting::message::offset_msg_id;
@@ -268,22 +269,6 @@ async fn transaction_id_of_the_send_result_is_the_checked_one() {
     let r = pull_code(&mut c, 11, "TxnCG", "TxnIds", 0).await;
     assert_eq!(records(&r.body).len(), 1, "committed");
     b.stop().await;
-}
-
-fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "clientID": client,
-        "producerDataSet": [],
-        "consumerDataSet": [{
-            "groupName": group,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [{"topic": topic, "subString": "*", "expressionType": "TAG"}],
-            "unitMode": false,
-        }],
-    }))
-    .unwrap()
 }
 
 #[tokio::test]

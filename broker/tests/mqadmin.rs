@@ -8,7 +8,7 @@ mod common;
 
 use std::net::SocketAddr;
 
-use common::v4::{props, V4};
+use common::v4::{heartbeat_body, props, V4};
 use common::*;
 use rocklet_broker::pb::v2 as pb;
 use rocklet_broker::remoting::codec::{RemotingCommand, SerializeType};
@@ -131,22 +131,6 @@ async fn wipe_write_perm_stops_sends_and_add_write_perm_restores_them() {
     )
     .await;
     b.stop().await;
-}
-
-fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
-    serde_json::to_vec(&serde_json::json!({
-        "clientID": client,
-        "producerDataSet": [],
-        "consumerDataSet": [{
-            "groupName": group,
-            "consumeType": "CONSUME_PASSIVELY",
-            "messageModel": "CLUSTERING",
-            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
-            "subscriptionDataSet": [{"topic": topic, "subString": "*", "expressionType": "TAG"}],
-            "unitMode": false,
-        }],
-    }))
-    .unwrap()
 }
 
 /// GET_CONSUME_STATS of `group` (all its topics) as text: its body keys queues by

@@ -69,3 +69,20 @@ pub fn fields(ext: &[(&str, &str)]) -> BTreeMap<String, String> {
 pub fn props(p: &[(&str, &str)]) -> String {
     p.iter().map(|(k, v)| format!("{k}\u{1}{v}\u{2}")).collect()
 }
+
+/// A HEARTBEAT body of one push consumer `client` of `group` subscribed to all of `topic`.
+pub fn heartbeat_body(client: &str, group: &str, topic: &str) -> Vec<u8> {
+    serde_json::to_vec(&serde_json::json!({
+        "clientID": client,
+        "producerDataSet": [],
+        "consumerDataSet": [{
+            "groupName": group,
+            "consumeType": "CONSUME_PASSIVELY",
+            "messageModel": "CLUSTERING",
+            "consumeFromWhere": "CONSUME_FROM_LAST_OFFSET",
+            "subscriptionDataSet": [{"topic": topic, "subString": "*", "expressionType": "TAG"}],
+            "unitMode": false,
+        }],
+    }))
+    .unwrap()
+}
