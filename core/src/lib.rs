@@ -69,6 +69,8 @@ pub mod testing;
 #[cfg(test)]
 mod tests;
 pub mod topic;
+#[cfg(test)]
+mod topic_tests;
 pub mod types;
 
 /// Milliseconds, on the host's clock.

@@ -528,6 +528,12 @@ impl<S: Storage> Broker<S> {
                     if let Some(t) = self.topic_ids.remove(name) {
                         self.topics[t as usize].deleted = true;
                         *self.deleted_names.entry(name.into()).or_default() += 1;
+                        // Its deliveries go with it (RocketMQ's revive skips a check point
+                        // whose topic is gone): none is redelivered or dead-lettered later,
+                        // and no later record can name them (records name topics by name).
+                        let queues = &self.topics[t as usize].queues;
+                        self.pops.retain(|&(_, q), _| !queues.contains(&q));
+                        self.prune_pop_timers();
                     }
                 }
             }
@@ -572,8 +578,10 @@ impl<S: Storage> Broker<S> {
                 next,
                 entries,
             } => {
+                let Some(t) = self.topic_of_state(t, queue_id) else {
+                    return;
+                };
                 let g = self.group(group);
-                let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
                 // A record naming messages past the queue's end (a damaged or forged log) is
                 // ignored: deliveries exist only for stored messages.
@@ -632,8 +640,14 @@ impl<S: Storage> Broker<S> {
                 queue_offset,
                 generation,
             } => {
+                // Nothing is in flight in a topic that does not exist (or no longer does).
+                let Some(t) = self.find_topic(t) else {
+                    return;
+                };
+                if self.topics[t as usize].queues.len() as u32 <= queue_id {
+                    return;
+                }
                 let g = self.group(group);
-                let t = self.topic(t, queue_id + 1);
                 let q = self.queue_of(t, queue_id);
                 let fifo = self.groups[g as usize].fifo;
                 if let Some(pq) = self.pops.get_mut(&(g, q)) {
@@ -657,6 +671,15 @@ impl<S: Storage> Broker<S> {
                 self.prune_pop_timers();
             }
         }
+    }
+
+    /// The topic a receive's record names, `None` for a deleted one: written before this
+    /// rule, such a record (of a delivery of a deleted topic) must not bring the name back.
+    fn topic_of_state(&mut self, name: &str, queue_id: u32) -> Option<u32> {
+        if self.find_topic(name).is_none() && self.deleted_names.contains_key(name) {
+            return None;
+        }
+        Some(self.topic(name, queue_id + 1))
     }
 
     /// The consumer queue a half or delayed record (at `off`) names by its REAL_TOPIC and
