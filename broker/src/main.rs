@@ -174,7 +174,7 @@ fn import(a: ImportArgs) -> Result<(), String> {
         data_dir: a.data_dir,
         core,
     };
-    let report = rocklet_broker::import::run(&opts).map_err(|e| e.to_string())?;
+    let report = rocklet_broker::import::run(&opts).map_err(|e| format!("import {e}"))?;
     print_report(&report, a.json)
 }
 
@@ -205,7 +205,7 @@ fn export(a: ExportArgs) -> Result<(), String> {
         core,
         commitlog_file_size: a.commitlog_file_size,
     };
-    let report = rocklet_broker::export::run(&opts).map_err(|e| e.to_string())?;
+    let report = rocklet_broker::export::run(&opts).map_err(|e| format!("export {e}"))?;
     print_report(&report, a.json)
 }
 

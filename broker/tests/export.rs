@@ -6,7 +6,7 @@
 
 use std::path::{Path, PathBuf};
 
-use rocklet_broker::export::{self, ExportError, Options, Report};
+use rocklet_broker::export::{self, MoveError, Options, Report};
 use rocklet_broker::import;
 use rocklet_core::record::{self, Decoded};
 use rocklet_core::{
@@ -287,9 +287,9 @@ fn export_then_import_serves_the_same_messages_offsets_groups_transactions_and_d
     assert_eq!(want, [T0 + 21 + 30_000, T0 + 100_000]);
 }
 
-fn refused(r: Result<Report, ExportError>) -> String {
+fn refused(r: Result<Report, MoveError>) -> String {
     match r {
-        Err(ExportError::Refused(why)) => why,
+        Err(MoveError::Refused(why)) => why,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

@@ -7,7 +7,7 @@ use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
 
-use rocklet_broker::import::{self, ImportError, Options, Report};
+use rocklet_broker::import::{self, MoveError, Options, Report};
 use rocklet_core::record::{self, sys_flag, Header, Host};
 use rocklet_core::{Broker, Config, FileStorage, Output, Reply, Request, TagFilter};
 
@@ -245,9 +245,9 @@ fn bodies(b: &mut Broker<FileStorage>, topic: &str, q: u32) -> Vec<String> {
         .collect()
 }
 
-fn refused(r: Result<Report, ImportError>) -> String {
+fn refused(r: Result<Report, MoveError>) -> String {
     match r {
-        Err(ImportError::Refused(why)) => why,
+        Err(MoveError::Refused(why)) => why,
         other => panic!("expected a refusal, got {other:?}"),
     }
 }

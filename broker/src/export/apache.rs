@@ -13,7 +13,7 @@ use std::path::{Path, PathBuf};
 
 use rocklet_core::record::{self, Header};
 
-use super::ExportError;
+use super::MoveError;
 
 /// RocketMQ's END_FILE_MIN_BLANK_LENGTH: a record goes into a file only when this much room
 /// is left after it, for the blank that closes the file.
@@ -31,9 +31,9 @@ pub(super) struct CommitLog {
 }
 
 impl CommitLog {
-    pub(super) fn create(root: &Path, file_size: u64) -> Result<Self, ExportError> {
+    pub(super) fn create(root: &Path, file_size: u64) -> Result<Self, MoveError> {
         let dir = root.join("commitlog");
-        fs::create_dir_all(&dir).map_err(|e| ExportError::io(&dir, e))?;
+        fs::create_dir_all(&dir).map_err(|e| MoveError::io(&dir, e))?;
         Ok(CommitLog {
             dir,
             file_size,
@@ -52,10 +52,10 @@ impl CommitLog {
         body: &[u8],
         topic: &str,
         props: &[u8],
-    ) -> Result<u64, ExportError> {
+    ) -> Result<u64, MoveError> {
         let len = record::encoded_len(header, body.len(), topic.len(), props.len()) as u64;
         if len + MIN_BLANK > self.file_size {
-            return Err(ExportError::refused(format!(
+            return Err(MoveError::refused(format!(
                 "a message of topic {topic} takes {len} bytes, more than a commit-log file of {} bytes holds: export with a larger --commitlog-file-size",
                 self.file_size
             )));
@@ -78,7 +78,7 @@ impl CommitLog {
         };
         self.buf.clear();
         record::encode(&mut self.buf, &h, body, topic, props).map_err(|e| {
-            ExportError::refused(format!(
+            MoveError::refused(format!(
                 "a message of topic {topic} cannot be written: {e:?}"
             ))
         })?;
@@ -91,40 +91,40 @@ impl CommitLog {
         Ok(at)
     }
 
-    fn open_file(&mut self, base: u64) -> Result<(), ExportError> {
+    fn open_file(&mut self, base: u64) -> Result<(), MoveError> {
         let path = self.dir.join(format!("{base:020}"));
         let f = OpenOptions::new()
             .create_new(true)
             .read(true)
             .write(true)
             .open(&path)
-            .map_err(|e| ExportError::io(&path, e))?;
+            .map_err(|e| MoveError::io(&path, e))?;
         // RocketMQ loads only files of exactly mappedFileSizeCommitLog bytes (sparse here).
         f.set_len(self.file_size)
-            .map_err(|e| ExportError::io(&path, e))?;
+            .map_err(|e| MoveError::io(&path, e))?;
         if let Some((_, old)) = self.file.take() {
-            old.sync_all().map_err(|e| ExportError::io(&self.dir, e))?;
+            old.sync_all().map_err(|e| MoveError::io(&self.dir, e))?;
         }
         self.file = Some((base, f));
         self.files += 1;
         Ok(())
     }
 
-    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), ExportError> {
+    fn write_at(&mut self, at: u64, bytes: &[u8]) -> Result<(), MoveError> {
         let Some((base, f)) = &self.file else {
             return Ok(());
         };
         f.write_all_at(bytes, at - base)
-            .map_err(|e| ExportError::io(&self.dir, e))
+            .map_err(|e| MoveError::io(&self.dir, e))
     }
 
-    pub(super) fn finish(mut self) -> Result<(), ExportError> {
+    pub(super) fn finish(mut self) -> Result<(), MoveError> {
         if let Some((_, f)) = self.file.take() {
-            f.sync_all().map_err(|e| ExportError::io(&self.dir, e))?;
+            f.sync_all().map_err(|e| MoveError::io(&self.dir, e))?;
         }
         File::open(&self.dir)
             .and_then(|d| d.sync_all())
-            .map_err(|e| ExportError::io(&self.dir, e))
+            .map_err(|e| MoveError::io(&self.dir, e))
     }
 }
 
@@ -189,12 +189,12 @@ pub(super) fn offsets_json(offsets: &BTreeMap<(String, String), BTreeMap<u32, u6
 }
 
 /// Writes `config/<name>` (durably).
-pub(super) fn write_config(root: &Path, name: &str, text: &str) -> Result<(), ExportError> {
+pub(super) fn write_config(root: &Path, name: &str, text: &str) -> Result<(), MoveError> {
     let dir = root.join("config");
-    fs::create_dir_all(&dir).map_err(|e| ExportError::io(&dir, e))?;
+    fs::create_dir_all(&dir).map_err(|e| MoveError::io(&dir, e))?;
     let path = dir.join(name);
-    let mut f = File::create(&path).map_err(|e| ExportError::io(&path, e))?;
+    let mut f = File::create(&path).map_err(|e| MoveError::io(&path, e))?;
     f.write_all(text.as_bytes())
         .and_then(|()| f.sync_all())
-        .map_err(|e| ExportError::io(&path, e))
+        .map_err(|e| MoveError::io(&path, e))
 }

@@ -81,35 +81,8 @@ pub struct Options {
     pub commitlog_file_size: u64,
 }
 
-/// Why the export did not happen.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ExportError {
-    /// The source or target cannot be used as they are; nothing was written.
-    Refused(String),
-    /// Reading the source or writing the store failed.
-    Io(String),
-}
-
-impl ExportError {
-    pub(crate) fn refused(why: impl Into<String>) -> Self {
-        ExportError::Refused(why.into())
-    }
-    pub(crate) fn io(path: &Path, e: std::io::Error) -> Self {
-        ExportError::Io(format!("{}: {e}", path.display()))
-    }
-}
-
-impl fmt::Display for ExportError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            ExportError::Refused(why) => write!(f, "export refused: {why}"),
-            ExportError::Io(why) => write!(f, "export failed: {why}"),
-        }
-    }
-}
-
-impl std::error::Error for ExportError {}
-
+/// Why the export did not happen: the import's error (one for moving a store either way).
+pub use crate::import::MoveError;
 /// A pending transaction as exported (`checks`: those Rocklet sent so far, the
 /// TRANSACTION_CHECK_TIMES of the exported half).
 pub use crate::import::PendingTransaction;
@@ -208,9 +181,9 @@ impl fmt::Display for Report {
 
 /// Exports `opts.from` into a new RocketMQ store at `opts.to`. On any error nothing is left
 /// behind: the directory is removed if this call created it (emptied if it existed empty).
-pub fn run(opts: &Options) -> Result<Report, ExportError> {
+pub fn run(opts: &Options) -> Result<Report, MoveError> {
     if opts.commitlog_file_size < 4096 || opts.commitlog_file_size > i32::MAX as u64 {
-        return Err(ExportError::refused(format!(
+        return Err(MoveError::refused(format!(
             "--commitlog-file-size {} is outside 4096..=2147483647 (RocketMQ's mapped files are at most 2 GiB)",
             opts.commitlog_file_size
         )));
@@ -218,7 +191,7 @@ pub fn run(opts: &Options) -> Result<Report, ExportError> {
     let from = opts
         .from
         .canonicalize()
-        .map_err(|e| ExportError::io(&opts.from, e))?;
+        .map_err(|e| MoveError::io(&opts.from, e))?;
     // The source first: a running broker's directory is refused before anything is created.
     let source = Source::open(&from)?;
     let created = prepare_target(&opts.to, &from)?;
@@ -231,10 +204,10 @@ pub fn run(opts: &Options) -> Result<Report, ExportError> {
 
 /// Checks that `dir` is new or empty and neither inside the source nor holding it; creates
 /// it. Returns whether it was created.
-fn prepare_target(dir: &Path, from: &Path) -> Result<bool, ExportError> {
-    let canon = crate::import::resolve(dir).map_err(|e| ExportError::io(dir, e))?;
+fn prepare_target(dir: &Path, from: &Path) -> Result<bool, MoveError> {
+    let canon = crate::import::resolve(dir).map_err(|e| MoveError::io(dir, e))?;
     if canon.starts_with(from) || from.starts_with(&canon) {
-        return Err(ExportError::refused(format!(
+        return Err(MoveError::refused(format!(
             "the store {} and the source {} overlap: the export never writes into its source",
             dir.display(),
             from.display()
@@ -243,17 +216,17 @@ fn prepare_target(dir: &Path, from: &Path) -> Result<bool, ExportError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
-                return Err(ExportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "{} is not empty: the export writes a new RocketMQ store and never adds to one",
                     dir.display()
                 )));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(ExportError::io(dir, e)),
+        Err(e) => return Err(MoveError::io(dir, e)),
     }
     let created = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| ExportError::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| MoveError::io(dir, e))?;
     Ok(created)
 }
 
@@ -276,7 +249,7 @@ struct Half {
     fate: Option<(Fate, Millis)>,
 }
 
-type Res<T> = Result<T, ExportError>;
+type Res<T> = Result<T, MoveError>;
 
 struct Exporter {
     broker: Broker<Source>,
@@ -284,8 +257,8 @@ struct Exporter {
     report: Report,
 }
 
-fn core_err(e: impl fmt::Display) -> ExportError {
-    ExportError::Io(format!("reading the source: {e}"))
+fn core_err(e: impl fmt::Display) -> MoveError {
+    MoveError::Io(format!("reading the source: {e}"))
 }
 
 /// The record at `offset` of the source's log, decoded.
@@ -293,7 +266,7 @@ fn read_at(broker: &mut Broker<Source>, offset: u64) -> Res<Vec<u8>> {
     let mut v = broker.raw_records(offset, 1).map_err(core_err)?;
     match v.pop() {
         Some((at, bytes)) if at == offset => Ok(bytes),
-        _ => Err(ExportError::Io(format!(
+        _ => Err(MoveError::Io(format!(
             "no record at log offset {offset} of the source"
         ))),
     }
@@ -302,7 +275,7 @@ fn read_at(broker: &mut Broker<Source>, offset: u64) -> Res<Vec<u8>> {
 fn view(bytes: &[u8]) -> Res<RecordView<'_>> {
     match record::decode_trusted(bytes) {
         Ok(Decoded::Record(r)) => Ok(r),
-        other => Err(ExportError::Io(format!(
+        other => Err(MoveError::Io(format!(
             "a record of the source does not decode: {other:?}"
         ))),
     }
@@ -331,7 +304,7 @@ fn export(source: Source, opts: &Options) -> Res<Report> {
     let now = crate::clock::SystemClock.now();
     let backup = source.backup;
     let broker = Broker::open(opts.core.clone(), source, now).map_err(|e| {
-        ExportError::refused(format!(
+        MoveError::refused(format!(
             "{} cannot be opened as a Rocklet log: {e}",
             opts.from.display()
         ))
@@ -558,7 +531,7 @@ impl Exporter {
                         .consume_queue(&t.name, qid, at, 256)
                         .map_err(core_err)?;
                     if units.is_empty() {
-                        return Err(ExportError::Io(format!(
+                        return Err(MoveError::Io(format!(
                             "queue {}:{qid} of the source has no unit at queue offset {at} (its end is {visible})",
                             t.name
                         )));

@@ -18,7 +18,7 @@ use std::path::{Path, PathBuf};
 use rocklet_core::storage::{list_segments, read_failures, read_log_end};
 use rocklet_core::{LogEnd, Storage, LOG_START_FILE};
 
-use super::ExportError;
+use super::MoveError;
 use crate::backup;
 
 /// A data or backup directory, read only.
@@ -45,10 +45,10 @@ pub struct Source {
 impl Source {
     /// Opens `dir` read only: a backup directory (it has a manifest, which must check out) or
     /// a data directory no broker holds.
-    pub fn open(dir: &Path) -> Result<Source, ExportError> {
-        let meta = fs::metadata(dir).map_err(|e| ExportError::io(dir, e))?;
+    pub fn open(dir: &Path) -> Result<Source, MoveError> {
+        let meta = fs::metadata(dir).map_err(|e| MoveError::io(dir, e))?;
         if !meta.is_dir() {
-            return Err(ExportError::refused(format!(
+            return Err(MoveError::refused(format!(
                 "{} is not a directory: --from takes a Rocklet data directory or a backup directory",
                 dir.display()
             )));
@@ -65,9 +65,9 @@ impl Source {
             backup: false,
         };
         if dir.join(backup::MANIFEST).exists() {
-            let m = backup::read_manifest(dir).map_err(ExportError::Refused)?;
+            let m = backup::read_manifest(dir).map_err(MoveError::Refused)?;
             s.backup = true;
-            let segments = s.segments().map_err(|e| ExportError::io(dir, e))?;
+            let segments = s.segments().map_err(|e| MoveError::io(dir, e))?;
             s.log_end = Some(LogEnd {
                 segment: segments.last().copied(),
                 end: m.log_offset,
@@ -80,25 +80,22 @@ impl Source {
                     match lock.try_lock_shared() {
                         Ok(()) => {}
                         Err(fs::TryLockError::WouldBlock) => {
-                            return Err(ExportError::refused(format!(
+                            return Err(MoveError::refused(format!(
                                 "{} is in use by a running broker (its LOCK is held): stop the broker first, or export a backup of it (rocklet admin backup --to DIR)",
                                 dir.display()
                             )))
                         }
                         Err(fs::TryLockError::Error(e)) => {
-                            return Err(ExportError::io(&lock_path, e))
+                            return Err(MoveError::io(&lock_path, e))
                         }
                     }
                     s._lock = Some(lock);
                 }
                 Err(e) if e.kind() == io::ErrorKind::NotFound => {}
-                Err(e) => return Err(ExportError::io(&lock_path, e)),
+                Err(e) => return Err(MoveError::io(&lock_path, e)),
             }
-            if s.segments()
-                .map_err(|e| ExportError::io(dir, e))?
-                .is_empty()
-            {
-                return Err(ExportError::refused(format!(
+            if s.segments().map_err(|e| MoveError::io(dir, e))?.is_empty() {
+                return Err(MoveError::refused(format!(
                     "{} holds no log segment: --from takes a Rocklet data directory (or a backup of one){}",
                     dir.display(),
                     if dir.join("commitlog").is_dir() {
@@ -108,9 +105,9 @@ impl Source {
                     }
                 )));
             }
-            s.log_end = read_log_end(dir).map_err(|e| ExportError::io(dir, e))?;
+            s.log_end = read_log_end(dir).map_err(|e| MoveError::io(dir, e))?;
             s.failed_at = read_failures(dir)
-                .map_err(|e| ExportError::io(dir, e))?
+                .map_err(|e| MoveError::io(dir, e))?
                 .into_iter()
                 .max();
         }

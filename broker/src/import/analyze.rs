@@ -32,7 +32,7 @@ use rocklet_core::topic;
 use rocklet_core::{Config, Millis};
 
 use super::store::Store;
-use super::{ImportError, PendingTransaction, Report};
+use super::{MoveError, PendingTransaction, Report};
 
 use super::records::{kind, prop, split_inner, system_group, Kind, CHECKER_GROUP};
 
@@ -112,7 +112,7 @@ struct Analysis<'c> {
     log_start: u64,
 }
 
-pub(super) fn analyze(store: &Store, cfg: &Config) -> Result<Plan, ImportError> {
+pub(super) fn analyze(store: &Store, cfg: &Config) -> Result<Plan, MoveError> {
     let mut a = Analysis {
         cfg,
         plan: Plan::default(),
@@ -148,7 +148,7 @@ pub(super) fn analyze(store: &Store, cfg: &Config) -> Result<Plan, ImportError> 
 }
 
 impl Analysis<'_> {
-    fn record(&mut self, off: u64, r: &RecordView<'_>) -> Result<(), ImportError> {
+    fn record(&mut self, off: u64, r: &RecordView<'_>) -> Result<(), MoveError> {
         match kind(r.topic) {
             Kind::User => self.user(off, r),
             Kind::Half => {
@@ -285,7 +285,7 @@ impl Analysis<'_> {
         need_queue(&mut self.plan.topics, t, qid);
     }
 
-    fn user(&mut self, off: u64, r: &RecordView<'_>) -> Result<(), ImportError> {
+    fn user(&mut self, off: u64, r: &RecordView<'_>) -> Result<(), MoveError> {
         let t = r.topic;
         let qid = r.header.queue_id;
         let tx = r.header.sys_flag & sys_flag::TRANSACTION_TYPE_MASK;
@@ -335,7 +335,7 @@ impl Analysis<'_> {
         }
         let next = self.next.entry(key).or_insert(0);
         if *next != r.header.queue_offset {
-            return Err(ImportError::refused(if first {
+            return Err(MoveError::refused(if first {
                 format!(
                     "queue {t}:{qid} starts at queue offset {} (log offset {off}), not 0, although the commit log starts at offset 0: records are missing, so its queue offsets could not be kept",
                     r.header.queue_offset
@@ -431,7 +431,7 @@ impl Analysis<'_> {
         }
     }
 
-    fn settle_delays(&mut self, store: &Store) -> Result<(), ImportError> {
+    fn settle_delays(&mut self, store: &Store) -> Result<(), MoveError> {
         let levels: HashMap<u32, u64> = match store.config_json("delayOffset.json")? {
             Some((v, _)) => v["offsetTable"]
                 .as_object()
@@ -492,10 +492,10 @@ impl Analysis<'_> {
         Ok(())
     }
 
-    fn config(&mut self, store: &Store, offsets: Offsets) -> Result<(), ImportError> {
+    fn config(&mut self, store: &Store, offsets: Offsets) -> Result<(), MoveError> {
         if let Some((v, path)) = store.config_json("topics.json")? {
             let table = v["topicConfigTable"].as_object().ok_or_else(|| {
-                ImportError::refused(format!("{} has no topicConfigTable", path.display()))
+                MoveError::refused(format!("{} has no topicConfigTable", path.display()))
             })?;
             // The topics a broker creates for itself (TopicConfigManager): its cluster's and
             // its own name, the cluster's reply topic; their names are in the revive and
@@ -539,7 +539,7 @@ impl Analysis<'_> {
         }
         if let Some((v, path)) = store.config_json("subscriptionGroup.json")? {
             let table = v["subscriptionGroupTable"].as_object().ok_or_else(|| {
-                ImportError::refused(format!("{} has no subscriptionGroupTable", path.display()))
+                MoveError::refused(format!("{} has no subscriptionGroupTable", path.display()))
             })?;
             for (name, g) in table {
                 if system_group(name) {
@@ -578,7 +578,7 @@ impl Analysis<'_> {
         }
         for (t, &q) in &self.plan.topics {
             if q > rocklet_core::broker::MAX_QUEUES {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "topic {t} needs {q} queues, more than the {} a Rocklet topic may have",
                     rocklet_core::broker::MAX_QUEUES
                 )));
@@ -596,7 +596,7 @@ fn need_queue(topics: &mut BTreeMap<String, u32>, t: &str, qid: u32) {
 /// Committed offsets by (group, topic), per queue.
 type Offsets = BTreeMap<(String, String), BTreeMap<u32, u64>>;
 
-fn read_offsets(store: &Store, report: &mut Report) -> Result<Offsets, ImportError> {
+fn read_offsets(store: &Store, report: &mut Report) -> Result<Offsets, MoveError> {
     let mut out = Offsets::new();
     let Some((v, path)) = store.config_json("consumerOffset.json")? else {
         report
@@ -606,7 +606,7 @@ fn read_offsets(store: &Store, report: &mut Report) -> Result<Offsets, ImportErr
     };
     let table = v["offsetTable"]
         .as_object()
-        .ok_or_else(|| ImportError::refused(format!("{} has no offsetTable", path.display())))?;
+        .ok_or_else(|| MoveError::refused(format!("{} has no offsetTable", path.display())))?;
     if let Some(pulls) = v["pullOffsetTable"].as_object().filter(|m| !m.is_empty()) {
         report.notes.push(format!(
             "{} entries of pullOffsetTable (RocketMQ 5's pull positions, not committed consumer offsets) are not imported",
@@ -637,8 +637,8 @@ fn read_offsets(store: &Store, report: &mut Report) -> Result<Offsets, ImportErr
 }
 
 /// A refusal naming the record.
-pub(super) fn refused_record(off: u64, r: &RecordView<'_>, why: &str) -> ImportError {
-    ImportError::refused(format!(
+pub(super) fn refused_record(off: u64, r: &RecordView<'_>, why: &str) -> MoveError {
+    MoveError::refused(format!(
         "the message at log offset {off} ({}:{} queue offset {}) cannot be imported: {why}",
         r.topic, r.header.queue_id, r.header.queue_offset
     ))

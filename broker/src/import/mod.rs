@@ -53,35 +53,36 @@ pub struct Options {
     pub core: Config,
 }
 
-/// Why the import did not happen.
+/// Why an import (or an export, [`crate::export`]: one error for moving a store either way)
+/// did not happen. Its text follows the word `import` or `export` (`import refused: …`).
 #[derive(Debug, Clone, PartialEq, Eq)]
-pub enum ImportError {
-    /// The store cannot be imported as it is (the message names what and where); nothing
-    /// was written.
+pub enum MoveError {
+    /// The source or target cannot be used as they are (the message names what and where);
+    /// nothing was written.
     Refused(String),
-    /// Reading the store or writing the data directory failed.
+    /// Reading the source or writing the target failed.
     Io(String),
 }
 
-impl ImportError {
+impl MoveError {
     pub(crate) fn refused(why: impl Into<String>) -> Self {
-        ImportError::Refused(why.into())
+        MoveError::Refused(why.into())
     }
     pub(crate) fn io(path: &Path, e: std::io::Error) -> Self {
-        ImportError::Io(format!("{}: {e}", path.display()))
+        MoveError::Io(format!("{}: {e}", path.display()))
     }
 }
 
-impl fmt::Display for ImportError {
+impl fmt::Display for MoveError {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
         match self {
-            ImportError::Refused(why) => write!(f, "import refused: {why}"),
-            ImportError::Io(why) => write!(f, "import failed: {why}"),
+            MoveError::Refused(why) => write!(f, "refused: {why}"),
+            MoveError::Io(why) => write!(f, "failed: {why}"),
         }
     }
 }
 
-impl std::error::Error for ImportError {}
+impl std::error::Error for MoveError {}
 
 /// A pending transaction as imported (or exported, [`crate::export`]).
 #[derive(Debug, Clone, PartialEq, Eq, serde::Serialize)]
@@ -203,11 +204,11 @@ impl fmt::Display for Report {
 /// Imports the store at `opts.from` into a new data directory at `opts.data_dir`. On any
 /// error nothing is left behind: the directory is removed if this call created it (or
 /// emptied again if it existed empty).
-pub fn run(opts: &Options) -> Result<Report, ImportError> {
+pub fn run(opts: &Options) -> Result<Report, MoveError> {
     let from = opts
         .from
         .canonicalize()
-        .map_err(|e| ImportError::io(&opts.from, e))?;
+        .map_err(|e| MoveError::io(&opts.from, e))?;
     let created = prepare_data_dir(&opts.data_dir, &from)?;
     let result = (|| {
         let store = Store::open(&from)?;
@@ -223,10 +224,10 @@ pub fn run(opts: &Options) -> Result<Report, ImportError> {
 /// Checks that `dir` is new or empty and neither inside the store nor holding it; creates
 /// it. Returns whether it was created. Every check comes before anything is created: a
 /// data directory inside the store is refused without writing there.
-fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, ImportError> {
-    let canon = resolve(dir).map_err(|e| ImportError::io(dir, e))?;
+fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, MoveError> {
+    let canon = resolve(dir).map_err(|e| MoveError::io(dir, e))?;
     if canon.starts_with(from) || from.starts_with(&canon) {
-        return Err(ImportError::refused(format!(
+        return Err(MoveError::refused(format!(
             "the data directory {} and the store {} overlap ({} is {}): the import never writes into the store, nor puts the store inside its data directory",
             dir.display(),
             from.display(),
@@ -241,17 +242,17 @@ fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, ImportError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "{} is not empty: the import writes a new data directory and never adds to one",
                     dir.display()
                 )));
             }
         }
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(ImportError::io(dir, e)),
+        Err(e) => return Err(MoveError::io(dir, e)),
     }
     let created = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| ImportError::io(dir, e))?;
+    std::fs::create_dir_all(dir).map_err(|e| MoveError::io(dir, e))?;
     Ok(created)
 }
 

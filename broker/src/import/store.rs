@@ -25,7 +25,7 @@ use std::path::{Path, PathBuf};
 use rocklet_core::record::{self, Corruption, Decoded, RecordView};
 use rocklet_core::Millis;
 
-use super::ImportError;
+use super::MoveError;
 use crate::config::read_regular_file;
 
 /// One file of the commit log.
@@ -75,10 +75,10 @@ pub const MAX_CONFIG_JSON_BYTES: u64 = 256 << 20;
 impl Store {
     /// Opens the store at `root`: lists `commitlog/` and checks that its files follow each
     /// other.
-    pub fn open(root: &Path) -> Result<Store, ImportError> {
+    pub fn open(root: &Path) -> Result<Store, MoveError> {
         let dir = root.join("commitlog");
         let entries = fs::read_dir(&dir).map_err(|e| {
-            ImportError::refused(format!(
+            MoveError::refused(format!(
                 "{} has no commit log ({}: {e}); --from-rocketmq takes RocketMQ's storePathRootDir, the directory that holds commitlog/ and config/",
                 root.display(),
                 dir.display()
@@ -86,20 +86,20 @@ impl Store {
         })?;
         let mut segments = Vec::new();
         for entry in entries {
-            let entry = entry.map_err(|e| ImportError::io(&dir, e))?;
+            let entry = entry.map_err(|e| MoveError::io(&dir, e))?;
             let name = entry.file_name();
             let name = name.to_string_lossy();
             let path = entry.path();
-            let meta = fs::metadata(&path).map_err(|e| ImportError::io(&path, e))?;
+            let meta = fs::metadata(&path).map_err(|e| MoveError::io(&path, e))?;
             if meta.is_dir() {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "{} is a directory: a commit log spread over several directories (storePathCommitLog with `;`) or a DLedger commit log is not read; point --from-rocketmq at a store whose commitlog/ holds the files",
                     path.display()
                 )));
             }
             if !meta.is_file() {
                 // A FIFO would block the open, a device never ends: neither is a commit log.
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "{} is not a regular file (a FIFO, device or socket): a commit-log file is a regular file, and nothing else is read",
                     path.display()
                 )));
@@ -108,7 +108,7 @@ impl Store {
                 .then(|| name.parse::<u64>().ok())
                 .flatten()
                 .ok_or_else(|| {
-                    ImportError::refused(format!(
+                    MoveError::refused(format!(
                         "{} is not a commit-log file (RocketMQ names them by their offset in 20 digits, and would refuse to load this directory too)",
                         path.display()
                     ))
@@ -121,14 +121,14 @@ impl Store {
         }
         segments.sort_by_key(|s| s.base);
         if segments.is_empty() {
-            return Err(ImportError::refused(format!(
+            return Err(MoveError::refused(format!(
                 "{} holds no commit-log file",
                 dir.display()
             )));
         }
         for w in segments.windows(2) {
             if w[0].base + w[0].len != w[1].base {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "the commit log is not contiguous: {} holds {} bytes from offset {}, but the next file starts at {} (a file is missing or was truncated)",
                     w[0].path.display(),
                     w[0].len,
@@ -163,8 +163,8 @@ impl Store {
     /// refuse the store, naming the file and offsets.
     pub fn scan(
         &self,
-        mut visit: impl FnMut(u64, &RecordView<'_>) -> Result<(), ImportError>,
-    ) -> Result<ScanEnd, ImportError> {
+        mut visit: impl FnMut(u64, &RecordView<'_>) -> Result<(), MoveError>,
+    ) -> Result<ScanEnd, MoveError> {
         let mut out = ScanEnd {
             end: self.segments[0].base,
             ..ScanEnd::default()
@@ -271,20 +271,20 @@ impl Store {
     }
 
     /// The bytes of the record at `offset` (one [`Store::scan`] reported).
-    pub fn read_record(&self, offset: u64) -> Result<Vec<u8>, ImportError> {
+    pub fn read_record(&self, offset: u64) -> Result<Vec<u8>, MoveError> {
         let seg = self
             .segments
             .iter()
             .rev()
             .find(|s| s.base <= offset)
             .ok_or_else(|| {
-                ImportError::refused(format!("no commit-log file holds offset {offset}"))
+                MoveError::refused(format!("no commit-log file holds offset {offset}"))
             })?;
-        let f = File::open(&seg.path).map_err(|e| ImportError::io(&seg.path, e))?;
+        let f = File::open(&seg.path).map_err(|e| MoveError::io(&seg.path, e))?;
         let at = offset - seg.base;
         let mut len = [0u8; 4];
         f.read_exact_at(&mut len, at)
-            .map_err(|e| ImportError::io(&seg.path, e))?;
+            .map_err(|e| MoveError::io(&seg.path, e))?;
         let len = u32::from_be_bytes(len) as u64;
         if len < record::FIXED_LEN_V4 as u64 || at + len > seg.len {
             return Err(damaged(
@@ -295,7 +295,7 @@ impl Store {
         }
         let mut bytes = vec![0; len as usize];
         f.read_exact_at(&mut bytes, at)
-            .map_err(|e| ImportError::io(&seg.path, e))?;
+            .map_err(|e| MoveError::io(&seg.path, e))?;
         Ok(bytes)
     }
 
@@ -304,25 +304,25 @@ impl Store {
     pub fn config_json(
         &self,
         name: &str,
-    ) -> Result<Option<(serde_json::Value, PathBuf)>, ImportError> {
+    ) -> Result<Option<(serde_json::Value, PathBuf)>, MoveError> {
         let dir = self.root.join("config");
         for path in [dir.join(name), dir.join(format!("{name}.bak"))] {
             let bytes = match read_regular_file(&path, MAX_CONFIG_JSON_BYTES) {
                 Ok(b) => b,
                 Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
                 Err(e) if e.kind() == io::ErrorKind::InvalidInput => {
-                    return Err(ImportError::refused(format!("{}: {e}", path.display())))
+                    return Err(MoveError::refused(format!("{}: {e}", path.display())))
                 }
-                Err(e) => return Err(ImportError::io(&path, e)),
+                Err(e) => return Err(MoveError::io(&path, e)),
             };
             let text = String::from_utf8(bytes).map_err(|e| {
-                ImportError::refused(format!("{} is not UTF-8 text: {e}", path.display()))
+                MoveError::refused(format!("{} is not UTF-8 text: {e}", path.display()))
             })?;
             if text.trim().is_empty() {
                 continue;
             }
             let value = serde_json::from_str(&lenient_json(&text)).map_err(|e| {
-                ImportError::refused(format!("{} is not RocketMQ's JSON: {e}", path.display()))
+                MoveError::refused(format!("{} is not RocketMQ's JSON: {e}", path.display()))
             })?;
             return Ok(Some((value, path)));
         }
@@ -330,28 +330,27 @@ impl Store {
     }
 
     /// The timer checkpoint, `None` when the store has none.
-    pub fn timer_checkpoint(&self) -> Result<Option<TimerCheckpoint>, ImportError> {
+    pub fn timer_checkpoint(&self) -> Result<Option<TimerCheckpoint>, MoveError> {
         let path = self.root.join("config").join("timercheck");
         // Checked before opening: a FIFO would block the open until a writer came.
         match fs::metadata(&path) {
             Ok(m) if !m.is_file() => {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "{} is not a regular file (a FIFO, device, socket or directory): refused, only regular files are read",
                     path.display()
                 )))
             }
             Ok(_) => {}
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ImportError::io(&path, e)),
+            Err(e) => return Err(MoveError::io(&path, e)),
         }
         let mut f = match File::open(&path) {
             Ok(f) => f,
             Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-            Err(e) => return Err(ImportError::io(&path, e)),
+            Err(e) => return Err(MoveError::io(&path, e)),
         };
         let mut b = [0u8; 32];
-        f.read_exact(&mut b)
-            .map_err(|e| ImportError::io(&path, e))?;
+        f.read_exact(&mut b).map_err(|e| MoveError::io(&path, e))?;
         let long = |at: usize| i64::from_be_bytes(b[at..at + 8].try_into().expect("8 bytes"));
         Ok(Some(TimerCheckpoint {
             last_read_time_ms: long(0).max(0) as u64,
@@ -363,11 +362,11 @@ impl Store {
 /// The position (in the file) of the first valid record of `seg` at or after `from`, if
 /// any: a record whose PHYSICALOFFSET names its own place and that decodes whole. Read in
 /// chunks; each position is first tested on its magic code and stored offset alone.
-fn next_record(seg: &Segment, from: u64, max: u32) -> Result<Option<u64>, ImportError> {
+fn next_record(seg: &Segment, from: u64, max: u32) -> Result<Option<u64>, MoveError> {
     // TOTALSIZE 4, MAGICCODE 4, BODYCRC 4, QUEUEID 4, FLAG 4, QUEUEOFFSET 8, PHYSICALOFFSET 8.
     const HEAD: usize = 36;
-    let file = File::open(&seg.path).map_err(|e| ImportError::io(&seg.path, e))?;
-    let read = |at: u64, buf: &mut Vec<u8>, n: usize| -> Result<(), ImportError> {
+    let file = File::open(&seg.path).map_err(|e| MoveError::io(&seg.path, e))?;
+    let read = |at: u64, buf: &mut Vec<u8>, n: usize| -> Result<(), MoveError> {
         let n = n.min(usize::try_from(seg.len.saturating_sub(at)).unwrap_or(usize::MAX));
         buf.resize(n, 0);
         let mut got = 0;
@@ -376,7 +375,7 @@ fn next_record(seg: &Segment, from: u64, max: u32) -> Result<Option<u64>, Import
                 Ok(0) => break,
                 Ok(k) => got += k,
                 Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                Err(e) => return Err(ImportError::io(&seg.path, e)),
+                Err(e) => return Err(MoveError::io(&seg.path, e)),
             }
         }
         buf.truncate(got);
@@ -416,8 +415,8 @@ fn next_record(seg: &Segment, from: u64, max: u32) -> Result<Option<u64>, Import
     Ok(None)
 }
 
-fn damaged(seg: &Segment, at: u64, why: &str) -> ImportError {
-    ImportError::refused(format!(
+fn damaged(seg: &Segment, at: u64, why: &str) -> MoveError {
+    MoveError::refused(format!(
         "the commit log is damaged at offset {} ({} + {at}): {why}; RocketMQ's own recovery would stop there too. Nothing was imported",
         seg.base + at,
         seg.path.display()
@@ -436,8 +435,8 @@ struct Reader<'a> {
 }
 
 impl<'a> Reader<'a> {
-    fn open(seg: &'a Segment) -> Result<Self, ImportError> {
-        let file = File::open(&seg.path).map_err(|e| ImportError::io(&seg.path, e))?;
+    fn open(seg: &'a Segment) -> Result<Self, MoveError> {
+        let file = File::open(&seg.path).map_err(|e| MoveError::io(&seg.path, e))?;
         Ok(Reader {
             seg,
             file,
@@ -460,7 +459,7 @@ impl<'a> Reader<'a> {
         self.pos() + n as u64 <= self.seg.len && self.bytes().len() < n
     }
     /// Reads until `n` bytes are buffered from here, or the file ends.
-    fn fill(&mut self, n: usize) -> Result<(), ImportError> {
+    fn fill(&mut self, n: usize) -> Result<(), MoveError> {
         if self.bytes().len() >= n {
             return Ok(());
         }
@@ -482,7 +481,7 @@ impl<'a> Reader<'a> {
                     Ok(0) => break,
                     Ok(k) => read += k,
                     Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
-                    Err(e) => return Err(ImportError::io(&self.seg.path, e)),
+                    Err(e) => return Err(MoveError::io(&self.seg.path, e)),
                 }
             }
             self.buf.truncate(read);
@@ -490,7 +489,7 @@ impl<'a> Reader<'a> {
         Ok(())
     }
     /// Whether every byte from here to the end of the file is zero.
-    fn rest_is_zero(&mut self) -> Result<bool, ImportError> {
+    fn rest_is_zero(&mut self) -> Result<bool, MoveError> {
         loop {
             if self.bytes().iter().any(|&b| b != 0) {
                 return Ok(false);

@@ -26,7 +26,7 @@ use rocklet_core::{
 use super::analyze::{refused_record, Plan};
 use super::records::{self, prop, Kind};
 use super::store::Store;
-use super::{ImportError, Options, Report};
+use super::{MoveError, Options, Report};
 use crate::driver::{answer, CoreFailure};
 use crate::remoting::compression;
 
@@ -106,10 +106,10 @@ struct Writer<'a> {
     report: Report,
 }
 
-type Res<T> = Result<T, ImportError>;
+type Res<T> = Result<T, MoveError>;
 
-fn storage_err(e: impl std::fmt::Display, opts: &Options) -> ImportError {
-    ImportError::Io(format!("writing {}: {e}", opts.data_dir.display()))
+fn storage_err(e: impl std::fmt::Display, opts: &Options) -> MoveError {
+    MoveError::Io(format!("writing {}: {e}", opts.data_dir.display()))
 }
 
 pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report> {
@@ -121,7 +121,7 @@ pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report
     cfg.trace = false;
     cfg.auto_create_topics = true;
     let storage = FileStorage::open(&opts.data_dir)
-        .map_err(|e| ImportError::io(&opts.data_dir, e))?
+        .map_err(|e| MoveError::io(&opts.data_dir, e))?
         .preallocate(cfg.segment_size);
     let broker =
         Broker::open(cfg.clone(), storage, plan.first_time).map_err(|e| storage_err(e, opts))?;
@@ -139,7 +139,7 @@ pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report
         let bytes = store.read_record(off)?;
         let max = u32::try_from(bytes.len()).unwrap_or(u32::MAX);
         let Ok(Decoded::Record(r)) = record::decode_rocketmq(&bytes, max) else {
-            return Err(ImportError::refused(format!(
+            return Err(MoveError::refused(format!(
                 "the record at log offset {off} no longer decodes on a second read (the store changed during the import?)"
             )));
         };
@@ -159,7 +159,7 @@ pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report
         match answer::committed(reply).map_err(core_failure)? {
             Ok(()) => w.report.consumer_offsets += 1,
             Err(e) => {
-                return Err(ImportError::refused(format!(
+                return Err(MoveError::refused(format!(
                     "the consumer offset {offset} of group {group} in {t}:{qid} cannot be imported: {}: {e}",
                     e.code()
                 )))
@@ -171,8 +171,8 @@ pub(super) fn write(store: &Store, mut plan: Plan, opts: &Options) -> Res<Report
 }
 
 /// The core answered something impossible ([`CoreFailure::Unexpected`]).
-fn core_failure(e: CoreFailure) -> ImportError {
-    ImportError::Io(e.to_string())
+fn core_failure(e: CoreFailure) -> MoveError {
+    MoveError::Io(e.to_string())
 }
 
 impl Writer<'_> {
@@ -182,7 +182,7 @@ impl Writer<'_> {
                 .create_topic(t, q)
                 .map_err(|e| storage_err(e, opts))?
                 .map_err(|e| {
-                    ImportError::refused(format!(
+                    MoveError::refused(format!(
                         "topic {t} ({q} queues) cannot be created: {}: {e}",
                         e.code()
                     ))
@@ -194,7 +194,7 @@ impl Writer<'_> {
                 .start_queue_at(t, *q, *offset)
                 .map_err(|e| storage_err(e, opts))?
                 .map_err(|e| {
-                    ImportError::refused(format!(
+                    MoveError::refused(format!(
                         "queue {t}:{q} cannot start at queue offset {offset}: {}: {e}",
                         e.code()
                     ))
@@ -205,7 +205,7 @@ impl Writer<'_> {
                 .declare_group(g, fifo)
                 .map_err(|e| storage_err(e, opts))?
                 .map_err(|e| {
-                    ImportError::refused(format!(
+                    MoveError::refused(format!(
                         "consumer group {g} cannot be declared: {}: {e}",
                         e.code()
                     ))
@@ -311,7 +311,7 @@ impl Writer<'_> {
         match answer::sent(reply).map_err(core_failure)? {
             Ok(results) => {
                 if results.first().map(|s| s.queue_offset) != Some(r.header.queue_offset) {
-                    return Err(ImportError::Io(format!(
+                    return Err(MoveError::Io(format!(
                         "the message at log offset {off} was stored at queue offset {:?} of {}:{}, not {}",
                         results.first().map(|s| s.queue_offset),
                         r.topic,
@@ -335,7 +335,7 @@ impl Writer<'_> {
                 .map(|q| q.1)
         });
         if next != Some(r.header.queue_offset + n) {
-            return Err(ImportError::Io(format!(
+            return Err(MoveError::Io(format!(
                 "after the message at log offset {off}, queue {}:{} ends at {next:?}, not {}",
                 r.topic,
                 r.header.queue_id,
