@@ -274,6 +274,95 @@ fn consume_of_a_topic_the_broker_lacks_fails_naming_it() {
 }
 
 #[test]
+fn tail_from_now_needs_a_super_user_with_authentication_on_and_from_beginning_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("rocklet.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[[auth.users]]
+access_key = "root"
+secret_key = "root-secret"
+super_user = true
+
+[[auth.users]]
+access_key = "alice"
+secret_key = "alice-secret"
+
+[[auth.acls]]
+user = "alice"
+resource = "Topic:Sec"
+actions = ["Pub", "Sub"]
+decision = "Allow"
+
+[[auth.acls]]
+user = "alice"
+resource = "Group:AG"
+actions = ["Sub"]
+decision = "Allow"
+"#,
+    )
+    .unwrap();
+    let p = BrokerProc::start(
+        &tmp.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let addr = p.addr.to_string();
+    let run = |who: (&str, &str), args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("ROCKLET_ADDR", &addr)
+            .env("ROCKLET_ACCESS_KEY", who.0)
+            .env("ROCKLET_SECRET_KEY", who.1)
+            .env_remove("ROCKLET_TLS_CA")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let (root, alice) = (("root", "root-secret"), ("alice", "alice-secret"));
+    ok(&run(alice, &["send", "-t", "Sec", "a"]));
+    let o = run(alice, &["tail", "-t", "Sec", "-g", "AG", "-n", "1"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("cannot start group AG at the end of topic Sec")
+            && e.contains("--from-beginning does not"),
+        "{e}"
+    );
+    // Nothing was started: the group reads from the first message.
+    assert_eq!(
+        ok(&run(
+            alice,
+            &[
+                "tail",
+                "-t",
+                "Sec",
+                "-g",
+                "AG",
+                "--from-beginning",
+                "-n",
+                "1"
+            ]
+        )),
+        "a\n"
+    );
+    // A super user follows from now.
+    let tail = Command::new(BIN)
+        .args(["tail", "-t", "Sec", "-g", "RG", "-n", "1"])
+        .env("ROCKLET_ADDR", &addr)
+        .env("ROCKLET_ACCESS_KEY", root.0)
+        .env("ROCKLET_SECRET_KEY", root.1)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(&p, "RG");
+    ok(&run(root, &["send", "-t", "Sec", "b"]));
+    assert_eq!(tail_output(tail), "b\n");
+    drop(p);
+}
+
+#[test]
 fn a_broker_that_is_not_there_is_named() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
     let addr = l.local_addr().unwrap().to_string();
