@@ -39,6 +39,22 @@ impl AdminService {
     }
 }
 
+/// A topic and its queues as the admin service answers them.
+fn topic_info(t: rocklet_core::TopicInfo) -> pb::TopicInfo {
+    pb::TopicInfo {
+        name: t.name,
+        queues: t
+            .queues
+            .into_iter()
+            .map(|(queue_id, next_offset, visible)| pb::QueueInfo {
+                queue_id,
+                next_offset,
+                visible,
+            })
+            .collect(),
+    }
+}
+
 fn internal(e: impl std::fmt::Display) -> GrpcStatus {
     GrpcStatus::internal(e.to_string())
 }
@@ -51,22 +67,24 @@ impl Admin for AdminService {
     ) -> Result<Response<pb::ListTopicsResponse>, GrpcStatus> {
         self.metrics.request("Admin");
         let topics = self.core.inspect(|b| b.topics()).await.map_err(internal)?;
-        let topics = topics
-            .into_iter()
-            .map(|t| pb::TopicInfo {
-                name: t.name,
-                queues: t
-                    .queues
-                    .into_iter()
-                    .map(|(queue_id, next_offset, visible)| pb::QueueInfo {
-                        queue_id,
-                        next_offset,
-                        visible,
-                    })
-                    .collect(),
-            })
-            .collect();
+        let topics = topics.into_iter().map(topic_info).collect();
         Ok(Response::new(pb::ListTopicsResponse { topics }))
+    }
+
+    async fn get_topic(
+        &self,
+        request: GrpcRequest<pb::GetTopicRequest>,
+    ) -> Result<Response<pb::GetTopicResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let name = request.into_inner().name;
+        let topic = self
+            .core
+            .inspect(move |b| b.topic_info(&name))
+            .await
+            .map_err(internal)?;
+        Ok(Response::new(pb::GetTopicResponse {
+            topic: topic.map(topic_info),
+        }))
     }
 
     async fn list_pending(
@@ -172,6 +190,24 @@ impl Admin for AdminService {
             .await
             .map_err(internal)?;
         Ok(Response::new(pb::GetGroupResponse { fifo }))
+    }
+
+    async fn start_group_at_end(
+        &self,
+        request: GrpcRequest<pb::StartGroupAtEndRequest>,
+    ) -> Result<Response<pb::StartGroupAtEndResponse>, GrpcStatus> {
+        self.metrics.request("Admin");
+        let pb::StartGroupAtEndRequest { group, topic } = request.into_inner();
+        match ops::start_group_at_end(&self.core, group.clone(), topic.clone()).await {
+            Ok(started) => {
+                if started > 0 {
+                    info!(%group, %topic, queues = started, "receive group started at the topic's end");
+                }
+                Ok(Response::new(pb::StartGroupAtEndResponse { started }))
+            }
+            Err(e @ OpError::Refused(_)) => Err(GrpcStatus::failed_precondition(e.to_string())),
+            Err(e @ (OpError::Failed(_) | OpError::Unreadable(_))) => Err(internal(e)),
+        }
     }
 
     async fn backup(

@@ -14,11 +14,13 @@ use tokio_stream::StreamExt;
 use tonic::transport::Channel;
 
 use crate::auth::admin::{channel, ClientOptions, Signer};
+use crate::pb::admin as admin_pb;
+use crate::pb::admin::admin_client::AdminClient;
 use crate::pb::v2 as pb;
 use crate::pb::v2::messaging_service_client::MessagingServiceClient;
 
-type Client =
-    MessagingServiceClient<tonic::service::interceptor::InterceptedService<Channel, Signer>>;
+type Signed = tonic::service::interceptor::InterceptedService<Channel, Signer>;
+type Client = MessagingServiceClient<Signed>;
 
 const CALL_TIMEOUT: Duration = Duration::from_secs(10);
 /// Longest single long poll; `consume` uses less when its idle wait ends sooner.
@@ -55,14 +57,31 @@ pub struct Reading {
     pub tags: String,
     /// Stop after this many messages.
     pub count: Option<u64>,
-    /// Stop when nothing came for this long (`None`: follow until `count` or killed).
+    /// Stop when nothing came for this long (`None`: follow until `count` or killed). A
+    /// reading that stops refuses a topic the broker does not have; one that follows waits
+    /// for it (said on stderr).
     pub idle: Option<Duration>,
     /// Print queue, offset, id, tag and keys before each body.
     pub verbose: bool,
+    /// Where a group starts in the queues it never received from.
+    pub start: Start,
+}
+
+/// Where [`consume`]'s group starts in a queue it never received from (a queue it has a
+/// position in always goes on from there).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Start {
+    /// Where the broker starts new groups (rocklet: the queue's first message).
+    Broker,
+    /// The queue's end: only messages sent from now on (`rocklet tail`). Rocklet records the
+    /// start through its admin service; a broker without it starts the group its own way
+    /// (Apache RocketMQ's proxy: at the end too), said on stderr.
+    End,
 }
 
 struct Conn {
     client: Client,
+    admin: AdminClient<Signed>,
     client_id: String,
 }
 
@@ -74,6 +93,7 @@ async fn connect(t: &Target) -> Result<Conn, String> {
     };
     let host = std::env::var("HOSTNAME").unwrap_or_else(|_| "rocklet-cli".into());
     Ok(Conn {
+        admin: AdminClient::with_interceptor(ch.clone(), signer.clone()),
         client: MessagingServiceClient::with_interceptor(ch, signer)
             .max_decoding_message_size(64 << 20),
         client_id: format!("{host}@{}@{}", std::process::id(), epoch_ms()),
@@ -232,10 +252,87 @@ fn line(m: &pb::Message, verbose: bool) -> String {
     )
 }
 
+/// Whether the broker has topic `topic` (rocklet's admin service, GetTopic); `None` when
+/// it cannot tell (not rocklet, the admin service on another port, or not a super user).
+async fn topic_exists(c: &mut Conn, topic: &str) -> Result<Option<bool>, String> {
+    match c
+        .admin
+        .get_topic(req(
+            admin_pb::GetTopicRequest { name: topic.into() },
+            &c.client_id,
+            CALL_TIMEOUT,
+        ))
+        .await
+    {
+        Ok(r) => Ok(Some(r.into_inner().topic.is_some())),
+        Err(e) if cannot_ask(&e) => Ok(None),
+        Err(e) => Err(grpc("topic lookup", &e)),
+    }
+}
+
+/// An admin call this client may not make here: no such service, or not allowed.
+fn cannot_ask(e: &tonic::Status) -> bool {
+    matches!(
+        e.code(),
+        tonic::Code::Unimplemented | tonic::Code::PermissionDenied | tonic::Code::Unauthenticated
+    )
+}
+
+/// Puts group `r.group` where `r.start` says in the queues it never received from, and
+/// checks the topic exists: a reading that stops (`consume`) refuses a missing topic, one
+/// that follows (`tail`) says on stderr it waits for it.
+async fn start_group(c: &mut Conn, t: &Target, r: &Reading) -> Result<(), String> {
+    if r.start == Start::End {
+        let rq = admin_pb::StartGroupAtEndRequest {
+            group: r.group.clone(),
+            topic: r.topic.clone(),
+        };
+        match c
+            .admin
+            .start_group_at_end(req(rq, &c.client_id, CALL_TIMEOUT))
+            .await
+        {
+            Ok(_) => {}
+            Err(e) if e.code() == tonic::Code::Unimplemented => eprintln!(
+                "note: the broker at {} has no rocklet admin service on this port: group {} starts where that broker starts new groups",
+                t.addr, r.group
+            ),
+            Err(e) => {
+                let hint = if cannot_ask(&e) {
+                    " (following from now needs a super user when authentication is on; --from-beginning does not)"
+                } else {
+                    ""
+                };
+                return Err(format!(
+                    "cannot start group {} at the end of topic {}: {} ({:?}){hint}",
+                    r.group,
+                    r.topic,
+                    e.message(),
+                    e.code()
+                ));
+            }
+        }
+    }
+    if topic_exists(c, &r.topic).await? == Some(false) {
+        if r.idle.is_some() {
+            return Err(format!(
+                "topic {} does not exist on the broker at {} (`rocklet admin topics` lists them)",
+                r.topic, t.addr
+            ));
+        }
+        eprintln!(
+            "note: topic {} does not exist yet: waiting for its first message",
+            r.topic
+        );
+    }
+    Ok(())
+}
+
 /// Receives as consumer group `r.group`, writes one line per message to `out` and acks what
 /// it wrote. Returns how many messages it read.
 pub async fn consume(t: &Target, r: &Reading, out: &mut dyn Write) -> Result<u64, String> {
     let mut c = connect(t).await?;
+    start_group(&mut c, t, r).await?;
     let assigned = c
         .client
         .query_assignment(req(

@@ -8,7 +8,7 @@ use rocklet_broker::clock::SystemClock;
 use rocklet_broker::config::{
     resolve_listen, BrokerConfig, FileConfig, DEFAULT_NAMESRV_LISTEN, DEFAULT_REMOTING_LISTEN,
 };
-use rocklet_broker::{admin, server};
+use rocklet_broker::{admin, client, server};
 use rocklet_core::FlushMode;
 use tracing_subscriber::EnvFilter;
 
@@ -49,6 +49,7 @@ fn read_cmd(
     a: ReadArgs,
     group: String,
     idle: Option<f64>,
+    start: rocklet_broker::client::Start,
 ) -> Result<
     (
         rocklet_broker::client::Target,
@@ -69,6 +70,7 @@ fn read_cmd(
         count: a.count,
         idle,
         verbose: a.verbose,
+        start,
     };
     Ok((a.client.target(), r))
 }
@@ -384,8 +386,18 @@ fn main() -> ExitCode {
                 Err(e) => Err(e),
             }
         }
-        Cmd::Consume(a) => read_run(&rt, read_cmd(a.read, a.group, Some(a.wait))),
-        Cmd::Tail(a) => read_run(&rt, read_cmd(a.read, a.group, None)),
+        Cmd::Consume(a) => read_run(
+            &rt,
+            read_cmd(a.read, a.group, Some(a.wait), client::Start::Broker),
+        ),
+        Cmd::Tail(a) => {
+            let start = if a.from_beginning {
+                client::Start::Broker
+            } else {
+                client::Start::End
+            };
+            read_run(&rt, read_cmd(a.read, a.group, None, start))
+        }
         Cmd::Playground(a) => rt.block_on(async {
             let l = rocklet_broker::playground::bind(a.listen).await?;
             let addr = l.local_addr().map_err(|e| e.to_string())?;

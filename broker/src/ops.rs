@@ -76,6 +76,18 @@ pub async fn declare_group(core: &CoreHandle, name: String, fifo: bool) -> Resul
         .map_err(|e| refused(&e))
 }
 
+/// Starts receive group `group` at the end of each queue of `topic` it never received from,
+/// durably; how many queues that was.
+pub async fn start_group_at_end(
+    core: &CoreHandle,
+    group: String,
+    topic: String,
+) -> Result<u32, OpError> {
+    core.change(move |b| b.start_group_at_end(&group, &topic))
+        .await?
+        .map_err(|e| refused(&e))
+}
+
 /// Creates topic `name` with `queues` queues, or grows it to that many; queues are never
 /// removed (a request for fewer than it has is refused).
 pub async fn create_topic(core: &CoreHandle, name: String, queues: u32) -> Result<(), OpError> {

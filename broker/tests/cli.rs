@@ -137,6 +137,231 @@ fn send_consume_and_tail_reach_the_broker_named_by_rocklet_addr() {
     drop(p);
 }
 
+/// `rocklet tail` in the background, its stdout and stderr piped.
+fn spawn_tail(addr: &str, args: &[&str]) -> std::process::Child {
+    Command::new(BIN)
+        .arg("tail")
+        .args(args)
+        .env("ROCKLET_ADDR", addr)
+        .env_remove("ROCKLET_ACCESS_KEY")
+        .env_remove("ROCKLET_SECRET_KEY")
+        .env_remove("ROCKLET_TLS_CA")
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap()
+}
+
+/// Waits until the broker logged that `group` started at a topic's end.
+fn wait_started(p: &BrokerProc, group: &str) {
+    let t = std::time::Instant::now();
+    let said = format!("group={group} ");
+    while !p
+        .log()
+        .lines()
+        .any(|l| l.contains("started at the topic's end") && l.contains(&said))
+    {
+        assert!(
+            t.elapsed() < Duration::from_secs(20),
+            "group {group} was not started at the end:\n{}",
+            p.log()
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// A background tail's output once it stopped by itself (at --count).
+fn tail_output(mut tail: std::process::Child) -> String {
+    let t = std::time::Instant::now();
+    let status = loop {
+        if let Some(s) = tail.try_wait().unwrap() {
+            break s;
+        }
+        assert!(t.elapsed() < Duration::from_secs(20), "tail did not stop");
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let (mut out, mut err) = (String::new(), String::new());
+    tail.stdout
+        .take()
+        .unwrap()
+        .read_to_string(&mut out)
+        .unwrap();
+    tail.stderr
+        .take()
+        .unwrap()
+        .read_to_string(&mut err)
+        .unwrap();
+    assert!(status.success(), "{status:?}\n{out}\n{err}");
+    out
+}
+
+#[test]
+fn tail_follows_from_now_and_keeps_its_start_across_a_restart_unless_from_beginning() {
+    let tmp = tempfile::tempdir().unwrap();
+    let data = tmp.path().join("data");
+    let mut p = BrokerProc::start(&data, &[]);
+    let addr = p.addr.to_string();
+    ok(&rocklet(
+        &addr,
+        &["send", "-t", "Follow", "n1", "n2", "n3"],
+        None,
+    ));
+
+    // Sent before the tail started: not printed; sent after: printed.
+    let tail = spawn_tail(&addr, &["-t", "Follow", "-g", "Now", "-n", "2"]);
+    wait_started(&p, "Now");
+    ok(&rocklet(&addr, &["send", "-t", "Follow", "m1", "m2"], None));
+    assert_eq!(sorted(&tail_output(tail)), ["m1", "m2"]);
+
+    // The start is durable: a tail that stopped before anything came, a broker killed and
+    // restarted, and the group still reads only what was sent after its start.
+    let mut tail = spawn_tail(&addr, &["-t", "Follow", "-g", "Later"]);
+    wait_started(&p, "Later");
+    tail.kill().unwrap();
+    tail.wait().unwrap();
+    p.kill9();
+    let p = BrokerProc::start(&data, &[]);
+    let addr = p.addr.to_string();
+    ok(&rocklet(&addr, &["send", "-t", "Follow", "m3"], None));
+    let got = ok(&rocklet(
+        &addr,
+        &["consume", "-t", "Follow", "-g", "Later", "--wait", "1"],
+        None,
+    ));
+    assert_eq!(sorted(&got), ["m3"]);
+
+    // --from-beginning replays the topic.
+    let tail = spawn_tail(
+        &addr,
+        &[
+            "-t",
+            "Follow",
+            "-g",
+            "Replay",
+            "--from-beginning",
+            "-n",
+            "6",
+        ],
+    );
+    assert_eq!(
+        sorted(&tail_output(tail)),
+        ["m1", "m2", "m3", "n1", "n2", "n3"]
+    );
+    drop(p);
+}
+
+#[test]
+fn consume_of_a_topic_the_broker_lacks_fails_naming_it() {
+    let tmp = tempfile::tempdir().unwrap();
+    let p = BrokerProc::start(&tmp.path().join("data"), &[]);
+    let addr = p.addr.to_string();
+    ok(&rocklet(&addr, &["send", "-t", "Spelt", "x"], None));
+    let o = rocklet(&addr, &["consume", "-t", "Speltt", "--wait", "0.5"], None);
+    assert!(!o.status.success(), "consume of a missing topic exited 0");
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(e.contains("topic Speltt does not exist"), "{e}");
+    // The lookup created nothing, and the real topic still reads.
+    assert!(!ok(&rocklet(&addr, &["admin", "topics"], None)).contains("Speltt"));
+    assert_eq!(
+        ok(&rocklet(
+            &addr,
+            &["consume", "-t", "Spelt", "--wait", "0.5"],
+            None
+        )),
+        "x\n"
+    );
+    drop(p);
+}
+
+#[test]
+fn tail_from_now_needs_a_super_user_with_authentication_on_and_from_beginning_does_not() {
+    let tmp = tempfile::tempdir().unwrap();
+    let cfg = tmp.path().join("rocklet.toml");
+    std::fs::write(
+        &cfg,
+        r#"
+[[auth.users]]
+access_key = "root"
+secret_key = "root-secret"
+super_user = true
+
+[[auth.users]]
+access_key = "alice"
+secret_key = "alice-secret"
+
+[[auth.acls]]
+user = "alice"
+resource = "Topic:Sec"
+actions = ["Pub", "Sub"]
+decision = "Allow"
+
+[[auth.acls]]
+user = "alice"
+resource = "Group:AG"
+actions = ["Sub"]
+decision = "Allow"
+"#,
+    )
+    .unwrap();
+    let p = BrokerProc::start(
+        &tmp.path().join("data"),
+        &["--config", cfg.to_str().unwrap()],
+    );
+    let addr = p.addr.to_string();
+    let run = |who: (&str, &str), args: &[&str]| {
+        Command::new(BIN)
+            .args(args)
+            .env("ROCKLET_ADDR", &addr)
+            .env("ROCKLET_ACCESS_KEY", who.0)
+            .env("ROCKLET_SECRET_KEY", who.1)
+            .env_remove("ROCKLET_TLS_CA")
+            .stdin(Stdio::null())
+            .output()
+            .unwrap()
+    };
+    let (root, alice) = (("root", "root-secret"), ("alice", "alice-secret"));
+    ok(&run(alice, &["send", "-t", "Sec", "a"]));
+    let o = run(alice, &["tail", "-t", "Sec", "-g", "AG", "-n", "1"]);
+    assert!(!o.status.success());
+    let e = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        e.contains("cannot start group AG at the end of topic Sec")
+            && e.contains("--from-beginning does not"),
+        "{e}"
+    );
+    // Nothing was started: the group reads from the first message.
+    assert_eq!(
+        ok(&run(
+            alice,
+            &[
+                "tail",
+                "-t",
+                "Sec",
+                "-g",
+                "AG",
+                "--from-beginning",
+                "-n",
+                "1"
+            ]
+        )),
+        "a\n"
+    );
+    // A super user follows from now.
+    let tail = Command::new(BIN)
+        .args(["tail", "-t", "Sec", "-g", "RG", "-n", "1"])
+        .env("ROCKLET_ADDR", &addr)
+        .env("ROCKLET_ACCESS_KEY", root.0)
+        .env("ROCKLET_SECRET_KEY", root.1)
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    wait_started(&p, "RG");
+    ok(&run(root, &["send", "-t", "Sec", "b"]));
+    assert_eq!(tail_output(tail), "b\n");
+    drop(p);
+}
+
 #[test]
 fn a_broker_that_is_not_there_is_named() {
     let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();

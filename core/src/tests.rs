@@ -1296,3 +1296,92 @@ fn a_gap_between_segments_is_refused_and_a_repair_fills_it() {
     let b = Broker::open(cfg, mem, 0).unwrap();
     assert!(b.recovery_report().quarantined.is_empty());
 }
+
+fn receive_bodies(sim: &mut Sim<impl Storage>, group: &str, topic: &str) -> Vec<String> {
+    match sim
+        .request(Request::Receive {
+            group: group.into(),
+            topic: topic.into(),
+            queue_id: None,
+            max: 64,
+            invisible_ms: 60_000,
+            filter: TagFilter::All,
+        })
+        .unwrap()
+    {
+        Reply::Received(r) => {
+            let mut b: Vec<String> = r
+                .iter()
+                .map(|m| String::from_utf8_lossy(&m.message.body).into_owned())
+                .collect();
+            b.sort();
+            b
+        }
+        other => panic!("receive failed: {other:?}"),
+    }
+}
+
+#[test]
+fn a_group_started_at_the_end_gets_only_later_messages_across_a_restart_and_a_checkpoint() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    for b in ["n1", "n2", "n3"] {
+        send(&mut sim, "T", b);
+    }
+    let queues = sim.broker.topic_queue_count("T").unwrap();
+    assert_eq!(
+        sim.broker.start_group_at_end("Tail", "T").unwrap(),
+        Ok(queues)
+    );
+    // Started already: a second call (a tail run again) keeps the group where it is.
+    assert_eq!(sim.broker.start_group_at_end("Tail", "T").unwrap(), Ok(0));
+    // A topic not created yet: nothing to start, nothing created.
+    assert_eq!(
+        sim.broker.start_group_at_end("Tail", "Later").unwrap(),
+        Ok(0)
+    );
+    assert!(sim.broker.topic_queue_count("Later").is_none());
+    // The start is in the log: a restart keeps it, and the messages after it come.
+    let now = sim.now;
+    let storage = sim.broker.into_storage();
+    let mut sim = Sim::with_storage(cfg(), storage, now).unwrap();
+    send(&mut sim, "T", "m1");
+    assert_eq!(receive_bodies(&mut sim, "Tail", "T"), ["m1"]);
+    // From a checkpoint as well.
+    send(&mut sim, "T", "m2");
+    sim.broker.checkpoint().unwrap();
+    let now = sim.now;
+    let storage = sim.broker.into_storage();
+    let mut sim = Sim::with_storage(cfg(), storage, now).unwrap();
+    assert_eq!(receive_bodies(&mut sim, "Tail", "T"), ["m2"]);
+    // A group never started reads from the first message, as before.
+    assert_eq!(
+        receive_bodies(&mut sim, "Other", "T"),
+        ["m1", "m2", "n1", "n2", "n3"]
+    );
+}
+
+#[test]
+fn a_group_with_a_position_is_not_moved_to_the_end() {
+    let mut sim = Sim::new(cfg()).unwrap();
+    let a = send(&mut sim, "T", "a");
+    assert_eq!(receive_bodies(&mut sim, "C", "T"), ["a"]);
+    let b = send(&mut sim, "T", "b");
+    // Only the queues the group never received from start at their end; the one "a" came
+    // from keeps the group's position, so "b" still comes if it went there too.
+    let queues = sim.broker.topic_queue_count("T").unwrap();
+    assert!(queues > 1);
+    assert_eq!(
+        sim.broker.start_group_at_end("C", "T").unwrap(),
+        Ok(queues - 1)
+    );
+    let expect: &[&str] = if a.queue_id == b.queue_id {
+        &["b"]
+    } else {
+        &[]
+    };
+    assert_eq!(receive_bodies(&mut sim, "C", "T"), expect);
+    assert!(matches!(
+        sim.broker.start_group_at_end("bad group!", "T").unwrap(),
+        Err(ClientError::InvalidGroup(_))
+    ));
+}

@@ -42,8 +42,9 @@ pub(crate) enum Cmd {
     /// Receive messages of a topic as a consumer group, print one line each and ack them;
     /// stops after --count messages or when none came for --wait seconds.
     Consume(ConsumeArgs),
-    /// Follow a topic: print its messages as they arrive, as consumer group --group (acked,
-    /// so a later tail carries on where this one stopped), until Ctrl-C or --count.
+    /// Follow a topic: print the messages sent from now on as they arrive (the whole topic
+    /// with --from-beginning), as consumer group --group (acked, so a later tail carries on
+    /// where this one stopped), until Ctrl-C or --count.
     Tail(TailArgs),
     /// Serve the browser playground (the wasm core, built into this binary) at
     /// http://HOST:PORT/.
@@ -179,6 +180,11 @@ pub(crate) struct TailArgs {
     /// Consumer group.
     #[arg(long, short, default_value = "rocklet-tail")]
     pub(crate) group: String,
+    /// In queues the group never read, start at the first message (replay the topic), not
+    /// at the end (only messages sent from now on). A group carries on where it stopped
+    /// either way.
+    #[arg(long)]
+    pub(crate) from_beginning: bool,
 }
 
 #[derive(Debug, clap::Args)]

@@ -85,6 +85,58 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(()))
     }
 
+    /// Starts receiving group `group` at the end of each queue of `topic` it has never
+    /// received from (RocketMQ's ConsumeInitMode.MAX for a pop group the broker has never
+    /// seen), durably: a receive record with no deliveries puts the group's next offset at
+    /// the queue's visible end, so a restart keeps the start. Queues the group has a position
+    /// in keep it. Returns how many queues were started; 0 for a topic that does not exist
+    /// (its queues, once created, hold nothing older than this call).
+    pub fn start_group_at_end(
+        &mut self,
+        group: &str,
+        topic_name: &str,
+    ) -> Res<Result<u32, ClientError>, S> {
+        self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
+        if let Err(e) =
+            topic::validate_group(group).and_then(|()| topic::validate_readable_topic(topic_name))
+        {
+            return Ok(Err(e));
+        }
+        let Some(&t) = self.topic_ids.get(topic_name) else {
+            return Ok(Ok(0));
+        };
+        let g = self.group_ids.get(group).copied();
+        let fresh: Vec<(u32, u64)> = self.topics[t as usize]
+            .queues
+            .iter()
+            .filter(|&&q| g.is_none_or(|g| !self.pops.contains_key(&(g, q))))
+            .map(|&q| {
+                let queue = &self.queues[q as usize];
+                (queue.queue_id, queue.visible_end())
+            })
+            .collect();
+        if fresh.is_empty() {
+            return Ok(Ok(0));
+        }
+        if let Err(e) = self.may_create_group(group) {
+            return Ok(Err(e));
+        }
+        for &(queue_id, next) in &fresh {
+            self.write_state(&StateOp::Ck {
+                group,
+                topic: topic_name,
+                queue_id,
+                until: self.now,
+                next,
+                entries: Vec::new(),
+            })?;
+        }
+        Ok(Ok(fresh.len() as u32))
+    }
+
     /// Whether `group` was declared FIFO ([`Broker::declare_group`]).
     #[must_use]
     pub fn group_is_fifo(&self, group: &str) -> bool {
