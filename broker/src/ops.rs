@@ -76,6 +76,27 @@ pub async fn declare_group(core: &CoreHandle, name: String, fifo: bool) -> Resul
         .map_err(|e| refused(&e))
 }
 
+/// Deletes consumer group `name` durably (its declaration, offsets and receive positions;
+/// its records stay in the log). `missing_ok`: a group the broker does not know is no
+/// refusal (mqadmin's deleteSubGroup answers success for it, as Apache does).
+pub async fn delete_group(
+    core: &CoreHandle,
+    name: String,
+    missing_ok: bool,
+) -> Result<(), OpError> {
+    core.change(move |b| {
+        if let Err(e) = rocklet_core::topic::validate_group(&name) {
+            return Ok(Err(e));
+        }
+        if missing_ok && !b.group_known(&name) {
+            return Ok(Ok(()));
+        }
+        b.delete_group(&name)
+    })
+    .await?
+    .map_err(|e| refused(&e))
+}
+
 /// Creates topic `name` with `queues` queues, or grows it to that many; queues are never
 /// removed (a request for fewer than it has is refused).
 pub async fn create_topic(core: &CoreHandle, name: String, queues: u32) -> Result<(), OpError> {

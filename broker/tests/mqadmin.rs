@@ -414,3 +414,75 @@ async fn query_cq_shows_the_consume_queue_entries() {
     assert!(r.remark.unwrap().contains("queue 7 does not exist"));
     b.stop().await;
 }
+
+/// The broker again on the data directory of one stopped ([`TestBroker::stop`]).
+async fn restart(dir: &std::path::Path) -> (rocklet_broker::server::RunningBroker, SocketAddr) {
+    let mut cfg = test_config(dir);
+    cfg.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+    let b =
+        rocklet_broker::server::start(cfg, std::sync::Arc::new(rocklet_broker::clock::SystemClock))
+            .await
+            .unwrap();
+    let remoting = b.remoting_addr.unwrap();
+    (b, remoting)
+}
+
+#[tokio::test]
+async fn delete_sub_group_deletes_the_group_and_its_offsets_durably() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "groupName": "DelG", "consumeMessageOrderly": true,
+    }))
+    .unwrap();
+    assert_eq!(c.call(200, &[], body).await.code, 0);
+    one_queue_topic(&mut c, "DelT").await;
+    for i in 0..3 {
+        assert_eq!(v4_send(&mut c, "DelT", &format!("d{i}")).await.code, 0);
+    }
+    commit(&mut c, "DelG", "DelT", 2).await;
+    assert!(consume_stats(&mut c, "DelG")
+        .await
+        .contains(r#""consumerOffset":2"#));
+    assert_eq!(c.call(352, &[("group", "DelG")], Vec::new()).await.code, 0);
+
+    let r = c
+        .call(
+            207,
+            &[("groupName", "DelG"), ("cleanOffset", "false")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // getConsumerConfig finds no such group; the broker's group table lacks it; its offsets
+    // are gone (a queue the group never consumed from shows 0, as Apache answers).
+    assert_eq!(c.call(352, &[("group", "DelG")], Vec::new()).await.code, 26);
+    let r = c.call(201, &[], Vec::new()).await;
+    assert!(!String::from_utf8(r.body).unwrap().contains("DelG"));
+    let s = consume_stats_of(&mut c, "DelG", "DelT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    // Deleting it again is answered OK, as Apache answers; a bad name is refused by name.
+    let r = c.call(207, &[("groupName", "DelG")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(207, &[("groupName", "bad name!")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("bad name!"));
+    // Its dead-letter topic is kept, saying so (deleteSubGroup -c asks to delete it next).
+    let r = c.call(215, &[("topic", "%DLQ%DelG")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("keeps a group's retry and dead-letter topics"));
+
+    // Durable: after a restart the group is still gone.
+    let dir = b.stop().await;
+    let (b, remoting) = restart(dir.path()).await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let r = c.call(352, &[("group", "DelG")], Vec::new()).await;
+    assert_eq!(r.code, 26, "{:?}", r.remark);
+    let s = consume_stats_of(&mut c, "DelG", "DelT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    b.stop().await;
+    drop(dir);
+}

@@ -1,14 +1,15 @@
 //! mqadmin's requests about consumer groups across the broker: getConsumerConfig
-//! (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_SUBSCRIPTIONGROUP_CONFIG) and brokerConsumeStats
-//! (GET_BROKER_CONSUME_STATS).
+//! (GET_ALL_SUBSCRIPTIONGROUP_CONFIG, GET_SUBSCRIPTIONGROUP_CONFIG), brokerConsumeStats
+//! (GET_BROKER_CONSUME_STATS) and deleteSubGroup (DELETE_SUBSCRIPTIONGROUP).
 
 use serde_json::json;
 
-use super::{group_topics, offset_table, with_body};
+use super::{changed, group_topics, offset_table, with_body};
+use crate::ops;
 use crate::remoting::codec::RemotingCommand;
 use crate::remoting::codes::status;
 use crate::remoting::conn::Ctx;
-use crate::remoting::reply::{core_failure, fail, required, Answer};
+use crate::remoting::reply::{core_failure, fail, field, required, Answer};
 
 /// A SubscriptionGroupConfig with what Rocklet keeps of a group ([`group_config`]).
 fn config_json(ctx: &Ctx, group: &str, fifo: bool) -> serde_json::Value {
@@ -112,4 +113,30 @@ pub(super) async fn broker_consume_stats(ctx: &Ctx, req: &RemotingCommand) -> An
             list.join(",")
         ),
     ))
+}
+
+/// DELETE_SUBSCRIPTIONGROUP (deleteSubGroup): deletes the group durably
+/// ([`rocklet_core::Broker::delete_group`]): its declaration, committed offsets and receive
+/// positions, whatever `cleanOffset` says (Rocklet keeps no group config apart from them:
+/// Apache keeps the offsets unless `-r true`), so getConsumerConfig then finds no such
+/// group. Receipts its clients hold are no longer redelivered and their acks are refused; a
+/// client still connected that commits or receives again starts the group afresh (Apache's
+/// broker re-creates a deleted group on the next heartbeat too). A group the broker does
+/// not know is answered OK, as Apache answers. Refused by name: a producer group online or
+/// with transactions pending. Its retry and dead-letter topics stay (mqadmin -c asks to
+/// delete them next: DELETE_TOPIC_IN_BROKER refuses those names, saying so).
+pub(super) async fn delete_group(ctx: &Ctx, req: &RemotingCommand) -> Answer {
+    let group = required(req, "groupName")?.to_string();
+    if field(req, "cleanOffset").is_some_and(|v| v != "true" && v != "false") {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            "cleanOffset is neither true nor false",
+        ));
+    }
+    let r = ops::delete_group(&ctx.core, group.clone(), true).await;
+    if r.is_ok() {
+        tracing::info!(group = %group, "consumer group deleted (mqadmin deleteSubGroup)");
+    }
+    changed(req, r)
 }

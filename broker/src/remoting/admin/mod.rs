@@ -9,7 +9,8 @@
 //! GET_PRODUCER_CONNECTION_LIST (204), QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_MESSAGE_BY_ID
 //! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
 //! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
-//! DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216). Every other admin code is
+//! DELETE_TOPIC_IN_BROKER (215), DELETE_TOPIC_IN_NAMESRV (216) and the codes of
+//! [`broker`] and [`groups`] (DELETE_SUBSCRIPTIONGROUP among them). Every other admin code is
 //! refused naming it ([`super::codes::unserved_name`]).
 //!
 //! Changes (topics and groups created or deleted) are durable before they are answered,
@@ -60,6 +61,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_SUBSCRIPTIONGROUP_CONFIG => groups::group_config(ctx, req).await,
         code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
         code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
+        code::DELETE_SUBSCRIPTIONGROUP => groups::delete_group(ctx, req).await,
         code::QUERY_CONSUME_QUEUE => query_cq(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
@@ -571,8 +573,19 @@ async fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// DELETE_TOPIC_IN_BROKER and DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic sends both, the
 /// broker's first): the topic is deleted durably (its records stay in the log, its name
 /// starts afresh). The name server's is answered OK when the broker's already deleted it.
+///
+/// A group's retry and dead-letter topics (`%RETRY%g`, `%DLQ%g`, which deleteSubGroup -c
+/// asks to delete after the group) are kept, refused saying so: their messages stay
+/// readable (a dead letter is a message a user may need).
 async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer {
     let name = required(req, "topic")?.to_string();
+    if name.starts_with(topic::RETRY_PREFIX) || name.starts_with(topic::DLQ_PREFIX) {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("rocklet keeps a group's retry and dead-letter topics: `{name}` is not deleted (its messages stay readable; deleteSubGroup deletes the group's offsets)"),
+        ));
+    }
     changed(req, ops::delete_topic(&ctx.core, name, namesrv).await)
 }
 
