@@ -486,3 +486,106 @@ async fn delete_sub_group_deletes_the_group_and_its_offsets_durably() {
     b.stop().await;
     drop(dir);
 }
+
+#[tokio::test]
+async fn consumer_status_asks_the_client_through_the_broker() {
+    let (b, remoting, _) = start().await;
+    let mut member = V4::connect(remoting, SerializeType::Json).await;
+    let r = member
+        .call(34, &[], heartbeat_body("client-s", "StatusG", "StatusT"))
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // The client answers the broker's GET_CONSUMER_RUNNING_INFO with its running info
+    // (a body larger than a read buffer), then a second one with an error of its own.
+    let info = serde_json::json!({
+        "properties": {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY", "PROP_THREADPOOL_CORE_SIZE": "20"},
+        "subscriptionSet": [{"topic": "StatusT", "subString": "*"}],
+        "mqTable": {},
+        "statusTable": {},
+        "jstack": "x".repeat(100_000),
+    })
+    .to_string();
+    let body = info.clone();
+    let client = tokio::spawn(async move {
+        let mut asked = Vec::new();
+        for answer_code in [0, 1] {
+            let req = loop {
+                let r = member.read().await.unwrap();
+                if r.code == 307 && !r.is_response() {
+                    break r;
+                }
+            };
+            asked.push(req.ext.clone());
+            let mut a = RemotingCommand::response_to(
+                &req,
+                answer_code,
+                (answer_code != 0).then(|| "busy here".to_string()),
+            );
+            if answer_code == 0 {
+                a.body = body.clone().into_bytes();
+            }
+            member.write(&a).await;
+        }
+        asked
+    });
+    let mut admin = V4::connect(remoting, SerializeType::Json).await;
+    let ask = [
+        ("consumerGroup", "StatusG"),
+        ("clientId", "client-s"),
+        ("jstackEnable", "true"),
+    ];
+    let r = admin.call(307, &ask, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(
+        String::from_utf8(r.body).unwrap(),
+        info,
+        "relayed as the client wrote it"
+    );
+    let r = admin.call(307, &ask, Vec::new()).await;
+    assert_eq!((r.code, r.remark.as_deref()), (1, Some("busy here")));
+    let asked = client.await.unwrap();
+    assert_eq!(asked[0]["clientId"], "client-s");
+    assert_eq!(asked[0]["jstackEnable"], "true");
+    // A client the group does not have connected is refused naming it, as Apache answers.
+    let r = admin
+        .call(
+            307,
+            &[("consumerGroup", "StatusG"), ("clientId", "elsewhere")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("<StatusG> <elsewhere> not online"));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn an_order_topic_is_refused_by_name_and_not_made() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let r = c
+        .call(
+            17,
+            &[
+                ("topic", "OrderT"),
+                ("readQueueNums", "8"),
+                ("writeQueueNums", "8"),
+                ("order", "true"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("updateTopic -o true"));
+    let r = c.call(351, &[("topic", "OrderT")], Vec::new()).await;
+    assert_eq!(r.code, 17, "not made: {:?}", r.remark);
+    // `order` false is the default: made.
+    let r = c
+        .call(17, &[("topic", "OrderT"), ("order", "false")], Vec::new())
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    b.stop().await;
+}

@@ -10,7 +10,8 @@
 //! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
 //! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
 //! DELETE_TOPIC_IN_BROKER (215), DELETE_TOPIC_IN_NAMESRV (216) and the codes of
-//! [`broker`] and [`groups`] (DELETE_SUBSCRIPTIONGROUP among them). Every other admin code is
+//! [`broker`] and [`groups`] (DELETE_SUBSCRIPTIONGROUP and GET_CONSUMER_RUNNING_INFO among
+//! them). Every other admin code is
 //! refused naming it ([`super::codes::unserved_name`]).
 //!
 //! Changes (topics and groups created or deleted) are durable before they are answered,
@@ -62,6 +63,7 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
         code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
         code::DELETE_SUBSCRIPTIONGROUP => groups::delete_group(ctx, req).await,
+        code::GET_CONSUMER_RUNNING_INFO => groups::running_info(ctx, req).await,
         code::QUERY_CONSUME_QUEUE => query_cq(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
@@ -121,8 +123,9 @@ pub(super) async fn topic_info(
 }
 
 /// UPDATE_AND_CREATE_TOPIC (mqadmin updateTopic): creates the topic, or grows it. The core
-/// has one queue count per topic, read and write permission always, and every message type
-/// on an auto-created or updated topic, so what cannot be kept is refused by name.
+/// has one queue count per topic, read and write permission always, every message type
+/// on an auto-created or updated topic and no order flag (`order`: refused), so what cannot
+/// be kept is refused by name.
 async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let name = required(req, "topic")?.to_string();
     let read: u32 = number_or(req, "readQueueNums", ctx.cfg.core.default_queues)?;
@@ -133,6 +136,16 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             req,
             status::SYSTEM_ERROR,
             format!("readQueueNums {read} and writeQueueNums {write} differ: rocklet topics have one queue count"),
+        ));
+    }
+    if field(req, "order") == Some("true") {
+        // mqadmin updateTopic -o true: Apache keeps an order flag on the topic and the order
+        // conf in its name server's KV config (PUT_KV_CONFIG, ORDER_TOPIC_CONFIG). Rocklet
+        // keeps neither, so the topic is not made as if it had been taken.
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("topic `{name}`: order topics (updateTopic -o true) are not supported by rocklet, which keeps no per-topic order flag; ordering is per consumer group (updateSubGroup -o true) and per queue for senders choosing one"),
         ));
     }
     if perm != 6 {
