@@ -307,6 +307,8 @@ impl Conn {
         lock(&self.calls).insert(opaque, (tx, body));
         self.send(&cmd);
         let answer = tokio::select! {
+            // An answer that came before the peer left is taken, not lost to the race.
+            biased;
             a = tokio::time::timeout(timeout, rx) => a.ok().and_then(Result::ok),
             () = self.gone() => None,
         };
