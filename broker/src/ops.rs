@@ -1,5 +1,5 @@
-//! Operator actions, written once: resolving a transaction by hand, declaring a consumer
-//! group, creating (or growing) and deleting a topic. Each checks what it is given, makes the
+//! Operator actions, written once: resolving a transaction by hand, declaring and deleting
+//! a consumer group, creating (or growing) and deleting a topic. Each checks what it is given, makes the
 //! core call and names a refusal in one text; the front ends only parse their request and
 //! put an [`OpError`] in their protocol's terms:
 //!
