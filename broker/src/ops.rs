@@ -1,5 +1,5 @@
-//! Operator actions, written once: resolving a transaction by hand, declaring a consumer
-//! group, creating (or growing) and deleting a topic. Each checks what it is given, makes the
+//! Operator actions, written once: resolving a transaction by hand, declaring and deleting
+//! a consumer group, creating (or growing) and deleting a topic. Each checks what it is given, makes the
 //! core call and names a refusal in one text; the front ends only parse their request and
 //! put an [`OpError`] in their protocol's terms:
 //!
@@ -86,6 +86,27 @@ pub async fn start_group_at_end(
     core.change(move |b| b.start_group_at_end(&group, &topic))
         .await?
         .map_err(|e| refused(&e))
+}
+
+/// Deletes consumer group `name` durably (its declaration, offsets and receive positions;
+/// its records stay in the log). `missing_ok`: a group the broker does not know is no
+/// refusal (mqadmin's deleteSubGroup answers success for it, as Apache does).
+pub async fn delete_group(
+    core: &CoreHandle,
+    name: String,
+    missing_ok: bool,
+) -> Result<(), OpError> {
+    core.change(move |b| {
+        if let Err(e) = rocklet_core::topic::validate_group(&name) {
+            return Ok(Err(e));
+        }
+        if missing_ok && !b.group_known(&name) {
+            return Ok(Ok(()));
+        }
+        b.delete_group(&name)
+    })
+    .await?
+    .map_err(|e| refused(&e))
 }
 
 /// Creates topic `name` with `queues` queues, or grows it to that many; queues are never

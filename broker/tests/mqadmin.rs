@@ -414,3 +414,178 @@ async fn query_cq_shows_the_consume_queue_entries() {
     assert!(r.remark.unwrap().contains("queue 7 does not exist"));
     b.stop().await;
 }
+
+/// The broker again on the data directory of one stopped ([`TestBroker::stop`]).
+async fn restart(dir: &std::path::Path) -> (rocklet_broker::server::RunningBroker, SocketAddr) {
+    let mut cfg = test_config(dir);
+    cfg.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+    let b =
+        rocklet_broker::server::start(cfg, std::sync::Arc::new(rocklet_broker::clock::SystemClock))
+            .await
+            .unwrap();
+    let remoting = b.remoting_addr.unwrap();
+    (b, remoting)
+}
+
+#[tokio::test]
+async fn delete_sub_group_deletes_the_group_and_its_offsets_durably() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let body = serde_json::to_vec(&serde_json::json!({
+        "groupName": "DelG", "consumeMessageOrderly": true,
+    }))
+    .unwrap();
+    assert_eq!(c.call(200, &[], body).await.code, 0);
+    one_queue_topic(&mut c, "DelT").await;
+    for i in 0..3 {
+        assert_eq!(v4_send(&mut c, "DelT", &format!("d{i}")).await.code, 0);
+    }
+    commit(&mut c, "DelG", "DelT", 2).await;
+    assert!(consume_stats(&mut c, "DelG")
+        .await
+        .contains(r#""consumerOffset":2"#));
+    assert_eq!(c.call(352, &[("group", "DelG")], Vec::new()).await.code, 0);
+
+    let r = c
+        .call(
+            207,
+            &[("groupName", "DelG"), ("cleanOffset", "false")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // getConsumerConfig finds no such group; the broker's group table lacks it; its offsets
+    // are gone (a queue the group never consumed from shows 0, as Apache answers).
+    assert_eq!(c.call(352, &[("group", "DelG")], Vec::new()).await.code, 26);
+    let r = c.call(201, &[], Vec::new()).await;
+    assert!(!String::from_utf8(r.body).unwrap().contains("DelG"));
+    let s = consume_stats_of(&mut c, "DelG", "DelT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    // Deleting it again is answered OK, as Apache answers; a bad name is refused by name.
+    let r = c.call(207, &[("groupName", "DelG")], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(207, &[("groupName", "bad name!")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("bad name!"));
+    // Its dead-letter topic is kept, saying so (deleteSubGroup -c asks to delete it next).
+    let r = c.call(215, &[("topic", "%DLQ%DelG")], Vec::new()).await;
+    assert_eq!(r.code, 1);
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("keeps a group's retry and dead-letter topics"));
+
+    // Durable: after a restart the group is still gone.
+    let dir = b.stop().await;
+    let (b, remoting) = restart(dir.path()).await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let r = c.call(352, &[("group", "DelG")], Vec::new()).await;
+    assert_eq!(r.code, 26, "{:?}", r.remark);
+    let s = consume_stats_of(&mut c, "DelG", "DelT").await;
+    assert!(s.contains(r#""consumerOffset":0"#), "{s}");
+    b.stop().await;
+    drop(dir);
+}
+
+#[tokio::test]
+async fn consumer_status_asks_the_client_through_the_broker() {
+    let (b, remoting, _) = start().await;
+    let mut member = V4::connect(remoting, SerializeType::Json).await;
+    let r = member
+        .call(34, &[], heartbeat_body("client-s", "StatusG", "StatusT"))
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // The client answers the broker's GET_CONSUMER_RUNNING_INFO with its running info
+    // (a body larger than a read buffer), then a second one with an error of its own.
+    let info = serde_json::json!({
+        "properties": {"PROP_CONSUME_TYPE": "CONSUME_PASSIVELY", "PROP_THREADPOOL_CORE_SIZE": "20"},
+        "subscriptionSet": [{"topic": "StatusT", "subString": "*"}],
+        "mqTable": {},
+        "statusTable": {},
+        "jstack": "x".repeat(100_000),
+    })
+    .to_string();
+    let body = info.clone();
+    let client = tokio::spawn(async move {
+        let mut asked = Vec::new();
+        for answer_code in [0, 1] {
+            let req = loop {
+                let r = member.read().await.unwrap();
+                if r.code == 307 && !r.is_response() {
+                    break r;
+                }
+            };
+            asked.push(req.ext.clone());
+            let mut a = RemotingCommand::response_to(
+                &req,
+                answer_code,
+                (answer_code != 0).then(|| "busy here".to_string()),
+            );
+            if answer_code == 0 {
+                a.body = body.clone().into_bytes();
+            }
+            member.write(&a).await;
+        }
+        asked
+    });
+    let mut admin = V4::connect(remoting, SerializeType::Json).await;
+    let ask = [
+        ("consumerGroup", "StatusG"),
+        ("clientId", "client-s"),
+        ("jstackEnable", "true"),
+    ];
+    let r = admin.call(307, &ask, Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(
+        String::from_utf8(r.body).unwrap(),
+        info,
+        "relayed as the client wrote it"
+    );
+    let r = admin.call(307, &ask, Vec::new()).await;
+    assert_eq!((r.code, r.remark.as_deref()), (1, Some("busy here")));
+    let asked = client.await.unwrap();
+    assert_eq!(asked[0]["clientId"], "client-s");
+    assert_eq!(asked[0]["jstackEnable"], "true");
+    // A client the group does not have connected is refused naming it, as Apache answers.
+    let r = admin
+        .call(
+            307,
+            &[("consumerGroup", "StatusG"), ("clientId", "elsewhere")],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r
+        .remark
+        .unwrap()
+        .contains("<StatusG> <elsewhere> not online"));
+    b.stop().await;
+}
+
+#[tokio::test]
+async fn an_order_topic_is_refused_by_name_and_not_made() {
+    let (b, remoting, _) = start().await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let r = c
+        .call(
+            17,
+            &[
+                ("topic", "OrderT"),
+                ("readQueueNums", "8"),
+                ("writeQueueNums", "8"),
+                ("order", "true"),
+            ],
+            Vec::new(),
+        )
+        .await;
+    assert_eq!(r.code, 1);
+    assert!(r.remark.unwrap().contains("updateTopic -o true"));
+    let r = c.call(351, &[("topic", "OrderT")], Vec::new()).await;
+    assert_eq!(r.code, 17, "not made: {:?}", r.remark);
+    // `order` false is the default: made.
+    let r = c
+        .call(17, &[("topic", "OrderT"), ("order", "false")], Vec::new())
+        .await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    b.stop().await;
+}

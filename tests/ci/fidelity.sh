@@ -16,7 +16,8 @@
 #     queryMsgByKey, queryMsgByOffset, queryCq, getConsumerConfig, brokerConsumeStats,
 #     getBrokerConfig, updateBrokerConfig, getNamesrvConfig, wipeWritePerm / addWritePerm (sends stopped and
 #     restored), resetOffsetByTime (group online: on the broker at once; offline) and
-#     deleteTopic, each command's output checked -- side by side (issue #33): the same
+#     deleteTopic, consumerStatus -i (relayed to the client), deleteSubGroup, updateTopic -o
+#     true (refused by rocklet), each command's output checked -- side by side (issue #33): the same
 #     program then runs against Apache RocketMQ 5.5.0 (name server and broker from the Maven
 #     jars of tests/bench/apache.sh, cluster and broker named `rocklet`), same checks;
 #   - SQL92 filters (issue #34): Apache's own filter module (Maven org.apache.rocketmq:rocketmq-filter

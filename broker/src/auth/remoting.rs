@@ -28,7 +28,8 @@
 //! | mqadmin: VIEW_MESSAGE_BY_ID | Get on the topic of the record at the offset (a retried or dead message: on its group and on the topic it came from) |
 //! | mqadmin: UPDATE_AND_CREATE_SUBSCRIPTIONGROUP | Create or Update on the group |
 //! | mqadmin: GET_CONSUME_STATS | Get on the group (and the topic, when named) |
-//! | mqadmin: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST | Get on the group |
+//! | mqadmin: GET_CONSUMER_CONNECTION_LIST, GET_PRODUCER_CONNECTION_LIST, GET_CONSUMER_RUNNING_INFO | Get on the group |
+//! | mqadmin: DELETE_SUBSCRIPTIONGROUP | Delete on the group |
 //! | mqadmin: INVOKE_BROKER_TO_RESET_OFFSET | Update on the group, Get on the topic |
 //! | mqadmin: GET_BROKER_CLUSTER_INFO, GET_BROKER_RUNTIME_INFO | Get on the cluster |
 //! | mqadmin: GET_ALL_TOPIC_LIST_FROM_NAMESERVER | List on the cluster |
@@ -224,6 +225,12 @@ pub fn needs(req: &RemotingCommand) -> Vec<Need> {
         }
         code::GET_PRODUCER_CONNECTION_LIST => {
             vec![Need::new(Resource::group(field(e, "producerGroup")), GET)]
+        }
+        code::GET_CONSUMER_RUNNING_INFO => {
+            vec![Need::new(Resource::group(field(e, "consumerGroup")), GET)]
+        }
+        code::DELETE_SUBSCRIPTIONGROUP => {
+            vec![Need::new(Resource::group(field(e, "groupName")), DELETE)]
         }
         code::INVOKE_BROKER_TO_RESET_OFFSET => {
             let mut n = vec![Need::new(Resource::group(field(e, "group")), UPDATE)];
@@ -667,6 +674,18 @@ mod tests {
             r#"{"groupName":"g"}"#,
         ));
         assert_eq!(n, vec![Need::new(Resource::group("g"), CREATE_UPDATE)]);
+        let n = needs(&req(
+            code::DELETE_SUBSCRIPTIONGROUP,
+            &[("groupName", "g")],
+            "",
+        ));
+        assert_eq!(n, vec![Need::new(Resource::group("g"), DELETE)]);
+        let n = needs(&req(
+            code::GET_CONSUMER_RUNNING_INFO,
+            &[("consumerGroup", "g"), ("clientId", "c")],
+            "",
+        ));
+        assert_eq!(n, vec![Need::new(Resource::group("g"), GET)]);
         let n = needs(&req(
             code::LITE_PULL_MESSAGE,
             &[("consumerGroup", "g"), ("topic", "T")],

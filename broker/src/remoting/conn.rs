@@ -159,6 +159,10 @@ impl Ctx {
     }
 }
 
+/// Most bytes of an answer's body read for a call of ours ([`Conn::call_for_body`]): a
+/// client's ConsumerRunningInfo, its thread dump included.
+pub const MAX_ANSWER_BODY: usize = 4 << 20;
+
 /// One remoting connection.
 #[derive(Debug)]
 pub struct Conn {
@@ -183,9 +187,10 @@ pub struct Conn {
     pub(crate) gone_notify: tokio::sync::Notify,
     /// When a request was last read or an answer last written (the idle timeout's start).
     pub(crate) last_active: Mutex<tokio::time::Instant>,
-    /// Our requests waiting for the peer's answer ([`Conn::call`]), by opaque: each is
-    /// removed when answered or after its timeout.
-    pub(crate) calls: Mutex<HashMap<i32, tokio::sync::oneshot::Sender<RemotingCommand>>>,
+    /// Our requests waiting for the peer's answer ([`Conn::call`]), by opaque, with whether
+    /// the answer's body is read ([`Conn::call_for_body`]): each is removed when answered or
+    /// after its timeout.
+    pub(crate) calls: Mutex<HashMap<i32, (tokio::sync::oneshot::Sender<RemotingCommand>, bool)>>,
 }
 
 impl Conn {
@@ -273,19 +278,37 @@ impl Conn {
     /// Sends the peer a request of ours and waits for its answer (header only: an answer's
     /// body is never read), at most `timeout`; `None` when none came in time or the peer
     /// went away first.
-    pub async fn call(
+    pub async fn call(&self, cmd: RemotingCommand, timeout: Duration) -> Option<RemotingCommand> {
+        self.call_reading(cmd, timeout, false).await
+    }
+
+    /// [`Conn::call`] whose answer's body is read too (GET_CONSUMER_RUNNING_INFO relayed to
+    /// a client), at most [`MAX_ANSWER_BODY`] bytes: a larger one comes back as a
+    /// SYSTEM_ERROR answer saying so, its body skipped.
+    pub async fn call_for_body(
+        &self,
+        cmd: RemotingCommand,
+        timeout: Duration,
+    ) -> Option<RemotingCommand> {
+        self.call_reading(cmd, timeout, true).await
+    }
+
+    async fn call_reading(
         &self,
         mut cmd: RemotingCommand,
         timeout: Duration,
+        body: bool,
     ) -> Option<RemotingCommand> {
         let opaque = self.next_opaque.fetch_add(1, Ordering::Relaxed);
         cmd.flag = 0;
         cmd.opaque = opaque;
         cmd.serialize = *lock(&self.serialize);
         let (tx, rx) = tokio::sync::oneshot::channel();
-        lock(&self.calls).insert(opaque, tx);
+        lock(&self.calls).insert(opaque, (tx, body));
         self.send(&cmd);
         let answer = tokio::select! {
+            // An answer that came before the peer left is taken, not lost to the race.
+            biased;
             a = tokio::time::timeout(timeout, rx) => a.ok().and_then(Result::ok),
             () = self.gone() => None,
         };
@@ -293,9 +316,16 @@ impl Conn {
         answer
     }
 
+    /// Whether a call waits for the answer with this opaque and reads its body
+    /// ([`Conn::call_for_body`]).
+    #[must_use]
+    pub fn wants_body(&self, opaque: i32) -> bool {
+        lock(&self.calls).get(&opaque).is_some_and(|c| c.1)
+    }
+
     /// The peer answered a request of ours: to whoever waits for it, if anyone does.
     pub fn answered(&self, answer: RemotingCommand) {
-        if let Some(tx) = lock(&self.calls).remove(&answer.opaque) {
+        if let Some((tx, _)) = lock(&self.calls).remove(&answer.opaque) {
             let _ = tx.send(answer);
         }
     }

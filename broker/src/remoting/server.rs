@@ -421,6 +421,33 @@ async fn read_request(rd: &mut (impl AsyncBufRead + Unpin), ctx: &Ctx, conn: &Co
         drop(held);
         if let Some(r) = refusal {
             reply::refused(ctx, conn, &cmd, r);
+        } else if body_len > 0 && conn.wants_body(cmd.opaque) {
+            // The answer to a relayed GET_CONSUMER_RUNNING_INFO: its body is what is relayed,
+            // at most MAX_ANSWER_BODY bytes, held under the request budget while it is read.
+            let held = match &ctx.request_budget {
+                Some(b) => b.try_reserve(Some(conn.peer), body_len as u64).map(Some),
+                None => Ok(None),
+            };
+            let too_big = body_len > super::conn::MAX_ANSWER_BODY;
+            if too_big || held.is_err() {
+                cmd.code = super::codes::status::SYSTEM_ERROR;
+                cmd.remark =
+                    Some(format!(
+                    "the client's answer of {body_len} bytes is {} (at most {} bytes are relayed)",
+                    if too_big { "too large" } else { "over the broker's request budget now" },
+                    super::conn::MAX_ANSWER_BODY
+                ));
+                conn.answered(cmd);
+            } else {
+                let mut body = vec![0u8; body_len];
+                if rd.read_exact(&mut body).await.is_err() {
+                    return Next::Close;
+                }
+                cmd.body = body;
+                conn.answered(cmd);
+                drop(held);
+                return Next::Skip;
+            }
         } else {
             conn.answered(cmd);
         }

@@ -13,6 +13,7 @@ impl<S: Storage> Broker<S> {
             | StateOp::Group { .. }
             | StateOp::Epoch { .. }
             | StateOp::TopicDeleted { .. }
+            | StateOp::GroupDeleted { .. }
             | StateOp::QueueStart { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
@@ -498,7 +499,10 @@ impl<S: Storage> Broker<S> {
             | StateOp::Ack { queue_id, .. }
             | StateOp::QueueStart { queue_id, .. } => *queue_id >= MAX_QUEUES,
             StateOp::Topic { queues, .. } => *queues > MAX_QUEUES,
-            StateOp::Group { .. } | StateOp::Epoch { .. } | StateOp::TopicDeleted { .. } => false,
+            StateOp::Group { .. }
+            | StateOp::Epoch { .. }
+            | StateOp::TopicDeleted { .. }
+            | StateOp::GroupDeleted { .. } => false,
         };
         if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
@@ -535,6 +539,18 @@ impl<S: Storage> Broker<S> {
                         self.pops.retain(|&(_, q), _| !queues.contains(&q));
                         self.prune_pop_timers();
                     }
+                }
+            }
+            StateOp::GroupDeleted { name } => {
+                // Its entry stays (pending transactions may name it: deletion refuses a group
+                // they name, but the index is kept stable), unreachable by name: a group of
+                // this name made later starts afresh, with no offsets and nothing in flight.
+                if let Some(g) = self.group_ids.remove(name) {
+                    self.offsets.retain(|&(og, _), _| og != g);
+                    self.pops.retain(|&(pg, _), _| pg != g);
+                    self.pop_cursor.retain(|&(pg, _), _| pg != g);
+                    self.pop_timers.retain(|Reverse(t)| t.1 != g);
+                    self.groups[g as usize].fifo = false;
                 }
             }
             StateOp::Epoch { epoch } => {

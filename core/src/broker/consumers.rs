@@ -26,7 +26,9 @@ impl<S: Storage> Broker<S> {
         let mut out: Vec<(String, bool)> = self
             .groups
             .iter()
-            .map(|g| (g.name.clone(), g.fifo))
+            .enumerate()
+            .filter(|&(i, g)| self.group_ids.get(&g.name) == Some(&(i as u32)))
+            .map(|(_, g)| (g.name.clone(), g.fifo))
             .collect();
         out.sort();
         out
@@ -135,6 +137,43 @@ impl<S: Storage> Broker<S> {
             })?;
         }
         Ok(Ok(fresh.len() as u32))
+    }
+
+    /// Deletes a consumer group, durably (RocketMQ's deleteSubGroup, with its offsets): its
+    /// declaration (FIFO or not), committed offsets and receive positions go, receipts it
+    /// holds in flight are no longer redelivered and their acks are refused as unknown, and
+    /// from then on it is not known ([`Broker::group_known`]); a later commit, receive or
+    /// declaration under the name starts afresh. Its records stay in the log, and so do its
+    /// retry and dead-letter topics. Its slot counts toward [`Config::max_groups`] until a
+    /// restart from a log that no longer holds it, as a deleted topic's does. `Ok(Err(_))`: no
+    /// such group, or a producer group online or with transactions pending (their checks go
+    /// to it: resolve them first).
+    pub fn delete_group(&mut self, name: &str) -> Res<Result<(), ClientError>, S> {
+        self.check_failed()?;
+        if self.role == Role::Replica {
+            return Ok(Err(ClientError::NotMaster));
+        }
+        if let Err(e) = topic::validate_group(name) {
+            return Ok(Err(e));
+        }
+        let Some(&g) = self.group_ids.get(name) else {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "consumer group `{name}` does not exist"
+            ))));
+        };
+        if self.groups[g as usize].online {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "a producer of group `{name}` is online: its transactions are checked through it"
+            ))));
+        }
+        let pending = self.txns.iter().filter(|t| t.group == g).count();
+        if pending > 0 {
+            return Ok(Err(ClientError::InvalidArgument(format!(
+                "group `{name}` has {pending} transactions pending as their producer group: resolve them before deleting it"
+            ))));
+        }
+        self.write_state(&StateOp::GroupDeleted { name })?;
+        Ok(Ok(()))
     }
 
     /// Whether `group` was declared FIFO ([`Broker::declare_group`]).

@@ -527,10 +527,13 @@ impl<S: Storage> Broker<S> {
             .filter(|t| !t.deleted)
             .map(|t| (t.name.clone(), t.queues.len() as u32))
             .collect();
+        // Deleted groups (no longer known by name) are not carried.
         let groups = self
             .groups
             .iter()
-            .map(|g| (g.name.clone(), g.fifo))
+            .enumerate()
+            .filter(|&(i, g)| self.group_ids.get(&g.name) == Some(&(i as u32)))
+            .map(|(_, g)| (g.name.clone(), g.fifo))
             .collect();
         let offsets = self
             .offsets

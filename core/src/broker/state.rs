@@ -109,6 +109,9 @@ pub(super) enum StateOp<'a> {
         queue_id: u32,
         offset: u64,
     },
+    /// A consumer group deleted by a host (RocketMQ's deleteSubGroup): its declaration,
+    /// committed offsets and receive positions are gone; the name starts afresh.
+    GroupDeleted { name: &'a str },
 }
 
 pub(super) struct Topic {

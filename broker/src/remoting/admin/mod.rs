@@ -9,7 +9,9 @@
 //! GET_PRODUCER_CONNECTION_LIST (204), QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_MESSAGE_BY_ID
 //! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
 //! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
-//! DELETE_TOPIC_IN_BROKER (215) and DELETE_TOPIC_IN_NAMESRV (216). Every other admin code is
+//! DELETE_TOPIC_IN_BROKER (215), DELETE_TOPIC_IN_NAMESRV (216) and the codes of
+//! [`broker`] and [`groups`] (DELETE_SUBSCRIPTIONGROUP and GET_CONSUMER_RUNNING_INFO among
+//! them). Every other admin code is
 //! refused naming it ([`super::codes::unserved_name`]).
 //!
 //! Changes (topics and groups created or deleted) are durable before they are answered,
@@ -60,6 +62,8 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::GET_SUBSCRIPTIONGROUP_CONFIG => groups::group_config(ctx, req).await,
         code::GET_ALL_SUBSCRIPTIONGROUP_CONFIG => groups::all_group_configs(ctx, req).await,
         code::GET_BROKER_CONSUME_STATS => groups::broker_consume_stats(ctx, req).await,
+        code::DELETE_SUBSCRIPTIONGROUP => groups::delete_group(ctx, req).await,
+        code::GET_CONSUMER_RUNNING_INFO => groups::running_info(ctx, req).await,
         code::QUERY_CONSUME_QUEUE => query_cq(ctx, req).await,
         code::GET_BROKER_RUNTIME_INFO => runtime_info(ctx, req).await,
         code::UPDATE_AND_CREATE_SUBSCRIPTIONGROUP => update_group(ctx, req).await,
@@ -119,8 +123,9 @@ pub(super) async fn topic_info(
 }
 
 /// UPDATE_AND_CREATE_TOPIC (mqadmin updateTopic): creates the topic, or grows it. The core
-/// has one queue count per topic, read and write permission always, and every message type
-/// on an auto-created or updated topic, so what cannot be kept is refused by name.
+/// has one queue count per topic, read and write permission always, every message type
+/// on an auto-created or updated topic and no order flag (`order`: refused), so what cannot
+/// be kept is refused by name.
 async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let name = required(req, "topic")?.to_string();
     let read: u32 = number_or(req, "readQueueNums", ctx.cfg.core.default_queues)?;
@@ -131,6 +136,16 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             req,
             status::SYSTEM_ERROR,
             format!("readQueueNums {read} and writeQueueNums {write} differ: rocklet topics have one queue count"),
+        ));
+    }
+    if field(req, "order") == Some("true") {
+        // mqadmin updateTopic -o true: Apache keeps an order flag on the topic and the order
+        // conf in its name server's KV config (PUT_KV_CONFIG, ORDER_TOPIC_CONFIG). Rocklet
+        // keeps neither, so the topic is not made as if it had been taken.
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("topic `{name}`: order topics (updateTopic -o true) are not supported by rocklet, which keeps no per-topic order flag; ordering is per consumer group (updateSubGroup -o true) and per queue for senders choosing one"),
         ));
     }
     if perm != 6 {
@@ -571,8 +586,19 @@ async fn consumed_by(ctx: &Ctx, req: &RemotingCommand) -> Answer {
 /// DELETE_TOPIC_IN_BROKER and DELETE_TOPIC_IN_NAMESRV (mqadmin deleteTopic sends both, the
 /// broker's first): the topic is deleted durably (its records stay in the log, its name
 /// starts afresh). The name server's is answered OK when the broker's already deleted it.
+///
+/// A group's retry and dead-letter topics (`%RETRY%g`, `%DLQ%g`, which deleteSubGroup -c
+/// asks to delete after the group) are kept, refused saying so: their messages stay
+/// readable (a dead letter is a message a user may need).
 async fn delete_topic(ctx: &Ctx, req: &RemotingCommand, namesrv: bool) -> Answer {
     let name = required(req, "topic")?.to_string();
+    if name.starts_with(topic::RETRY_PREFIX) || name.starts_with(topic::DLQ_PREFIX) {
+        return Err(fail(
+            req,
+            status::SYSTEM_ERROR,
+            format!("rocklet keeps a group's retry and dead-letter topics: `{name}` is not deleted (its messages stay readable; deleteSubGroup deletes the group's offsets)"),
+        ));
+    }
     changed(req, ops::delete_topic(&ctx.core, name, namesrv).await)
 }
 

@@ -172,6 +172,17 @@ public class AdminTest {
         if (rocklet) {
             expect(a("updateTopic", "-b", addr, "-t", topic, "-r", "1", "-w", "1"), a("cannot remove queues"));
         }
+        String ordered = "AdmOrdered" + stamp;
+        if (rocklet) {
+            // rocklet only: an order topic is refused by name, nothing made (Apache creates it
+            // and puts its order conf into the name server's KV config).
+            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
+                a("order topics (updateTopic -o true) are not supported"), "success");
+            expect(a("topicList"), a(topic), ordered, "Exception", "command failed");
+        } else {
+            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
+                a("create topic to " + addr + " success", "set cluster orderConf. isOrder=true, orderConf=[rocklet:8]"), errors);
+        }
         expect(a("updateSubGroup", "-c", "rocklet", "-g", fifo, "-o", "true"),
             a("create subscription group to " + addr + " success"), errors);
 
@@ -257,6 +268,14 @@ public class AdminTest {
             Thread.sleep(50);
         }
         expect(a("consumerConnection", "-g", group), a(c.buildMQClientId(), topic, "CONSUME_PASSIVELY", "CLUSTERING"), errors);
+        // consumerStatus: the broker asks the client itself for its running info
+        // (GET_CONSUMER_RUNNING_INFO on the client's connection) and relays the answer.
+        // (Only with -i: without it mqadmin writes each client's into ./<now>/<clientId>.)
+        // (A property of the client is named pullTimeDelayMillsWhenException.)
+        expect(a("consumerStatus", "-g", group, "-i", c.buildMQClientId()),
+            a("#Consumer Properties#", "#Consumer Subscription#", "Topic: " + topic, "#Consumer Offset#"),
+            "MQBrokerException", "command failed");
+        expect(a("consumerStatus", "-g", group, "-i", "127.0.0.9@nobody"), a("<" + group + "> <127.0.0.9@nobody> not online"));
         // The consumer persists its offsets 10 s after it starts, then every 500 ms.
         expectWithin(20, a("consumerProgress", "-g", group), a(topic, "Consume Diff Total: 0"), errors);
         // The group's config and every group's progress on the broker.
@@ -318,6 +337,27 @@ public class AdminTest {
             a("delete topic [" + topic + "] from cluster [rocklet] success", "delete topic [" + topic + "] from NameServer success"), errors);
         // Gone from the topic list (the group's retry topic stays).
         expect(a("topicList"), a("%RETRY%" + group), topic, "Exception", "command failed");
+        // deleteSubGroup of the FIFO group declared above: its declaration goes. (Apache's
+        // getConsumerConfig then shows it again with the defaults, not orderly: its broker
+        // re-creates a group it is asked about, autoCreateSubscriptionGroup.)
+        Pattern orderly = Pattern.compile("consumeMessageOrderly\\s+=\\s+true");
+        String cfgBefore = expect(a("getConsumerConfig", "-g", fifo), a("groupName", fifo), errors);
+        check(orderly.matcher(cfgBefore).find(), "getConsumerConfig shows the FIFO group orderly");
+        String deleted = "delete subscription group [" + fifo + "] from broker [" + addr + "] in cluster [rocklet] success";
+        if (rocklet) {
+            // rocklet only: the group's retry and dead-letter topics, which mqadmin asks to
+            // delete next, are kept, saying so (their messages stay readable).
+            expect(a("deleteSubGroup", "-c", "rocklet", "-g", fifo),
+                a(deleted, "keeps a group's retry and dead-letter topics"));
+        } else {
+            expect(a("deleteSubGroup", "-c", "rocklet", "-g", fifo), a(deleted), errors);
+        }
+        String cfgAfter = mqadmin("getConsumerConfig", "-g", fifo);
+        check(!orderly.matcher(cfgAfter).find(), "after deleteSubGroup the group is not orderly any more");
+        if (rocklet) {
+            // rocklet only: no such group any more (Apache re-creates it when asked).
+            expect(a("getConsumerConfig", "-g", fifo), a(), "groupName");
+        }
         p.shutdown();
 
         System.out.println();
