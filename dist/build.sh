@@ -196,31 +196,50 @@ addon linux-x64-gnu "$R/librocklet_node.so" x64 glibc
 
 if [ "${DIST_CROSS:-1}" != 0 ]; then
   # Debian's cargo and rustc first on PATH (cargo-zigbuild and maturin run `cargo`); zig as
-  # before. std is built for the target from /usr/lib/rustlib/src (rust-web-src).
-  for t in /usr/bin/cargo /usr/bin/rustc /usr/lib/rustlib/src/rust/library/std; do
-    [ -e "$t" ] || { echo "dist/build.sh: $t missing (Debian rustc-web cargo-web rust-web-src: bash dist/build.sh --install)" >&2; exit 1; }
+  # before. aarch64: Debian's prebuilt std for arm64 (libstd-rust-web-dev:arm64, multiarch),
+  # of exactly the version of /usr/bin/rustc. musl: Debian ships no musl std, so std is built
+  # for it from /usr/lib/rustlib/src (rust-web-src, -Zbuild-std).
+  A=aarch64-unknown-linux-gnu
+  M=x86_64-unknown-linux-musl
+  DEB_V=$(dpkg-query -W -f '${Version}' rustc-web 2>/dev/null || true)
+  STD_V=$(dpkg-query -W -f '${Version}' libstd-rust-web-dev:arm64 2>/dev/null || true)
+  if [ -z "$DEB_V" ] || [ "$STD_V" != "$DEB_V" ]; then
+    if [ "${1:-}" = --install ] && [ -n "$DEB_V" ]; then
+      # Multi-Arch: same, so it must be the very version of the amd64 one (apt refuses others).
+      dpkg --print-foreign-architectures | grep -qx arm64 || dpkg --add-architecture arm64
+      apt-get update -qq
+      DEBIAN_FRONTEND=noninteractive apt-get install -y -qq --no-install-recommends \
+        "libstd-rust-web-dev:arm64=$DEB_V" >/dev/null
+    else
+      echo "dist/build.sh: the aarch64 std (libstd-rust-web-dev:arm64) must be the version of rustc-web" >&2
+      echo "  (rustc-web ${DEB_V:-not installed}, libstd-rust-web-dev:arm64 ${STD_V:-not installed}):" >&2
+      echo "  dpkg --add-architecture arm64 && apt-get update && apt-get install libstd-rust-web-dev:arm64=$DEB_V" >&2
+      echo "  (or bash dist/build.sh --install)" >&2
+      exit 1
+    fi
+  fi
+  for t in /usr/bin/cargo /usr/bin/rustc /usr/lib/rustlib/src/rust/library/std /usr/lib/rustlib/$A/lib; do
+    [ -e "$t" ] || { echo "dist/build.sh: $t missing (Debian rustc-web cargo-web rust-web-src libstd-rust-web-dev:arm64: bash dist/build.sh --install)" >&2; exit 1; }
   done
   DEB_RUST=$TOOLS/debian-rust
   mkdir -p "$DEB_RUST"
   ln -sf /usr/bin/cargo "$DEB_RUST/cargo"
   ln -sf /usr/bin/rustc "$DEB_RUST/rustc"
   XENV=(env PATH="$DEB_RUST:$ZIG_PATH" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
-    RUSTC_BOOTSTRAP=1 ROCKLET_PLAYGROUND_DIR="$SITE")
-  BUILD_STD=(-Zbuild-std=std,panic_unwind)
+    ROCKLET_PLAYGROUND_DIR="$SITE")
 
-  step "release build for aarch64 against glibc $GLIBC_FLOOR (Debian rustc $(/usr/bin/rustc --version | awk '{print $2}'), -Zbuild-std)"
-  A=aarch64-unknown-linux-gnu
+  # One build for aarch64 (same profile, flags and target dir): the broker and the addon, then
+  # maturin's wheel, which reuses what it shares with them (33 units compile again: pyo3, and
+  # rocklet-core with the few crates whose features cargo unifies per build).
+  step "release build for aarch64 against glibc $GLIBC_FLOOR (Debian rustc $(/usr/bin/rustc --version | awk '{print $2}'), Debian's arm64 std)"
   "${XENV[@]}" nice -n 10 cargo zigbuild --release --locked --target "$A.$GLIBC_FLOOR" \
-    "${BUILD_STD[@]}" -p rocklet-broker -p rocklet-node
+    -p rocklet-broker -p rocklet-node
   tarball aarch64-linux "$T/$A/release/rocklet" "Linux aarch64 (arm64; glibc 2.17 or later)"
   addon linux-arm64-gnu "$T/$A/release/librocklet_node.so" arm64 glibc
 
   step "wheel for aarch64 (maturin --zig --target $A, manylinux_2_17)"
-  # In a build directory of its own: maturin builds std and every crate with other flags, and
-  # in the same one each build would undo the other's (34 min for the broker again).
-  "${XENV[@]}" CARGO_TARGET_DIR="$T/wheel" nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
-    --target "$A" --compatibility manylinux2014 -Z build-std=std,panic_unwind \
-    -m bindings-python/Cargo.toml -o "$OUT"
+  "${XENV[@]}" CARGO_TARGET_DIR="$T" nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
+    --target "$A" --compatibility manylinux2014 -m bindings-python/Cargo.toml -o "$OUT"
   ls "$OUT"/rocklet-"$V"-cp39-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl >/dev/null
 
   # musl: the broker linked fully static (musl's default, crt-static); the addon is a shared
@@ -228,16 +247,17 @@ if [ "${DIST_CROSS:-1}" != 0 ]; then
   # its own: other RUSTFLAGS rebuild every crate). -Clink-self-contained=no: rustc would pass
   # its own musl start files (rcrt1.o, crti.o...), which a std built here does not have ("failed
   # to open object rcrt1.o"); zig adds musl's.
-  M=x86_64-unknown-linux-musl
+  MENV=("${XENV[@]}" RUSTC_BOOTSTRAP=1)
+  BUILD_STD=(-Zbuild-std=std,panic_unwind)
   step "release build for x86_64 musl, static (Debian rustc, -Zbuild-std)"
-  "${XENV[@]}" RUSTFLAGS="-Clink-self-contained=no" \
+  "${MENV[@]}" RUSTFLAGS="-Clink-self-contained=no" \
     nice -n 10 cargo zigbuild --release --locked --target "$M" "${BUILD_STD[@]}" -p rocklet-broker
   file "$T/$M/release/rocklet" | grep 'statically linked' >/dev/null \
     || { file "$T/$M/release/rocklet"; echo "the musl broker is not statically linked" >&2; exit 1; }
   tarball x86_64-linux-musl "$T/$M/release/rocklet" "Linux x86_64, any libc (a static binary: Alpine too)"
 
   step "node addon for x86_64 musl (-crt-static)"
-  "${XENV[@]}" CARGO_TARGET_DIR="$T/musl-dylib" RUSTFLAGS="-Ctarget-feature=-crt-static -Clink-self-contained=no" \
+  "${MENV[@]}" CARGO_TARGET_DIR="$T/musl-dylib" RUSTFLAGS="-Ctarget-feature=-crt-static -Clink-self-contained=no" \
     nice -n 10 cargo zigbuild --release --locked --target "$M" "${BUILD_STD[@]}" -p rocklet-node
   addon linux-x64-musl "$T/musl-dylib/$M/release/librocklet_node.so" x64 musl
 fi

@@ -39,9 +39,10 @@ TOOLS=$ROOT/.tools
 cd "$ROOT"
 t0=$(date +%s)
 step() { echo "== dist: $* ($(( $(date +%s) - t0 ))s)"; }
-# The aarch64 and musl artifacts (DIST_CROSS=1) take about an hour to build cold on two cores
-# (std rebuilt for each target): the CI part builds and tests the x86_64 glibc artifacts and
-# the sdist; the cross ones are the long form, run by hand before a release.
+# The aarch64 and musl artifacts (DIST_CROSS=1) take about an hour to build cold on two loaded
+# cores (the broker's two crates, compiled again for each target, are most of it; aarch64 uses
+# Debian's prebuilt std, musl builds std): the CI part builds and tests the x86_64 glibc
+# artifacts and the sdist; the cross ones are the long form, run by hand before a release.
 CROSS=${DIST_CROSS:-0}
 PY_CLIENT="rocketmq-python-client==5.1.2"
 
@@ -77,21 +78,20 @@ fi
 grep -q '^flags:.*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
   || { echo "qemu-aarch64 is not registered with the F flag"; cat /proc/sys/fs/binfmt_misc/qemu-aarch64; exit 1; }
 # The arm64 Debian root (bookworm, minbase, python3 + venv, nodejs), made once, from the
-# Debian mirror apt uses here; .ready marks a finished one.
+# Debian mirror apt uses here; .ready marks a finished one. Made in the background while the
+# artifacts build (its downloads and the build overlap); waited for before the aarch64 tests.
 ARM_ROOT=$TOOLS/arm64-root
 if [ ! -e "$ARM_ROOT/.ready" ]; then
-  step "arm64 Debian root (debootstrap --arch=arm64, second stage under qemu)"
+  step "arm64 Debian root (debootstrap --arch=arm64, second stage under qemu), in the background"
   MIRROR=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
   [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' /etc/apt/sources.list)
   [ -n "$MIRROR" ] || { echo "no Debian mirror found in apt's sources"; exit 1; }
   rm -rf "$ARM_ROOT"
   debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,nodejs \
-    bookworm "$ARM_ROOT" "$MIRROR" > "$TOOLS/arm64-root.log" 2>&1 \
-    || { tail -20 "$TOOLS/arm64-root.log"; exit 1; }
-  touch "$ARM_ROOT/.ready"
+    bookworm "$ARM_ROOT" "$MIRROR" > "$TOOLS/arm64-root.log" 2>&1 &
+  ROOT_PID=$!
+  trap 'kill "$ROOT_PID" 2>/dev/null || true' EXIT
 fi
-[ "$(chroot "$ARM_ROOT" uname -m)" = aarch64 ] || { echo "the arm64 root does not run as aarch64"; exit 1; }
-[ -z "$(chroot "$ARM_ROOT" sh -c 'command -v cargo rustc rustup' || true)" ] || { echo "the arm64 root has Rust"; exit 1; }
 fi
 # maturin for pip's isolated build of the sdist (--no-index: from here only).
 WHEELHOUSE=$TOOLS/wheelhouse
@@ -158,7 +158,7 @@ rm -rf "$FLOOR_DIR"
 WORK=$(mktemp -d /tmp/rocklet-dist-XXXXXX)
 pids=()
 cleanup() {
-  for p in "${pids[@]}"; do kill "$p" 2>/dev/null || true; done
+  for p in "${pids[@]}" ${ROOT_PID:+"$ROOT_PID"}; do kill "$p" 2>/dev/null || true; done
   rm -rf "$WORK"
 }
 trap cleanup EXIT
@@ -245,6 +245,15 @@ broker_tarball x86_64-linux "$WORK" "$WORK"
 B=$WORK/rocklet-$V-x86_64-linux
 
 if [ "$CROSS" != 0 ]; then
+if [ -n "${ROOT_PID:-}" ]; then
+  step "waiting for the arm64 Debian root"
+  wait "$ROOT_PID" || { echo "debootstrap of the arm64 root failed:"; tail -20 "$TOOLS/arm64-root.log"; exit 1; }
+  ROOT_PID=
+  touch "$ARM_ROOT/.ready"
+fi
+[ "$(chroot "$ARM_ROOT" uname -m)" = aarch64 ] || { echo "the arm64 root does not run as aarch64"; exit 1; }
+[ -z "$(chroot "$ARM_ROOT" sh -c 'command -v cargo rustc rustup' || true)" ] || { echo "the arm64 root has Rust"; exit 1; }
+
 step "static musl broker: from its tarball, on this host"
 broker_tarball x86_64-linux-musl "$WORK" "$WORK"
 
