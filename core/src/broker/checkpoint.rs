@@ -269,29 +269,79 @@ fn cq_file(dir: &str, o: u64, upto: u64) -> (String, u64) {
     (name, units * CQ_UNIT_BYTES)
 }
 
+/// A checkpoint taken ([`Broker::begin_checkpoint`]) and not yet recorded: its bytes may
+/// replace the storage's checkpoint only after a sync started after it was taken succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointDraft {
+    covers: u64,
+    bytes: Vec<u8>,
+}
+
+impl CheckpointDraft {
+    /// The log offset it covers: a sync must make the log durable below it.
+    #[must_use]
+    pub fn covers(&self) -> u64 {
+        self.covers
+    }
+    /// Its bytes, for [`Storage::record_checkpoint`].
+    #[must_use]
+    pub fn bytes(&self) -> &[u8] {
+        &self.bytes
+    }
+    /// Its bytes, owned.
+    #[must_use]
+    pub fn into_bytes(self) -> Vec<u8> {
+        self.bytes
+    }
+}
+
 impl<S: Storage> Broker<S> {
-    /// Records a checkpoint of the core's state (see the module doc of
-    /// [`crate::broker`]'s `checkpoint`): writes the consume queues' tails and the index's
-    /// pending entries, syncs the log and the side files, then replaces the storage's
-    /// checkpoint with one covering the whole log as it is now. The next open replays only
-    /// what is appended after it. Returns the offset it covers; `None` when there was nothing
-    /// to cover (an empty log) or the storage keeps no checkpoint.
+    /// Records a checkpoint of the core's state, all of it on this thread (see the module
+    /// doc of [`crate::broker`]'s `checkpoint`): [`Broker::begin_checkpoint`], a sync of the
+    /// log and every side file, then the storage's checkpoint replaced by the draft
+    /// ([`Storage::record_checkpoint`]). The next open replays only what is appended after
+    /// it. Returns the offset it covers; `None` when there was nothing to cover (an empty
+    /// log) or the storage keeps no checkpoint. For a clean stop, and hosts with nothing to
+    /// run a sync elsewhere; a server detaches the sync and the write instead (see the
+    /// module doc).
     ///
-    /// Its cost is that of a sync plus encoding what is live (bounded as the crate doc says;
-    /// the index's newest slots, 2 MiB, the largest part), never the log's size. A failed
-    /// sync fails the broker, as [`Broker::sync`]; a failed write of the checkpoint only
-    /// returns the error (the previous checkpoint stays whole).
+    /// A failed sync fails the broker, as [`Broker::sync`]; a failed write of the checkpoint
+    /// only returns the error (the previous checkpoint stays whole).
     pub fn checkpoint(&mut self) -> Res<Option<u64>, S> {
-        self.check_failed()?;
-        self.flush_tails();
-        // A failed write (a full disk) keeps the entries: they go in the checkpoint.
-        let _ = self.index.flush(&mut self.log.storage);
+        let draft = self.begin_checkpoint()?;
         self.sync()?;
         // The side files' writes, whether or not the log had anything to sync.
         if let Err(e) = self.log.storage.sync() {
             self.fail(alloc::format!("sync failed: {e}"));
             return Err(Error::Storage(e));
         }
+        let Some(draft) = draft else {
+            return Ok(None);
+        };
+        match self.log.storage.record_checkpoint(&draft.bytes) {
+            Ok(true) => Ok(Some(draft.covers)),
+            Ok(false) => Ok(None),
+            Err(e) => Err(Error::Storage(e)),
+        }
+    }
+
+    /// The part of a checkpoint that runs on the thread that drives the broker: writes
+    /// the consume queues' tails and the index's pending entries to their files (buffered
+    /// writes, no sync) and encodes the state below the log's end. Its cost is encoding
+    /// what is live (bounded as the crate doc says; the index's newest slots, 2 MiB, the
+    /// largest part), never the log's size, and no sync.
+    ///
+    /// The draft may be recorded only once a sync started after this call succeeded
+    /// (everything written so far, log and side files, durable): the host detaches one
+    /// (`FileStorage::detach_checkpoint` carries the draft and writes it after its sync),
+    /// and on success reports the sync with [`Broker::synced_to`]`(draft.covers())`. A
+    /// failed sync is reported with [`Broker::sync_failed`] and the draft dropped. `None`:
+    /// an empty log, nothing to cover.
+    pub fn begin_checkpoint(&mut self) -> Res<Option<CheckpointDraft>, S> {
+        self.check_failed()?;
+        self.flush_tails();
+        // A failed write (a full disk) keeps the entries: they go in the checkpoint.
+        let _ = self.index.flush(&mut self.log.storage);
         let covers = self.log.end();
         if covers == 0 || covers <= self.log.start() {
             return Ok(None);
@@ -303,11 +353,7 @@ impl<S: Storage> Broker<S> {
             .map_err(Error::Storage)?
             .map(|b| crc32fast::hash(&b));
         let bytes = encode(&self.snapshot(log_start_crc));
-        match self.log.storage.record_checkpoint(&bytes) {
-            Ok(true) => Ok(Some(covers)),
-            Ok(false) => Ok(None),
-            Err(e) => Err(Error::Storage(e)),
-        }
+        Ok(Some(CheckpointDraft { covers, bytes }))
     }
 
     /// The state below the log's end, as a checkpoint holds it.
