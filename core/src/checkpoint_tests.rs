@@ -659,3 +659,75 @@ fn after_retention_a_full_replay_numbers_the_queues_as_the_run() {
         );
     }
 }
+
+/// On files, in two phases: nothing is written when the draft is taken or its sync
+/// detached; the detached job syncs and then writes `CHECKPOINT`, which a start uses. A
+/// checkpoint recorded or removed by the storage's owner after the detach supersedes it: the
+/// job then writes nothing (a clean stop's checkpoint, a replica cutting its log).
+#[cfg(feature = "std")]
+#[test]
+fn on_files_a_detached_checkpoint_is_written_after_its_sync_unless_superseded() {
+    let dir = crate::tests::temp_dir("checkpoint-detached");
+    let cfg = cfg();
+    let mut b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let send = |b: &mut Broker<FileStorage>, i: usize| {
+        let m = NewMessage::new("T0", alloc::format!("{i}-{}", "z".repeat(300)));
+        b.execute(1, Request::Send { messages: vec![m] }).unwrap();
+    };
+    for i in 0..100 {
+        send(&mut b, i);
+    }
+    let draft = b.begin_checkpoint().unwrap().unwrap();
+    let covers = draft.covers();
+    let job = b.storage_mut().detach_checkpoint(draft).unwrap();
+    assert!(job.has_checkpoint());
+    assert!(
+        !dir.join(CHECKPOINT_FILE).exists(),
+        "written before its sync"
+    );
+    // The core goes on meanwhile.
+    for i in 100..110 {
+        send(&mut b, i);
+    }
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Written));
+    b.storage_mut().detached_done(&job, true);
+    b.synced_to(covers);
+    assert!(b.log_synced() >= covers);
+    let written = std::fs::read(dir.join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(crate::broker::checkpoint_covers(&written), Some(covers));
+
+    // Superseded by a checkpoint recorded on the owner's thread, and by a removal.
+    let stale = b.begin_checkpoint().unwrap().unwrap();
+    let job = b.storage_mut().detach_checkpoint(stale).unwrap();
+    let newer = b.checkpoint().unwrap().unwrap();
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Superseded));
+    let on_disk = std::fs::read(dir.join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(crate::broker::checkpoint_covers(&on_disk), Some(newer));
+    send(&mut b, 110);
+    let stale = b.begin_checkpoint().unwrap().unwrap();
+    let job = b.storage_mut().detach_checkpoint(stale).unwrap();
+    b.storage_mut().remove_checkpoint().unwrap();
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Superseded));
+    assert!(!dir.join(CHECKPOINT_FILE).exists());
+    drop(b);
+
+    // A start reads a detached one as any other.
+    let mut b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    for i in 111..120 {
+        send(&mut b, i);
+    }
+    let draft = b.begin_checkpoint().unwrap().unwrap();
+    let covers = draft.covers();
+    let job = b.storage_mut().detach_checkpoint(draft).unwrap();
+    send(&mut b, 120);
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Written));
+    b.storage_mut().detached_done(&job, true);
+    b.sync().unwrap();
+    drop(b);
+    let b = Broker::open(cfg, FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let r = b.recovery_report();
+    assert_eq!((r.checkpoint, r.records), (Some(covers), 1), "{r:?}");
+    let stored: u64 = b.topic_info("T0").unwrap().queues.iter().map(|q| q.1).sum();
+    assert_eq!(stored, 121);
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -1,14 +1,54 @@
 //! Checkpoints: the core's state at a durable log offset, so an open replays only the log
 //! after it instead of the whole retained log.
 //!
-//! [`Broker::checkpoint`] (the host calls it on its schedule: every so many bytes of log or
-//! seconds, and at a clean stop) writes the consume queues' tails and the index's pending
-//! entries to their files, syncs the log and every side file, and then records, through
-//! [`Storage::record_checkpoint`] (atomic replace, durable before it returns), what the log
-//! below that offset `C` built: topics, queues (their ends and unwritten tails), groups,
+//! A checkpoint is taken in two phases. [`Broker::begin_checkpoint`], on the thread that
+//! drives the broker (the host calls it on its schedule: every so many bytes of log or
+//! seconds), writes the consume queues' tails and the index's pending entries to their
+//! files (buffered writes, no sync) and encodes, as a [`CheckpointDraft`], what the log
+//! below its end `C` built. The host then detaches a sync of everything written so far that
+//! carries the draft (`FileStorage::detach_checkpoint`); off that thread it runs the sync
+//! and, only when it succeeded, replaces the storage's checkpoint with the draft (atomic
+//! replace, fsynced, directory fsynced). A failed sync fails the broker as any failed
+//! detached sync ([`Broker::sync_failed`]: never retried) and the draft is dropped.
+//! [`Broker::checkpoint`] does both phases on the calling thread (a clean stop: nothing
+//! waits on it). What the draft holds: topics, queues (their ends and unwritten tails), groups,
 //! committed offsets, pending transactions and delays, in-flight receipts and FIFO holds
 //! with their timers, pop cursors, the moved-record map, carried units and keys, epochs,
 //! deleted topic names, the replayed counters and the newest index file's slots.
+//!
+//! Why the writes between the phases are safe. The checkpoint file names `C` only once a
+//! sync *started after* the draft was taken succeeded, so everything the draft depends on
+//! is durable by then: the log below `C` (appends only; a new segment file is created only
+//! after everything before it is durable) and every side-file byte written up to the
+//! draft. That sync also covers whatever was written after the draft, and the core keeps
+//! writing meanwhile — but a checkpoint never depended on the state of any byte written
+//! after `C` (the synchronous checkpoint had the same exposure: later syncs and the page
+//! cache make such writes durable before a crash too). Side file by side file:
+//!
+//! - Consume-queue files (`consumequeue/<topic>/<queue>/<first offset>`) are append-only
+//!   units at fixed positions: units after the draft's flushed count are cut by the open
+//!   from `C` ([`Broker::restore`]) and rewritten by replaying the log after `C`, the same
+//!   bytes a full replay writes. A file created after `C` is removed by the open.
+//! - The index: entries of the newest file after the draft's count are cut, files numbered
+//!   after the draft's newest are removed, and replay adds them again. The one write in
+//!   place is a file's slot table (its first 2 MiB), written when the file is sealed — if
+//!   that happened after `C`, the newest file at `C` holds slots pointing at entries the
+//!   open cut. The snapshot does not depend on them: the newest file's slots are read from
+//!   memory (the draft holds them), never from its file, and sealing it again writes all
+//!   of them over — which the replay after `C` does, as the sync that made the seal durable
+//!   made the log records behind it durable too.
+//! - Deletions after `C` (a topic deleted, its queue files removed; retention): a file the
+//!   draft counts on that is gone fails the open's length checks and the whole log is
+//!   replayed; retention changes `LOG_START`, which the draft names by CRC, so a draft
+//!   taken before it is never used.
+//! - `CHECKPOINT` itself: the host replaces or removes it only through the storage, which
+//!   makes a detached draft taken before write nothing (a clean stop's checkpoint, a
+//!   replica cutting its log below `C`), so an older draft never lands over a newer one.
+//!
+//! The checkpoint proptest (`checkpoint_tests.rs`) takes drafts, runs requests, time and
+//! retention before completing (or failing) their syncs, and crashes between the phases,
+//! with syncs that make the bytes written after the draft durable or not
+//! (`CrashStorage::complete_checkpoint`): every open from a checkpoint equals a full replay.
 //!
 //! Only what replaying the log would rebuild is kept: state a run holds without a record
 //! (producers online, outstanding checks, round-robin positions, held replies, counters of

@@ -124,7 +124,10 @@ impl DetachedSync {
             return Ok(CheckpointWrite::None);
         };
         // Under the lock: the owner cannot replace or remove `CHECKPOINT` meanwhile.
-        let gen = c.gen.lock().unwrap_or_else(std::sync::PoisonError::into_inner);
+        let gen = c
+            .gen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
         if *gen != c.at {
             return Ok(CheckpointWrite::Superseded);
         }
@@ -964,7 +967,10 @@ impl AnyStorage {
 
     /// [`FileStorage::detach_checkpoint`]; memory, which needs no sync, records the
     /// draft at once and returns `None`.
-    pub fn detach_checkpoint(&mut self, draft: CheckpointDraft) -> io::Result<Option<DetachedSync>> {
+    pub fn detach_checkpoint(
+        &mut self,
+        draft: CheckpointDraft,
+    ) -> io::Result<Option<DetachedSync>> {
         match self {
             AnyStorage::Mem(m) => {
                 m.record_checkpoint(draft.bytes()).map_err(never)?;
