@@ -95,6 +95,10 @@ pub fn txn_group(topic: &str) -> String {
     format!("%TXN%{topic}")
 }
 
+/// Where a checkpoint's answer goes: the offset it covers (`None`: nothing recorded), or why
+/// it was not written.
+pub type CheckpointReply = oneshot::Sender<Result<Option<u64>, String>>;
+
 /// What the core thread is asked to do.
 pub enum Command {
     /// A request for the core; `watch` is woken when the topic gets a visible message if the
@@ -132,7 +136,7 @@ pub enum Command {
     Tick,
     /// Record a checkpoint ([`CoreHandle::checkpoint`]); the answer comes once it is
     /// written.
-    Checkpoint(oneshot::Sender<Result<Option<u64>, String>>),
+    Checkpoint(CheckpointReply),
     /// The sync thread finished a detached sync of the log below `upto` (and wrote the
     /// checkpoint it carried, if it did).
     Synced {
@@ -257,9 +261,9 @@ struct Driver {
     sync_tx: mpsc::Sender<(u64, DetachedSync)>,
     sync_in_flight: bool,
     /// A checkpoint asked for and not yet taken.
-    checkpoint_wanted: Option<oneshot::Sender<Result<Option<u64>, String>>>,
+    checkpoint_wanted: Option<CheckpointReply>,
     /// The checkpoint the sync in flight carries: the offset it covers, and who waits.
-    checkpoint_in_flight: Option<(u64, oneshot::Sender<Result<Option<u64>, String>>)>,
+    checkpoint_in_flight: Option<(u64, CheckpointReply)>,
     /// Raised once when the broker fails for good.
     fatal: Arc<watch::Sender<Option<Fatal>>>,
     /// The log's end after each round.
