@@ -26,11 +26,11 @@
 //! - async flush: the core schedules its interval fsync itself (`Config::flush_interval_ms`,
 //!   part of `poll_timeout()`), done in `handle_timeout()`.
 //! - checkpoints ([`Command::Checkpoint`], from `checkpoint.rs`'s schedule): the core
-//!   thread writes the queues' tails and index entries (no fsync) and encodes the snapshot
+//!   thread writes the queues' tails and index entries (no fsync) and copies the state
 //!   (`Broker::begin_checkpoint`), then detaches a sync of everything written so far that
-//!   carries the snapshot (`FileStorage::detach_checkpoint`) — in place of the group
-//!   commit's sync, once none is in flight. The sync thread runs the sync and, only when it
-//!   succeeded, writes `CHECKPOINT` (atomic replace, fsynced, directory fsynced). A failed
+//!   carries the copy (`FileStorage::detach_checkpoint`) — in place of the group commit's
+//!   sync, once none is in flight. The sync thread runs the sync and, only when it
+//!   succeeded, encodes the copy and writes `CHECKPOINT` (atomic replace, fsynced, directory fsynced). A failed
 //!   sync is a failed detached sync (below): the checkpoint is never written. The clean
 //!   stop's checkpoint is taken on this thread (nothing waits on it); it supersedes one in
 //!   flight, which then writes nothing.

@@ -159,7 +159,7 @@ impl CrashStorage {
     pub fn detach_checkpoint(&self, draft: crate::CheckpointDraft) -> CrashCheckpoint {
         CrashCheckpoint {
             image: self.live.clone(),
-            bytes: draft.into_bytes(),
+            bytes: draft.encode(),
             gen: self.checkpoint_gen,
             syncs: self.syncs,
         }

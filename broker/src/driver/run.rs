@@ -239,7 +239,6 @@ impl Driver {
             }
         };
         let covers = draft.covers();
-        let bytes = draft.bytes().len();
         match self.broker.storage_mut().detach_checkpoint(draft) {
             Ok(Some(job)) => match self.sync_tx.send((covers, job)) {
                 Ok(()) => {
@@ -262,7 +261,6 @@ impl Driver {
         self.metrics.checkpoint_pause.observe(pause);
         debug!(
             covers,
-            bytes,
             pause_us = pause.as_micros() as u64,
             "checkpoint taken; its sync detached"
         );

@@ -4,8 +4,8 @@
 //! A checkpoint is taken in two phases. [`Broker::begin_checkpoint`], on the thread that
 //! drives the broker (the host calls it on its schedule: every so many bytes of log or
 //! seconds), writes the consume queues' tails and the index's pending entries to their
-//! files (buffered writes, no sync) and encodes, as a [`CheckpointDraft`], what the log
-//! below its end `C` built. The host then detaches a sync of everything written so far that
+//! files (buffered writes, no sync) and copies, as a [`CheckpointDraft`], what the log
+//! below its end `C` built (encoded off that thread, by whoever writes it). The host then detaches a sync of everything written so far that
 //! carries the draft (`FileStorage::detach_checkpoint`); off that thread it runs the sync
 //! and, only when it succeeded, replaces the storage's checkpoint with the draft (atomic
 //! replace, fsynced, directory fsynced). A failed sync fails the broker as any failed
@@ -309,29 +309,24 @@ fn cq_file(dir: &str, o: u64, upto: u64) -> (String, u64) {
     (name, units * CQ_UNIT_BYTES)
 }
 
-/// A checkpoint taken ([`Broker::begin_checkpoint`]) and not yet recorded: its bytes may
-/// replace the storage's checkpoint only after a sync started after it was taken succeeded.
+/// A checkpoint taken ([`Broker::begin_checkpoint`]) and not yet recorded: a copy of the
+/// state, encoded by whoever writes it ([`CheckpointDraft::encode`], off the core's thread),
+/// and recorded only after a sync started after it was taken succeeded.
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub struct CheckpointDraft {
-    covers: u64,
-    bytes: Vec<u8>,
+    snap: Snapshot,
 }
 
 impl CheckpointDraft {
     /// The log offset it covers: a sync must make the log durable below it.
     #[must_use]
     pub fn covers(&self) -> u64 {
-        self.covers
+        self.snap.covers
     }
-    /// Its bytes, for [`Storage::record_checkpoint`].
+    /// Its bytes, for [`Storage::record_checkpoint`] (the header, then the postcard body).
     #[must_use]
-    pub fn bytes(&self) -> &[u8] {
-        &self.bytes
-    }
-    /// Its bytes, owned.
-    #[must_use]
-    pub fn into_bytes(self) -> Vec<u8> {
-        self.bytes
+    pub fn encode(&self) -> Vec<u8> {
+        encode(&self.snap)
     }
 }
 
@@ -358,8 +353,8 @@ impl<S: Storage> Broker<S> {
         let Some(draft) = draft else {
             return Ok(None);
         };
-        match self.log.storage.record_checkpoint(&draft.bytes) {
-            Ok(true) => Ok(Some(draft.covers)),
+        match self.log.storage.record_checkpoint(&draft.encode()) {
+            Ok(true) => Ok(Some(draft.covers())),
             Ok(false) => Ok(None),
             Err(e) => Err(Error::Storage(e)),
         }
@@ -367,9 +362,9 @@ impl<S: Storage> Broker<S> {
 
     /// The part of a checkpoint that runs on the thread that drives the broker: writes
     /// the consume queues' tails and the index's pending entries to their files (buffered
-    /// writes, no sync) and encodes the state below the log's end. Its cost is encoding
-    /// what is live (bounded as the crate doc says; the index's newest slots, 2 MiB, the
-    /// largest part), never the log's size, and no sync.
+    /// writes, no sync) and copies the state below the log's end (encoded later, by the
+    /// writer). Its cost is copying what is live (bounded as the crate doc says; the
+    /// index's newest slots, 2 MiB, the largest part), never the log's size, and no sync.
     ///
     /// The draft may be recorded only once a sync started after this call succeeded
     /// (everything written so far, log and side files, durable): the host detaches one
@@ -392,8 +387,9 @@ impl<S: Storage> Broker<S> {
             .log_start()
             .map_err(Error::Storage)?
             .map(|b| crc32fast::hash(&b));
-        let bytes = encode(&self.snapshot(log_start_crc));
-        Ok(Some(CheckpointDraft { covers, bytes }))
+        Ok(Some(CheckpointDraft {
+            snap: self.snapshot(log_start_crc),
+        }))
     }
 
     /// The state below the log's end, as a checkpoint holds it.

@@ -82,7 +82,7 @@ pub struct DetachedSync {
 #[derive(Debug)]
 struct DetachedCheckpoint {
     dir: PathBuf,
-    bytes: Vec<u8>,
+    draft: CheckpointDraft,
     /// The storage's checkpoint generation, and what it was when detached.
     gen: Arc<Mutex<u64>>,
     at: u64,
@@ -123,6 +123,7 @@ impl DetachedSync {
         let Some(c) = &self.checkpoint else {
             return Ok(CheckpointWrite::None);
         };
+        let bytes = c.draft.encode();
         // Under the lock: the owner cannot replace or remove `CHECKPOINT` meanwhile.
         let gen = c
             .gen
@@ -131,7 +132,7 @@ impl DetachedSync {
         if *gen != c.at {
             return Ok(CheckpointWrite::Superseded);
         }
-        Ok(match write_checkpoint(&c.dir, &c.bytes) {
+        Ok(match write_checkpoint(&c.dir, &bytes) {
             Ok(()) => CheckpointWrite::Written,
             Err(e) => CheckpointWrite::Failed(e),
         })
@@ -371,7 +372,7 @@ impl FileStorage {
             .unwrap_or_else(std::sync::PoisonError::into_inner);
         job.checkpoint = Some(DetachedCheckpoint {
             dir: self.dir.clone(),
-            bytes: draft.into_bytes(),
+            draft,
             gen: self.checkpoint_gen.clone(),
             at,
         });
@@ -973,7 +974,7 @@ impl AnyStorage {
     ) -> io::Result<Option<DetachedSync>> {
         match self {
             AnyStorage::Mem(m) => {
-                m.record_checkpoint(draft.bytes()).map_err(never)?;
+                m.record_checkpoint(&draft.encode()).map_err(never)?;
                 Ok(None)
             }
             AnyStorage::File(f) => f.detach_checkpoint(draft).map(Some),
