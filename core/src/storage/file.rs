@@ -2,6 +2,7 @@
 
 use super::{check_side_name, LogEnd, Storage, QUARANTINE_DIR};
 use crate::CheckpointDraft;
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -75,7 +76,7 @@ pub struct DetachedSync {
     dir: Option<(u64, PathBuf)>,
     pub(super) side: Vec<(String, u64, File)>,
     pub(super) side_dirs: Vec<(PathBuf, u64)>,
-    checkpoint: Option<DetachedCheckpoint>,
+    checkpoint: Option<Box<DetachedCheckpoint>>,
 }
 
 /// A checkpoint a detached sync writes once it succeeded.
@@ -370,12 +371,12 @@ impl FileStorage {
             .checkpoint_gen
             .lock()
             .unwrap_or_else(std::sync::PoisonError::into_inner);
-        job.checkpoint = Some(DetachedCheckpoint {
+        job.checkpoint = Some(Box::new(DetachedCheckpoint {
             dir: self.dir.clone(),
             draft,
             gen: self.checkpoint_gen.clone(),
             at,
-        });
+        }));
         Ok(job)
     }
 

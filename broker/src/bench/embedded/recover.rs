@@ -114,8 +114,8 @@ pub(super) fn recover(args: &BenchArgs, dir: &Path) -> Result<Outcomes, String> 
         }
         notes.push(format!(
             "checkpoints: {checkpoints} while filling ({:.1} ms each on average, of which the \
-             core thread's part (snapshot, encoding) {:.2} ms on average, {:.2} ms at most; \
-             the rest, the sync and the write, runs on the sync thread); the reopen read the \
+             core thread's part (the state copied) {:.2} ms on average, {:.2} ms at most; \
+             the rest, the sync, encoding and write, runs on the sync thread); the reopen read the \
              one at log offset {} and replayed {} records ({:.1} MiB of log) after it",
             checkpoint_time.as_secs_f64() * 1e3 / f64::from(checkpoints.max(1)),
             pause_time.as_secs_f64() * 1e3 / f64::from(checkpoints.max(1)),
