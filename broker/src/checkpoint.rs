@@ -1,7 +1,8 @@
 //! Checkpoints of the core's state, on a schedule: whenever the log grew by
 //! [`CheckpointConfig::bytes`] since the last one, or [`CheckpointConfig::interval_ms`]
-//! passed and it grew at all, the core records one ([`rocklet_core::Broker::checkpoint`]);
-//! the driver records one more at a clean stop. A start then reads the newest checkpoint
+//! passed and it grew at all, the core records one ([`crate::driver::CoreHandle::checkpoint`]:
+//! the snapshot on the core thread, the sync and the write of `CHECKPOINT` off it); the
+//! driver records one more at a clean stop, on the core thread. A start then reads the newest checkpoint
 //! and only the log after it (a kill -9 replays at most about `bytes` of log, or what
 //! `interval_ms` of traffic wrote), not the whole retained log.
 
@@ -31,10 +32,9 @@ pub async fn run(core: CoreHandle, cfg: CheckpointConfig) {
         if !due {
             continue;
         }
-        match core
-            .with_mut(|b| b.checkpoint().map_err(|e| e.to_string()))
-            .await
-        {
+        // The core thread only takes the snapshot; the sync and the write run on the sync
+        // thread, and this answers once the checkpoint is written.
+        match core.checkpoint().await {
             Ok(Ok(Some(covers))) => {
                 debug!(covers, "checkpoint recorded");
                 at = covers;

@@ -25,6 +25,15 @@
 //!   time overlap instead of adding up. One sync is in flight at a time.
 //! - async flush: the core schedules its interval fsync itself (`Config::flush_interval_ms`,
 //!   part of `poll_timeout()`), done in `handle_timeout()`.
+//! - checkpoints ([`Command::Checkpoint`], from `checkpoint.rs`'s schedule): the core
+//!   thread writes the queues' tails and index entries (no fsync) and copies the state
+//!   (`Broker::begin_checkpoint`), then detaches a sync of everything written so far that
+//!   carries the copy (`FileStorage::detach_checkpoint`) — in place of the group commit's
+//!   sync, once none is in flight. The sync thread runs the sync and, only when it
+//!   succeeded, encodes the copy and writes `CHECKPOINT` (atomic replace, fsynced, directory fsynced). A failed
+//!   sync is a failed detached sync (below): the checkpoint is never written. The clean
+//!   stop's checkpoint is taken on this thread (nothing waits on it); it supersedes one in
+//!   flight, which then writes nothing.
 //!
 //! Then it drains `poll_output()`: replies to their oneshot, transaction checks to a live
 //! producer that can answer them (a gRPC producer of the topic for `%TXN%<topic>`, a
@@ -53,9 +62,9 @@ use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 use rocklet_core::{
-    AnyStorage, Broker, CheckRequest, ClientError, DetachedSync, Error, FlushMode, Message, Millis,
-    NewMessage, Output, ReceiptHandle, Received, Reply, Request, Resolution, SendResult, Storage,
-    TagFilter, TxnId,
+    AnyStorage, Broker, CheckRequest, CheckpointWrite, ClientError, DetachedSync, Error, FlushMode,
+    Message, Millis, NewMessage, Output, ReceiptHandle, Received, Reply, Request, Resolution,
+    SendResult, Storage, TagFilter, TxnId,
 };
 use tokio::sync::{mpsc as tmpsc, oneshot, watch};
 use tracing::{debug, error, info, warn};
@@ -85,6 +94,10 @@ pub type InspectFn = Box<dyn FnOnce(&mut CoreBroker) + Send>;
 pub fn txn_group(topic: &str) -> String {
     format!("%TXN%{topic}")
 }
+
+/// Where a checkpoint's answer goes: the offset it covers (`None`: nothing recorded), or why
+/// it was not written.
+pub type CheckpointReply = oneshot::Sender<Result<Option<u64>, String>>;
 
 /// What the core thread is asked to do.
 pub enum Command {
@@ -121,11 +134,15 @@ pub enum Command {
     Reopen(InspectFn),
     /// Look at the clock and the timers now (for tests that move a manual clock).
     Tick,
-    /// The sync thread finished a detached sync of the log below `upto`.
+    /// Record a checkpoint ([`CoreHandle::checkpoint`]); the answer comes once it is
+    /// written.
+    Checkpoint(CheckpointReply),
+    /// The sync thread finished a detached sync of the log below `upto` (and wrote the
+    /// checkpoint it carried, if it did).
     Synced {
         upto: u64,
         job: DetachedSync,
-        result: std::io::Result<()>,
+        result: std::io::Result<CheckpointWrite>,
         took: Duration,
     },
     /// Flush and stop.
@@ -159,6 +176,7 @@ impl std::fmt::Debug for Command {
             Command::Inspect(_) => f.write_str("Inspect"),
             Command::Reopen(_) => f.write_str("Reopen"),
             Command::Tick => f.write_str("Tick"),
+            Command::Checkpoint(_) => f.write_str("Checkpoint"),
             Command::Synced { upto, result, .. } => f
                 .debug_struct("Synced")
                 .field("upto", upto)
@@ -242,6 +260,10 @@ struct Driver {
     /// Detached syncs to the sync thread (sync flush).
     sync_tx: mpsc::Sender<(u64, DetachedSync)>,
     sync_in_flight: bool,
+    /// A checkpoint asked for and not yet taken.
+    checkpoint_wanted: Option<CheckpointReply>,
+    /// The checkpoint the sync in flight carries: the offset it covers, and who waits.
+    checkpoint_in_flight: Option<(u64, CheckpointReply)>,
     /// Raised once when the broker fails for good.
     fatal: Arc<watch::Sender<Option<Fatal>>>,
     /// The log's end after each round.
@@ -352,6 +374,8 @@ pub fn spawn(
         round_robin: 0,
         sync_tx,
         sync_in_flight: false,
+        checkpoint_wanted: None,
+        checkpoint_in_flight: None,
         fatal: fatal_tx.clone(),
         log_end: log_end_tx,
         panic_topic: debug_panic_topic(),

@@ -8,7 +8,7 @@ use alloc::vec::Vec;
 
 use proptest::prelude::*;
 
-use crate::testing::{CrashStorage, Sim};
+use crate::testing::{CrashCheckpoint, CrashStorage, Sim};
 use crate::*;
 
 /// Small segments (a few dozen messages each), short transaction and delivery times.
@@ -62,6 +62,12 @@ struct World {
     /// Consumers ack what they receive at once (nothing stays in flight to hold
     /// retention's cut).
     ack_at_once: bool,
+    /// A checkpoint taken and its sync detached, not yet completed (a crash now is a crash
+    /// between the phases): the job, the offset it covers, and whether retention ran
+    /// since it was taken.
+    pending: Option<(CrashCheckpoint, u64, bool)>,
+    /// A detached checkpoint's sync failed: the broker is failed, the workload stops.
+    failed: bool,
 }
 
 fn message(rng: &mut Rng, topic: &str, i: u64) -> NewMessage {
@@ -82,7 +88,7 @@ fn message(rng: &mut Rng, topic: &str, i: u64) -> NewMessage {
 }
 
 /// One random step of a workload.
-fn step<S: Storage>(sim: &mut Sim<S>, rng: &mut Rng, w: &mut World, i: u64) {
+fn step(sim: &mut Sim<CrashStorage>, rng: &mut Rng, w: &mut World, i: u64) {
     let topic = rng.pick(&TOPICS);
     match rng.below(20) {
         0..=4 => {
@@ -221,17 +227,53 @@ fn step<S: Storage>(sim: &mut Sim<S>, rng: &mut Rng, w: &mut World, i: u64) {
                 if !r.retired.is_empty() {
                     w.retained_since = true;
                     w.retained = true;
+                    if let Some(p) = &mut w.pending {
+                        p.2 = true;
+                    }
                 }
                 sim.drain().unwrap();
             }
         }
-        _ => {
-            if let Some(c) = sim.broker.checkpoint().unwrap() {
-                w.checkpoints.push(c);
-                w.retained_since = false;
-            }
-        }
+        _ => checkpoint_step(sim, rng, w),
     }
+}
+
+/// A checkpoint: on the core's thread alone (as at a clean stop), or in two phases as a
+/// server takes one — the snapshot now, its sync detached, and only when that sync
+/// completes (a later step: requests, time and retention run meanwhile, writing to the
+/// log and the side files) the checkpoint written. A detached sync may fail: the broker is
+/// failed (crash-only) and the checkpoint never written.
+fn checkpoint_step(sim: &mut Sim<CrashStorage>, rng: &mut Rng, w: &mut World) {
+    let pending = w.pending.is_some();
+    if !pending || rng.below(6) == 0 {
+        // With one pending, this one supersedes it: it writes nothing when it completes.
+        if !pending && rng.below(3) != 0 {
+            if let Some(draft) = sim.broker.begin_checkpoint().unwrap() {
+                let covers = draft.covers();
+                let job = sim.broker.storage().detach_checkpoint(draft);
+                w.pending = Some((job, covers, false));
+            }
+            return;
+        }
+        if let Some(c) = sim.broker.checkpoint().unwrap() {
+            w.checkpoints.push(c);
+            w.retained_since = false;
+        }
+        return;
+    }
+    let (job, covers, retained) = w.pending.take().expect("pending");
+    if rng.below(8) == 0 {
+        sim.broker.storage_mut().fail_checkpoint(job);
+        sim.broker.sync_failed("injected: fsync failed");
+        w.failed = true;
+        return;
+    }
+    let later = rng.below(2) == 0;
+    if sim.broker.storage_mut().complete_checkpoint(job, later) {
+        w.checkpoints.push(covers);
+        w.retained_since = retained;
+    }
+    sim.broker.synced_to(covers);
 }
 
 /// Two digests are equal; else the first lines where they differ.
@@ -326,6 +368,9 @@ fn run(seed: u64, steps: u64, power_cut: bool, ack_at_once: bool) {
     };
     for i in 0..steps {
         step(&mut sim, &mut rng, &mut w, i);
+        if w.failed {
+            break;
+        }
     }
     let durable = sim.broker.log_synced();
     let image = if power_cut {
@@ -350,7 +395,7 @@ fn run(seed: u64, steps: u64, power_cut: bool, ack_at_once: bool) {
     }
     assert_eq!(r.checkpoint, w.checkpoints.last().copied());
     assert!(r.checkpoint.is_none_or(|c| c <= durable));
-    if power_cut || r.checkpoint.is_none() {
+    if power_cut || r.checkpoint.is_none() || w.failed {
         return;
     }
     // Taken after retention, it gives the broker the run had. (A full replay from where
@@ -600,8 +645,13 @@ fn after_retention_a_full_replay_numbers_the_queues_as_the_run() {
         };
         for i in 0..steps {
             step(&mut sim, &mut rng, &mut w, i);
+            if w.failed {
+                break;
+            }
         }
-        sim.broker.sync().unwrap();
+        if !w.failed {
+            sim.broker.sync().unwrap();
+        }
         let mut image = sim.broker.storage().live();
         image.remove_checkpoint().unwrap();
         let mut b = Sim::with_storage(cfg(), CrashStorage::from_mem(image), sim.now).unwrap();
@@ -613,4 +663,76 @@ fn after_retention_a_full_replay_numbers_the_queues_as_the_run() {
             w.retained
         );
     }
+}
+
+/// On files, in two phases: nothing is written when the draft is taken or its sync
+/// detached; the detached job syncs and then writes `CHECKPOINT`, which a start uses. A
+/// checkpoint recorded or removed by the storage's owner after the detach supersedes it: the
+/// job then writes nothing (a clean stop's checkpoint, a replica cutting its log).
+#[cfg(feature = "std")]
+#[test]
+fn on_files_a_detached_checkpoint_is_written_after_its_sync_unless_superseded() {
+    let dir = crate::tests::temp_dir("checkpoint-detached");
+    let cfg = cfg();
+    let mut b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let send = |b: &mut Broker<FileStorage>, i: usize| {
+        let m = NewMessage::new("T0", alloc::format!("{i}-{}", "z".repeat(300)));
+        b.execute(1, Request::Send { messages: vec![m] }).unwrap();
+    };
+    for i in 0..100 {
+        send(&mut b, i);
+    }
+    let draft = b.begin_checkpoint().unwrap().unwrap();
+    let covers = draft.covers();
+    let job = b.storage_mut().detach_checkpoint(draft).unwrap();
+    assert!(job.has_checkpoint());
+    assert!(
+        !dir.join(CHECKPOINT_FILE).exists(),
+        "written before its sync"
+    );
+    // The core goes on meanwhile.
+    for i in 100..110 {
+        send(&mut b, i);
+    }
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Written));
+    b.storage_mut().detached_done(&job, true);
+    b.synced_to(covers);
+    assert!(b.log_synced() >= covers);
+    let written = std::fs::read(dir.join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(crate::broker::checkpoint_covers(&written), Some(covers));
+
+    // Superseded by a checkpoint recorded on the owner's thread, and by a removal.
+    let stale = b.begin_checkpoint().unwrap().unwrap();
+    let job = b.storage_mut().detach_checkpoint(stale).unwrap();
+    let newer = b.checkpoint().unwrap().unwrap();
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Superseded));
+    let on_disk = std::fs::read(dir.join(CHECKPOINT_FILE)).unwrap();
+    assert_eq!(crate::broker::checkpoint_covers(&on_disk), Some(newer));
+    send(&mut b, 110);
+    let stale = b.begin_checkpoint().unwrap().unwrap();
+    let job = b.storage_mut().detach_checkpoint(stale).unwrap();
+    b.storage_mut().remove_checkpoint().unwrap();
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Superseded));
+    assert!(!dir.join(CHECKPOINT_FILE).exists());
+    drop(b);
+
+    // A start reads a detached one as any other.
+    let mut b = Broker::open(cfg.clone(), FileStorage::open(&dir).unwrap(), 0).unwrap();
+    for i in 111..120 {
+        send(&mut b, i);
+    }
+    let draft = b.begin_checkpoint().unwrap().unwrap();
+    let covers = draft.covers();
+    let job = b.storage_mut().detach_checkpoint(draft).unwrap();
+    send(&mut b, 120);
+    assert!(matches!(job.run().unwrap(), CheckpointWrite::Written));
+    b.storage_mut().detached_done(&job, true);
+    b.sync().unwrap();
+    drop(b);
+    let b = Broker::open(cfg, FileStorage::open(&dir).unwrap(), 0).unwrap();
+    let r = b.recovery_report();
+    assert_eq!((r.checkpoint, r.records), (Some(covers), 1), "{r:?}");
+    let stored: u64 = b.topic_info("T0").unwrap().queues.iter().map(|q| q.1).sum();
+    assert_eq!(stored, 121);
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -77,9 +77,9 @@ pub mod types;
 pub type Millis = u64;
 
 pub use broker::{
-    common_prefix, offset_msg_id, tag_hash, Broker, CqUnit, GroupLag, Page, PendingDelayInfo,
-    PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats, TopicInfo,
-    CQ_FILE_UNITS, INDEX_ENTRIES, INDEX_SLOTS, MAX_CARRY_BYTES, MAX_PAGE, MAX_QUEUES,
+    common_prefix, offset_msg_id, tag_hash, Broker, CheckpointDraft, CqUnit, GroupLag, Page,
+    PendingDelayInfo, PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats,
+    TopicInfo, CQ_FILE_UNITS, INDEX_ENTRIES, INDEX_SLOTS, MAX_CARRY_BYTES, MAX_PAGE, MAX_QUEUES,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;
@@ -87,6 +87,7 @@ pub use log::{Cut, Quarantined, RecoveryReport};
 pub use storage::{check_side_name, LogEnd, MemStorage, Storage, QUARANTINE_DIR};
 #[cfg(feature = "std")]
 pub use storage::{
-    AnyStorage, DetachedSync, FileStorage, CHECKPOINT_FILE, LOG_END_FILE, LOG_START_FILE,
+    AnyStorage, CheckpointWrite, DetachedSync, FileStorage, CHECKPOINT_FILE, LOG_END_FILE,
+    LOG_START_FILE,
 };
 pub use types::*;

@@ -58,6 +58,20 @@ pub struct CrashStorage {
     /// was cut before).
     checkpoint: Option<Vec<u8>>,
     durable_checkpoint: Option<Vec<u8>>,
+    /// Bumped by every [`Storage::record_checkpoint`] and [`Storage::remove_checkpoint`]: a
+    /// detached checkpoint taken before writes nothing ([`CrashStorage::complete_checkpoint`]).
+    checkpoint_gen: u64,
+}
+
+/// A sync detached with a checkpoint ([`CrashStorage::detach_checkpoint`]), as
+/// `FileStorage::detach_checkpoint`.
+#[derive(Clone, Debug)]
+pub struct CrashCheckpoint {
+    image: MemStorage,
+    bytes: Vec<u8>,
+    gen: u64,
+    /// [`CrashStorage::syncs`] when detached.
+    syncs: u64,
 }
 
 impl CrashStorage {
@@ -137,6 +151,64 @@ impl CrashStorage {
                 self.durable.set_segment(base, bytes);
             }
         }
+    }
+
+    /// A sync detached now that writes `draft` as the checkpoint once it succeeded, as
+    /// `FileStorage::detach_checkpoint`.
+    #[must_use]
+    pub fn detach_checkpoint(&self, draft: crate::CheckpointDraft) -> CrashCheckpoint {
+        CrashCheckpoint {
+            image: self.live.clone(),
+            bytes: draft.encode(),
+            gen: self.checkpoint_gen,
+            syncs: self.syncs,
+        }
+    }
+
+    /// A detached checkpoint's sync completes, then its checkpoint is written, as
+    /// `DetachedSync::run` does: unless a checkpoint was recorded or removed since it was
+    /// detached (then it writes nothing and this returns `false`). An fsync makes durable
+    /// what its file holds when it runs: the bytes written before it was detached, and with
+    /// `covers_later` those written since too (side files rewritten in place after the
+    /// snapshot included). A file removed since is not brought back; writes after a power
+    /// cut reach nothing, the checkpoint included. (A sync that completed after it was
+    /// detached already made later bytes durable: an fsync never takes them back.)
+    pub fn complete_checkpoint(&mut self, job: CrashCheckpoint, covers_later: bool) -> bool {
+        let mut image = if covers_later || self.syncs != job.syncs {
+            self.live.clone()
+        } else {
+            job.image
+        };
+        let live_side: Vec<String> = self.live.side_files().keys().cloned().collect();
+        let live_segments = self.live.segments().unwrap_or_default();
+        let mut kept = MemStorage::new();
+        for base in image.segments().unwrap_or_default() {
+            if live_segments.contains(&base) {
+                kept.set_segment(base, image.segment(base).unwrap_or_default().to_vec());
+            }
+        }
+        if !self.power_cut() {
+            for name in &live_side {
+                if let Some(bytes) = image.side_files().get(name) {
+                    kept.set_side_file(name, Some(bytes.clone()));
+                }
+            }
+        }
+        self.complete_sync(kept);
+        if job.gen != self.checkpoint_gen {
+            return false;
+        }
+        self.checkpoint = Some(job.bytes.clone());
+        if !self.power_cut() {
+            self.durable_checkpoint = Some(job.bytes);
+        }
+        true
+    }
+
+    /// A detached checkpoint's sync fails: as [`CrashStorage::fail_sync`], and its
+    /// checkpoint is never written.
+    pub fn fail_checkpoint(&mut self, job: CrashCheckpoint) {
+        self.fail_sync(job.image);
     }
 
     /// A detached sync fails: what its image holds beyond the durable image is lost (see the
@@ -285,6 +357,7 @@ impl Storage for CrashStorage {
         if self.fail_syncs {
             return Err(Injected("I/O error on sync".into()));
         }
+        self.checkpoint_gen += 1;
         self.checkpoint = Some(checkpoint.to_vec());
         if !self.power_cut() {
             self.durable_checkpoint = Some(checkpoint.to_vec());
@@ -292,6 +365,7 @@ impl Storage for CrashStorage {
         Ok(true)
     }
     fn remove_checkpoint(&mut self) -> Result<(), Injected> {
+        self.checkpoint_gen += 1;
         self.checkpoint = None;
         self.durable_checkpoint = None;
         Ok(())

@@ -311,6 +311,17 @@ impl CoreHandle {
         self.run(Command::Inspect, f).await
     }
 
+    /// Records a checkpoint of the core's state: the snapshot on the core thread, its sync
+    /// and the write of `CHECKPOINT` on the sync thread (see `driver.rs`, Durability).
+    /// Answers once it is written: the offset it covers, `None` when there was nothing to
+    /// cover or a checkpoint recorded meanwhile superseded it; `Err` when it could not be
+    /// taken or written (a failed sync fails the broker, as any).
+    pub async fn checkpoint(&self) -> Result<Result<Option<u64>, String>, CoreFailure> {
+        let (tx, rx) = oneshot::channel();
+        self.post(Command::Checkpoint(tx))?;
+        rx.await.map_err(|_| CoreFailure::Stopped)
+    }
+
     /// Runs `f` on the core thread as the command `wrap` makes of it, and returns its result.
     async fn run<T: Send + 'static>(
         &self,

@@ -123,8 +123,12 @@ impl Driver {
             // (at the stop, here: it covers everything, including a sync in flight).
             if stop {
                 self.sync();
-            } else if sync_mode {
-                self.start_sync();
+            } else {
+                // A checkpoint's sync serves as the group's too.
+                self.start_checkpoint();
+                if sync_mode {
+                    self.start_sync();
+                }
             }
             self.drain();
             self.check_failed();
@@ -211,22 +215,93 @@ impl Driver {
         }
     }
 
+    /// Takes the checkpoint asked for, unless a sync is in flight (then after it): the
+    /// snapshot here, its sync and write detached to the sync thread.
+    fn start_checkpoint(&mut self) {
+        if self.sync_in_flight || self.checkpoint_wanted.is_none() {
+            return;
+        }
+        let reply = self.checkpoint_wanted.take().expect("checked");
+        if self.broker.failed().is_some() {
+            let _ = reply.send(Err("the broker failed: no checkpoint".into()));
+            return;
+        }
+        let t = Instant::now();
+        let draft = match self.broker.begin_checkpoint() {
+            Ok(Some(d)) => d,
+            Ok(None) => {
+                let _ = reply.send(Ok(None));
+                return;
+            }
+            Err(e) => {
+                let _ = reply.send(Err(e.to_string()));
+                return;
+            }
+        };
+        let covers = draft.covers();
+        match self.broker.storage_mut().detach_checkpoint(draft) {
+            Ok(Some(job)) => match self.sync_tx.send((covers, job)) {
+                Ok(()) => {
+                    self.sync_in_flight = true;
+                    self.checkpoint_in_flight = Some((covers, reply));
+                }
+                Err(_) => {
+                    let _ = reply.send(Err("the sync thread stopped".into()));
+                }
+            },
+            // Memory: recorded at once, nothing to sync.
+            Ok(None) => {
+                let _ = reply.send(Ok(Some(covers)));
+            }
+            Err(e) => {
+                let _ = reply.send(Err(format!("cannot start a checkpoint's sync: {e}")));
+            }
+        }
+        let pause = t.elapsed();
+        self.metrics.checkpoint_pause.observe(pause);
+        debug!(
+            covers,
+            pause_us = pause.as_micros() as u64,
+            "checkpoint taken; its sync detached"
+        );
+    }
+
     /// A detached sync finished.
     fn synced(
         &mut self,
         upto: u64,
         job: &DetachedSync,
-        result: std::io::Result<()>,
+        result: std::io::Result<CheckpointWrite>,
         took: Duration,
     ) {
         self.sync_in_flight = false;
+        let waiter = if job.has_checkpoint() {
+            self.checkpoint_in_flight.take()
+        } else {
+            None
+        };
         match result {
-            Ok(()) => {
+            Ok(written) => {
                 self.broker.storage_mut().detached_done(job, true);
                 self.broker.synced_to(upto);
                 self.metrics.fsync_latency.observe(took);
+                if let Some((covers, reply)) = waiter {
+                    let answer = match written {
+                        CheckpointWrite::Written => Ok(Some(covers)),
+                        CheckpointWrite::None | CheckpointWrite::Superseded => Ok(None),
+                        CheckpointWrite::Failed(e) => Err(format!(
+                            "writing the checkpoint at log offset {covers} failed: {e} (the previous one stays)"
+                        )),
+                    };
+                    let _ = reply.send(answer);
+                }
             }
             Err(e) => {
+                if let Some((covers, reply)) = waiter {
+                    let _ = reply.send(Err(format!(
+                        "the sync before the checkpoint at log offset {covers} failed: {e} (not written)"
+                    )));
+                }
                 self.broker.storage_mut().detached_done(job, false);
                 let range = self.broker.log_synced()..upto;
                 let reason = format!(
@@ -456,6 +531,14 @@ impl Driver {
                 }
             }
             Command::Tick => {}
+            Command::Checkpoint(reply) => {
+                // One at a time: a second ask while one waits records nothing of its own.
+                if self.checkpoint_wanted.is_some() || self.checkpoint_in_flight.is_some() {
+                    let _ = reply.send(Ok(None));
+                } else {
+                    self.checkpoint_wanted = Some(reply);
+                }
+            }
             Command::Synced {
                 upto,
                 job,

@@ -109,6 +109,9 @@ pub struct Metrics {
     pub request_errors: AtomicU64,
     pub end_transaction_latency: Histogram,
     pub fsync_latency: Histogram,
+    /// The core thread's part of each checkpoint (the state copied; its encoding, sync and
+    /// write run on the sync thread).
+    pub checkpoint_pause: Histogram,
     pub send_latency: Histogram,
     pub long_polls_waiting: AtomicU64,
     /// Topics the core thread keeps long-poll wake-ups for (gRPC receives, remoting pulls

@@ -397,6 +397,12 @@ pub async fn render(core: &CoreHandle, m: &Metrics) -> String {
         "rocklet_fsync_seconds",
         "Latency of one fsync of the log",
     );
+    histogram(
+        &mut out,
+        &m.checkpoint_pause,
+        "rocklet_checkpoint_pause_seconds",
+        "Time the core thread spends on one checkpoint (its sync and write run off it)",
+    );
     out
 }
 

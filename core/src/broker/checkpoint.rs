@@ -1,14 +1,54 @@
 //! Checkpoints: the core's state at a durable log offset, so an open replays only the log
 //! after it instead of the whole retained log.
 //!
-//! [`Broker::checkpoint`] (the host calls it on its schedule: every so many bytes of log or
-//! seconds, and at a clean stop) writes the consume queues' tails and the index's pending
-//! entries to their files, syncs the log and every side file, and then records, through
-//! [`Storage::record_checkpoint`] (atomic replace, durable before it returns), what the log
-//! below that offset `C` built: topics, queues (their ends and unwritten tails), groups,
+//! A checkpoint is taken in two phases. [`Broker::begin_checkpoint`], on the thread that
+//! drives the broker (the host calls it on its schedule: every so many bytes of log or
+//! seconds), writes the consume queues' tails and the index's pending entries to their
+//! files (buffered writes, no sync) and copies, as a [`CheckpointDraft`], what the log
+//! below its end `C` built (encoded off that thread, by whoever writes it). The host then detaches a sync of everything written so far that
+//! carries the draft (`FileStorage::detach_checkpoint`); off that thread it runs the sync
+//! and, only when it succeeded, replaces the storage's checkpoint with the draft (atomic
+//! replace, fsynced, directory fsynced). A failed sync fails the broker as any failed
+//! detached sync ([`Broker::sync_failed`]: never retried) and the draft is dropped.
+//! [`Broker::checkpoint`] does both phases on the calling thread (a clean stop: nothing
+//! waits on it). What the draft holds: topics, queues (their ends and unwritten tails), groups,
 //! committed offsets, pending transactions and delays, in-flight receipts and FIFO holds
 //! with their timers, pop cursors, the moved-record map, carried units and keys, epochs,
 //! deleted topic names, the replayed counters and the newest index file's slots.
+//!
+//! Why the writes between the phases are safe. The checkpoint file names `C` only once a
+//! sync *started after* the draft was taken succeeded, so everything the draft depends on
+//! is durable by then: the log below `C` (appends only; a new segment file is created only
+//! after everything before it is durable) and every side-file byte written up to the
+//! draft. That sync also covers whatever was written after the draft, and the core keeps
+//! writing meanwhile — but a checkpoint never depended on the state of any byte written
+//! after `C` (the synchronous checkpoint had the same exposure: later syncs and the page
+//! cache make such writes durable before a crash too). Side file by side file:
+//!
+//! - Consume-queue files (`consumequeue/<topic>/<queue>/<first offset>`) are append-only
+//!   units at fixed positions: units after the draft's flushed count are cut by the open
+//!   from `C` ([`Broker::restore`]) and rewritten by replaying the log after `C`, the same
+//!   bytes a full replay writes. A file created after `C` is removed by the open.
+//! - The index: entries of the newest file after the draft's count are cut, files numbered
+//!   after the draft's newest are removed, and replay adds them again. The one write in
+//!   place is a file's slot table (its first 2 MiB), written when the file is sealed — if
+//!   that happened after `C`, the newest file at `C` holds slots pointing at entries the
+//!   open cut. The snapshot does not depend on them: the newest file's slots are read from
+//!   memory (the draft holds them), never from its file, and sealing it again writes all
+//!   of them over — which the replay after `C` does, as the sync that made the seal durable
+//!   made the log records behind it durable too.
+//! - Deletions after `C` (a topic deleted, its queue files removed; retention): a file the
+//!   draft counts on that is gone fails the open's length checks and the whole log is
+//!   replayed; retention changes `LOG_START`, which the draft names by CRC, so a draft
+//!   taken before it is never used.
+//! - `CHECKPOINT` itself: the host replaces or removes it only through the storage, which
+//!   makes a detached draft taken before write nothing (a clean stop's checkpoint, a
+//!   replica cutting its log below `C`), so an older draft never lands over a newer one.
+//!
+//! The checkpoint proptest (`checkpoint_tests.rs`) takes drafts, runs requests, time and
+//! retention before completing (or failing) their syncs, and crashes between the phases,
+//! with syncs that make the bytes written after the draft durable or not
+//! (`CrashStorage::complete_checkpoint`): every open from a checkpoint equals a full replay.
 //!
 //! Only what replaying the log would rebuild is kept: state a run holds without a record
 //! (producers online, outstanding checks, round-robin positions, held replies, counters of
@@ -269,29 +309,74 @@ fn cq_file(dir: &str, o: u64, upto: u64) -> (String, u64) {
     (name, units * CQ_UNIT_BYTES)
 }
 
+/// A checkpoint taken ([`Broker::begin_checkpoint`]) and not yet recorded: a copy of the
+/// state, encoded by whoever writes it ([`CheckpointDraft::encode`], off the core's thread),
+/// and recorded only after a sync started after it was taken succeeded.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct CheckpointDraft {
+    snap: Snapshot,
+}
+
+impl CheckpointDraft {
+    /// The log offset it covers: a sync must make the log durable below it.
+    #[must_use]
+    pub fn covers(&self) -> u64 {
+        self.snap.covers
+    }
+    /// Its bytes, for [`Storage::record_checkpoint`] (the header, then the postcard body).
+    #[must_use]
+    pub fn encode(&self) -> Vec<u8> {
+        encode(&self.snap)
+    }
+}
+
 impl<S: Storage> Broker<S> {
-    /// Records a checkpoint of the core's state (see the module doc of
-    /// [`crate::broker`]'s `checkpoint`): writes the consume queues' tails and the index's
-    /// pending entries, syncs the log and the side files, then replaces the storage's
-    /// checkpoint with one covering the whole log as it is now. The next open replays only
-    /// what is appended after it. Returns the offset it covers; `None` when there was nothing
-    /// to cover (an empty log) or the storage keeps no checkpoint.
+    /// Records a checkpoint of the core's state, all of it on this thread (see the module
+    /// doc of [`crate::broker`]'s `checkpoint`): [`Broker::begin_checkpoint`], a sync of the
+    /// log and every side file, then the storage's checkpoint replaced by the draft
+    /// ([`Storage::record_checkpoint`]). The next open replays only what is appended after
+    /// it. Returns the offset it covers; `None` when there was nothing to cover (an empty
+    /// log) or the storage keeps no checkpoint. For a clean stop, and hosts with nothing to
+    /// run a sync elsewhere; a server detaches the sync and the write instead (see the
+    /// module doc).
     ///
-    /// Its cost is that of a sync plus encoding what is live (bounded as the crate doc says;
-    /// the index's newest slots, 2 MiB, the largest part), never the log's size. A failed
-    /// sync fails the broker, as [`Broker::sync`]; a failed write of the checkpoint only
-    /// returns the error (the previous checkpoint stays whole).
+    /// A failed sync fails the broker, as [`Broker::sync`]; a failed write of the checkpoint
+    /// only returns the error (the previous checkpoint stays whole).
     pub fn checkpoint(&mut self) -> Res<Option<u64>, S> {
-        self.check_failed()?;
-        self.flush_tails();
-        // A failed write (a full disk) keeps the entries: they go in the checkpoint.
-        let _ = self.index.flush(&mut self.log.storage);
+        let draft = self.begin_checkpoint()?;
         self.sync()?;
         // The side files' writes, whether or not the log had anything to sync.
         if let Err(e) = self.log.storage.sync() {
             self.fail(alloc::format!("sync failed: {e}"));
             return Err(Error::Storage(e));
         }
+        let Some(draft) = draft else {
+            return Ok(None);
+        };
+        match self.log.storage.record_checkpoint(&draft.encode()) {
+            Ok(true) => Ok(Some(draft.covers())),
+            Ok(false) => Ok(None),
+            Err(e) => Err(Error::Storage(e)),
+        }
+    }
+
+    /// The part of a checkpoint that runs on the thread that drives the broker: writes
+    /// the consume queues' tails and the index's pending entries to their files (buffered
+    /// writes, no sync) and copies the state below the log's end (encoded later, by the
+    /// writer). Its cost is copying what is live (bounded as the crate doc says; the
+    /// index's newest slots, 2 MiB, the largest part), never the log's size, and no sync.
+    ///
+    /// The draft may be recorded only once a sync started after this call succeeded
+    /// (everything written so far, log and side files, durable): the host detaches one
+    /// (`FileStorage::detach_checkpoint` carries the draft and writes it after its sync),
+    /// and on success reports the sync with [`Broker::synced_to`]`(draft.covers())`. A
+    /// failed sync is reported with [`Broker::sync_failed`] and the draft dropped. `None`:
+    /// an empty log, nothing to cover.
+    pub fn begin_checkpoint(&mut self) -> Res<Option<CheckpointDraft>, S> {
+        self.check_failed()?;
+        self.flush_tails();
+        // A failed write (a full disk) keeps the entries: they go in the checkpoint.
+        let _ = self.index.flush(&mut self.log.storage);
         let covers = self.log.end();
         if covers == 0 || covers <= self.log.start() {
             return Ok(None);
@@ -302,12 +387,9 @@ impl<S: Storage> Broker<S> {
             .log_start()
             .map_err(Error::Storage)?
             .map(|b| crc32fast::hash(&b));
-        let bytes = encode(&self.snapshot(log_start_crc));
-        match self.log.storage.record_checkpoint(&bytes) {
-            Ok(true) => Ok(Some(covers)),
-            Ok(false) => Ok(None),
-            Err(e) => Err(Error::Storage(e)),
-        }
+        Ok(Some(CheckpointDraft {
+            snap: self.snapshot(log_start_crc),
+        }))
     }
 
     /// The state below the log's end, as a checkpoint holds it.

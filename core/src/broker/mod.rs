@@ -37,6 +37,7 @@ mod transactions;
 pub(crate) use checkpoint::covered_offset as checkpoint_covers;
 #[cfg(feature = "std")]
 pub(crate) use checkpoint::whole_covers as whole_checkpoint_covers;
+pub use checkpoint::CheckpointDraft;
 pub use index::{INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS, MAX_CHAIN};
 pub use message::offset_msg_id;
 use message::*;

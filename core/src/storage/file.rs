@@ -1,6 +1,8 @@
 //! Segment files in a directory ([`FileStorage`]), the host's storage for servers.
 
 use super::{check_side_name, LogEnd, Storage, QUARANTINE_DIR};
+use crate::CheckpointDraft;
+use alloc::boxed::Box;
 use alloc::format;
 use alloc::string::String;
 use alloc::vec::Vec;
@@ -8,6 +10,7 @@ use std::fs::{self, File, OpenOptions};
 use std::io::{self, Write};
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
+use std::sync::{Arc, Mutex};
 
 /// Segment files in a directory, named by their base offset in 20 digits as RocketMQ's
 /// commit-log files (`00000000000000000000`, `00000000001073741824`, …).
@@ -51,6 +54,9 @@ pub struct FileStorage {
     /// Directories under this one whose entries changed (a side file or directory created
     /// or removed) since their last sync, with the write count then.
     pub(super) side_dirs: Vec<(PathBuf, u64)>,
+    /// Bumped (under its lock) whenever this thread replaces or removes `CHECKPOINT`: a
+    /// detached checkpoint taken before writes nothing after that ([`CheckpointWrite`]).
+    checkpoint_gen: Arc<Mutex<u64>>,
     _lock: File,
 }
 
@@ -61,17 +67,48 @@ pub const SIDE_HANDLES: usize = 32;
 /// storage (`fdatasync` on duplicated handles), so appends go on while it runs. Take it
 /// with [`FileStorage::detach_sync`], run it anywhere, and give it back with
 /// [`FileStorage::detached_done`]. A [`Storage::sync`] meanwhile still syncs everything.
+///
+/// One taken with [`FileStorage::detach_checkpoint`] also carries a checkpoint, written
+/// (atomically, as [`Storage::record_checkpoint`]) only after the sync succeeded.
 #[derive(Debug)]
 pub struct DetachedSync {
     files: Vec<(u64, u64, File)>,
     dir: Option<(u64, PathBuf)>,
     pub(super) side: Vec<(String, u64, File)>,
     pub(super) side_dirs: Vec<(PathBuf, u64)>,
+    checkpoint: Option<Box<DetachedCheckpoint>>,
+}
+
+/// A checkpoint a detached sync writes once it succeeded.
+#[derive(Debug)]
+struct DetachedCheckpoint {
+    dir: PathBuf,
+    draft: CheckpointDraft,
+    /// The storage's checkpoint generation, and what it was when detached.
+    gen: Arc<Mutex<u64>>,
+    at: u64,
+}
+
+/// What a detached sync did with the checkpoint it carried.
+#[derive(Debug)]
+pub enum CheckpointWrite {
+    /// It carried none.
+    None,
+    /// Written: `CHECKPOINT` holds it, durably.
+    Written,
+    /// Not written: the owner replaced or removed `CHECKPOINT` after it was detached (a
+    /// clean stop's checkpoint, a replica cutting its log below it).
+    Superseded,
+    /// Its write failed (the previous checkpoint stays whole): a full disk, say. The data
+    /// it covers was synced; only the checkpoint is missing.
+    Failed(io::Error),
 }
 
 impl DetachedSync {
-    /// Makes durable every byte appended before the sync was detached.
-    pub fn run(&self) -> io::Result<()> {
+    /// Makes durable every byte written before the sync was detached (and, as fsync does,
+    /// whatever was written to those files since); then, only when that succeeded, writes
+    /// the checkpoint it carries. `Err`: the sync failed, and no checkpoint was written.
+    pub fn run(&self) -> io::Result<CheckpointWrite> {
         for (_, _, f) in &self.files {
             f.sync_data()?;
         }
@@ -84,8 +121,42 @@ impl DetachedSync {
         if let Some((_, d)) = &self.dir {
             File::open(d)?.sync_all()?;
         }
-        Ok(())
+        let Some(c) = &self.checkpoint else {
+            return Ok(CheckpointWrite::None);
+        };
+        let bytes = c.draft.encode();
+        // Under the lock: the owner cannot replace or remove `CHECKPOINT` meanwhile.
+        let gen = c
+            .gen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        if *gen != c.at {
+            return Ok(CheckpointWrite::Superseded);
+        }
+        Ok(match write_checkpoint(&c.dir, &bytes) {
+            Ok(()) => CheckpointWrite::Written,
+            Err(e) => CheckpointWrite::Failed(e),
+        })
     }
+
+    /// Whether it carries a checkpoint.
+    #[must_use]
+    pub fn has_checkpoint(&self) -> bool {
+        self.checkpoint.is_some()
+    }
+}
+
+/// Replaces `CHECKPOINT` in `dir` crash-safe, as `LOG_START`: a temporary file, fsynced,
+/// renamed over it, and the directory fsynced.
+fn write_checkpoint(dir: &Path, checkpoint: &[u8]) -> io::Result<()> {
+    let tmp = dir.join(CHECKPOINT_TMP);
+    {
+        let mut f = File::create(&tmp)?;
+        f.write_all(checkpoint)?;
+        f.sync_all()?;
+    }
+    fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
+    File::open(dir)?.sync_all()
 }
 
 impl FileStorage {
@@ -129,6 +200,7 @@ impl FileStorage {
             side_open: Vec::new(),
             side_dirty: Vec::new(),
             side_dirs: Vec::new(),
+            checkpoint_gen: Arc::new(Mutex::new(0)),
             _lock: lock,
         };
         match log_end {
@@ -278,7 +350,45 @@ impl FileStorage {
             dir,
             side,
             side_dirs,
+            checkpoint: None,
         }))
+    }
+
+    /// A detached sync of everything written so far, as [`FileStorage::detach_sync`], that
+    /// then writes `draft` as the checkpoint ([`DetachedSync::run`]) — unless this storage
+    /// records or removes a checkpoint itself first ([`CheckpointWrite::Superseded`]).
+    /// Take the draft ([`crate::Broker::begin_checkpoint`]) before detaching: the sync must
+    /// cover everything the draft depends on.
+    pub fn detach_checkpoint(&mut self, draft: CheckpointDraft) -> io::Result<DetachedSync> {
+        let mut job = self.detach_sync()?.unwrap_or(DetachedSync {
+            files: Vec::new(),
+            dir: None,
+            side: Vec::new(),
+            side_dirs: Vec::new(),
+            checkpoint: None,
+        });
+        let at = *self
+            .checkpoint_gen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        job.checkpoint = Some(Box::new(DetachedCheckpoint {
+            dir: self.dir.clone(),
+            draft,
+            gen: self.checkpoint_gen.clone(),
+            at,
+        }));
+        Ok(job)
+    }
+
+    /// Runs `f` (a write or removal of `CHECKPOINT`) with no detached checkpoint writing,
+    /// and makes every detached one taken before it write nothing.
+    fn replacing_checkpoint<T>(&mut self, f: impl FnOnce(&Path) -> io::Result<T>) -> io::Result<T> {
+        let mut gen = self
+            .checkpoint_gen
+            .lock()
+            .unwrap_or_else(std::sync::PoisonError::into_inner);
+        *gen += 1;
+        f(&self.dir)
     }
 
     /// Takes back a detached sync: when it succeeded, what it covered and no append has
@@ -570,26 +680,19 @@ impl Storage for FileStorage {
     }
 
     fn record_checkpoint(&mut self, checkpoint: &[u8]) -> io::Result<bool> {
-        // As LOG_START: a temporary file, fsynced, renamed over the checkpoint, and the
-        // directory fsynced.
-        let tmp = self.dir.join(CHECKPOINT_TMP);
-        {
-            let mut f = File::create(&tmp)?;
-            f.write_all(checkpoint)?;
-            f.sync_all()?;
-        }
-        fs::rename(&tmp, self.dir.join(CHECKPOINT_FILE))?;
-        File::open(&self.dir)?.sync_all()?;
+        self.replacing_checkpoint(|dir| write_checkpoint(dir, checkpoint))?;
         Ok(true)
     }
 
     fn remove_checkpoint(&mut self) -> io::Result<()> {
-        match fs::remove_file(self.dir.join(CHECKPOINT_FILE)) {
-            Ok(()) => {}
-            Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
-            Err(e) => return Err(e),
-        }
-        File::open(&self.dir)?.sync_all()
+        self.replacing_checkpoint(|dir| {
+            match fs::remove_file(dir.join(CHECKPOINT_FILE)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(()),
+                Err(e) => return Err(e),
+            }
+            File::open(dir)?.sync_all()
+        })
     }
 
     fn close_segment(&mut self, base: u64) {
@@ -861,6 +964,21 @@ impl AnyStorage {
         match self {
             AnyStorage::Mem(_) => Ok(None),
             AnyStorage::File(f) => f.detach_sync(),
+        }
+    }
+
+    /// [`FileStorage::detach_checkpoint`]; memory, which needs no sync, records the
+    /// draft at once and returns `None`.
+    pub fn detach_checkpoint(
+        &mut self,
+        draft: CheckpointDraft,
+    ) -> io::Result<Option<DetachedSync>> {
+        match self {
+            AnyStorage::Mem(m) => {
+                m.record_checkpoint(&draft.encode()).map_err(never)?;
+                Ok(None)
+            }
+            AnyStorage::File(f) => f.detach_checkpoint(draft).map(Some),
         }
     }
 

@@ -174,7 +174,7 @@ impl Syncer {
             .name("bench-sync".into())
             .spawn(move || {
                 for job in rx {
-                    let r = job.run();
+                    let r = job.run().map(drop);
                     if tx.send((job, r)).is_err() {
                         break;
                     }
