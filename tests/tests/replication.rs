@@ -128,44 +128,6 @@ fn busy_master() -> Broker<MemStorage> {
 }
 
 #[test]
-fn a_master_that_steps_down_answers_what_waits_and_then_acts_as_a_replica() {
-    let cfg = Config {
-        replicated_acks: true,
-        ..cfg()
-    };
-    let mut master = Broker::open(cfg.clone(), MemStorage::new(), 0).unwrap();
-    master.set_producer_online(0, "PG", true);
-    let txn = prepare(&mut master, 0, "pending");
-    master.replicated_to(master.log_end());
-    while master.poll_output().is_some() {}
-    // A write no replica holds yet: its reply waits.
-    let m = NewMessage::new("A", &b"unheld"[..]);
-    master
-        .handle(1, 7, Request::Send { messages: vec![m] })
-        .unwrap();
-    assert!(master.poll_output().is_none());
-    let log_end = master.log_end();
-    master.step_down();
-    assert_eq!(master.role(), Role::Replica);
-    match master.poll_output() {
-        Some(Output::Reply {
-            id: 7,
-            reply: Reply::Error(ClientError::NotMaster),
-        }) => {}
-        other => panic!("the waiting write not answered NOT_MASTER: {other:?}"),
-    }
-    // No check of the pending transaction (the new master's), no request taken.
-    master.handle_timeout(60_000).unwrap();
-    assert!(
-        master.poll_output().is_none(),
-        "checked after stepping down"
-    );
-    let r = exec(&mut master, 60_000, end(txn, true));
-    assert!(matches!(r, Reply::Error(ClientError::NotMaster)), "{r:?}");
-    assert_eq!(master.log_end(), log_end, "wrote after stepping down");
-}
-
-#[test]
 fn a_replica_holds_its_masters_bytes_and_rebuilds_its_state() {
     for chunk in [1, 700, 1 << 20] {
         let mut master = busy_master();

@@ -212,22 +212,6 @@ impl<S: Storage> Broker<S> {
         Ok(Ok(()))
     }
 
-    /// A master that handed mastership over: from now on it takes no request and fires no
-    /// timer, as a replica (it checks no transaction the new master resolves, writes no
-    /// record of its own). A reply still waiting for the replicas is answered NOT_MASTER:
-    /// the new master may never have got that write (it stopped following when elected), and
-    /// left waiting it would never be answered; the client sends it again. Its log stays as
-    /// it is; to follow, the broker is opened again.
-    pub fn step_down(&mut self) {
-        self.role = Role::Replica;
-        while let Some((_, id, _)) = self.held.pop_front() {
-            self.outputs.push_back(Output::Reply {
-                id,
-                reply: Reply::Error(ClientError::NotMaster),
-            });
-        }
-    }
-
     /// Cuts `storage` at `offset`, for a replica that rejoins with records its new master
     /// never had (see [`common_prefix`]); open it again afterwards.
     pub fn truncate_storage(storage: &mut S, offset: u64) -> Result<(), S::Error> {

@@ -273,7 +273,6 @@ impl Node {
                             *v = Some(m);
                         }
                         self.view.master_epoch.store(0, Ordering::SeqCst);
-                        self.step_down().await;
                         return;
                     }
                 }
@@ -281,14 +280,5 @@ impl Node {
         }
         warn!(node = target, "no new master in etcd yet");
         self.view.master_epoch.store(0, Ordering::SeqCst);
-        self.step_down().await;
-    }
-
-    /// The core stops acting as master: no transaction checks or redeliveries of its own
-    /// (the new master's now), what still waits for `target` answered NOT_MASTER.
-    async fn step_down(&self) {
-        if let Err(e) = self.core.with_mut(|b| b.step_down()).await {
-            warn!(error = %e, "the core did not step down");
-        }
     }
 }
