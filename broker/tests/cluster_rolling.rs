@@ -142,7 +142,7 @@ async fn rolling_restart_official_clients() {
     let topic = "ClusterRolling";
     // The producers answer checks for 8 s after they stop: a half sent just before is
     // checked 2–4 s later (transaction timeout and check interval 2 s), through a forwarding
-    // node (4 s left v4 no margin: a run lost 19 such transactions unchecked).
+    // node (4 s left no margin).
     let mut run = ClientsRun::start(topic, "8").await;
     wait_all_in_sync(&run.etcd.url).await;
     // Refusals first: a handoff to the master itself, or to a node outside the SyncStateSet.
