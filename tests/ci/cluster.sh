@@ -24,10 +24,10 @@
 #   master cut from etcd, its clients answered by the new master within 3 s.
 # - broker/tests/cluster_rolling.rs (issue #33; official Python v5 and v4 Java producers): a
 #   rolling restart with SIGTERM, the replicas first, the master last (it hands mastership to
-#   an in-sync replica before it stops), then `rocklet admin cluster handoff`; nothing
-#   acknowledged lost, nothing rolled back delivered, the longest gap between acknowledgements
-#   printed per client and asserted (v4 < 1 s; Python < 2 s: its gRPC reconnect backoff
-#   after the restarting node's address refuses).
+#   an in-sync replica, and passes requests on until its clients' routes have moved, before
+#   it stops), then `rocklet admin cluster handoff`; nothing acknowledged lost, nothing rolled
+#   back delivered, the longest gap between acknowledgements printed per client and asserted
+#   (< 1 s for both).
 # - broker/tests/cluster_backup.rs: `rocklet admin backup` against a replica's listener, the
 #   backup restored into a standalone broker that serves every acknowledged message.
 # - sim/ (rocklet-sim, issue #32 item 2): a deterministic simulation of a whole group under

@@ -510,8 +510,16 @@ impl Node {
                     (None, None) => None,
                 };
                 m.handing_over = true;
+                self.view.handoff.handing_over.store(true, Ordering::SeqCst);
                 let result = self.hand_over(c, &info, &m.set, to).await;
                 m.handing_over = false;
+                if result.is_err() {
+                    // Staying master: the writes that waited are taken here.
+                    self.view
+                        .handoff
+                        .handing_over
+                        .store(false, Ordering::SeqCst);
+                }
                 match &result {
                     Ok(n) => info!(epoch, to = n, "handing mastership over: the master key is deleted, node {n} is the SyncStateSet"),
                     Err(e) => warn!(epoch, error = %e, "no handoff; staying master"),
@@ -537,6 +545,12 @@ impl Node {
                 if let Ok(target) = result {
                     watchdog.abort();
                     self.after_hand_over(c, target, &fence, m.released).await;
+                    // The new master is known (or the wait ended): the writes that waited
+                    // go to it.
+                    self.view
+                        .handoff
+                        .handing_over
+                        .store(false, Ordering::SeqCst);
                     keeper.abort();
                     let _ = c.revoke(lease).await;
                     match here {

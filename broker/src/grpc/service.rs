@@ -117,14 +117,30 @@ impl Messaging {
         self
     }
 
-    /// Cluster mode on a replica: the master a write goes to (`cluster::forward`).
-    fn forward_to(
+    /// Cluster mode on a replica: the master a write goes to (`cluster::forward`). On a
+    /// master handing over, the write waits for the new master and goes there.
+    async fn forward_to(
         &self,
         md: &tonic::metadata::MetadataMap,
     ) -> Option<(crate::cluster::View, std::net::SocketAddr)> {
+        self.forward_answer_to(md, false).await
+    }
+
+    /// [`Self::forward_to`] for a request that may answer the master's transaction check
+    /// (`check_answer`), which a drain after a handoff does not wait for.
+    async fn forward_answer_to(
+        &self,
+        md: &tonic::metadata::MetadataMap,
+        check_answer: bool,
+    ) -> Option<(crate::cluster::View, std::net::SocketAddr)> {
         let view = self.cluster.as_ref()?;
         let me = self.cfg.cluster.as_ref()?.node_id;
-        crate::cluster::forward::target(view, me, md).map(|at| (view.clone(), at))
+        view.handoff.settled().await;
+        let at = crate::cluster::forward::target(view, me, md)?;
+        if !check_answer {
+            view.handoff.forwarded();
+        }
+        Some((view.clone(), at))
     }
 
     /// The clock leases are timed by (the broker's; the system clock by default).
@@ -308,7 +324,8 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::SendMessageRequest>,
     ) -> Result<Response<pb::SendMessageResponse>, GrpcStatus> {
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             self.metrics.request("SendMessage");
             return crate::cluster::forward::send_message(&view, at, request).await;
         }
@@ -388,7 +405,8 @@ impl MessagingService for Messaging {
         request: GrpcRequest<pb::ReceiveMessageRequest>,
     ) -> Result<Response<Self::ReceiveMessageStream>, GrpcStatus> {
         self.metrics.request("ReceiveMessage");
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             return crate::cluster::forward::receive_message(&view, at, request).await;
         }
         let timeout = grpc_timeout_ms(&request);
@@ -422,7 +440,8 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::AckMessageRequest>,
     ) -> Result<Response<pb::AckMessageResponse>, GrpcStatus> {
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             self.metrics.request("AckMessage");
             return crate::cluster::forward::ack_message(&view, at, request).await;
         }
@@ -441,7 +460,8 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ForwardMessageToDeadLetterQueueRequest>,
     ) -> Result<Response<pb::ForwardMessageToDeadLetterQueueResponse>, GrpcStatus> {
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             self.metrics.request("ForwardMessageToDeadLetterQueue");
             return crate::cluster::forward::forward_message_to_dead_letter_queue(
                 &view, at, request,
@@ -462,7 +482,11 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::EndTransactionRequest>,
     ) -> Result<Response<pb::EndTransactionResponse>, GrpcStatus> {
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let check_answer = request.get_ref().source() == pb::TransactionSource::SourceServerCheck;
+        let forward = self
+            .forward_answer_to(request.metadata(), check_answer)
+            .await;
+        if let Some((view, at)) = forward {
             self.metrics.request("EndTransaction");
             return crate::cluster::forward::end_transaction(&view, at, request).await;
         }
@@ -485,7 +509,8 @@ impl MessagingService for Messaging {
         request: GrpcRequest<Streaming<pb::TelemetryCommand>>,
     ) -> Result<Response<Self::TelemetryStream>, GrpcStatus> {
         self.metrics.request("Telemetry");
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             let me = self.cfg.cluster.as_ref().map_or(0, |c| c.node_id);
             return crate::cluster::forward::telemetry(&view, me, at, request).await;
         }
@@ -601,7 +626,8 @@ impl MessagingService for Messaging {
         &self,
         request: GrpcRequest<pb::ChangeInvisibleDurationRequest>,
     ) -> Result<Response<pb::ChangeInvisibleDurationResponse>, GrpcStatus> {
-        if let Some((view, at)) = self.forward_to(request.metadata()) {
+        let forward = self.forward_to(request.metadata()).await;
+        if let Some((view, at)) = forward {
             self.metrics.request("ChangeInvisibleDuration");
             return crate::cluster::forward::change_invisible_duration(&view, at, request).await;
         }

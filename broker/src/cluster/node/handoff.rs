@@ -8,6 +8,19 @@ use super::*;
 pub const HANDOFF_CATCH_UP: Duration = Duration::from_secs(2);
 /// How long the old master waits for the new one to appear in etcd after a handoff.
 pub(super) const HANDOFF_ELECTION: Duration = Duration::from_secs(3);
+/// The longest a client write waits while a handoff is under way ([`HandoffSlot::settled`]):
+/// the replica's catch-up and the election, and a margin.
+const HANDOFF_HOLD: Duration = Duration::from_millis(
+    HANDOFF_CATCH_UP.as_millis() as u64 + HANDOFF_ELECTION.as_millis() as u64 + 500,
+);
+/// A master stopping (SIGTERM) after a handoff goes on passing what clients send here on to
+/// the new master until nothing has come for this long: by then their routes name the new
+/// master (official clients refresh them every 30 s, and only then: the Python client 5.1.2
+/// has this node's address until its next refresh, and meeting it refused costs it gRPC's
+/// 1 s reconnect backoff).
+pub const DRAIN_QUIET: Duration = Duration::from_secs(2);
+/// ...but no longer than this (30 s route refreshes, a request's time, a margin).
+pub const DRAIN_MAX: Duration = Duration::from_secs(40);
 
 /// A handoff asked of this node as master by its own process (SIGTERM), with where the
 /// answer goes.
@@ -17,6 +30,55 @@ pub struct HandoffSlot {
     pub(super) notify: Notify,
     /// The process stops: a replica stops following and campaigning.
     pub(super) leaving: std::sync::atomic::AtomicBool,
+    /// This master is handing over: a client write waits for the new master (and goes there)
+    /// instead of being taken here, where the new master may never get it (it stops following
+    /// when it is elected) and it would never be answered.
+    pub(super) handing_over: std::sync::atomic::AtomicBool,
+    /// When ([`monotonic_ms`]) this node last passed a client request on to its master.
+    last_forward: std::sync::atomic::AtomicU64,
+}
+
+impl HandoffSlot {
+    /// Waits while a handoff is under way (at most [`HANDOFF_HOLD`]): then the request goes
+    /// to the new master, or, the handoff refused, is taken here. Every caller is a request
+    /// the gate admitted, so what waits is bounded by the request budget.
+    pub async fn settled(&self) {
+        let until = Instant::now() + HANDOFF_HOLD;
+        while self.handing_over.load(Ordering::SeqCst) && Instant::now() < until {
+            tokio::time::sleep(Duration::from_millis(5)).await;
+        }
+    }
+
+    /// A client request was passed on to the master (what [`drain`] waits to stop). Not an
+    /// answer to a transaction check the master sent through this node: that the client
+    /// answers where the check came from, and once this node stops the master checks again
+    /// through the client's own connection.
+    pub fn forwarded(&self) {
+        self.last_forward.store(monotonic_ms(), Ordering::SeqCst);
+    }
+}
+
+/// After a SIGTERM handoff: this node keeps serving, passing every client request on to the
+/// new master, until none has come for [`DRAIN_QUIET`] (at most [`DRAIN_MAX`]), so clients
+/// move by their route refresh and never meet the address refused while the process restarts.
+async fn drain(view: &super::super::ClusterView) {
+    let start = Instant::now();
+    view.handoff.forwarded();
+    loop {
+        let quiet = monotonic_ms().saturating_sub(view.handoff.last_forward.load(Ordering::SeqCst));
+        if quiet >= DRAIN_QUIET.as_millis() as u64 {
+            info!(
+                drained_ms = start.elapsed().as_millis() as u64,
+                "no client request for {DRAIN_QUIET:?}: their routes name the new master; stopping"
+            );
+            return;
+        }
+        if start.elapsed() >= DRAIN_MAX {
+            warn!("clients still send here after {DRAIN_MAX:?}; stopping anyway");
+            return;
+        }
+        tokio::time::sleep(Duration::from_millis(50)).await;
+    }
 }
 
 pub(super) type HandoffAsk = (Option<u32>, oneshot::Sender<Result<u32, String>>);
@@ -60,14 +122,17 @@ pub async fn hand_off(view: &super::super::ClusterView, to: Option<u32>) -> Resu
     }
 }
 
-/// Before the process stops (SIGTERM): a master hands mastership to an in-sync replica; a
-/// replica stops following and campaigning. Whether mastership was handed over.
+/// Before the process stops (SIGTERM): a master hands mastership to an in-sync replica, then
+/// passes what clients still send here on to the new master until they have moved
+/// ([`drain`]); a replica stops following and campaigning. Whether mastership was handed
+/// over.
 pub async fn before_stop(view: &super::super::ClusterView) -> bool {
     if view.is_master() {
         info!("stopping the master: handing mastership over first");
         match hand_off(view, None).await {
             Ok(n) => {
-                info!(to = n, "mastership handed over");
+                info!(to = n, "mastership handed over; passing client requests on to it until clients have moved");
+                drain(view).await;
                 true
             }
             Err(e) => {

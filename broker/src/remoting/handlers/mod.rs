@@ -67,7 +67,16 @@ pub async fn handle(
     // Cluster mode: a write reaching a replica goes to the master (`cluster::forward_remoting`).
     if let Some(view) = &ctx.cluster {
         let me = ctx.cfg.cluster.as_ref().map_or(0, |c| c.node_id);
+        if crate::cluster::forward_remoting::forwards(req.code) {
+            // A master handing over: the write goes to the new master once it is known.
+            view.handoff.settled().await;
+        }
         if let Some(at) = crate::cluster::forward_remoting::target(view, me, &req) {
+            let check_answer = req.code == code::END_TRANSACTION
+                && field(&req, "fromTransactionCheck") == Some("true");
+            if !check_answer {
+                view.handoff.forwarded();
+            }
             let resp = match view.forward_remoting.forward(conn, at, &req).await {
                 Ok(r) => r,
                 Err(e) => Some(fail(
