@@ -541,9 +541,9 @@ pub fn store_host(addr: SocketAddr, configured: StoreHost) -> StoreHost {
 /// How long a stop waits for open gRPC calls and streams.
 const STREAMS_GRACE: std::time::Duration = std::time::Duration::from_secs(2);
 
-/// The same wait on a master that has just handed mastership over: what it has not
-/// answered yet it never will (the new master has what it released), and every client
-/// waiting on it waits until this node serves again (restarted, as a replica).
+/// The same wait on a master that has handed mastership over and then passed requests on
+/// until its clients moved to the new master ([`crate::cluster::node::before_stop`]): what
+/// is still open by then is a stream of a client that no longer sends here.
 const HANDED_OVER_GRACE: std::time::Duration = std::time::Duration::from_millis(100);
 
 /// How long the stop after a [`Fatal`] failure may take before the process exits anyway.
