@@ -441,8 +441,8 @@ impl Storage for MemStorage {
 
 #[cfg(feature = "std")]
 pub use file::{
-    list_segments, read_failures, read_log_end, AnyStorage, CheckpointWrite, DetachedSync,
-    FileStorage, CHECKPOINT_FILE, LOG_END_FILE, LOG_START_FILE,
+    list_segments, list_side_files, read_failures, read_log_end, AnyStorage, CheckpointWrite,
+    DetachedSync, FileStorage, CHECKPOINT_FILE, LOG_END_FILE, LOG_START_FILE,
 };
 
 #[cfg(feature = "std")]

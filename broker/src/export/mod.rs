@@ -213,21 +213,10 @@ fn prepare_target(dir: &Path, from: &Path) -> Result<bool, MoveError> {
             from.display()
         )));
     }
-    match std::fs::read_dir(dir) {
-        Ok(mut entries) => {
-            if entries.next().is_some() {
-                return Err(MoveError::refused(format!(
-                    "{} is not empty: the export writes a new RocketMQ store and never adds to one",
-                    dir.display()
-                )));
-            }
-        }
-        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
-        Err(e) => return Err(MoveError::io(dir, e)),
-    }
-    let created = !dir.exists();
-    std::fs::create_dir_all(dir).map_err(|e| MoveError::io(dir, e))?;
-    Ok(created)
+    crate::import::new_target(
+        dir,
+        "the export writes a new RocketMQ store and never adds to one",
+    )
 }
 
 /// How a half ended.

@@ -15,7 +15,7 @@ use std::io;
 use std::os::unix::fs::FileExt;
 use std::path::{Path, PathBuf};
 
-use rocklet_core::storage::{list_segments, read_failures, read_log_end};
+use rocklet_core::storage::{list_segments, list_side_files, read_failures, read_log_end};
 use rocklet_core::{LogEnd, Storage, LOG_START_FILE};
 
 use super::MoveError;
@@ -298,28 +298,10 @@ impl Storage for Source {
     }
 
     fn side_list(&mut self, dir: &str) -> io::Result<Vec<String>> {
-        let root = self.dir.join(dir);
-        let mut out = std::collections::BTreeSet::new();
-        let mut todo = vec![(root, dir.to_string())];
-        while let Some((path, name)) = todo.pop() {
-            let entries = match fs::read_dir(&path) {
-                Ok(e) => e,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            for entry in entries {
-                let entry = entry?;
-                let Some(part) = entry.file_name().to_str().map(String::from) else {
-                    continue;
-                };
-                let full = format!("{name}/{part}");
-                if entry.file_type()?.is_dir() {
-                    todo.push((entry.path(), full));
-                } else {
-                    out.insert(full);
-                }
-            }
-        }
+        let mut out: std::collections::BTreeSet<String> =
+            list_side_files(&self.dir.join(dir), dir)?
+                .into_iter()
+                .collect();
         let prefix = format!("{dir}/");
         for (name, bytes) in &self.side {
             if name.starts_with(&prefix) {

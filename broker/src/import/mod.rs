@@ -239,11 +239,21 @@ fn prepare_data_dir(dir: &Path, from: &Path) -> Result<bool, MoveError> {
             }
         )));
     }
+    new_target(
+        dir,
+        "the import writes a new data directory and never adds to one",
+    )
+}
+
+/// Makes the directory an import or export writes, `dir`, refusing one that is not empty
+/// (`why` says what the move never does); whether it was created (so a failure removes it,
+/// [`clean_data_dir`]).
+pub(crate) fn new_target(dir: &Path, why: &str) -> Result<bool, MoveError> {
     match std::fs::read_dir(dir) {
         Ok(mut entries) => {
             if entries.next().is_some() {
                 return Err(MoveError::refused(format!(
-                    "{} is not empty: the import writes a new data directory and never adds to one",
+                    "{} is not empty: {why}",
                     dir.display()
                 )));
             }

@@ -770,29 +770,8 @@ impl Storage for FileStorage {
 
     fn side_list(&mut self, dir: &str) -> io::Result<Vec<String>> {
         // A directory name is checked as a side file in it would be.
-        let root = self.side_path(&format!("{dir}/x"))?;
-        let root = root.parent().unwrap_or(&self.dir).to_path_buf();
-        let mut out = Vec::new();
-        let mut todo = alloc::vec![(root, String::from(dir))];
-        while let Some((path, name)) = todo.pop() {
-            let entries = match fs::read_dir(&path) {
-                Ok(e) => e,
-                Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-                Err(e) => return Err(e),
-            };
-            for entry in entries {
-                let entry = entry?;
-                let Some(part) = entry.file_name().to_str().map(String::from) else {
-                    continue;
-                };
-                let full = format!("{name}/{part}");
-                if entry.file_type()?.is_dir() {
-                    todo.push((entry.path(), full));
-                } else {
-                    out.push(full);
-                }
-            }
-        }
+        let file = self.side_path(&format!("{dir}/x"))?;
+        let mut out = list_side_files(file.parent().unwrap_or(&self.dir), dir)?;
         out.sort_unstable();
         Ok(out)
     }
@@ -875,6 +854,34 @@ pub fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
     Ok(out)
 }
 const LOG_END_HEADER: &str = "rocklet-log-end 1";
+
+/// The side files under `root`, the directory of side-file directory `dir`, named as side
+/// files (`dir/a/b`), in no order; none when it does not exist. Read only, for tools that
+/// read a data directory without [`FileStorage`] too.
+pub fn list_side_files(root: &Path, dir: &str) -> io::Result<Vec<String>> {
+    let mut out = Vec::new();
+    let mut todo = alloc::vec![(root.to_path_buf(), String::from(dir))];
+    while let Some((path, name)) = todo.pop() {
+        let entries = match fs::read_dir(&path) {
+            Ok(e) => e,
+            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
+            Err(e) => return Err(e),
+        };
+        for entry in entries {
+            let entry = entry?;
+            let Some(part) = entry.file_name().to_str().map(String::from) else {
+                continue;
+            };
+            let full = format!("{name}/{part}");
+            if entry.file_type()?.is_dir() {
+                todo.push((entry.path(), full));
+            } else {
+                out.push(full);
+            }
+        }
+    }
+    Ok(out)
+}
 
 /// The segment files of the data directory `dir` (20-digit names), by base offset. Read
 /// only, for tools that open a data directory without [`FileStorage`].
