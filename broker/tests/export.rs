@@ -4,7 +4,9 @@
 //! data directory that must serve the same. The same against Apache RocketMQ 5.5.0 itself
 //! runs in tests/ci/import.sh (the round trip step).
 
-use std::path::{Path, PathBuf};
+mod common;
+
+use std::path::Path;
 
 use rocklet_broker::export::{self, MoveError, Options, Report};
 use rocklet_broker::import;
@@ -152,24 +154,6 @@ fn scenario(dir: &Path) {
     b.close().unwrap();
 }
 
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.clone(), std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 #[test]
 fn export_then_import_serves_the_same_messages_offsets_groups_transactions_and_delays() {
     let tmp = tempfile::tempdir().unwrap();
@@ -179,9 +163,13 @@ fn export_then_import_serves_the_same_messages_offsets_groups_transactions_and_d
         tmp.path().join("back"),
     );
     scenario(&data);
-    let before = snapshot(&data);
+    let before = common::files_under(&data);
     let report: Report = export::run(&opts(&data, &store)).unwrap();
-    assert_eq!(snapshot(&data), before, "the export wrote to its source");
+    assert_eq!(
+        common::files_under(&data),
+        before,
+        "the export wrote to its source"
+    );
     assert_eq!(report.messages, 9, "{report}");
     assert_eq!(report.committed, 1, "{report}");
     assert_eq!(report.rolled_back, 1, "{report}");
@@ -316,10 +304,10 @@ fn a_running_broker_a_non_empty_target_and_overlaps_are_refused_and_nothing_is_w
     assert_eq!(std::fs::read(full.join("x")).unwrap(), b"keep");
 
     // A target inside the source, or holding it.
-    let before = snapshot(&data);
+    let before = common::files_under(&data);
     let why = refused(export::run(&opts(&data, &data.join("inside"))));
     assert!(why.contains("overlap"), "{why}");
-    assert_eq!(snapshot(&data), before);
+    assert_eq!(common::files_under(&data), before);
 
     // Not a Rocklet directory: an Apache store is named as such.
     let apache = tmp.path().join("apache");

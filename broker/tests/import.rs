@@ -3,6 +3,8 @@
 //! through the core's public API. The same against stores Apache RocketMQ 5.5.0 itself
 //! wrote runs in tests/ci/import.sh.
 
+mod common;
+
 use std::collections::HashMap;
 use std::io::Write;
 use std::path::{Path, PathBuf};
@@ -219,24 +221,6 @@ fn open(dir: &Path, now: u64) -> Broker<FileStorage> {
     Broker::open(Config::default(), storage, now).unwrap()
 }
 
-/// Every file under `dir` with its bytes.
-fn snapshot(dir: &Path) -> Vec<(PathBuf, Vec<u8>)> {
-    let mut out = Vec::new();
-    let mut stack = vec![dir.to_path_buf()];
-    while let Some(d) = stack.pop() {
-        for e in std::fs::read_dir(&d).unwrap() {
-            let p = e.unwrap().path();
-            if p.is_dir() {
-                stack.push(p);
-            } else {
-                out.push((p.clone(), std::fs::read(&p).unwrap()));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 fn bodies(b: &mut Broker<FileStorage>, topic: &str, q: u32) -> Vec<String> {
     b.browse(topic, q, 0, 1000)
         .unwrap()
@@ -294,10 +278,14 @@ fn normal_messages_keep_queues_offsets_and_consumer_offsets() {
             r#"{"offsetTable":{"Orders@billing":{0:2,1:4,2:1},"%RETRY%billing@billing":{0:1},"%DLQ%billing@billing":{0:0},"Orders@TOOLS_CONSUMER":{0:1}}}"#,
         ),
     ]);
-    let before = snapshot(&src);
+    let before = common::files_under(&src);
     let data = tmp.path().join("data");
     let report = import::run(&opts(&src, &data)).unwrap();
-    assert_eq!(snapshot(&src), before, "the store was written to");
+    assert_eq!(
+        common::files_under(&src),
+        before,
+        "the store was written to"
+    );
 
     assert_eq!(report.normal, 14, "{report}");
     assert_eq!(report.retry, 1);
