@@ -510,15 +510,12 @@ impl Node {
                     (None, None) => None,
                 };
                 m.handing_over = true;
-                self.view.handoff.handing_over.store(true, Ordering::SeqCst);
+                self.view.handoff.handing_over.send_replace(true);
                 let result = self.hand_over(c, &info, &m.set, to).await;
                 m.handing_over = false;
                 if result.is_err() {
                     // Staying master: the writes that waited are taken here.
-                    self.view
-                        .handoff
-                        .handing_over
-                        .store(false, Ordering::SeqCst);
+                    self.view.handoff.handing_over.send_replace(false);
                 }
                 match &result {
                     Ok(n) => info!(epoch, to = n, "handing mastership over: the master key is deleted, node {n} is the SyncStateSet"),
@@ -547,10 +544,7 @@ impl Node {
                     self.after_hand_over(c, target, &fence, m.released).await;
                     // The new master is known (or the wait ended): the writes that waited
                     // go to it.
-                    self.view
-                        .handoff
-                        .handing_over
-                        .store(false, Ordering::SeqCst);
+                    self.view.handoff.handing_over.send_replace(false);
                     keeper.abort();
                     let _ = c.revoke(lease).await;
                     match here {

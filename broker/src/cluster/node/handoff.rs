@@ -33,7 +33,8 @@ pub struct HandoffSlot {
     /// This master is handing over: a client write waits for the new master (and goes there)
     /// instead of being taken here, where the new master may never get it (it stops following
     /// when it is elected) and it would never be answered.
-    pub(super) handing_over: std::sync::atomic::AtomicBool,
+    /// A watch, so the writes held wake once when it ends.
+    pub(super) handing_over: tokio::sync::watch::Sender<bool>,
     /// When ([`monotonic_ms`]) this node last passed a client request on to its master.
     last_forward: std::sync::atomic::AtomicU64,
 }
@@ -43,10 +44,9 @@ impl HandoffSlot {
     /// to the new master, or, the handoff refused, is taken here. Every caller is a request
     /// the gate admitted, so what waits is bounded by the request budget.
     pub async fn settled(&self) {
-        let until = Instant::now() + HANDOFF_HOLD;
-        while self.handing_over.load(Ordering::SeqCst) && Instant::now() < until {
-            tokio::time::sleep(Duration::from_millis(5)).await;
-        }
+        let mut handing_over = self.handing_over.subscribe();
+        // Err: the hold ran out (or the sender is gone, which it never is while `self` is).
+        let _ = tokio::time::timeout(HANDOFF_HOLD, handing_over.wait_for(|h| !*h)).await;
     }
 
     /// A client request was passed on to the master (what [`drain`] waits to stop). Not an
@@ -280,5 +280,46 @@ impl Node {
         }
         warn!(node = target, "no new master in etcd yet");
         self.view.master_epoch.store(0, Ordering::SeqCst);
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A write held by a handoff wakes the moment the handoff ends (virtual time does not
+    /// move), and one held by a handoff that never ends goes on after [`HANDOFF_HOLD`].
+    #[tokio::test(start_paused = true)]
+    async fn a_held_write_wakes_when_the_handoff_ends_and_waits_at_most_the_hold() {
+        let slot = Arc::new(HandoffSlot::default());
+        let t0 = tokio::time::Instant::now();
+        slot.settled().await;
+        assert_eq!(t0.elapsed(), Duration::ZERO, "no handoff: nothing waits");
+
+        slot.handing_over.send_replace(true);
+        let held = tokio::spawn({
+            let slot = slot.clone();
+            async move {
+                let t = tokio::time::Instant::now();
+                slot.settled().await;
+                t.elapsed()
+            }
+        });
+        tokio::task::yield_now().await;
+        assert!(
+            !held.is_finished(),
+            "a write waits while the master hands over"
+        );
+        slot.handing_over.send_replace(false);
+        assert_eq!(
+            held.await.unwrap(),
+            Duration::ZERO,
+            "woken at once, not by a poll"
+        );
+
+        slot.handing_over.send_replace(true);
+        let t = tokio::time::Instant::now();
+        slot.settled().await;
+        assert_eq!(t.elapsed(), HANDOFF_HOLD, "bounded by the hold");
     }
 }
