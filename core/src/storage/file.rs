@@ -13,7 +13,16 @@ use std::path::{Path, PathBuf};
 use std::sync::{Arc, Mutex};
 
 mod any;
+mod detached;
+mod markers;
 pub use any::AnyStorage;
+use detached::{write_checkpoint, DetachedCheckpoint};
+pub use detached::{CheckpointWrite, DetachedSync};
+pub use markers::{
+    list_segments, list_side_files, read_failures, read_log_end, CHECKPOINT_FILE, LOG_END_FILE,
+    LOG_START_FILE,
+};
+use markers::{LOG_END_HEADER, LOG_END_TMP, LOG_START_TMP, SYNC_FAILED};
 
 /// Segment files in a directory, named by their base offset in 20 digits as RocketMQ's
 /// commit-log files (`00000000000000000000`, `00000000001073741824`, …).
@@ -65,102 +74,6 @@ pub struct FileStorage {
 
 /// Side files a [`FileStorage`] holds open at most; others are opened when used.
 pub const SIDE_HANDLES: usize = 32;
-
-/// A sync of what a [`FileStorage`] holds now, to run off the thread that owns the
-/// storage (`fdatasync` on duplicated handles), so appends go on while it runs. Take it
-/// with [`FileStorage::detach_sync`], run it anywhere, and give it back with
-/// [`FileStorage::detached_done`]. A [`Storage::sync`] meanwhile still syncs everything.
-///
-/// One taken with [`FileStorage::detach_checkpoint`] also carries a checkpoint, written
-/// (atomically, as [`Storage::record_checkpoint`]) only after the sync succeeded.
-#[derive(Debug)]
-pub struct DetachedSync {
-    files: Vec<(u64, u64, File)>,
-    dir: Option<(u64, PathBuf)>,
-    pub(super) side: Vec<(String, u64, File)>,
-    pub(super) side_dirs: Vec<(PathBuf, u64)>,
-    checkpoint: Option<Box<DetachedCheckpoint>>,
-}
-
-/// A checkpoint a detached sync writes once it succeeded.
-#[derive(Debug)]
-struct DetachedCheckpoint {
-    dir: PathBuf,
-    draft: CheckpointDraft,
-    /// The storage's checkpoint generation, and what it was when detached.
-    gen: Arc<Mutex<u64>>,
-    at: u64,
-}
-
-/// What a detached sync did with the checkpoint it carried.
-#[derive(Debug)]
-pub enum CheckpointWrite {
-    /// It carried none.
-    None,
-    /// Written: `CHECKPOINT` holds it, durably.
-    Written,
-    /// Not written: the owner replaced or removed `CHECKPOINT` after it was detached (a
-    /// clean stop's checkpoint, a replica cutting its log below it).
-    Superseded,
-    /// Its write failed (the previous checkpoint stays whole): a full disk, say. The data
-    /// it covers was synced; only the checkpoint is missing.
-    Failed(io::Error),
-}
-
-impl DetachedSync {
-    /// Makes durable every byte written before the sync was detached (and, as fsync does,
-    /// whatever was written to those files since); then, only when that succeeded, writes
-    /// the checkpoint it carries. `Err`: the sync failed, and no checkpoint was written.
-    pub fn run(&self) -> io::Result<CheckpointWrite> {
-        for (_, _, f) in &self.files {
-            f.sync_data()?;
-        }
-        for (_, _, f) in &self.side {
-            f.sync_data()?;
-        }
-        for (d, _) in &self.side_dirs {
-            File::open(d)?.sync_all()?;
-        }
-        if let Some((_, d)) = &self.dir {
-            File::open(d)?.sync_all()?;
-        }
-        let Some(c) = &self.checkpoint else {
-            return Ok(CheckpointWrite::None);
-        };
-        let bytes = c.draft.encode();
-        // Under the lock: the owner cannot replace or remove `CHECKPOINT` meanwhile.
-        let gen = c
-            .gen
-            .lock()
-            .unwrap_or_else(std::sync::PoisonError::into_inner);
-        if *gen != c.at {
-            return Ok(CheckpointWrite::Superseded);
-        }
-        Ok(match write_checkpoint(&c.dir, &bytes) {
-            Ok(()) => CheckpointWrite::Written,
-            Err(e) => CheckpointWrite::Failed(e),
-        })
-    }
-
-    /// Whether it carries a checkpoint.
-    #[must_use]
-    pub fn has_checkpoint(&self) -> bool {
-        self.checkpoint.is_some()
-    }
-}
-
-/// Replaces `CHECKPOINT` in `dir` crash-safe, as `LOG_START`: a temporary file, fsynced,
-/// renamed over it, and the directory fsynced.
-fn write_checkpoint(dir: &Path, checkpoint: &[u8]) -> io::Result<()> {
-    let tmp = dir.join(CHECKPOINT_TMP);
-    {
-        let mut f = File::create(&tmp)?;
-        f.write_all(checkpoint)?;
-        f.sync_all()?;
-    }
-    fs::rename(&tmp, dir.join(CHECKPOINT_FILE))?;
-    File::open(dir)?.sync_all()
-}
 
 impl FileStorage {
     /// Opens (creating it if needed) a data directory. Fails with `WouldBlock` when another
@@ -813,140 +726,4 @@ fn read_full_at(f: &File, pos: u64, buf: &mut [u8]) -> io::Result<usize> {
         }
     }
     Ok(done)
-}
-
-/// The file in a [`FileStorage`]'s directory that holds its [`LogEnd`]: four lines of
-/// text (`rocklet-log-end 1`, `segment <base>|none`, `end <offset>`, `clean true|false`).
-pub const LOG_END_FILE: &str = "LOG_END";
-/// The file in a [`FileStorage`]'s directory that says where the log starts once
-/// retention retired its oldest segments ([`Storage::log_start`]): written by the core
-/// (postcard), replaced atomically. A directory without it starts at its first segment.
-pub const LOG_START_FILE: &str = "LOG_START";
-const LOG_START_TMP: &str = "LOG_START.tmp";
-/// The file in a [`FileStorage`]'s directory that holds the newest checkpoint of the core's
-/// state ([`Storage::checkpoint`]): written by the core (versioned, CRC-checked), replaced
-/// atomically. A directory without it (or with one the core cannot use) replays its whole
-/// log on open.
-pub const CHECKPOINT_FILE: &str = "CHECKPOINT";
-const CHECKPOINT_TMP: &str = "CHECKPOINT.tmp";
-const LOG_END_TMP: &str = "LOG_END.tmp";
-const SYNC_FAILED: &str = "SYNC_FAILED.";
-
-/// The offsets named by `SYNC_FAILED.<offset>` files in `dir` (a recorded storage failure
-/// each): read only, for tools that open a data directory without [`FileStorage`].
-pub fn read_failures(dir: &Path) -> io::Result<Vec<u64>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        if let Some(at) = name.to_str().and_then(|n| n.strip_prefix(SYNC_FAILED)) {
-            out.push(at.parse().map_err(|_| {
-                io::Error::new(
-                    io::ErrorKind::InvalidData,
-                    format!(
-                        "{} is not a recorded storage failure (SYNC_FAILED.<20 digits>): \
-                         remove it",
-                        dir.join(&name).display()
-                    ),
-                )
-            })?);
-        }
-    }
-    Ok(out)
-}
-const LOG_END_HEADER: &str = "rocklet-log-end 1";
-
-/// The side files under `root`, the directory of side-file directory `dir`, named as side
-/// files (`dir/a/b`), in no order; none when it does not exist. Read only, for tools that
-/// read a data directory without [`FileStorage`] too.
-pub fn list_side_files(root: &Path, dir: &str) -> io::Result<Vec<String>> {
-    let mut out = Vec::new();
-    let mut todo = alloc::vec![(root.to_path_buf(), String::from(dir))];
-    while let Some((path, name)) = todo.pop() {
-        let entries = match fs::read_dir(&path) {
-            Ok(e) => e,
-            Err(e) if e.kind() == io::ErrorKind::NotFound => continue,
-            Err(e) => return Err(e),
-        };
-        for entry in entries {
-            let entry = entry?;
-            let Some(part) = entry.file_name().to_str().map(String::from) else {
-                continue;
-            };
-            let full = format!("{name}/{part}");
-            if entry.file_type()?.is_dir() {
-                todo.push((entry.path(), full));
-            } else {
-                out.push(full);
-            }
-        }
-    }
-    Ok(out)
-}
-
-/// The segment files of the data directory `dir` (20-digit names), by base offset. Read
-/// only, for tools that open a data directory without [`FileStorage`].
-pub fn list_segments(dir: &Path) -> io::Result<Vec<u64>> {
-    let mut out = Vec::new();
-    for entry in fs::read_dir(dir)? {
-        let name = entry?.file_name();
-        let Some(name) = name.to_str() else { continue };
-        if name.len() == 20 && name.bytes().all(|b| b.is_ascii_digit()) {
-            if let Ok(base) = name.parse() {
-                out.push(base);
-            }
-        }
-    }
-    out.sort_unstable();
-    Ok(out)
-}
-
-/// Reads `LOG_END`; `None` when there is none (a data directory from before it, or
-/// RocketMQ's). One that does not parse is refused by name: the check it stands for
-/// cannot be made. Read only, for tools that open a data directory without [`FileStorage`].
-pub fn read_log_end(dir: &Path) -> io::Result<Option<LogEnd>> {
-    let path = dir.join(LOG_END_FILE);
-    let text = match fs::read(&path) {
-        Ok(t) => t,
-        Err(e) if e.kind() == io::ErrorKind::NotFound => return Ok(None),
-        Err(e) => return Err(e),
-    };
-    let bad = |why: &str| {
-        io::Error::new(
-            io::ErrorKind::InvalidData,
-            format!(
-                "{} is unreadable ({why}): it records how far the log reached; restore it \
-                 from a backup, or delete it to start without that check",
-                path.display()
-            ),
-        )
-    };
-    let text = core::str::from_utf8(&text).map_err(|_| bad("not text"))?;
-    let mut lines = text.lines();
-    if lines.next() != Some(LOG_END_HEADER) {
-        return Err(bad("no `rocklet-log-end 1` first line"));
-    }
-    let mut field = |name: &str| {
-        lines
-            .next()
-            .and_then(|l| l.strip_prefix(name))
-            .and_then(|v| v.strip_prefix(' '))
-            .ok_or_else(|| bad(&format!("no `{name}` line")))
-    };
-    let segment = match field("segment")? {
-        "none" => None,
-        v => Some(v.parse().map_err(|_| bad("`segment` is not a number"))?),
-    };
-    let end = field("end")?
-        .parse()
-        .map_err(|_| bad("`end` is not a number"))?;
-    let clean = match field("clean")? {
-        "true" => true,
-        "false" => false,
-        _ => return Err(bad("`clean` is neither true nor false")),
-    };
-    Ok(Some(LogEnd {
-        segment,
-        end,
-        clean,
-    }))
 }
