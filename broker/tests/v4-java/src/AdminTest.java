@@ -172,17 +172,35 @@ public class AdminTest {
         if (rocklet) {
             expect(a("updateTopic", "-b", addr, "-t", topic, "-r", "1", "-w", "1"), a("cannot remove queues"));
         }
+        // An order topic: the flag on the topic, its conf (brokerName:queues) in the name
+        // server's KV config, carried by the route; a v4 producer sends only to the queues
+        // the conf names; deleteTopic takes the conf with the topic.
         String ordered = "AdmOrdered" + stamp;
-        if (rocklet) {
-            // rocklet only: an order topic is refused by name, nothing made (Apache creates it
-            // and puts its order conf into the name server's KV config).
-            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
-                a("order topics (updateTopic -o true) are not supported"), "success");
-            expect(a("topicList"), a(topic), ordered, "Exception", "command failed");
-        } else {
-            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
-                a("create topic to " + addr + " success", "set cluster orderConf. isOrder=true, orderConf=[rocklet:8]"), errors);
+        expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
+            a("create topic to " + addr + " success", "set cluster orderConf. isOrder=true, orderConf=[rocklet:8]"), errors);
+        expect(a("topicRoute", "-t", ordered), a("\"orderTopicConf\":\"rocklet:8\"", "\"readQueueNums\":8"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "get"),
+            a("get orderConf success. topic=[" + ordered + "], orderConf=[rocklet:8]"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "put", "-v", "rocklet:2"),
+            a("update orderConf success. topic=[" + ordered + "], orderConf=[rocklet:2]"), errors);
+        expect(a("topicRoute", "-t", ordered), a("\"orderTopicConf\":\"rocklet:2\""), errors);
+        DefaultMQProducer op = new DefaultMQProducer(pgroup + "O");
+        op.setNamesrvAddr(ns);
+        op.start();
+        java.util.Set<Integer> orderedQueues = new java.util.TreeSet<>();
+        try {
+            for (int i = 0; i < 6; i++) {
+                orderedQueues.add(op.send(new Message(ordered, "TagA", ("o" + i).getBytes())).getMessageQueue().getQueueId());
+            }
+        } finally {
+            op.shutdown();
         }
+        check(orderedQueues.equals(new java.util.TreeSet<>(java.util.Arrays.asList(0, 1))),
+            "a v4 producer sends to the order topic's queues the conf names (0 and 1): " + orderedQueues);
+        expect(a("deleteTopic", "-c", "rocklet", "-t", ordered),
+            a("delete topic [" + ordered + "] from cluster [rocklet] success"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "get"),
+            a("No config item, Namespace: ORDER_TOPIC_CONFIG Key: " + ordered));
         expect(a("updateSubGroup", "-c", "rocklet", "-g", fifo, "-o", "true"),
             a("create subscription group to " + addr + " success"), errors);
 
