@@ -1,8 +1,8 @@
 //! Operator actions, written once: resolving a transaction by hand, declaring and deleting
-//! a consumer group, creating (or growing) and deleting a topic, a topic's order flag and
-//! conf. Each checks what it is given, makes the
-//! core call and names a refusal in one text; the front ends only parse their request and
-//! put an [`OpError`] in their protocol's terms:
+//! a consumer group, creating (or growing) and deleting a topic, setting a topic's order
+//! flag and conf. Each checks what it is given, makes the core call and names a refusal in
+//! one text; the front ends only parse their request and put an [`OpError`] in their
+//! protocol's terms:
 //!
 //! - `rocklet admin` (gRPC, [`crate::admin`]): `Refused` is FAILED_PRECONDITION (a
 //!   resolve) or INVALID_ARGUMENT (a declaration), `Failed` and `Unreadable` are INTERNAL;

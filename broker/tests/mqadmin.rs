@@ -588,11 +588,19 @@ async fn order_of(c: &mut V4, topic: &str) -> (serde_json::Value, serde_json::Va
 
 /// mqadmin updateTopic -o true as it goes on the wire: UPDATE_AND_CREATE_TOPIC with
 /// `order=true`, then PUT_KV_CONFIG of `brokerName:queues` in ORDER_TOPIC_CONFIG. The route
-/// carries the conf, the topic config the flag, both across a restart; deleteTopic's
-/// DELETE_KV_CONFIG and the topic's deletion take them; bad confs are refused by name.
+/// carries the conf (with `order_message_enable`), the topic config the flag, both kept
+/// across a restart; DELETE_KV_CONFIG and the topic's deletion take them; bad confs are
+/// refused by name.
 #[tokio::test]
 async fn an_order_topic_keeps_its_flag_and_conf_durably() {
-    let (b, remoting, namesrv) = start().await;
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.order_message_enable = true;
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, namesrv) = (r.remoting_addr.unwrap(), r.namesrv_addr.unwrap());
     let mut c = V4::connect(remoting, SerializeType::Json).await;
     let mut ns = V4::connect(namesrv, SerializeType::Json).await;
     const NS: &str = "ORDER_TOPIC_CONFIG";
@@ -674,22 +682,30 @@ async fn an_order_topic_keeps_its_flag_and_conf_durably() {
         .await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
 
-    // Durable.
+    // Durable. Restarted with order_message_enable off (the default, as Apache's name
+    // server's orderMessageEnable): the conf is kept, routes leave it out.
     drop((c, ns));
     let dir = b.stop().await;
     let (b, remoting) = restart(dir.path()).await;
     let mut c = V4::connect(remoting, SerializeType::Json).await;
     assert_eq!(
         order_of(&mut c, "OrderT").await,
-        ("rocklet:4".into(), true.into())
+        (serde_json::Value::Null, true.into())
+    );
+    let r = kv(&mut c, 101, NS, "OrderT", None).await;
+    assert_eq!(
+        (r.code, r.ext.get("value").map(String::as_str)),
+        (0, Some("rocklet:4"))
     );
     // updateTopic without -o sends order=false: the flag goes, the conf stays (as Apache's).
     let r = c.call(17, &make("false"), Vec::new()).await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
     assert_eq!(
         order_of(&mut c, "OrderT").await,
-        ("rocklet:4".into(), false.into())
+        (serde_json::Value::Null, false.into())
     );
+    let r = kv(&mut c, 101, NS, "OrderT", None).await;
+    assert_eq!(r.ext.get("value").map(String::as_str), Some("rocklet:4"));
     let r = c.call(17, &make("maybe"), Vec::new()).await;
     assert!(r.remark.unwrap().contains("order `maybe`"));
 

@@ -16,8 +16,12 @@ use crate::remoting::locks::{QueueKey, MAX_CLIENT_ID_LEN, MAX_QUEUES_PER_REQUEST
 use crate::remoting::reply::*;
 
 /// The topic's order conf (the name server's ORDER_TOPIC_CONFIG entry: a v4 producer with
-/// one builds its queue list from it), as this node's core keeps it.
+/// one builds its queue list from it), as this node's core keeps it; `None` unless
+/// `order_message_enable` (Apache's name server's `orderMessageEnable`) is on.
 async fn order_conf(ctx: &Ctx, topic: &str) -> Result<Option<String>, crate::driver::CoreFailure> {
+    if !ctx.cfg.order_message_enable {
+        return Ok(None);
+    }
     let t = topic.to_string();
     ctx.core
         .inspect(move |b| b.topic_order(&t).and_then(|o| o.conf))
@@ -25,7 +29,8 @@ async fn order_conf(ctx: &Ctx, topic: &str) -> Result<Option<String>, crate::dri
 }
 
 /// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic, with
-/// its order conf when it has one (`orderTopicConf`, else `null` as Apache's).
+/// its order conf when it has one and `order_message_enable` is on (`orderTopicConf`,
+/// else `null` as Apache's).
 pub(crate) async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?;
     // Cluster mode with a placement in etcd: one broker per hosting group, at its master.
