@@ -18,7 +18,7 @@ use crate::remoting::BROKER_NAME;
 pub const ORDER_TOPIC_CONFIG: &str = "ORDER_TOPIC_CONFIG";
 
 /// The request's topic (`key`), when its namespace is ORDER_TOPIC_CONFIG.
-fn order_key<'a>(req: &'a RemotingCommand) -> Result<&'a str, RemotingCommand> {
+fn order_key(req: &RemotingCommand) -> Result<&str, RemotingCommand> {
     let namespace = required(req, "namespace")?;
     if namespace != ORDER_TOPIC_CONFIG {
         return Err(fail(
