@@ -1,7 +1,8 @@
 //! Operator actions, written once: resolving a transaction by hand, declaring and deleting
-//! a consumer group, creating (or growing) and deleting a topic. Each checks what it is given, makes the
-//! core call and names a refusal in one text; the front ends only parse their request and
-//! put an [`OpError`] in their protocol's terms:
+//! a consumer group, creating (or growing) and deleting a topic, setting a topic's order
+//! flag and conf. Each checks what it is given, makes the core call and names a refusal in
+//! one text; the front ends only parse their request and put an [`OpError`] in their
+//! protocol's terms:
 //!
 //! - `rocklet admin` (gRPC, [`crate::admin`]): `Refused` is FAILED_PRECONDITION (a
 //!   resolve) or INVALID_ARGUMENT (a declaration), `Failed` and `Unreadable` are INTERNAL;
@@ -121,6 +122,50 @@ pub async fn create_topic(core: &CoreHandle, name: String, queues: u32) -> Resul
             }
         }
         b.create_topic(&name, queues)
+    })
+    .await?
+    .map_err(|e| refused(&e))
+}
+
+/// Creates topic `name` with `queues` queues (or grows it, as [`create_topic`]), then sets
+/// its order flag (mqadmin updateTopic's `order`; its order conf stays), durably.
+pub async fn create_topic_with_order(
+    core: &CoreHandle,
+    name: String,
+    queues: u32,
+    order: bool,
+) -> Result<(), OpError> {
+    create_topic(core, name.clone(), queues).await?;
+    core.change(move |b| b.set_topic_order(&name, order))
+        .await?
+        .map_err(|e| refused(&e))
+}
+
+/// Puts (`Some`) or deletes (`None`) topic `name`'s order conf (`brokerName:queueCount;…`,
+/// the name server's ORDER_TOPIC_CONFIG entry), durably. Each broker name must be one of
+/// `brokers` (the broker groups rocklet knows). `missing_ok`: deleting the conf of a topic
+/// that does not exist is no refusal (mqadmin deleteTopic asks after the topic is gone).
+pub async fn set_order_conf(
+    core: &CoreHandle,
+    name: String,
+    conf: Option<String>,
+    brokers: Vec<String>,
+    missing_ok: bool,
+) -> Result<(), OpError> {
+    if let Some(c) = &conf {
+        let entries = rocklet_core::parse_order_conf(c).map_err(|e| refused(&e))?;
+        if let Some((b, _)) = entries.iter().find(|e| !brokers.iter().any(|k| k == e.0)) {
+            return Err(refused(&ClientError::InvalidArgument(format!(
+                "order conf names broker `{b}`, which rocklet does not know (its broker groups: {})",
+                brokers.join(", ")
+            ))));
+        }
+    }
+    core.change(move |b| {
+        if missing_ok && conf.is_none() && b.topic_order(&name).is_none() {
+            return Ok(Ok(()));
+        }
+        b.set_order_conf(&name, conf.as_deref())
     })
     .await?
     .map_err(|e| refused(&e))

@@ -562,30 +562,167 @@ async fn consumer_status_asks_the_client_through_the_broker() {
     b.stop().await;
 }
 
+/// KV config call (PUT_KV_CONFIG 100, GET_KV_CONFIG 101, DELETE_KV_CONFIG 102).
+async fn kv(
+    c: &mut V4,
+    code: i32,
+    namespace: &str,
+    key: &str,
+    value: Option<&str>,
+) -> RemotingCommand {
+    let mut ext = vec![("namespace", namespace), ("key", key)];
+    ext.extend(value.map(|v| ("value", v)));
+    c.call(code, &ext, Vec::new()).await
+}
+
+/// `orderTopicConf` of the topic's route and `order` of its topic config.
+async fn order_of(c: &mut V4, topic: &str) -> (serde_json::Value, serde_json::Value) {
+    let r = c.call(105, &[("topic", topic)], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let route: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    let r = c.call(351, &[("topic", topic)], Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let config: serde_json::Value = serde_json::from_slice(&r.body).unwrap();
+    (route["orderTopicConf"].clone(), config["order"].clone())
+}
+
+/// mqadmin updateTopic -o true as it goes on the wire: UPDATE_AND_CREATE_TOPIC with
+/// `order=true`, then PUT_KV_CONFIG of `brokerName:queues` in ORDER_TOPIC_CONFIG. The route
+/// carries the conf (with `order_message_enable`), the topic config the flag, both kept
+/// across a restart; DELETE_KV_CONFIG and the topic's deletion take them; bad confs are
+/// refused by name.
 #[tokio::test]
-async fn an_order_topic_is_refused_by_name_and_not_made() {
-    let (b, remoting, _) = start().await;
+async fn an_order_topic_keeps_its_flag_and_conf_durably() {
+    let b = TestBroker::start_with(|c| {
+        c.remoting_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.namesrv_listen = Some("127.0.0.1:0".parse().unwrap());
+        c.order_message_enable = true;
+    })
+    .await;
+    let r = b.broker.as_ref().unwrap();
+    let (remoting, namesrv) = (r.remoting_addr.unwrap(), r.namesrv_addr.unwrap());
     let mut c = V4::connect(remoting, SerializeType::Json).await;
+    let mut ns = V4::connect(namesrv, SerializeType::Json).await;
+    const NS: &str = "ORDER_TOPIC_CONFIG";
+    let make = |order: &'static str| {
+        [
+            ("topic", "OrderT"),
+            ("readQueueNums", "4"),
+            ("writeQueueNums", "4"),
+            ("order", order),
+        ]
+    };
+    let r = c.call(17, &make("true"), Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    // Before the conf is put: the flag, no conf (Apache's "not found" answer).
+    assert_eq!(
+        order_of(&mut ns, "OrderT").await,
+        (serde_json::Value::Null, true.into())
+    );
+    let r = kv(&mut ns, 101, NS, "OrderT", None).await;
+    assert_eq!(r.code, 22);
+    assert_eq!(
+        r.remark.as_deref(),
+        Some("No config item, Namespace: ORDER_TOPIC_CONFIG Key: OrderT")
+    );
+    let r = kv(&mut ns, 100, NS, "OrderT", Some("rocklet:4")).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = kv(&mut ns, 101, NS, "OrderT", None).await;
+    assert_eq!(
+        (r.code, r.ext.get("value").map(String::as_str)),
+        (0, Some("rocklet:4"))
+    );
+    assert_eq!(
+        order_of(&mut ns, "OrderT").await,
+        ("rocklet:4".into(), true.into())
+    );
+
+    // Refused by name, nothing changed.
+    for (ns_name, key, value, want) in [
+        (
+            NS,
+            "OrderT",
+            "elsewhere:4",
+            "broker `elsewhere`, which rocklet does not know",
+        ),
+        (NS, "OrderT", "rocklet:9", "topic `OrderT` has 4"),
+        (NS, "OrderT", "rocklet", "is not brokerName:queueCount"),
+        (NS, "NoSuchT", "rocklet:1", "NoSuchT"),
+        (
+            "OTHER_NS",
+            "k",
+            "v",
+            "namespace `OTHER_NS` is not kept by rocklet",
+        ),
+    ] {
+        let r = kv(&mut ns, 100, ns_name, key, Some(value)).await;
+        assert_eq!(r.code, 1, "{value}");
+        let remark = r.remark.unwrap();
+        assert!(remark.contains(want), "{value}: {remark}");
+    }
+    assert_eq!(
+        order_of(&mut ns, "OrderT").await,
+        ("rocklet:4".into(), true.into())
+    );
+
+    // A send to its last queue (a v4 producer builds its queue list from the conf).
+    let p = props(&[]);
     let r = c
         .call(
-            17,
+            310,
             &[
-                ("topic", "OrderT"),
-                ("readQueueNums", "8"),
-                ("writeQueueNums", "8"),
-                ("order", "true"),
+                ("a", "PG"),
+                ("b", "OrderT"),
+                ("e", "3"),
+                ("f", "0"),
+                ("i", &p),
             ],
-            Vec::new(),
+            b"in order".to_vec(),
         )
         .await;
-    assert_eq!(r.code, 1);
-    assert!(r.remark.unwrap().contains("updateTopic -o true"));
-    let r = c.call(351, &[("topic", "OrderT")], Vec::new()).await;
-    assert_eq!(r.code, 17, "not made: {:?}", r.remark);
-    // `order` false is the default: made.
-    let r = c
-        .call(17, &[("topic", "OrderT"), ("order", "false")], Vec::new())
-        .await;
     assert_eq!(r.code, 0, "{:?}", r.remark);
+
+    // Durable. Restarted with order_message_enable off (the default, as Apache's name
+    // server's orderMessageEnable): the conf is kept, routes leave it out.
+    drop((c, ns));
+    let dir = b.stop().await;
+    let (b, remoting) = restart(dir.path()).await;
+    let mut c = V4::connect(remoting, SerializeType::Json).await;
+    assert_eq!(
+        order_of(&mut c, "OrderT").await,
+        (serde_json::Value::Null, true.into())
+    );
+    let r = kv(&mut c, 101, NS, "OrderT", None).await;
+    assert_eq!(
+        (r.code, r.ext.get("value").map(String::as_str)),
+        (0, Some("rocklet:4"))
+    );
+    // updateTopic without -o sends order=false: the flag goes, the conf stays (as Apache's).
+    let r = c.call(17, &make("false"), Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(
+        order_of(&mut c, "OrderT").await,
+        (serde_json::Value::Null, false.into())
+    );
+    let r = kv(&mut c, 101, NS, "OrderT", None).await;
+    assert_eq!(r.ext.get("value").map(String::as_str), Some("rocklet:4"));
+    let r = c.call(17, &make("maybe"), Vec::new()).await;
+    assert!(r.remark.unwrap().contains("order `maybe`"));
+
+    // deleteTopic: the topic, then its conf; a topic made again under the name has neither.
+    assert_eq!(
+        c.call(215, &[("topic", "OrderT")], Vec::new()).await.code,
+        0
+    );
+    let r = kv(&mut c, 102, NS, "OrderT", None).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    let r = c.call(17, &make("false"), Vec::new()).await;
+    assert_eq!(r.code, 0, "{:?}", r.remark);
+    assert_eq!(
+        order_of(&mut c, "OrderT").await,
+        (serde_json::Value::Null, false.into())
+    );
+    assert_eq!(kv(&mut c, 101, NS, "OrderT", None).await.code, 22);
     b.stop().await;
+    drop(dir);
 }

@@ -199,6 +199,10 @@ fn step(sim: &mut Sim<CrashStorage>, rng: &mut Rng, w: &mut World, i: u64) {
             let _ = sim.broker.declare_group("F", true).unwrap();
             if rng.below(4) == 0 {
                 let _ = sim.broker.create_topic("T2", 6).unwrap();
+                // Its order settings now and then (mqadmin updateTopic -o, updateOrderConf).
+                let _ = sim.broker.set_topic_order("T2", rng.below(2) == 0).unwrap();
+                let conf = ["rocklet:6", "a:1;b:2"][rng.below(2) as usize];
+                let _ = sim.broker.set_order_conf("T2", Some(conf)).unwrap();
             }
             // A topic only sent to is deleted (and made again by the next send): a state
             // record (a receive's, an ack's) names its topic by name, which after a delete

@@ -77,9 +77,10 @@ pub mod types;
 pub type Millis = u64;
 
 pub use broker::{
-    common_prefix, offset_msg_id, tag_hash, Broker, CheckpointDraft, CqUnit, GroupLag, Page,
-    PendingDelayInfo, PendingTxnInfo, ReplicationError, Retention, RetentionHold, Role, Stats,
-    TopicInfo, CQ_FILE_UNITS, INDEX_ENTRIES, INDEX_SLOTS, MAX_CARRY_BYTES, MAX_PAGE, MAX_QUEUES,
+    common_prefix, offset_msg_id, parse_order_conf, tag_hash, Broker, CheckpointDraft, CqUnit,
+    GroupLag, Page, PendingDelayInfo, PendingTxnInfo, ReplicationError, Retention, RetentionHold,
+    Role, Stats, TopicInfo, TopicOrder, CQ_FILE_UNITS, INDEX_ENTRIES, INDEX_SLOTS, MAX_CARRY_BYTES,
+    MAX_ORDER_CONF, MAX_PAGE, MAX_QUEUES,
 };
 pub use config::{Config, ConfigError, FlushMode};
 pub use error::Error;

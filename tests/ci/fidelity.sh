@@ -17,7 +17,9 @@
 #     getBrokerConfig, updateBrokerConfig, getNamesrvConfig, wipeWritePerm / addWritePerm (sends stopped and
 #     restored), resetOffsetByTime (group online: on the broker at once; offline) and
 #     deleteTopic, consumerStatus -i (relayed to the client), deleteSubGroup, updateTopic -o
-#     true (refused by rocklet), each command's output checked -- side by side (issue #33): the same
+#     true and updateOrderConf (an order topic: its conf in routes, with orderMessageEnable on
+#     in both name servers; a v4 producer sends to the queues it names), each command's
+#     output checked -- side by side (issue #33): the same
 #     program then runs against Apache RocketMQ 5.5.0 (name server and broker from the Maven
 #     jars of tests/bench/apache.sh, cluster and broker named `rocklet`), same checks;
 #   - SQL92 filters (issue #34): Apache's own filter module (Maven org.apache.rocketmq:rocketmq-filter
@@ -123,7 +125,7 @@ check() {
   fi
 }
 
-start_broker "$(printf '[core]\ntransaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000')"
+start_broker "$(printf 'order_message_enable = true\n[core]\ntransaction_timeout_ms = 1000\ntransaction_check_interval_ms = 1000')"
 check "go v4 client: send result offsetMsgId = consumed offsetMsgId" timeout 300 "$TOOLS/v4-go-test" "$NS"
 check "java v4 client: DefaultLitePullConsumer receives" java_test litepull
 check "java v4 client: transaction id of the send result = executeLocalTransaction's = checkLocalTransaction's" java_test txn
@@ -147,7 +149,7 @@ stop_apache_pair() {
 trap 'stop_broker; stop_apache_pair; rm -rf "$AP"' EXIT
 mkdir -p "$AP/ns" "$AP/broker"
 AP_NS=127.0.0.1:$(apache_free_port)
-printf 'listenPort=%s\nbindAddress=127.0.0.1\n' "${AP_NS#*:}" > "$AP/ns/namesrv.conf"
+printf 'listenPort=%s\nbindAddress=127.0.0.1\norderMessageEnable=true\n' "${AP_NS#*:}" > "$AP/ns/namesrv.conf"
 # shellcheck disable=SC2086
 java -Xmx256m $APACHE_OPENS -Duser.home="$AP/ns" -Drocketmq.home.dir="$AP/ns" -cp "$APACHE_JARS/*" \
   org.apache.rocketmq.namesrv.NamesrvStartup -c "$AP/ns/namesrv.conf" > "$AP/ns/out.log" 2>&1 &

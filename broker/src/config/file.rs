@@ -84,6 +84,7 @@ pub struct FileConfig {
     pub max_batch_messages: Option<u32>,
     pub max_filter_expression_bytes: Option<usize>,
     pub enable_property_filter: Option<bool>,
+    pub order_message_enable: Option<bool>,
     pub max_name_bytes: Option<usize>,
     pub grpc_max_header_list_bytes: Option<u32>,
     pub remoting_max_header_bytes: Option<usize>,

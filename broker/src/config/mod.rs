@@ -20,6 +20,7 @@
 //! max_batch_messages = 10000         # messages in one SendMessage / SEND_BATCH_MESSAGE
 //! max_filter_expression_bytes = 65536 # a filter expression (receive, pull, pop; SQL92: 16384)
 //! enable_property_filter = true      # SQL92 filters (RocketMQ's enablePropertyFilter)
+//! order_message_enable = false       # routes carry order topics' confs (orderMessageEnable)
 //! max_name_bytes = 255               # a topic, group or client id name
 //! grpc_max_header_list_bytes = 16384 # HTTP/2 headers (gRPC metadata) of one call
 //! remoting_max_header_bytes = 262144 # the header (code, extFields) of one remoting frame
@@ -281,6 +282,11 @@ pub struct BrokerConfig {
     /// A SQL92 expression is held to the smaller of `max_filter_expression_bytes` and the
     /// core's 16 KiB bound.
     pub enable_property_filter: bool,
+    /// The name server's `orderMessageEnable`: routes (GET_ROUTEINFO_BY_TOPIC) carry an
+    /// order topic's conf as `orderTopicConf` (mqadmin updateTopic -o true puts it), from
+    /// which v4 producers build the topic's queue list. Default off, as Apache's: the conf
+    /// is kept either way (updateOrderConf reads it back), routes leave it out.
+    pub order_message_enable: bool,
     /// Longest name the host keeps or holds for a client: a gRPC request's topic and group
     /// resources, a remoting heartbeat's client id and group names. Default
     /// [`DEFAULT_MAX_NAME_BYTES`] (255, RocketMQ's longest group name; topics are at most
@@ -405,6 +411,7 @@ impl BrokerConfig {
                 .max_filter_expression_bytes
                 .unwrap_or(DEFAULT_MAX_FILTER_EXPRESSION_BYTES),
             enable_property_filter: f.enable_property_filter.unwrap_or(true),
+            order_message_enable: f.order_message_enable.unwrap_or(false),
             max_name_bytes: f.max_name_bytes.unwrap_or(DEFAULT_MAX_NAME_BYTES),
             grpc_max_header_list_bytes: f
                 .grpc_max_header_list_bytes

@@ -65,6 +65,10 @@ pub mod code {
     pub const QUERY_CONSUME_QUEUE: i32 = 321;
     pub const QUERY_TOPIC_CONSUME_BY_WHO: i32 = 300;
     pub const GET_TOPIC_CONFIG: i32 = 351;
+    /// The name server's KV config, for order topics' confs.
+    pub const PUT_KV_CONFIG: i32 = 100;
+    pub const GET_KV_CONFIG: i32 = 101;
+    pub const DELETE_KV_CONFIG: i32 = 102;
 }
 
 /// Response codes (RocketMQ's `ResponseCode`).
@@ -127,7 +131,7 @@ pub const COUNTED: [(i32, &str); 25] = [
 
 /// RocketMQ names of request codes rocklet does not serve, so a refusal names what was
 /// asked (mqadmin's other commands, name-server and controller requests).
-pub const UNSERVED: [(i32, &str); 47] = [
+pub const UNSERVED: [(i32, &str); 44] = [
     (13, "QUERY_BROKER_OFFSET"),
     (18, "UPDATE_AND_CREATE_TOPIC_LIST"),
     (21, "GET_ALL_TOPIC_CONFIG"),
@@ -140,9 +144,6 @@ pub const UNSERVED: [(i32, &str); 47] = [
     (47, "GET_CLIENT_CONFIG"),
     (60, "GET_TIMER_CHECK_POINT"),
     (61, "GET_TIMER_METRICS"),
-    (100, "PUT_KV_CONFIG"),
-    (101, "GET_KV_CONFIG"),
-    (102, "DELETE_KV_CONFIG"),
     (103, "REGISTER_BROKER"),
     (104, "UNREGISTER_BROKER"),
     (209, "SUSPEND_CONSUMER"),
@@ -196,6 +197,7 @@ mod tests {
         assert_eq!(unserved_name(221), Some("GET_CONSUMER_STATUS_FROM_CLIENT"));
         assert_eq!(unserved_name(207), None, "served");
         assert_eq!(unserved_name(215), None, "served");
+        assert_eq!(unserved_name(100), None, "served");
         assert_eq!(unserved_name(99_999), None);
     }
 }

@@ -14,6 +14,7 @@ impl<S: Storage> Broker<S> {
             | StateOp::Epoch { .. }
             | StateOp::TopicDeleted { .. }
             | StateOp::GroupDeleted { .. }
+            | StateOp::TopicOrder { .. }
             | StateOp::QueueStart { .. } => topic::TOPICS,
             StateOp::Ck { .. } | StateOp::Ack { .. } => topic::REVIVE,
         };
@@ -502,7 +503,8 @@ impl<S: Storage> Broker<S> {
             StateOp::Group { .. }
             | StateOp::Epoch { .. }
             | StateOp::TopicDeleted { .. }
-            | StateOp::GroupDeleted { .. } => false,
+            | StateOp::GroupDeleted { .. }
+            | StateOp::TopicOrder { .. } => false,
         };
         if out_of_range {
             // Never written by this broker: a state record with a valid CRC but no place here.
@@ -541,6 +543,7 @@ impl<S: Storage> Broker<S> {
                     }
                 }
             }
+            StateOp::TopicOrder { name, order, conf } => self.apply_topic_order(name, order, conf),
             StateOp::GroupDeleted { name } => {
                 // Its entry stays (pending transactions may name it: deletion refuses a group
                 // they name, but the index is kept stable), unreachable by name: a group of

@@ -77,8 +77,9 @@ mod digest;
 
 /// The first bytes of a checkpoint.
 const MAGIC: [u8; 8] = *b"RKLTCKPT";
-/// The version this build writes and reads.
-pub(super) const CHECKPOINT_VERSION: u32 = 1;
+/// The version this build writes; it reads this one and version 1. Version 2's body is
+/// version 1's followed by the topics' order settings ([`Snapshot::orders`]).
+pub(super) const CHECKPOINT_VERSION: u32 = 2;
 /// Magic, version, covered offset, body length, CRC.
 const HEADER: usize = 8 + 4 + 8 + 4 + 4;
 
@@ -141,6 +142,10 @@ pub(super) struct Snapshot {
     pub(super) index_slots: Vec<u32>,
     pub(super) index_count: u32,
     pub(super) index_pending: Vec<(u32, u32, u64)>,
+    /// Topics' order settings: (topic, order, conf). Encoded after the rest (version 2 on):
+    /// a version 1 body has none.
+    #[serde(skip)]
+    pub(super) orders: Vec<(String, bool, String)>,
 }
 
 impl Snapshot {
@@ -225,10 +230,18 @@ fn restore_stats(v: &[u64]) -> Stats {
 /// A checkpoint's bytes: header, then the postcard body; the CRC covers version, offset,
 /// length and body.
 pub(super) fn encode(snap: &Snapshot) -> Vec<u8> {
-    let body = postcard::to_allocvec(snap).expect("postcard to a Vec cannot fail");
+    encode_version(snap, CHECKPOINT_VERSION)
+}
+
+/// [`encode`] in layout `version` (1: without the order settings, as older builds wrote).
+pub(super) fn encode_version(snap: &Snapshot, version: u32) -> Vec<u8> {
+    let mut body = postcard::to_allocvec(snap).expect("postcard to a Vec cannot fail");
+    if version >= 2 {
+        body.extend(postcard::to_allocvec(&snap.orders).expect("postcard to a Vec cannot fail"));
+    }
     let mut out = Vec::with_capacity(HEADER + body.len());
     out.extend_from_slice(&MAGIC);
-    out.extend_from_slice(&CHECKPOINT_VERSION.to_le_bytes());
+    out.extend_from_slice(&version.to_le_bytes());
     out.extend_from_slice(&snap.covers.to_le_bytes());
     out.extend_from_slice(&(body.len() as u32).to_le_bytes());
     let mut h = crc32fast::Hasher::new();
@@ -266,9 +279,9 @@ fn verify(bytes: &[u8]) -> Result<u64, String> {
     let le32 =
         |at: usize| u32::from_le_bytes([bytes[at], bytes[at + 1], bytes[at + 2], bytes[at + 3]]);
     let version = le32(8);
-    if version != CHECKPOINT_VERSION {
+    if !(1..=CHECKPOINT_VERSION).contains(&version) {
         return Err(alloc::format!(
-            "checkpoint version {version}; this build reads version {CHECKPOINT_VERSION}"
+            "checkpoint version {version}; this build reads versions 1 to {CHECKPOINT_VERSION}"
         ));
     }
     let len = le32(20) as usize;
@@ -292,8 +305,12 @@ fn verify(bytes: &[u8]) -> Result<u64, String> {
 /// Reads a checkpoint; `Err` says what is wrong with it.
 pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     verify(bytes)?;
-    let snap: Snapshot = postcard::from_bytes(&bytes[HEADER..])
-        .map_err(|e| alloc::format!("checkpoint body unreadable: {e}"))?;
+    let unreadable = |e| alloc::format!("checkpoint body unreadable: {e}");
+    let (mut snap, rest): (Snapshot, &[u8]) =
+        postcard::take_from_bytes(&bytes[HEADER..]).map_err(unreadable)?;
+    if bytes[8] >= 2 {
+        snap.orders = postcard::from_bytes(rest).map_err(unreadable)?;
+    }
     if snap.covers != u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) {
         return Err("checkpoint header and body name different offsets".into());
     }
@@ -538,6 +555,7 @@ impl<S: Storage> Broker<S> {
             index_slots: self.index.slots.clone(),
             index_count: self.index.count,
             index_pending: self.index.pending.clone(),
+            orders: self.order_rows(),
         }
     }
 
@@ -692,6 +710,8 @@ impl<S: Storage> Broker<S> {
                 queues,
                 round_robin: 0,
                 deleted,
+                order: false,
+                order_conf: String::new(),
             })
             .collect();
         self.topic_ids = snap.topic_ids.into_iter().collect();
@@ -832,6 +852,9 @@ impl<S: Storage> Broker<S> {
         self.index.slots = snap.index_slots;
         self.index.count = snap.index_count;
         self.index.pending = snap.index_pending;
+        for (name, order, conf) in &snap.orders {
+            self.apply_topic_order(name, *order, conf);
+        }
         Ok(())
     }
 }

@@ -25,6 +25,9 @@ mod consumers;
 mod delays;
 mod index;
 mod message;
+mod order;
+#[cfg(test)]
+mod order_tests;
 mod pages;
 mod queue;
 mod replication;
@@ -41,6 +44,7 @@ pub use checkpoint::CheckpointDraft;
 pub use index::{INDEX_DIR, INDEX_ENTRIES, INDEX_SLOTS, MAX_CHAIN};
 pub use message::offset_msg_id;
 use message::*;
+pub use order::{parse_order_conf, TopicOrder, MAX_ORDER_CONF};
 pub use pages::{GroupLag, Page, MAX_PAGE};
 use queue::*;
 pub use queue::{tag_hash, CqUnit, CQ_DIR, CQ_FILE_UNITS, CQ_UNIT_BYTES};

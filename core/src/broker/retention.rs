@@ -117,13 +117,51 @@ pub(super) struct LogStart {
     /// receive records below the cut go with it, so a reopen would start them again at the
     /// queue's first offset and deliver what they acked once more (version 2 on).
     pub(super) pops: Vec<(String, String, u32, u64)>,
+    /// Topics' order settings: (topic, order, conf) (version 3 on: their records below the
+    /// cut go with it).
+    pub(super) orders: Vec<(String, bool, String)>,
 }
 
 /// The queue offset of a carried unit a version 1 record names (it kept none): replay puts
 /// the unit in, as that version's builds did.
 const UNPLACED: u64 = u64::MAX;
 
-/// Version 1 of [`LogStart`]: the same fields but `pops`.
+/// Version 2 of [`LogStart`]: the same fields but `orders`.
+#[derive(serde::Deserialize)]
+struct LogStartV2 {
+    version: u32,
+    start: u64,
+    topics: Vec<(String, u32)>,
+    groups: Vec<(String, bool)>,
+    offsets: Vec<(String, String, u32, u64)>,
+    queues: Vec<(String, u32, u64)>,
+    epochs: Vec<(u64, u64)>,
+    units: Vec<(u64, String, u32, u64, u32, i32, u64)>,
+    retired_total: u64,
+    carried_total: u64,
+    pops: Vec<(String, String, u32, u64)>,
+}
+
+impl From<LogStartV2> for LogStart {
+    fn from(v: LogStartV2) -> Self {
+        LogStart {
+            version: v.version,
+            start: v.start,
+            topics: v.topics,
+            groups: v.groups,
+            offsets: v.offsets,
+            queues: v.queues,
+            epochs: v.epochs,
+            units: v.units,
+            retired_total: v.retired_total,
+            carried_total: v.carried_total,
+            pops: v.pops,
+            orders: Vec::new(),
+        }
+    }
+}
+
+/// Version 1 of [`LogStart`]: the same fields but `pops` and `orders`.
 #[derive(serde::Deserialize)]
 struct LogStartV1 {
     version: u32,
@@ -156,6 +194,7 @@ impl From<LogStartV1> for LogStart {
             retired_total: v.retired_total,
             carried_total: v.carried_total,
             pops: Vec::new(),
+            orders: Vec::new(),
         }
     }
 }
@@ -169,6 +208,9 @@ pub(super) fn decode_log_start(bytes: &[u8]) -> Result<LogStart, String> {
         1 => Ok(postcard::from_bytes::<LogStartV1>(bytes)
             .map_err(unreadable)?
             .into()),
+        2 => Ok(postcard::from_bytes::<LogStartV2>(bytes)
+            .map_err(unreadable)?
+            .into()),
         LOG_START_VERSION => postcard::from_bytes(bytes).map_err(unreadable),
         v => Err(format!(
             "the record of where the log starts (LOG_START) is version {v}; this build reads \
@@ -177,8 +219,8 @@ pub(super) fn decode_log_start(bytes: &[u8]) -> Result<LogStart, String> {
     }
 }
 
-/// The [`LogStart`] layout this build writes; it reads this one and version 1.
-pub(super) const LOG_START_VERSION: u32 = 2;
+/// The [`LogStart`] layout this build writes; it reads this one and versions 1 and 2.
+pub(super) const LOG_START_VERSION: u32 = 3;
 
 impl<S: Storage> Broker<S> {
     /// Where the log starts: the base of its oldest segment once retention retired the ones
@@ -608,6 +650,7 @@ impl<S: Storage> Broker<S> {
         Ok(LogStart {
             version: LOG_START_VERSION,
             pops,
+            orders: self.order_rows(),
             start: cut,
             topics,
             groups,
@@ -716,6 +759,9 @@ impl<S: Storage> Broker<S> {
             if *queues <= MAX_QUEUES {
                 self.topic_with(name, *queues, false);
             }
+        }
+        for (name, order, conf) in &rec.orders {
+            self.apply_topic_order(name, *order, conf);
         }
         for (name, fifo) in &rec.groups {
             let g = self.group(name);

@@ -112,6 +112,14 @@ pub(super) enum StateOp<'a> {
     /// A consumer group deleted by a host (RocketMQ's deleteSubGroup): its declaration,
     /// committed offsets and receive positions are gone; the name starts afresh.
     GroupDeleted { name: &'a str },
+    /// A user topic's order settings, set by a host (RocketMQ's updateTopic -o: the topic
+    /// config's `order` flag, and the name server's ORDER_TOPIC_CONFIG entry, `conf`, empty
+    /// for none). The last record wins; the topic's deletion clears them.
+    TopicOrder {
+        name: &'a str,
+        order: bool,
+        conf: &'a str,
+    },
 }
 
 pub(super) struct Topic {
@@ -121,6 +129,9 @@ pub(super) struct Topic {
     pub(super) round_robin: u32,
     /// Deleted ([`Broker::delete_topic`]): no longer found by name.
     pub(super) deleted: bool,
+    /// Its order settings ([`Broker::topic_order`]): the flag and the conf (empty: none).
+    pub(super) order: bool,
+    pub(super) order_conf: String,
 }
 
 pub(super) struct Group {

@@ -326,6 +326,8 @@ impl<S: Storage> Broker<S> {
                     queues: Vec::new(),
                     round_robin: 0,
                     deleted: false,
+                    order: false,
+                    order_conf: String::new(),
                 });
                 self.topic_ids.insert(name.into(), t);
                 t

@@ -283,7 +283,10 @@ pub(super) fn namesrv_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     }
     // Rocklet answers for its own broker (or its cluster's, from etcd): there is no
     // registration, so no broker is ever scanned out as inactive.
-    out.push_str("clusterTest=false\norderMessageEnable=false\n");
+    out.push_str(&format!(
+        "clusterTest=false\norderMessageEnable={}\n",
+        ctx.cfg.order_message_enable
+    ));
     Ok(with_body(req, out))
 }
 

@@ -9,7 +9,9 @@
 //! GET_PRODUCER_CONNECTION_LIST (204), QUERY_TOPIC_CONSUME_BY_WHO (300), VIEW_MESSAGE_BY_ID
 //! (33), QUERY_MESSAGE (12: queryMsgByKey and queryMsgByUniqueKey, from the core's key
 //! index), SEARCH_OFFSET_BY_TIMESTAMP (29), INVOKE_BROKER_TO_RESET_OFFSET (222),
-//! DELETE_TOPIC_IN_BROKER (215), DELETE_TOPIC_IN_NAMESRV (216) and the codes of
+//! DELETE_TOPIC_IN_BROKER (215), DELETE_TOPIC_IN_NAMESRV (216), the name server's KV config
+//! for order topics (PUT_KV_CONFIG 100, GET_KV_CONFIG 101, DELETE_KV_CONFIG 102: [`kv`]) and
+//! the codes of
 //! [`broker`] and [`groups`] (DELETE_SUBSCRIPTIONGROUP and GET_CONSUMER_RUNNING_INFO among
 //! them). Every other admin code is
 //! refused naming it ([`super::codes::unserved_name`]).
@@ -43,6 +45,7 @@ use query::{offset_at, query_cq, query_message, search_offset, view_message};
 
 mod broker;
 mod groups;
+mod kv;
 mod query;
 pub mod resets;
 
@@ -77,6 +80,9 @@ pub async fn handle(ctx: &Ctx, req: &RemotingCommand) -> Option<Answer> {
         code::DELETE_TOPIC_IN_BROKER => delete_topic(ctx, req, false).await,
         code::DELETE_TOPIC_IN_NAMESRV => delete_topic(ctx, req, true).await,
         code::QUERY_MESSAGE => query_message(ctx, req).await,
+        code::PUT_KV_CONFIG => kv::put(ctx, req).await,
+        code::GET_KV_CONFIG => kv::get(ctx, req).await,
+        code::DELETE_KV_CONFIG => kv::delete(ctx, req).await,
         _ => return None,
     })
 }
@@ -122,10 +128,10 @@ pub(super) async fn topic_info(
     }
 }
 
-/// UPDATE_AND_CREATE_TOPIC (mqadmin updateTopic): creates the topic, or grows it. The core
-/// has one queue count per topic, read and write permission always, every message type
-/// on an auto-created or updated topic and no order flag (`order`: refused), so what cannot
-/// be kept is refused by name.
+/// UPDATE_AND_CREATE_TOPIC (mqadmin updateTopic): creates the topic, or grows it, and sets
+/// its `order` flag as sent (durably, [`rocklet_core::Broker::set_topic_order`]). The core
+/// has one queue count per topic, read and write permission always and every message type
+/// on an auto-created or updated topic, so what cannot be kept is refused by name.
 async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let name = required(req, "topic")?.to_string();
     let read: u32 = number_or(req, "readQueueNums", ctx.cfg.core.default_queues)?;
@@ -138,16 +144,18 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             format!("readQueueNums {read} and writeQueueNums {write} differ: rocklet topics have one queue count"),
         ));
     }
-    if field(req, "order") == Some("true") {
-        // mqadmin updateTopic -o true: Apache keeps an order flag on the topic and the order
-        // conf in its name server's KV config (PUT_KV_CONFIG, ORDER_TOPIC_CONFIG). Rocklet
-        // keeps neither, so the topic is not made as if it had been taken.
-        return Err(fail(
-            req,
-            status::SYSTEM_ERROR,
-            format!("topic `{name}`: order topics (updateTopic -o true) are not supported by rocklet, which keeps no per-topic order flag; ordering is per consumer group (updateSubGroup -o true) and per queue for senders choosing one"),
-        ));
-    }
+    let order = match field(req, "order") {
+        None => None,
+        Some("true") => Some(true),
+        Some("false") => Some(false),
+        Some(v) => {
+            return Err(fail(
+                req,
+                status::SYSTEM_ERROR,
+                format!("order `{v}` is neither true nor false"),
+            ))
+        }
+    };
     if perm != 6 {
         return Err(fail(
             req,
@@ -172,7 +180,13 @@ async fn update_topic(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             }
         }
     }
-    changed(req, ops::create_topic(&ctx.core, name, read).await)
+    let r = match order {
+        // updateTopic sends the topic config's `order` (Apache keeps it on the topic; -o
+        // true then puts the order conf to the name server: PUT_KV_CONFIG, [`kv`]).
+        Some(order) => ops::create_topic_with_order(&ctx.core, name, read, order).await,
+        None => ops::create_topic(&ctx.core, name, read).await,
+    };
+    changed(req, r)
 }
 
 /// The answer to an operator action ([`crate::ops`]): OK, its refusal, or the core's failure.
@@ -186,7 +200,7 @@ fn changed(req: &RemotingCommand, r: Result<(), OpError>) -> Answer {
     }
 }
 
-fn topic_config_json(t: &TopicInfo) -> Value {
+fn topic_config_json(t: &TopicInfo, order: bool) -> Value {
     json!({
         "topicName": t.name,
         "readQueueNums": t.queues.len(),
@@ -194,15 +208,22 @@ fn topic_config_json(t: &TopicInfo) -> Value {
         "perm": 6,
         "topicFilterType": "SINGLE_TAG",
         "topicSysFlag": 0,
-        "order": false,
+        "order": order,
         "attributes": {},
     })
 }
 
 /// GET_TOPIC_CONFIG: the topic's config (TopicConfigAndQueueMapping, no static mapping).
 async fn topic_config(ctx: &Ctx, req: &RemotingCommand) -> Answer {
-    let t = topic_info(ctx, req, required(req, "topic")?).await?;
-    Ok(with_body(req, topic_config_json(&t).to_string()))
+    let name = required(req, "topic")?;
+    let t = topic_info(ctx, req, name).await?;
+    let n = name.to_string();
+    let order = ctx
+        .core
+        .inspect(move |b| b.topic_order(&n).is_some_and(|o| o.order))
+        .await
+        .map_err(|e| core_failure(req, &e))?;
+    Ok(with_body(req, topic_config_json(&t, order).to_string()))
 }
 
 /// Store time of the message at `offset` of a queue (`None`: nothing readable there).

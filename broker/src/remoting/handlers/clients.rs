@@ -15,14 +15,32 @@ use crate::remoting::conn::{lock, notify_ids_changed, Conn, Ctx};
 use crate::remoting::locks::{QueueKey, MAX_CLIENT_ID_LEN, MAX_QUEUES_PER_REQUEST};
 use crate::remoting::reply::*;
 
-/// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic.
+/// The topic's order conf (the name server's ORDER_TOPIC_CONFIG entry: a v4 producer with
+/// one builds its queue list from it), as this node's core keeps it; `None` unless
+/// `order_message_enable` (Apache's name server's `orderMessageEnable`) is on.
+async fn order_conf(ctx: &Ctx, topic: &str) -> Result<Option<String>, crate::driver::CoreFailure> {
+    if !ctx.cfg.order_message_enable {
+        return Ok(None);
+    }
+    let t = topic.to_string();
+    ctx.core
+        .inspect(move |b| b.topic_order(&t).and_then(|o| o.conf))
+        .await
+}
+
+/// GET_ROUTEINFO_BY_TOPIC: one broker (this one) holding every queue of the topic, with
+/// its order conf when it has one and `order_message_enable` is on (`orderTopicConf`,
+/// else `null` as Apache's).
 pub(crate) async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
     let topic = required(req, "topic")?;
     // Cluster mode with a placement in etcd: one broker per hosting group, at its master.
     if let Some(view) = &ctx.cluster {
         if let Some(d) = view.directory.get() {
             if let Some(groups) = d.route(topic, view.master()).await {
-                return placed_route(ctx, req, topic, &d.group, &groups);
+                let conf = order_conf(ctx, topic)
+                    .await
+                    .map_err(|e| core_failure(req, &e))?;
+                return placed_route(ctx, req, topic, &d.group, &groups, conf);
             }
         }
     }
@@ -47,6 +65,9 @@ pub(crate) async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
             "the remoting broker listener is off: no route",
         ));
     };
+    let conf = order_conf(ctx, topic)
+        .await
+        .map_err(|e| core_failure(req, &e))?;
     let n = match queues_of(ctx, topic).await {
         Ok(Some(n)) => n,
         Ok(None) => {
@@ -59,7 +80,7 @@ pub(crate) async fn route(ctx: &Ctx, req: &RemotingCommand) -> Answer {
         Err(e) => return Err(core_failure(req, &e)),
     };
     let body = serde_json::json!({
-        "orderTopicConf": null,
+        "orderTopicConf": conf,
         "queueDatas": [{
             "brokerName": BROKER_NAME,
             "readQueueNums": n,
@@ -89,6 +110,7 @@ pub(crate) fn placed_route(
     topic: &str,
     own: &str,
     groups: &[crate::cluster::directory::RouteGroup],
+    order_conf: Option<String>,
 ) -> Answer {
     let mut queue_datas = Vec::new();
     let mut broker_datas = Vec::new();
@@ -128,7 +150,7 @@ pub(crate) fn placed_route(
         ));
     }
     let body = serde_json::json!({
-        "orderTopicConf": null,
+        "orderTopicConf": order_conf,
         "queueDatas": queue_datas,
         "brokerDatas": broker_datas,
         "filterServerTable": {},

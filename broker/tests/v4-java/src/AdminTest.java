@@ -172,16 +172,47 @@ public class AdminTest {
         if (rocklet) {
             expect(a("updateTopic", "-b", addr, "-t", topic, "-r", "1", "-w", "1"), a("cannot remove queues"));
         }
+        // An order topic: the flag on the topic, its conf (brokerName:queues) in the name
+        // server's KV config, carried by the route (both name servers run with
+        // orderMessageEnable on, fidelity.sh); a v4 producer sends only to the queues the
+        // conf names.
         String ordered = "AdmOrdered" + stamp;
+        expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
+            a("create topic to " + addr + " success", "set cluster orderConf. isOrder=true, orderConf=[rocklet:8]"), errors);
+        expect(a("topicRoute", "-t", ordered), a("\"orderTopicConf\":\"rocklet:8\"", "\"readQueueNums\":8"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "get"),
+            a("get orderConf success. topic=[" + ordered + "], orderConf=[rocklet:8]"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "put", "-v", "rocklet:2"),
+            a("update orderConf success. topic=[" + ordered + "], orderConf=[rocklet:2]"), errors);
+        expect(a("topicRoute", "-t", ordered), a("\"orderTopicConf\":\"rocklet:2\""), errors);
+        DefaultMQProducer op = new DefaultMQProducer(pgroup + "O");
+        op.setNamesrvAddr(ns);
+        op.start();
+        java.util.Set<Integer> orderedQueues = new java.util.TreeSet<>();
+        try {
+            for (int i = 0; i < 6; i++) {
+                orderedQueues.add(op.send(new Message(ordered, "TagA", ("o" + i).getBytes())).getMessageQueue().getQueueId());
+            }
+        } finally {
+            op.shutdown();
+        }
+        check(orderedQueues.equals(new java.util.TreeSet<>(java.util.Arrays.asList(0, 1))),
+            "a v4 producer sends to the order topic's queues the conf names (0 and 1): " + orderedQueues);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "delete"), a("delete orderConf success"), errors);
+        expect(a("updateOrderConf", "-t", ordered, "-m", "get"),
+            a("No config item, Namespace: ORDER_TOPIC_CONFIG Key: " + ordered));
+        expect(a("updateOrderConf", "-t", ordered, "-m", "put", "-v", "rocklet:2"),
+            a("update orderConf success"), errors);
+        expect(a("deleteTopic", "-c", "rocklet", "-t", ordered),
+            a("delete topic [" + ordered + "] from cluster [rocklet] success"), errors);
         if (rocklet) {
-            // rocklet only: an order topic is refused by name, nothing made (Apache creates it
-            // and puts its order conf into the name server's KV config).
-            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
-                a("order topics (updateTopic -o true) are not supported"), "success");
-            expect(a("topicList"), a(topic), ordered, "Exception", "command failed");
+            // rocklet only: the conf is kept on the topic and goes with it (Apache 5.5's
+            // deleteTopic leaves the name server's KV entry, which a topic made again under
+            // the name then finds).
+            expect(a("updateOrderConf", "-t", ordered, "-m", "get"),
+                a("No config item, Namespace: ORDER_TOPIC_CONFIG Key: " + ordered));
         } else {
-            expect(a("updateTopic", "-c", "rocklet", "-t", ordered, "-o", "true"),
-                a("create topic to " + addr + " success", "set cluster orderConf. isOrder=true, orderConf=[rocklet:8]"), errors);
+            expect(a("updateOrderConf", "-t", ordered, "-m", "get"), a("orderConf=[rocklet:2]"), errors);
         }
         expect(a("updateSubGroup", "-c", "rocklet", "-g", fifo, "-o", "true"),
             a("create subscription group to " + addr + " success"), errors);
@@ -285,7 +316,9 @@ public class AdminTest {
         String conf = expect(a("getBrokerConfig", "-b", addr),
             a("brokerClusterName", "brokerName", "flushDiskType", "brokerPermission", "autoCreateTopicEnable"), errors);
         check(Pattern.compile("brokerPermission\\s+=\\s+6").matcher(conf).find(), "getBrokerConfig shows brokerPermission 6");
-        expect(a("getNamesrvConfig"), a("listenPort"), errors);
+        String nsConfig = expect(a("getNamesrvConfig"), a("listenPort"), errors);
+        check(Pattern.compile("orderMessageEnable\\s+=\\s+true").matcher(nsConfig).find(),
+            "getNamesrvConfig shows orderMessageEnable on, as the name server runs");
         // updateBrokerConfig brokerPermission 4 is a drain too: a fresh producer finds no queue
         // to send to; 6 restores it.
         expect(a("updateBrokerConfig", "-b", addr, "-k", "brokerPermission", "-v", "4"),

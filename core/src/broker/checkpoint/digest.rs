@@ -47,6 +47,8 @@ pub(crate) struct Digest {
     pending_txns: Vec<PendingTxnInfo>,
     pending_delays: Vec<PendingDelayInfo>,
     poll_timeout: Option<Millis>,
+    /// Topics' order settings: (topic, order, conf).
+    orders: Vec<(String, bool, String)>,
 }
 
 impl Digest {
@@ -138,6 +140,7 @@ impl<S: Storage> Broker<S> {
             .collect();
         moved.sort();
         Digest {
+            orders: snap.orders.clone(),
             covers: snap.covers,
             closed: snap.closed,
             segments: snap.segments.clone(),
