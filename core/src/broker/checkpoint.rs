@@ -308,7 +308,7 @@ pub(super) fn decode(bytes: &[u8]) -> Result<Snapshot, String> {
     let unreadable = |e| alloc::format!("checkpoint body unreadable: {e}");
     let (mut snap, rest): (Snapshot, &[u8]) =
         postcard::take_from_bytes(&bytes[HEADER..]).map_err(unreadable)?;
-    if bytes[8] >= 2 {
+    if u32::from_le_bytes(bytes[8..12].try_into().expect("4 bytes")) >= 2 {
         snap.orders = postcard::from_bytes(rest).map_err(unreadable)?;
     }
     if snap.covers != u64::from_le_bytes(bytes[12..20].try_into().expect("8 bytes")) {
