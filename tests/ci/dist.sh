@@ -39,59 +39,39 @@ TOOLS=$ROOT/.tools
 cd "$ROOT"
 t0=$(date +%s)
 step() { echo "== dist: $* ($(( $(date +%s) - t0 ))s)"; }
-# The aarch64 and musl artifacts (DIST_CROSS=1) take about an hour to build cold on two loaded
-# cores (the broker's two crates, compiled again for each target, are most of it; aarch64 uses
-# Debian's prebuilt std, musl builds std): the CI part builds and tests the x86_64 glibc
-# artifacts and the sdist; the cross ones are the long form, run by hand before a release.
-CROSS=${DIST_CROSS:-0}
+# The aarch64 and musl artifacts are built and tested too (DIST_CROSS=0: the x86_64 glibc ones
+# and the sdist only). In a CI run tests/ci/run builds them all early in the background
+# (tests/ci/prefetch.sh: dist, arm64-root), at the lowest priority, so they take the CPU the
+# parts before this one leave idle; this part waits for them and then only packs and tests.
+CROSS=${DIST_CROSS:-1}
+# The artifacts' own target dir (the prefetched build's: cargo locks a target dir per build).
+export CARGO_TARGET_DIR=$ROOT/target/dist
 PY_CLIENT="rocketmq-python-client==5.1.2"
 
 step "tools"
-pkgs=(chromium python3-venv file binutils)
-[ "$CROSS" = 0 ] || pkgs+=(qemu-user-static binfmt-support debootstrap)
-missing=()
-for p in "${pkgs[@]}"; do dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p"); done
-if [ ${#missing[@]} -gt 0 ]; then
-  apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
-fi
-# Both at once, as tests/ci/wasm.sh installs them: an `npm install --no-save` of one into
-# .tools removes the other (the playground build below installs binaryen when it is missing).
-[ -d "$TOOLS/node_modules/playwright-core" ] && [ -x "$TOOLS/node_modules/.bin/wasm-opt" ] \
-  || npm install --no-save --no-audit --no-fund --loglevel=error --prefix "$TOOLS" \
-       playwright-core@1.65.1 binaryen@132.0.0
+DIST_CROSS=$CROSS PARTS=dist bash tests/ci/prefetch.sh install
 # The official Python client, in a venv of its own (from PyPI; the broker part uses the same).
 CLIENT_VENV=$TOOLS/dist-client
 [ -x "$CLIENT_VENV/bin/python" ] || python3 -m venv "$CLIENT_VENV"
 "$CLIENT_VENV/bin/python" -c 'import rocketmq' 2>/dev/null \
   || "$CLIENT_VENV/bin/python" -m pip install -q "$PY_CLIENT"
 
-if [ "$CROSS" != 0 ]; then
-# qemu-user for aarch64 ELF files: binfmt_misc mounted, qemu-aarch64 registered (F: the
-# interpreter is opened now, so it works inside a chroot that lacks it).
-[ -e /proc/sys/fs/binfmt_misc/register ] || mount -t binfmt_misc binfmt_misc /proc/sys/fs/binfmt_misc
-if [ ! -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ]; then
-  # Imported when qemu-user-static was installed, but enabled only if binfmt_misc was mounted.
-  update-binfmts --import qemu-aarch64 >/dev/null 2>&1 || true
-  [ -e /proc/sys/fs/binfmt_misc/qemu-aarch64 ] || update-binfmts --enable qemu-aarch64
-fi
-grep -q '^flags:.*F' /proc/sys/fs/binfmt_misc/qemu-aarch64 \
-  || { echo "qemu-aarch64 is not registered with the F flag"; cat /proc/sys/fs/binfmt_misc/qemu-aarch64; exit 1; }
-# The arm64 Debian root (bookworm, minbase, python3 + venv, nodejs), made once, from the
-# Debian mirror apt uses here; .ready marks a finished one. Made in the background while the
-# artifacts build (its downloads and the build overlap); waited for before the aarch64 tests.
+# The arm64 Debian root (tests/ci/prefetch.sh arm64-root), made beside the build: prefetched
+# in a CI run; run alone, started here in the background (its downloads overlap the build).
 ARM_ROOT=$TOOLS/arm64-root
-if [ ! -e "$ARM_ROOT/.ready" ]; then
-  step "arm64 Debian root (debootstrap --arch=arm64, second stage under qemu), in the background"
-  MIRROR=$(sed -n 's/^URIs: *//p' /etc/apt/sources.list.d/debian.sources 2>/dev/null | head -1)
-  [ -n "$MIRROR" ] || MIRROR=$(awk '$1=="deb" && $3=="bookworm" {print $2; exit}' /etc/apt/sources.list)
-  [ -n "$MIRROR" ] || { echo "no Debian mirror found in apt's sources"; exit 1; }
-  rm -rf "$ARM_ROOT"
-  debootstrap --arch=arm64 --variant=minbase --include=python3,python3-venv,nodejs \
-    bookworm "$ARM_ROOT" "$MIRROR" > "$TOOLS/arm64-root.log" 2>&1 &
-  ROOT_PID=$!
-  trap 'kill "$ROOT_PID" 2>/dev/null || true' EXIT
-fi
+OWN_PREFETCH=
+if [ "$CROSS" != 0 ]; then
+  if ! bash tests/ci/prefetch.sh has arm64-root; then
+    OWN_PREFETCH=$TOOLS/prefetch-dist
+    mkdir -p "$OWN_PREFETCH"
+    rm -f "$OWN_PREFETCH"/*.rc
+    echo $$ > "$OWN_PREFETCH/started"
+    echo arm64-root > "$OWN_PREFETCH/jobs"
+    step "arm64 Debian root (debootstrap --arch=arm64, second stage under qemu), in the background"
+    PREFETCH_DIR=$OWN_PREFETCH bash tests/ci/prefetch.sh one arm64-root &
+    ROOT_PID=$!
+    trap 'kill "$ROOT_PID" 2>/dev/null || true' EXIT
+  fi
 fi
 # maturin for pip's isolated build of the sdist (--no-index: from here only).
 WHEELHOUSE=$TOOLS/wheelhouse
@@ -99,6 +79,9 @@ ls "$WHEELHOUSE"/maturin-1.16.*.whl >/dev/null 2>&1 \
   || python3 -m pip download -q --only-binary=:all: -d "$WHEELHOUSE" "maturin==1.16.*"
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
+  # Prefetched: wait for that build; this one then only packs (the same command and target dir).
+  step "waiting for the prefetched build of the artifacts (tests/ci/prefetch.sh dist)"
+  bash tests/ci/prefetch.sh wait dist || [ $? = 2 ] || echo "the prefetched build failed (its log's end above); building here"
   step "build (dist/build.sh)"
   DIST_CROSS=$CROSS bash dist/build.sh --install
 fi
@@ -245,12 +228,11 @@ broker_tarball x86_64-linux "$WORK" "$WORK"
 B=$WORK/rocklet-$V-x86_64-linux
 
 if [ "$CROSS" != 0 ]; then
-if [ -n "${ROOT_PID:-}" ]; then
-  step "waiting for the arm64 Debian root"
-  wait "$ROOT_PID" || { echo "debootstrap of the arm64 root failed:"; tail -20 "$TOOLS/arm64-root.log"; exit 1; }
-  ROOT_PID=
-  touch "$ARM_ROOT/.ready"
-fi
+step "waiting for the arm64 Debian root"
+PREFETCH_DIR=${OWN_PREFETCH:-${PREFETCH_DIR:-$TOOLS/prefetch}} bash tests/ci/prefetch.sh wait arm64-root \
+  || { echo "making the arm64 root failed"; exit 1; }
+ROOT_PID=
+[ -e "$ARM_ROOT/.ready" ] || { echo "the arm64 root is not ready"; exit 1; }
 [ "$(chroot "$ARM_ROOT" uname -m)" = aarch64 ] || { echo "the arm64 root does not run as aarch64"; exit 1; }
 [ -z "$(chroot "$ARM_ROOT" sh -c 'command -v cargo rustc rustup' || true)" ] || { echo "the arm64 root has Rust"; exit 1; }
 

@@ -55,6 +55,7 @@ if [ "$V4_RUST" = 1 ] && ! [ -f "${PREFETCH_DIR:-/nonexistent}/started" ]; then
   PREFETCH_DIR=$PREFETCH_DIR nice -n 10 bash tests/ci/prefetch.sh one v4-rust &
   V4_BUILD=$!
   echo "$V4_BUILD" > "$PREFETCH_DIR/started"
+  echo v4-rust > "$PREFETCH_DIR/jobs"
 fi
 
 echo "== rust: remoting unit and protocol tests"

@@ -49,6 +49,9 @@ env RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc RUSTC_BOOTSTRAP=1 CARGO_TARGET
   -Zbuild-std=core,alloc
 
 step "build rocklet-wasm"
+# The prefetch chain builds it early (for the dist artifacts too): wait for that build, so
+# two never write playground/pkg at once; this one then finds it built.
+bash "$ROOT/tests/ci/prefetch.sh" wait playground || [ $? = 2 ] || echo "prefetched playground build failed; building here"
 bash "$ROOT/bindings-wasm/build.sh"
 
 step "node --test (binding + scenario vectors + the playground's names)"
