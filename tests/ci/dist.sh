@@ -61,7 +61,7 @@ CLIENT_VENV=$TOOLS/dist-client
 ARM_ROOT=$TOOLS/arm64-root
 OWN_PREFETCH=
 if [ "$CROSS" != 0 ]; then
-  if ! bash tests/ci/prefetch.sh has arm64-root; then
+  if [ -z "${PREFETCH_DIR:-}" ] || ! bash tests/ci/prefetch.sh has arm64-root; then
     OWN_PREFETCH=$TOOLS/prefetch-dist
     mkdir -p "$OWN_PREFETCH"
     rm -f "$OWN_PREFETCH"/*.rc
@@ -79,11 +79,23 @@ ls "$WHEELHOUSE"/maturin-1.16.*.whl >/dev/null 2>&1 \
   || python3 -m pip download -q --only-binary=:all: -d "$WHEELHOUSE" "maturin==1.16.*"
 
 if [ "${NO_BUILD:-0}" != 1 ]; then
-  # Prefetched: wait for that build; this one then only packs (the same command and target dir).
-  step "waiting for the prefetched build of the artifacts (tests/ci/prefetch.sh dist)"
-  bash tests/ci/prefetch.sh wait dist || [ $? = 2 ] || echo "the prefetched build failed (its log's end above); building here"
-  step "build (dist/build.sh)"
-  DIST_CROSS=$CROSS bash dist/build.sh --install
+  # Prefetched (a CI run): that build is this part's build, of this tree, by the same command;
+  # its artifacts are in dist/. Otherwise (run alone, or the prefetched build failed) build here.
+  # Only a prefetch this run started (tests/ci/run exports PREFETCH_DIR): an older run's
+  # artifacts are not this tree's. rc 2: none started.
+  rc=2
+  if [ -n "${PREFETCH_DIR:-}" ] && bash tests/ci/prefetch.sh has dist; then
+    step "waiting for the prefetched build of the artifacts (tests/ci/prefetch.sh dist)"
+    rc=0
+    bash tests/ci/prefetch.sh wait dist || rc=$?
+  fi
+  if [ "$rc" = 0 ]; then
+    step "built by the prefetched build ($PREFETCH_DIR/dist.log)"
+  else
+    [ "$rc" = 2 ] || echo "the prefetched build failed (the end of its log above); building here"
+    step "build (dist/build.sh)"
+    DIST_CROSS=$CROSS bash dist/build.sh --install
+  fi
 fi
 V=$(bash dist/version.sh)
 bash dist/version.sh check
