@@ -25,10 +25,14 @@
 #   bash dist/build.sh --install   installs the playground's prerequisites first (apt: root)
 #   DIST_CROSS=0 bash dist/build.sh   the x86_64 glibc artifacts only (no aarch64, no musl)
 #
-# Release builds go to target/<triple>/release (linked by zig: against glibc 2.17 for the
-# glibc targets, so the binary, the addon and the wheel load on every glibc from 2.17 on; with
-# zig's musl for the static binary) and target/wasm: what an earlier run or CI built is
-# reused, not built again.
+# Release builds go to target/<triple>/release (x86_64 glibc), target/wheel (the x86_64
+# wheel), target/cross (aarch64, musl), target/musl-dylib (the musl addon), all linked by zig
+# (against glibc 2.17 for the glibc targets, so the binary, the addon and the wheel load on
+# every glibc from 2.17 on; with zig's musl for the static binary), and target/wasm: what an
+# earlier run or CI built is reused, not built again. Apart because every build also compiles
+# build scripts and proc macros for this machine, with the linker that build sets for it
+# (zigbuild's wrapper, maturin's, or none): cargo names their files without the linker but
+# checks it, so two such builds in one target dir rebuild each other's every crate each time.
 #
 # x86_64 glibc uses rustup's toolchain. aarch64 and musl do not: rustup here has only the
 # x86_64-unknown-linux-gnu std, and `rustup target add` downloads one (not reachable here).
@@ -225,8 +229,9 @@ if [ "${DIST_CROSS:-1}" != 0 ]; then
   mkdir -p "$DEB_RUST"
   ln -sf /usr/bin/cargo "$DEB_RUST/cargo"
   ln -sf /usr/bin/rustc "$DEB_RUST/rustc"
+  X=$T/cross
   XENV=(env PATH="$DEB_RUST:$ZIG_PATH" RUSTC=/usr/bin/rustc RUSTDOC=/usr/bin/rustdoc
-    ROCKLET_PLAYGROUND_DIR="$SITE")
+    ROCKLET_PLAYGROUND_DIR="$SITE" CARGO_TARGET_DIR="$X")
 
   # One build for aarch64 (same profile, flags and target dir): the broker and the addon, then
   # maturin's wheel, which reuses what it shares with them (33 units compile again: pyo3, and
@@ -234,11 +239,11 @@ if [ "${DIST_CROSS:-1}" != 0 ]; then
   step "release build for aarch64 against glibc $GLIBC_FLOOR (Debian rustc $(/usr/bin/rustc --version | awk '{print $2}'), Debian's arm64 std)"
   "${XENV[@]}" nice -n 10 cargo zigbuild --release --locked --target "$A.$GLIBC_FLOOR" \
     -p rocklet-broker -p rocklet-node
-  tarball aarch64-linux "$T/$A/release/rocklet" "Linux aarch64 (arm64; glibc 2.17 or later)"
-  addon linux-arm64-gnu "$T/$A/release/librocklet_node.so" arm64 glibc
+  tarball aarch64-linux "$X/$A/release/rocklet" "Linux aarch64 (arm64; glibc 2.17 or later)"
+  addon linux-arm64-gnu "$X/$A/release/librocklet_node.so" arm64 glibc
 
   step "wheel for aarch64 (maturin --zig --target $A, manylinux_2_17)"
-  "${XENV[@]}" CARGO_TARGET_DIR="$T" nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
+  "${XENV[@]}" nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
     --target "$A" --compatibility manylinux2014 -m bindings-python/Cargo.toml -o "$OUT"
   ls "$OUT"/rocklet-"$V"-cp39-abi3-manylinux2014_aarch64.manylinux_2_17_aarch64.whl >/dev/null
 
@@ -252,9 +257,9 @@ if [ "${DIST_CROSS:-1}" != 0 ]; then
   step "release build for x86_64 musl, static (Debian rustc, -Zbuild-std)"
   "${MENV[@]}" RUSTFLAGS="-Clink-self-contained=no" \
     nice -n 10 cargo zigbuild --release --locked --target "$M" "${BUILD_STD[@]}" -p rocklet-broker
-  file "$T/$M/release/rocklet" | grep 'statically linked' >/dev/null \
-    || { file "$T/$M/release/rocklet"; echo "the musl broker is not statically linked" >&2; exit 1; }
-  tarball x86_64-linux-musl "$T/$M/release/rocklet" "Linux x86_64, any libc (a static binary: Alpine too)"
+  file "$X/$M/release/rocklet" | grep 'statically linked' >/dev/null \
+    || { file "$X/$M/release/rocklet"; echo "the musl broker is not statically linked" >&2; exit 1; }
+  tarball x86_64-linux-musl "$X/$M/release/rocklet" "Linux x86_64, any libc (a static binary: Alpine too)"
 
   step "node addon for x86_64 musl (-crt-static)"
   "${MENV[@]}" CARGO_TARGET_DIR="$T/musl-dylib" RUSTFLAGS="-Ctarget-feature=-crt-static -Clink-self-contained=no" \
@@ -280,7 +285,7 @@ node -e '
 
 step "wheel (maturin build --release --zig, abi3, manylinux2014 = manylinux_2_17)"
 # maturin builds with the cargo checked above and downloads nothing; zig links.
-PATH=$ZIG_PATH nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
+PATH=$ZIG_PATH CARGO_TARGET_DIR="$T/wheel" nice -n 10 "$VENV/bin/maturin" build --release --locked --strip --zig \
   --compatibility manylinux2014 -m bindings-python/Cargo.toml -o "$OUT"
 ls "$OUT"/rocklet-"$V"-cp39-abi3-manylinux2014_x86_64.manylinux_2_17_x86_64.whl >/dev/null
 
