@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
-# dist part of CI: build every artifact (bash dist/build.sh --install; release builds reused
-# from target/), then install each in a clean place with no Rust toolchain on PATH and
-# smoke-test it:
+# dist part of CI: build every artifact (in a CI run, tests/ci/prefetch.sh builds them in the
+# background from the start, `dist/build.sh` in target/dist, and this part takes them; run
+# alone, it runs `dist/build.sh --install` here), then install each in a clean place with no
+# Rust toolchain on PATH and smoke-test it:
 #   0. the glibc floor: the broker binaries, the Node addons and the wheels' extensions (x86_64
 #      and aarch64) need no glibc symbol version newer than 2.17 (readelf -V), and auditwheel
 #      accepts each wheel's manylinux_2_17 tag; the musl broker is statically linked (file)
@@ -28,10 +29,11 @@
 # cargo/rustc/rustup first on PATH are stubs that record any call; the part fails if one was
 # made (the arm64 root has no Rust at all). Needs root for apt-get (skipped when the packages
 # are there), binfmt_misc and chroot. Run alone:
-#   bash tests/ci/dist.sh           (NO_BUILD=1: test the artifacts already in dist/)
-#   DIST_CROSS=1 bash tests/ci/dist.sh   the long form: also builds and tests the aarch64 and
-#                                        musl artifacts (steps 0 and 3 for them, and 4); about
-#                                        an hour more cold, so the CI part leaves them out
+#   bash tests/ci/dist.sh                every artifact (NO_BUILD=1: test those already in
+#                                        dist/); cold, about an hour on two cores
+#   DIST_CROSS=0 bash tests/ci/dist.sh   the short form: the x86_64 glibc artifacts and the
+#                                        sdist only (no aarch64, no musl: steps 0 and 3 for
+#                                        them, and 4, left out)
 set -euo pipefail
 ROOT=$(cd "$(dirname "${BASH_SOURCE[0]}")/../.." && pwd)
 HERE=$ROOT/tests/ci/dist
