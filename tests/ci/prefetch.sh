@@ -46,10 +46,9 @@ playground() {
   bash "$ROOT/bindings-wasm/build.sh"
 }
 
-# Every artifact, as tests/ci/dist.sh builds them (same command, same target dir: its own
-# dist/build.sh then only packs). target/dist, not target/: cargo locks a target dir for a
-# whole build, and the parts' own release builds (cluster's simulator, fuzz) must not wait
-# for this one.
+# Every artifact, by the command tests/ci/dist.sh runs when nothing was prefetched; that part
+# takes what this one built. target/dist, not target/: cargo locks a target dir for a whole
+# build, and the parts' own release builds (cluster's simulator, fuzz) must not wait for it.
 dist() {
   cd "$ROOT"
   CARGO_TARGET_DIR="$ROOT/target/dist" DIST_CROSS="${DIST_CROSS:-1}" bash dist/build.sh
